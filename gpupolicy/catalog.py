@@ -114,7 +114,7 @@ def _profiles(
             memory_mib = int(total_mib * share / 256) * 256
             row_source = "estimated"
         else:
-            memory_mib = int(round(gib * GIB))
+            memory_mib = round(gib * GIB)
             row_source = source
         built.append(
             MigProfile(name, compute, memory_slices, max_instances, placements, memory_mib, row_source)

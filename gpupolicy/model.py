@@ -283,7 +283,7 @@ class ObjectMeta(BaseModel):
     labels: dict[str, str] = Field(default_factory=dict)
     annotations: dict[str, str] = Field(default_factory=dict)
     generation: int | None = None
-    resourceVersion: str | None = None  # noqa: N815 - Kubernetes wire name
+    resourceVersion: str | None = None  # Kubernetes wire name
     uid: str | None = None
 
 

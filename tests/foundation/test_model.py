@@ -1,0 +1,88 @@
+"""GpuPolicy parsing: what users write is accepted, mistakes are named by field path. Pure."""
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from gpupolicy.model import Mode, PolicyKind, parse_policy
+
+
+def make_policy(spec: dict[str, Any], name: str = "p") -> dict[str, Any]:
+    return {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": name}, "spec": spec}
+
+
+def expect_error_at(spec: dict[str, Any], path: str) -> str:
+    with pytest.raises(ValidationError) as caught:
+        parse_policy(make_policy(spec))
+    paths = {".".join(str(part) for part in err["loc"]) for err in caught.value.errors()}
+    assert path in paths, paths
+    return str(caught.value)
+
+
+def test_the_issue_example_parses() -> None:
+    policy = parse_policy(make_policy({
+        "mode": "Automatic", "priority": 10,
+        "selector": {"namespaces": ["inference"], "namespaceSelector": {"matchLabels": {"team": "ml"}},
+                     "podSelector": {"matchLabels": {"app": "llm"}}},
+        "approvals": ["Deployment/inference/llm"],
+        "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
+        "schedulerName": "kubeon-gpu-scheduler",
+        "sharing": {"strategy": "MIG", "migProfile": "auto", "gpuMemory": "8Gi",
+                    "gpuModels": ["NVIDIA-A100-SXM4-80GB"]},
+    }))
+    assert policy.spec.kind is PolicyKind.SHARING
+    assert policy.effective_mode() is Mode.AUTOMATIC
+    assert policy.spec.selector.pod_selector is not None
+    assert policy.to_wire()["spec"]["sharing"]["migProfile"] == "auto"
+
+
+def test_mode_defaults_to_the_install_default() -> None:
+    policy = parse_policy(make_policy({"guardrail": {"maxGpusPerPod": 2}}))
+    assert policy.spec.mode is None
+    assert policy.effective_mode() is Mode.RECOMMEND
+    assert policy.effective_mode(Mode.AUTOMATIC) is Mode.AUTOMATIC
+
+
+@pytest.mark.parametrize(
+    ("spec", "path"),
+    [
+        pytest.param({"mode": "Sometimes", "guardrail": {}}, "spec.mode", id="unknown-mode"),
+        pytest.param({"sharing": {"strategy": "MIG"}, "guardrail": {}}, "spec", id="two-bodies"),
+        pytest.param({}, "spec", id="no-body"),
+        pytest.param({"sharing": {"strategy": "TimeSlicing", "replicas": 1}}, "spec.sharing.replicas",
+                     id="replicas-below-2"),
+        pytest.param({"sharing": {"strategy": "MIG", "gpuMemory": "8Gx"}}, "spec.sharing.gpuMemory",
+                     id="bad-quantity"),
+        pytest.param({"sharing": {"strategy": "Magic"}}, "spec.sharing.strategy", id="unknown-strategy"),
+        pytest.param({"scaleToZero": {"namespaces": ["r"], "idleFor": "soon"}}, "spec.scaleToZero.idleFor",
+                     id="bad-duration"),
+        pytest.param({"scaleToZero": {"namespaces": []}}, "spec.scaleToZero.namespaces", id="no-namespaces"),
+        pytest.param({"guardrail": {}, "approvals": ["llm"]}, "spec.approvals", id="bad-approval"),
+        pytest.param({"guardrail": {"maxGpusPerPod": -1}}, "spec.guardrail.maxGpusPerPod", id="negative"),
+        pytest.param({"guardrail": {}, "colour": "red"}, "spec.colour", id="unknown-field"),
+    ],
+)
+def test_mistakes_are_named_by_field_path(spec: dict[str, Any], path: str) -> None:
+    expect_error_at(spec, path)
+
+
+def test_two_bodies_message_names_both() -> None:
+    message = expect_error_at({"sharing": {"strategy": "MIG"}, "guardrail": {}}, "spec")
+    assert "sharing, guardrail" in message
+
+
+@pytest.mark.parametrize(
+    ("body", "kind"),
+    [
+        ({"sharing": {"strategy": "TimeSlicing", "replicas": 4}}, PolicyKind.SHARING),
+        ({"scaleToZero": {"namespaces": ["research"], "wake": {"prometheusQuery": "up", "above": 0}}},
+         PolicyKind.SCALE_TO_ZERO),
+        ({"packing": {"strategy": "fgd"}}, PolicyKind.PACKING),
+        ({"typeFit": {"allowedModels": ["NVIDIA-L4"]}}, PolicyKind.TYPE_FIT),
+        ({"capacity": {"nodePools": ["gpu"]}}, PolicyKind.CAPACITY),
+        ({"guardrail": {"allowedGpuResources": ["nvidia.com/gpu.shared"]}}, PolicyKind.GUARDRAIL),
+    ],
+)
+def test_every_body_is_a_typed_section(body: dict[str, Any], kind: PolicyKind) -> None:
+    assert parse_policy(make_policy(body)).spec.kind is kind
