@@ -74,7 +74,7 @@ def test_h200_memory_is_what_the_real_gpu_reports() -> None:
 def test_memory_is_never_the_number_in_the_name() -> None:
     for product in DEFAULT_CATALOG.products:
         for profile in product.profiles:
-            named_gb = int(profile.name.split(".")[1].removesuffix("gb").removesuffix("+me"))
+            named_gb = int(profile.name.removesuffix("+me").split(".")[1].removesuffix("gb"))
             assert profile.memory_mib < named_gb * 1024, (product.product, profile.name)
 
 
