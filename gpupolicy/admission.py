@@ -1,0 +1,257 @@
+"""Admission decisions for pods: mutate (sharing, tolerations, scheduler) and guardrails.
+
+Solve first, act after: these functions return an AdmissionResult value
+(allowed, JSON Patch ops, warnings, one Decision per winning policy); the
+webhook serialises it and bumps metrics, the dry-run prints it. Modes:
+Recommend never changes a pod and says what it would do in a warning;
+Approve changes pods whose owning workload is listed in spec.approvals and
+otherwise behaves like Recommend; Automatic changes. Pure.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE
+from gpupolicy.cluster import ClusterView
+from gpupolicy.matching import winning_policies
+from gpupolicy.model import GpuPolicy, Mode, PolicyKind
+from gpupolicy.owners import is_approved, pod_owner
+from gpupolicy.patch import PatchOp, diff
+from gpupolicy.rewrite import (
+    ANNOTATION_POLICY,
+    ANNOTATION_REWRITTEN_FROM,
+    apply_sharing,
+    ensure_annotations,
+    ensure_scheduler,
+    ensure_tolerations,
+    has_skip_marker,
+    plan_sharing,
+    pod_gpu_resources,
+    resource_toleration,
+    rewritten_from_json,
+    toleration_dict,
+)
+
+WARNING_LIMIT = 120
+
+
+class Action(StrEnum):
+    """What a policy did (or would do) to one pod; a closed set so metrics stay bounded."""
+
+    USE_MIG = "UseMIG"
+    USE_TIME_SLICING = "UseTimeSlicing"
+    INJECT = "Inject"
+    SKIP = "Skip"
+    DENY = "Deny"
+    WARN = "Warn"
+    ALLOW = "Allow"
+
+
+@dataclass(frozen=True)
+class Decision:
+    policy: str
+    mode: Mode
+    action: Action
+    applied: bool
+    reason: str
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"policy": self.policy, "mode": str(self.mode), "action": str(self.action),
+                "applied": self.applied, "reason": self.reason}
+
+
+@dataclass(frozen=True)
+class AdmissionResult:
+    """The answer for one object; `object` is the object after mutation (same as input when unchanged)."""
+
+    allowed: bool = True
+    patch: list[PatchOp] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    decisions: list[Decision] = field(default_factory=list)
+    message: str = ""
+    object: Any = None
+    note: str = ""
+
+    def to_wire(self) -> dict[str, Any]:
+        wire: dict[str, Any] = {
+            "allowed": self.allowed, "object": self.object, "patch": self.patch,
+            "warnings": self.warnings, "decisions": [d.to_wire() for d in self.decisions],
+        }
+        if self.message:
+            wire["message"] = self.message
+        if self.note:
+            wire["note"] = self.note
+        return wire
+
+
+def short_warning(text: str) -> str:
+    """Warnings travel in HTTP headers to kubectl: keep them under 120 characters."""
+    return text if len(text) < WARNING_LIMIT else text[: WARNING_LIMIT - 2] + "…"
+
+
+def pod_namespace(pod: Mapping[str, Any], namespace: str | None) -> str:
+    """The request's namespace wins (pods from controllers arrive with an empty metadata.namespace)."""
+    return namespace or str((pod.get("metadata") or {}).get("namespace") or "default")
+
+
+def _pod_labels(pod: Mapping[str, Any]) -> Mapping[str, str]:
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    return labels if isinstance(labels, Mapping) else {}
+
+
+def may_apply(policy: GpuPolicy, mode: Mode, owner: str) -> bool:
+    return mode == Mode.AUTOMATIC or (mode == Mode.APPROVE and is_approved(policy.spec.approvals, owner))
+
+
+def _ineligible(pod: Mapping[str, Any], namespace: str, view: ClusterView) -> str:
+    """Why a pod is out of scope for every policy, or "" when it is in scope."""
+    if view.is_protected(namespace):
+        return f"namespace {namespace} is never touched"
+    if has_skip_marker(pod):
+        return "pod is marked gpu.kubeon.io/skip=true"
+    if not any(count > 0 for count in pod_gpu_resources(pod).values()):
+        return "pod asks for no GPU"
+    return ""
+
+
+def _not_applied_warning(policy: GpuPolicy, mode: Mode, owner: str, what: str) -> str:
+    if mode == Mode.APPROVE:
+        return short_warning(f"kubeon-gpu {policy.name}: would {what}; approve {owner}")
+    return short_warning(f"kubeon-gpu {policy.name} (Recommend): would {what}")
+
+
+def _apply_sharing_policy(
+    policy: GpuPolicy, mode: Mode, owner: str, pod: dict[str, Any], view: ClusterView,
+    warnings: list[str], rewritten: dict[str, Any],
+) -> Decision:
+    sharing = policy.spec.sharing
+    assert sharing is not None
+    plan = plan_sharing(pod, sharing, view)
+    if plan.resource is None:
+        if plan.warning:
+            warnings.append(short_warning(f"kubeon-gpu {policy.name}: {plan.warning}"))
+        return Decision(policy.name, mode, Action.SKIP, False, plan.skip_reason)
+    action = Action.USE_TIME_SLICING if plan.resource == SHARED_GPU_RESOURCE else Action.USE_MIG
+    what = f"use {plan.resource} instead of {GPU_RESOURCE}"
+    if not may_apply(policy, mode, owner):
+        warnings.append(_not_applied_warning(policy, mode, owner, what))
+        why = "Recommend mode" if mode == Mode.RECOMMEND else f"{owner} is not in approvals"
+        return Decision(policy.name, mode, action, False, f"{what}: {plan.detail}; not applied ({why})")
+    rewritten.update(apply_sharing(pod, plan))
+    ensure_tolerations(pod, [resource_toleration(plan.resource)])
+    return Decision(policy.name, mode, action, True, f"{what}: {plan.detail}")
+
+
+def _apply_injections(
+    policy: GpuPolicy, mode: Mode, owner: str, pod: dict[str, Any], warnings: list[str], quiet: bool
+) -> Decision | None:
+    """Tolerations and schedulerName from any policy kind; None when the policy injects nothing."""
+    tolerations = [toleration_dict(t) for t in policy.spec.tolerations]
+    scheduler = policy.spec.scheduler_name
+    if not tolerations and not scheduler:
+        return None
+    trial = copy.deepcopy(pod)
+    changed = ensure_tolerations(trial, tolerations)
+    if scheduler:
+        changed = ensure_scheduler(trial, scheduler) or changed
+    if not changed:
+        return None
+    parts = ([f"{len(tolerations)} toleration(s)"] if tolerations else []) + (
+        [f"schedulerName {scheduler}"] if scheduler else [])
+    what = "add " + " and ".join(parts)
+    if not may_apply(policy, mode, owner):
+        if not quiet:
+            warnings.append(_not_applied_warning(policy, mode, owner, what))
+        return Decision(policy.name, mode, Action.INJECT, False, f"{what}; not applied ({mode})")
+    ensure_tolerations(pod, tolerations)
+    if scheduler:
+        ensure_scheduler(pod, scheduler)
+    return Decision(policy.name, mode, Action.INJECT, True, what)
+
+
+def mutate_pod(
+    pod: Mapping[str, Any], view: ClusterView, namespace: str | None = None, owner: str | None = None
+) -> AdmissionResult:
+    """The mutating decision for a Pod CREATE. `owner` defaults to the pod's resolved owner."""
+    ns = pod_namespace(pod, namespace)
+    out_of_scope = _ineligible(pod, ns, view)
+    if out_of_scope:
+        return AdmissionResult(object=pod, note=out_of_scope)
+    owner = owner or pod_owner(pod, ns)
+    winners = winning_policies(view, ns, _pod_labels(pod))
+    if not winners:
+        return AdmissionResult(object=pod, note="no policy matches")
+    mutated = copy.deepcopy(dict(pod))
+    warnings: list[str] = []
+    decisions: list[Decision] = []
+    rewritten: dict[str, Any] = {}
+    applied: list[str] = []
+    for kind, policy in winners.items():
+        mode = policy.effective_mode(view.default_mode)
+        quiet = False
+        if kind == PolicyKind.SHARING:
+            decision = _apply_sharing_policy(policy, mode, owner, mutated, view, warnings, rewritten)
+            decisions.append(decision)
+            quiet = not decision.applied and decision.action != Action.SKIP
+            if decision.applied:
+                applied.append(policy.name)
+        injected = _apply_injections(policy, mode, owner, mutated, warnings, quiet)
+        if injected is not None:
+            decisions.append(injected)
+            if injected.applied and policy.name not in applied:
+                applied.append(policy.name)
+    if applied:
+        metadata = mutated.get("metadata") or {}
+        previous = str((metadata.get("annotations") or {}).get(ANNOTATION_POLICY, ""))
+        names = [n for n in previous.split(",") if n]
+        names += [n for n in applied if n not in names]
+        notes = {ANNOTATION_POLICY: ",".join(names)}
+        if rewritten:
+            notes[ANNOTATION_REWRITTEN_FROM] = rewritten_from_json(rewritten)
+        ensure_annotations(mutated, notes)
+    return AdmissionResult(True, diff(pod, mutated), warnings, decisions, object=mutated)
+
+
+def _guardrail_violation(pod: Mapping[str, Any], policy: GpuPolicy) -> str:
+    guard = policy.spec.guardrail
+    assert guard is not None
+    gpus = pod_gpu_resources(pod)
+    total = sum(gpus.values())
+    if guard.max_gpus_per_pod is not None and total > guard.max_gpus_per_pod:
+        return f"pod asks for {total:g} GPUs, more than maxGpusPerPod {guard.max_gpus_per_pod}"
+    if guard.allowed_gpu_resources:
+        outside = sorted(n for n, c in gpus.items() if c > 0 and n not in guard.allowed_gpu_resources)
+        if outside:
+            return f"{outside[0]} is not in allowedGpuResources"
+    return ""
+
+
+def validate_pod(
+    pod: Mapping[str, Any], view: ClusterView, namespace: str | None = None, owner: str | None = None
+) -> AdmissionResult:
+    """Guardrails for a Pod CREATE: deny (Automatic, or Approve for approved owners) or warn."""
+    ns = pod_namespace(pod, namespace)
+    out_of_scope = _ineligible(pod, ns, view)
+    if out_of_scope:
+        return AdmissionResult(object=pod, note=out_of_scope)
+    policy = winning_policies(view, ns, _pod_labels(pod)).get(PolicyKind.GUARDRAIL)
+    if policy is None:
+        return AdmissionResult(object=pod, note="no guardrail policy matches")
+    mode = policy.effective_mode(view.default_mode)
+    violation = _guardrail_violation(pod, policy)
+    if not violation:
+        return AdmissionResult(object=pod, decisions=[Decision(policy.name, mode, Action.ALLOW, False,
+                                                               "within guardrail")])
+    owner = owner or pod_owner(pod, ns)
+    if may_apply(policy, mode, owner):
+        message = f"GpuPolicy {policy.name}: {violation}"
+        return AdmissionResult(False, message=message, object=pod,
+                               decisions=[Decision(policy.name, mode, Action.DENY, True, violation)])
+    warning = short_warning(f"kubeon-gpu {policy.name}: {violation}")
+    return AdmissionResult(True, warnings=[warning], object=pod,
+                           decisions=[Decision(policy.name, mode, Action.WARN, False, violation)])

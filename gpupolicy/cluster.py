@@ -1,0 +1,94 @@
+"""ClusterView: everything an admission decision may know about the cluster, as one value.
+
+The webhook keeps it fresh from watches (policies, namespaces, nodes) and hands
+a snapshot to the core; the dry-run builds one from files. Decisions never
+call the API server: whatever is not in the view does not exist for them.
+Pure: construction from API objects is plain dict reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from gpupolicy.catalog import DEFAULT_CATALOG, PRODUCT_LABEL, Catalog, GpuProduct
+from gpupolicy.model import GpuPolicy, Mode
+
+DEFAULT_NAMESPACE = "kubeon-gpu"
+PROTECTED_NAMESPACES = frozenset({"kube-system"})
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """The parts of a Node the admission core reads: GPU labels and allocatable resources."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def gpu_product(self) -> str | None:
+        return self.labels.get(PRODUCT_LABEL)
+
+
+def node_from_object(obj: Mapping[str, Any]) -> NodeInfo:
+    """Read a core/v1 Node (as a dict) into a NodeInfo, keeping only GPU-relevant parts."""
+    metadata = obj.get("metadata") or {}
+    status = obj.get("status") or {}
+    labels = {str(k): str(v) for k, v in (metadata.get("labels") or {}).items()}
+    allocatable = {str(k): str(v) for k, v in (status.get("allocatable") or {}).items()}
+    return NodeInfo(name=str(metadata.get("name", "")), labels=labels, allocatable=allocatable)
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    """A consistent snapshot for one decision; cheap to share between threads (immutable)."""
+
+    policies: tuple[GpuPolicy, ...] = ()
+    namespace_labels: Mapping[str, Mapping[str, str]] = field(default_factory=dict)
+    nodes: tuple[NodeInfo, ...] = ()
+    default_mode: Mode = Mode.RECOMMEND
+    own_namespace: str = DEFAULT_NAMESPACE
+    catalog: Catalog = DEFAULT_CATALOG
+
+    def labels_of_namespace(self, namespace: str) -> Mapping[str, str]:
+        """Labels of a namespace; unknown namespaces still carry the automatic name label."""
+        labels = dict(self.namespace_labels.get(namespace, {}))
+        labels.setdefault("kubernetes.io/metadata.name", namespace)
+        return labels
+
+    def is_protected(self, namespace: str) -> bool:
+        """kube-system and the optimizer's own namespace are never touched."""
+        return namespace in PROTECTED_NAMESPACES or namespace == self.own_namespace
+
+    def node_products(self) -> list[GpuProduct]:
+        """Catalog products seen on nodes (GFD product label), in first-seen order, no repeats."""
+        seen: dict[str, GpuProduct] = {}
+        for node in self.nodes:
+            label = node.gpu_product
+            product = self.catalog.product(label) if label else None
+            if product is not None and product.product not in seen:
+                seen[product.product] = product
+        return list(seen.values())
+
+    def labels_for_product(self, product: GpuProduct) -> Mapping[str, str]:
+        """Labels of the first node carrying `product` (where GFD `.memory` labels live), else empty."""
+        for node in self.nodes:
+            label = node.gpu_product
+            if label and self.catalog.product(label) == product:
+                return node.labels
+        return {}
+
+    def with_policies(self, policies: Iterable[GpuPolicy]) -> ClusterView:
+        return ClusterView(tuple(policies), self.namespace_labels, self.nodes, self.default_mode,
+                           self.own_namespace, self.catalog)
+
+    def with_nodes(self, nodes: Iterable[NodeInfo]) -> ClusterView:
+        return ClusterView(self.policies, self.namespace_labels, tuple(nodes), self.default_mode,
+                           self.own_namespace, self.catalog)
+
+    def with_namespace(self, name: str, labels: Mapping[str, str]) -> ClusterView:
+        merged = {**self.namespace_labels, name: dict(labels)}
+        return ClusterView(self.policies, merged, self.nodes, self.default_mode, self.own_namespace,
+                           self.catalog)

@@ -1,0 +1,265 @@
+"""Rewrite a GPU pod onto a MIG slice or a time-sliced share, in place on a copy.
+
+What is rewritten: each container (and init container) asking for exactly one
+`nvidia.com/gpu` gets `nvidia.com/mig-<profile>: 1` or `nvidia.com/gpu.shared: 1`
+in requests and limits instead. `auto` picks the smallest MIG profile (fewest
+memory slices, then fewest compute slices, then least memory) whose *real*
+memory covers the pod's need, over the allowed products. Every step is an
+"ensure" (set only what is missing), which is what makes mutation idempotent:
+a rewritten pod asks for MIG/shared resources and is left alone next time.
+Pure: callers pass a deep copy and the ClusterView.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from gpupolicy.catalog import (
+    GPU_RESOURCE,
+    MIG_RESOURCE_PREFIX,
+    SHARED_GPU_RESOURCE,
+    GpuProduct,
+    MigProfile,
+    profile_memory_mib,
+)
+from gpupolicy.cluster import ClusterView
+from gpupolicy.model import SharingSpec, SharingStrategy, Toleration
+from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity
+
+ANNOTATION_POLICY = "gpu.kubeon.io/policy"
+ANNOTATION_REWRITTEN_FROM = "gpu.kubeon.io/rewritten-from"
+ANNOTATION_GPU_MEMORY = "gpu.kubeon.io/gpu-memory"
+SKIP_KEY = "gpu.kubeon.io/skip"
+CONTAINER_LISTS = ("initContainers", "containers")
+OTHER_GPU_PREFIXES = ("amd.com/gpu", "gpu.intel.com/")
+
+
+def is_gpu_resource(name: str) -> bool:
+    """Whole GPUs, time-sliced shares, MIG slices (and other vendors' GPUs, for guardrails)."""
+    return (
+        name in (GPU_RESOURCE, SHARED_GPU_RESOURCE)
+        or name.startswith(MIG_RESOURCE_PREFIX)
+        or name.startswith(OTHER_GPU_PREFIXES)
+    )
+
+
+def is_sliced_resource(name: str) -> bool:
+    return name == SHARED_GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)
+
+
+def iter_containers(pod: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
+    spec = pod.get("spec") or {}
+    for key in CONTAINER_LISTS:
+        for container in spec.get(key) or []:
+            if isinstance(container, dict):
+                yield container
+
+
+def quantity_count(value: Any) -> float:
+    """A resource count as a number; unparsable counts are treated as 0 (the API server refuses them)."""
+    try:
+        return float(parse_quantity(value))
+    except (QuantityError, TypeError, ValueError):
+        return 0.0
+
+
+def container_gpu_resources(container: Mapping[str, Any]) -> dict[str, float]:
+    """GPU resources of one container: limits win, requests fill in (extended resources need equal)."""
+    resources = container.get("resources") or {}
+    found: dict[str, float] = {}
+    for section in ("requests", "limits"):
+        for name, value in (resources.get(section) or {}).items():
+            if is_gpu_resource(str(name)):
+                found[str(name)] = quantity_count(value)
+    return found
+
+
+def pod_gpu_resources(pod: Mapping[str, Any]) -> dict[str, float]:
+    """GPU devices the pod holds at once: max(sum of containers, largest init container) per resource."""
+    spec = pod.get("spec") or {}
+    total: dict[str, float] = {}
+    for container in spec.get("containers") or []:
+        if isinstance(container, dict):
+            for name, count in container_gpu_resources(container).items():
+                total[name] = total.get(name, 0.0) + count
+    for container in spec.get("initContainers") or []:
+        if isinstance(container, dict):
+            for name, count in container_gpu_resources(container).items():
+                total[name] = max(total.get(name, 0.0), count)
+    return total
+
+
+def has_skip_marker(pod: Mapping[str, Any]) -> bool:
+    metadata = pod.get("metadata") or {}
+    return any(str((metadata.get(k) or {}).get(SKIP_KEY, "")).lower() == "true"
+               for k in ("labels", "annotations"))
+
+
+@dataclass(frozen=True)
+class MigChoice:
+    product: str
+    profile: MigProfile
+    memory_mib: int
+
+
+@dataclass(frozen=True)
+class SharingPlan:
+    """What a sharing policy would do to a pod: a target resource, or why not (`skip_reason`)."""
+
+    resource: str | None
+    containers: tuple[str, ...] = ()
+    skip_reason: str = ""
+    warning: str = ""
+    detail: str = ""
+
+
+def candidate_products(sharing: SharingSpec, view: ClusterView) -> list[GpuProduct]:
+    """gpuModels when given, else MIG-capable products on nodes, else every MIG-capable product."""
+    if sharing.gpu_models:
+        chosen = [view.catalog.product(m) for m in sharing.gpu_models]
+        return [p for p in chosen if p is not None and p.mig_capable]
+    on_nodes = [p for p in view.node_products() if p.mig_capable]
+    return on_nodes or [p for p in view.catalog.products if p.mig_capable]
+
+
+def choose_mig_profile(need_mib: float, sharing: SharingSpec, view: ClusterView) -> MigChoice | None:
+    """Smallest profile (memory slices, compute slices, real memory) holding `need_mib`; media profiles skipped."""
+    best: tuple[tuple[int, int, int, str], MigChoice] | None = None
+    for product in candidate_products(sharing, view):
+        labels = view.labels_for_product(product)
+        for profile in product.profiles:
+            if profile.media_extensions:
+                continue
+            memory = profile_memory_mib(profile, labels)
+            if memory < need_mib:
+                continue
+            key = (profile.memory_slices, profile.compute_slices, memory, profile.name)
+            if best is None or key < best[0]:
+                best = (key, MigChoice(product.product, profile, memory))
+    return best[1] if best else None
+
+
+def declared_need_mib(pod: Mapping[str, Any], sharing: SharingSpec) -> tuple[float | None, str]:
+    """The pod's GPU memory need: its annotation, else the policy's gpuMemory; with where it came from."""
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    text = annotations.get(ANNOTATION_GPU_MEMORY)
+    if text:
+        try:
+            return parse_bytes_mib(str(text)), f"annotation {text}"
+        except QuantityError:
+            pass
+    if sharing.gpu_memory:
+        return parse_bytes_mib(sharing.gpu_memory), f"policy gpuMemory {sharing.gpu_memory}"
+    return None, ""
+
+
+def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView) -> SharingPlan:
+    """Decide the target resource for a pod under a sharing policy (no change made here)."""
+    single: list[str] = []
+    multi: list[str] = []
+    for container in iter_containers(pod):
+        gpus = container_gpu_resources(container)
+        if any(is_sliced_resource(name) for name in gpus):
+            return SharingPlan(None, skip_reason="already asks for a MIG slice or a shared GPU")
+        count = gpus.get(GPU_RESOURCE, 0.0)
+        if count == 1:
+            single.append(str(container.get("name", "")))
+        elif count > 1:
+            multi.append(str(container.get("name", "")))
+    if not single:
+        if multi:
+            return SharingPlan(None, skip_reason=f"container {multi[0]} asks for more than one GPU")
+        return SharingPlan(None, skip_reason="no container asks for nvidia.com/gpu: 1")
+    if sharing.strategy == SharingStrategy.TIME_SLICING:
+        return SharingPlan(SHARED_GPU_RESOURCE, tuple(single), detail="time-sliced share")
+    if sharing.mig_profile != "auto":
+        profile = sharing.mig_profile
+        resource = MIG_RESOURCE_PREFIX + profile.removeprefix("mig-").replace("+", ".")
+        return SharingPlan(resource, tuple(single), detail=f"profile {profile} (fixed by policy)")
+    need, source = declared_need_mib(pod, sharing)
+    if need is None:
+        return SharingPlan(None, skip_reason="no GPU memory need (gpu.kubeon.io/gpu-memory or gpuMemory)",
+                           warning="no GPU memory need declared: set gpu.kubeon.io/gpu-memory")
+    choice = choose_mig_profile(need, sharing, view)
+    if choice is None:
+        return SharingPlan(None, skip_reason=f"no MIG profile holds {need:.0f}Mi",
+                           warning=f"no MIG profile holds {need:.0f}Mi: pod left on whole GPUs")
+    detail = (f"{choice.profile.name} on {choice.product} holds {choice.memory_mib}Mi "
+              f">= {need:.0f}Mi ({source})")
+    return SharingPlan(choice.profile.resource_name, tuple(single), detail=detail)
+
+
+def apply_sharing(pod: dict[str, Any], plan: SharingPlan) -> dict[str, dict[str, dict[str, str]]]:
+    """Swap `nvidia.com/gpu: 1` for the plan's resource; returns the original GPU resources per container."""
+    assert plan.resource is not None
+    original: dict[str, dict[str, dict[str, str]]] = {}
+    for container in iter_containers(pod):
+        name = str(container.get("name", ""))
+        if name not in plan.containers:
+            continue
+        resources = container.get("resources") or {}
+        before: dict[str, dict[str, str]] = {}
+        for section in ("limits", "requests"):
+            values = resources.get(section)
+            if isinstance(values, dict) and GPU_RESOURCE in values:
+                before[section] = {GPU_RESOURCE: str(values[GPU_RESOURCE])}
+                rebuilt = {}
+                for key, value in values.items():
+                    if key == GPU_RESOURCE:
+                        rebuilt[plan.resource] = "1"
+                    else:
+                        rebuilt[key] = value
+                resources[section] = rebuilt
+        if before:
+            original[name] = before
+    return original
+
+
+def rewritten_from_json(original: Mapping[str, Any]) -> str:
+    return json.dumps(original, sort_keys=True, separators=(",", ":"))
+
+
+def toleration_dict(toleration: Toleration) -> dict[str, Any]:
+    return toleration.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+
+def ensure_tolerations(pod: dict[str, Any], wanted: Iterable[Mapping[str, Any]]) -> bool:
+    """Append each wanted toleration unless an equal one is there already; True when something was added."""
+    spec = pod.setdefault("spec", {})
+    current = spec.get("tolerations")
+    existing: list[Any] = list(current) if isinstance(current, list) else []
+    added = False
+    for toleration in wanted:
+        if dict(toleration) not in existing:
+            existing.append(dict(toleration))
+            added = True
+    if added:
+        spec["tolerations"] = existing
+    return added
+
+
+def resource_toleration(resource: str) -> dict[str, Any]:
+    """What ExtendedResourceToleration would add for a resource (added here so every cluster gets it)."""
+    return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
+
+
+def ensure_scheduler(pod: dict[str, Any], scheduler: str) -> bool:
+    """Set spec.schedulerName unless the pod already chose a non-default scheduler."""
+    spec = pod.setdefault("spec", {})
+    current = spec.get("schedulerName")
+    if current in (None, "", "default-scheduler") and current != scheduler:
+        spec["schedulerName"] = scheduler
+        return True
+    return False
+
+
+def ensure_annotations(pod: dict[str, Any], values: Mapping[str, str]) -> None:
+    metadata = pod.setdefault("metadata", {})
+    annotations = metadata.get("annotations")
+    if not isinstance(annotations, dict):
+        annotations = {}
+    annotations.update(values)
+    metadata["annotations"] = annotations
