@@ -1,0 +1,76 @@
+"""What every reconciler is handed: the frame's shared services, passed in, never global.
+
+The frame (leader election, policy sync, the reconcile runner) builds one
+`ControllerContext` per process; reconcilers read policies and metrics from it,
+publish proposals into policy status through `policies`, and record applied
+actions through `recorder`. Tests build one with a fake clock and a scripted
+metrics source.
+
+Contract for reconcilers (`Reconciler` in controller/loop.py):
+- every pass is idempotent and safe to repeat after a crash at any point;
+- check `ctx.is_leader()` right before every write to the cluster;
+- never write to a workload when the policy's effective mode is Recommend.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
+
+import kubernetes.client
+
+from gpupolicy.metrics import Sample, Series
+from gpupolicy.model import Mode
+
+if TYPE_CHECKING:
+    from controller.policies import PolicyStore
+    from controller.recorder import Recorder
+
+__all__ = ["Clock", "ControllerContext", "MetricsSource", "Sample", "Series", "SystemClock"]
+
+
+class MetricsSource(Protocol):
+    """Where GPU metrics come from (controller/metrics_source.py: Prometheus; tests: scripted)."""
+
+    def query_range(self, promql: str, start: float, end: float, step: float) -> list[Series]:
+        """Range query; `start`/`end` are unix seconds, `step` seconds. Empty list when no data."""
+        ...
+
+    def query(self, promql: str) -> list[Sample]:
+        """Instant query at the source's now. Empty list when no data."""
+        ...
+
+
+class Clock(Protocol):
+    """Wall-clock seconds since the epoch (a fake in tests where time matters)."""
+
+    def now(self) -> float: ...
+
+
+class SystemClock:
+    """The real clock."""
+
+    def now(self) -> float:
+        return time.time()
+
+
+@dataclass
+class ControllerContext:
+    """The shared services of one controller process."""
+
+    api: kubernetes.client.ApiClient
+    namespace: str
+    default_mode: Mode
+    prometheus_url: str | None
+    metrics: MetricsSource | None
+    clock: Clock
+    recorder: Recorder
+    policies: PolicyStore
+    is_leader: Callable[[], bool]
+
+    @property
+    def prometheus_configured(self) -> bool:
+        """Metric-driven kinds (sharing, scaleToZero) act only with a metrics source."""
+        return self.metrics is not None and bool(self.prometheus_url)

@@ -1,0 +1,148 @@
+"""The reconcile runner: one loop per concern, each on its period plus wake-ups from watches.
+
+Reconcilers are small objects behind one protocol, listed in one ordered
+registry (`RECONCILERS`). The runner acts only while this replica holds the
+lease; after each pass it lets the policy store write the policy statuses
+that changed, so a proposal published by any reconciler reaches the cluster
+in the same pass. A reconciler that raises is logged and retried on its next
+period; it never stops the others.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+from controller.context import ControllerContext
+
+log = logging.getLogger(__name__)
+
+
+@runtime_checkable
+class Reconciler(Protocol):
+    """One concern of the controller (policy sync, right-sizing, scale to zero, ...)."""
+
+    name: str
+    period_seconds: float
+
+    def reconcile(self, ctx: ControllerContext) -> None:
+        """One pass. Idempotent; safe to repeat after a crash at any point; checks
+        `ctx.is_leader()` before each write."""
+        ...
+
+
+# The ordered registry: (module, class). Each class is constructed with no
+# arguments; missing modules (a concern still being built) are skipped.
+# Order within one runner tick:
+#   1. policies     - lists and parses GpuPolicies; everything below reads them.
+#   2. rightsizing  - sharing policies: proposals from memory/utilisation history.
+#   3. scaletozero  - parks idle workloads / wakes them; after right-sizing so a
+#                     restart for a new size never races a scale to zero in one tick
+#                     (scale to zero reads the replicas right-sizing left).
+#   4. autoscale    - KEDA ScaledObjects; last, it must see which targets scale
+#                     to zero manages (paused-replicas) before generating triggers.
+RECONCILERS: tuple[tuple[str, str], ...] = (
+    ("controller.policies", "PolicySync"),
+    ("controller.rightsizing", "RightSizingReconciler"),
+    ("controller.scaletozero", "ScaleToZeroReconciler"),
+    ("controller.autoscale", "AutoscaleReconciler"),
+)
+
+
+def load_reconcilers(
+    periods: Mapping[str, float] | None = None,
+    registry: Iterable[tuple[str, str]] = RECONCILERS,
+) -> list[Reconciler]:
+    """Instantiate the registry in order; `periods` overrides `period_seconds` by reconciler name."""
+    loaded: list[Reconciler] = []
+    for module_name, class_name in registry:
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as exc:
+            if exc.name != module_name:
+                raise
+            log.info("reconciler not available module=%s", module_name)
+            continue
+        reconciler = getattr(module, class_name)()
+        if periods and reconciler.name in periods:
+            reconciler.period_seconds = float(periods[reconciler.name])
+        loaded.append(reconciler)
+    return loaded
+
+
+@dataclass
+class ReconcileRunner:
+    """Runs due reconcilers while leader; `trigger` makes them due now (watch events)."""
+
+    ctx: ControllerContext
+    reconcilers: list[Reconciler]
+    _due: dict[str, float] = field(default_factory=dict)
+    _wake: threading.Event = field(default_factory=threading.Event)
+    passes: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.ctx.policies.expect_sources(r.name for r in self.reconcilers)
+
+    def trigger(self, name: str | None = None) -> None:
+        """Make one reconciler (or all) due at once; safe from other threads."""
+        for reconciler in self.reconcilers:
+            if name is None or reconciler.name == name:
+                self._due[reconciler.name] = 0.0
+        self._wake.set()
+
+    def run_due(self) -> int:
+        """Run every reconciler whose time has come, in registry order. Returns how many ran."""
+        ran = 0
+        for reconciler in self.reconcilers:
+            if not self.ctx.is_leader():
+                return ran
+            now = self.ctx.clock.now()
+            if self._due.get(reconciler.name, 0.0) > now:
+                continue
+            self._run_one(reconciler)
+            self._due[reconciler.name] = now + reconciler.period_seconds
+            ran += 1
+        return ran
+
+    def run_all(self) -> None:
+        """One pass of every reconciler regardless of period (tests, startup)."""
+        self.trigger()
+        self.run_due()
+
+    def _run_one(self, reconciler: Reconciler) -> None:
+        try:
+            reconciler.reconcile(self.ctx)
+            self.ctx.policies.completed(reconciler.name)
+        except Exception:
+            log.exception("reconcile failed reconciler=%s", reconciler.name)
+            self.ctx.recorder.reconcile_error(reconciler.name)
+        self.passes[reconciler.name] = self.passes.get(reconciler.name, 0) + 1
+        if self.ctx.is_leader():
+            try:
+                self.ctx.policies.write_status(self.ctx)
+            except Exception:
+                log.exception("policy status write failed")
+                self.ctx.recorder.reconcile_error("status")
+
+    def next_wait(self) -> float:
+        """Seconds until the next reconciler is due (clock-based; at least 0.05)."""
+        if not self.reconcilers:
+            return 1.0
+        now = self.ctx.clock.now()
+        soonest = min(self._due.get(r.name, 0.0) for r in self.reconcilers)
+        return max(0.05, min(soonest - now, 5.0))
+
+    def run_forever(self, stop: threading.Event, idle_poll: float = 0.5) -> None:
+        """Loop until `stop` is set; idles (polling leadership) while not leader."""
+        while not stop.is_set():
+            if self.ctx.is_leader():
+                self.run_due()
+                wait = self.next_wait()
+            else:
+                wait = idle_poll
+            self._wake.wait(wait)
+            self._wake.clear()

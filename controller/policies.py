@@ -1,0 +1,259 @@
+"""Policy sync and the status writer: the GpuPolicies the controller acts on, and what it tells users.
+
+`PolicySync` (first in the reconciler registry) lists every GpuPolicy, parses
+it with the pydantic model (an invalid one is kept with its error and gets
+`Valid=False`, never a crash) and logs `policies synced count=N` after each
+full resync. `PolicyStore` holds the latest parse; reconcilers publish their
+proposals and conditions for a policy into it, and `write_status` writes a
+policy's status (effectiveMode, observedGeneration, conditions, proposals)
+through the status subresource only when it changed.
+
+Restart safety: proposal states live in the status itself. Until every
+reconciler has completed one pass in this process, proposals already in the
+status that nobody has re-published are carried over unchanged, so a restart
+never wipes (or flaps) them.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from pydantic import ValidationError
+
+from gpupolicy.effective_mode import effective_mode
+from gpupolicy.model import Condition, GpuPolicy, GpuPolicyStatus, Mode, PolicyKind, Proposal, parse_policy
+from kube.policies import list_policies, write_status
+
+if TYPE_CHECKING:
+    from controller.context import ControllerContext
+
+log = logging.getLogger(__name__)
+
+_STATE_ORDER = ("Proposed", "Approved", "Applied", "Dismissed")
+
+
+@dataclass
+class PolicyEntry:
+    """One GpuPolicy as last listed: the raw object, and its parse or the reason it failed."""
+
+    name: str
+    raw: dict[str, Any]
+    policy: GpuPolicy | None
+    error: str | None = None
+
+    @property
+    def generation(self) -> int | None:
+        gen = (self.raw.get("metadata") or {}).get("generation")
+        return int(gen) if gen is not None else None
+
+    @property
+    def raw_status(self) -> dict[str, Any]:
+        return dict(self.raw.get("status") or {})
+
+
+def parse_entry(obj: dict[str, Any]) -> PolicyEntry:
+    """Parse one listed object; validation errors become the entry's error text (field named)."""
+    name = str((obj.get("metadata") or {}).get("name") or "")
+    body = {k: v for k, v in obj.items() if k != "status"}
+    try:
+        policy = parse_policy(body)
+    except ValidationError as exc:
+        parts = []
+        for err in exc.errors():
+            where = ".".join(str(p) for p in err["loc"])
+            parts.append(f"{where}: {err['msg']}" if where else err["msg"])
+        return PolicyEntry(name, obj, None, "; ".join(parts))
+    return PolicyEntry(name, obj, policy)
+
+
+def previous_proposals(entry: PolicyEntry) -> dict[str, Proposal]:
+    """Proposals currently in the object's status, by id (unreadable ones skipped)."""
+    found: dict[str, Proposal] = {}
+    for item in entry.raw_status.get("proposals") or []:
+        try:
+            proposal = Proposal.model_validate(item)
+        except ValidationError:
+            continue
+        found[proposal.id] = proposal
+    return found
+
+
+@dataclass
+class _Contribution:
+    proposals: list[Proposal]
+    conditions: list[Condition]
+
+
+@dataclass
+class PolicyStore:
+    """Latest parsed GpuPolicies, reconcilers' contributions, and the status writer."""
+
+    _entries: dict[str, PolicyEntry] = field(default_factory=dict)
+    _contrib: dict[str, dict[str, _Contribution]] = field(default_factory=dict)
+    _expected_sources: set[str] = field(default_factory=set)
+    _completed_sources: set[str] = field(default_factory=set)
+    _written: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _lock: threading.RLock = field(default_factory=threading.RLock)
+    synced: bool = False
+
+    # -- reading -------------------------------------------------------------
+    def replace_all(self, entries: Iterable[PolicyEntry]) -> None:
+        """A full resync: the listed set replaces what was known (deleted policies drop out)."""
+        with self._lock:
+            self._entries = {e.name: e for e in entries}
+            for gone in set(self._contrib) - set(self._entries):
+                del self._contrib[gone]
+            for gone in set(self._written) - set(self._entries):
+                del self._written[gone]
+            self.synced = True
+
+    def entries(self) -> list[PolicyEntry]:
+        with self._lock:
+            return list(self._entries.values())
+
+    def get(self, name: str) -> PolicyEntry | None:
+        with self._lock:
+            return self._entries.get(name)
+
+    def valid(self, kind: PolicyKind | None = None) -> list[GpuPolicy]:
+        """Parsed policies (of one kind), highest priority first, then by name."""
+        with self._lock:
+            found = [e.policy for e in self._entries.values() if e.policy is not None]
+        if kind is not None:
+            found = [p for p in found if p.spec.kind is kind]
+        return sorted(found, key=lambda p: (-p.spec.priority, p.name))
+
+    def previous(self, policy: str) -> dict[str, Proposal]:
+        """Proposals currently in the policy's status (states survive restarts there)."""
+        entry = self.get(policy)
+        return previous_proposals(entry) if entry else {}
+
+    # -- publishing ------------------------------------------------------------
+    def expect_sources(self, names: Iterable[str]) -> None:
+        """The reconcilers that publish; carry-over of old proposals ends when all completed a pass."""
+        with self._lock:
+            self._expected_sources = set(names)
+
+    def completed(self, source: str) -> None:
+        with self._lock:
+            self._completed_sources.add(source)
+
+    def publish(self, policy: str, source: str, proposals: Iterable[Proposal],
+                conditions: Iterable[Condition] = ()) -> None:
+        """Replace `source`'s proposals and conditions for `policy` (publish [] to clear them)."""
+        with self._lock:
+            self._contrib.setdefault(policy, {})[source] = _Contribution(list(proposals), list(conditions))
+
+    def published(self, policy: str) -> list[Proposal]:
+        with self._lock:
+            return [p for c in self._contrib.get(policy, {}).values() for p in c.proposals]
+
+    # -- status ---------------------------------------------------------------
+    def desired_status(self, entry: PolicyEntry, default_mode: Mode, prometheus_configured: bool,
+                       now: float) -> dict[str, Any]:
+        """The status this controller wants on the policy now (wire form)."""
+        previous_conditions = {c.get("type"): c for c in entry.raw_status.get("conditions") or []
+                               if isinstance(c, dict)}
+        conditions: list[Condition] = []
+        status = GpuPolicyStatus(observed_generation=entry.generation)
+        if entry.policy is None:
+            conditions.append(Condition(type="Valid", status="False", reason="InvalidSpec",
+                                        message=entry.error or "invalid"))
+            conditions.append(Condition(type="Ready", status="False", reason="InvalidSpec",
+                                        message="the policy does not parse; fix the spec"))
+            status.proposals = list(previous_proposals(entry).values())
+        else:
+            eff = effective_mode(entry.policy, default_mode, prometheus_configured)
+            status.effective_mode = eff.mode
+            conditions.append(Condition(type="Valid", status="True", reason="Parsed", message=""))
+            if eff.degraded:
+                conditions.append(Condition(type="Degraded", status="True", reason="PrometheusNotConfigured",
+                                            message=eff.degraded_reason or ""))
+            else:
+                conditions.append(Condition(type="Degraded", status="False", reason="AsRequested", message=""))
+            with self._lock:
+                contributions = list(self._contrib.get(entry.name, {}).values())
+                carry = not self._expected_sources <= self._completed_sources
+            proposals: dict[str, Proposal] = {}
+            for contribution in contributions:
+                for proposal in contribution.proposals:
+                    proposals[proposal.id] = proposal
+                conditions.extend(contribution.conditions)
+            if carry:
+                for pid, proposal in previous_proposals(entry).items():
+                    proposals.setdefault(pid, proposal)
+            status.proposals = sorted(proposals.values(), key=lambda p: (p.target, p.action))
+            message = f"effective mode {eff.mode.value}" + (" (degraded)" if eff.degraded else "")
+            conditions.append(Condition(type="Ready", status="True", reason="Reconciled", message=message))
+        for condition in conditions:
+            old = previous_conditions.get(condition.type)
+            same = old is not None and old.get("status") == condition.status
+            condition.last_transition_time = (
+                old.get("lastTransitionTime") if same and old else _rfc3339(now)
+            )
+            condition.observed_generation = entry.generation
+        status.conditions = conditions
+        return status.model_dump(by_alias=True, exclude_none=True, mode="json")
+
+    def write_status(self, ctx: ControllerContext) -> int:
+        """Write every policy status that differs from the one on the object. Returns writes made."""
+        writes = 0
+        for entry in self.entries():
+            desired = self.desired_status(entry, ctx.default_mode, ctx.prometheus_configured, ctx.clock.now())
+            with self._lock:
+                last = self._written.get(entry.name)
+            if _comparable(desired) == _comparable(entry.raw_status) or (
+                last is not None and _comparable(desired) == _comparable(last)
+            ):
+                continue
+            if not ctx.is_leader():
+                return writes
+            answer = write_status(ctx.api, entry.name, desired)
+            writes += 1
+            ctx.recorder.metrics.status_writes.inc()
+            with self._lock:
+                self._written[entry.name] = desired
+                if answer is not None and entry.name in self._entries:
+                    self._entries[entry.name].raw = answer
+            for state in _STATE_ORDER:
+                count = sum(1 for p in desired.get("proposals", []) if p.get("state") == state)
+                ctx.recorder.metrics.proposals.labels(policy=entry.name, state=state).set(count)
+        return writes
+
+
+def _comparable(status: dict[str, Any]) -> dict[str, Any]:
+    """Status without timestamps, so an unchanged status is not rewritten."""
+    copy = dict(status)
+    copy["conditions"] = [
+        {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
+    ]
+    return copy
+
+
+def _rfc3339(ts: float) -> str:
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class PolicySync:
+    """Reconciler 1: list + parse every GpuPolicy, publish into the store, log the count."""
+
+    name = "policies"
+
+    def __init__(self, period_seconds: float = 60.0) -> None:
+        self.period_seconds = period_seconds
+
+    def reconcile(self, ctx: ControllerContext) -> None:
+        items, _ = list_policies(ctx.api)
+        entries = [parse_entry(obj) for obj in items]
+        ctx.policies.replace_all(entries)
+        invalid = [e for e in entries if e.policy is None]
+        for entry in invalid:
+            log.warning("policy invalid name=%s error=%s", entry.name, entry.error)
+        ctx.recorder.metrics.policies.labels(valid="true").set(len(entries) - len(invalid))
+        ctx.recorder.metrics.policies.labels(valid="false").set(len(invalid))
+        log.info("policies synced count=%d invalid=%d", len(entries), len(invalid))

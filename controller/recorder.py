@@ -1,0 +1,94 @@
+"""Record what the controller did: Kubernetes Events, Prometheus metrics.
+
+Solve first, act after: reconcilers decide with the pure core, apply their
+patch (which carries the `gpu.kubeon.io/undo` annotation in the same write, so
+the record and the change cannot part), then call `recorder.applied(...)`.
+Metrics live in a per-process `CollectorRegistry` (not the global one) so two
+replicas in one test process do not collide; the health server serves it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from kubernetes import client
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
+from controller.context import Clock
+from gpupolicy.model import API_VERSION, KIND, GpuPolicy
+from gpupolicy.proposals import TargetRef
+from kube.events import ObjectRef, emit_event
+
+log = logging.getLogger(__name__)
+
+
+class ControllerMetrics:
+    """The controller's Prometheus metrics."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry()
+        self.actions = Counter(
+            "kubeon_gpu_actions", "Actions the controller applied to workloads",
+            ["policy", "action"], registry=self.registry,
+        )
+        self.reconcile_errors = Counter(
+            "kubeon_gpu_reconcile_errors", "Reconcile passes that raised", ["reconciler"],
+            registry=self.registry,
+        )
+        self.policies = Gauge(
+            "kubeon_gpu_policies", "GpuPolicies seen at the last resync", ["valid"], registry=self.registry,
+        )
+        self.proposals = Gauge(
+            "kubeon_gpu_proposals", "Proposals in policy status", ["policy", "state"], registry=self.registry,
+        )
+        self.leader = Gauge("kubeon_gpu_leader", "1 while this replica holds the lease", registry=self.registry)
+        self.status_writes = Counter(
+            "kubeon_gpu_status_writes", "GpuPolicy status writes", registry=self.registry,
+        )
+
+
+def _action_kind(action: str) -> str:
+    """A bounded metric label from a free-text action (`nvidia.com/gpu=1 → ...` → `rightsize`)."""
+    head = action.split(":", 1)[0].split(" ", 1)[0]
+    return "rightsize" if "→" in action else head[:40]
+
+
+class Recorder:
+    """Events + metrics for applied actions; the caller writes the undo annotation in its patch."""
+
+    def __init__(self, api: client.ApiClient, metrics: ControllerMetrics, clock: Clock,
+                 identity: str = "") -> None:
+        self.api = api
+        self.metrics = metrics
+        self.clock = clock
+        self.identity = identity
+        self.applied_log: list[dict[str, Any]] = []  # this process's actions (diagnostics, tests)
+
+    def applied(
+        self, target_ref: TargetRef, policy: GpuPolicy, action: str, undo: dict[str, Any], reason: str,
+        action_label: str | None = None,
+    ) -> None:
+        """An action was applied to `target_ref` under `policy`: Event on both, counter +1."""
+        label = action_label or _action_kind(action)
+        message = f"{action}: {reason}" if reason else action
+        target = ObjectRef(target_ref.api_version, target_ref.kind, target_ref.name, target_ref.namespace,
+                           target_ref.uid)
+        owner = ObjectRef(API_VERSION, KIND, policy.name, None, policy.metadata.uid)
+        now = self.clock.now()
+        emit_event(self.api, target, "GpuPolicyApplied", f"policy {policy.name}: {message}", now,
+                   instance=self.identity)
+        emit_event(self.api, owner, "GpuPolicyApplied", f"{target_ref.key}: {message}", now,
+                   instance=self.identity)
+        self.metrics.actions.labels(policy=policy.name, action=label).inc()
+        self.applied_log.append({"target": target_ref.key, "policy": policy.name, "action": action,
+                                 "undo": undo, "reason": reason})
+        log.info("applied policy=%s target=%s action=%s", policy.name, target_ref.key, action)
+
+    def warning(self, ref: ObjectRef, reason: str, message: str) -> None:
+        """A Warning event (e.g. a policy that cannot act as asked)."""
+        emit_event(self.api, ref, reason, message, self.clock.now(), event_type="Warning",
+                   instance=self.identity)
+
+    def reconcile_error(self, reconciler: str) -> None:
+        self.metrics.reconcile_errors.labels(reconciler=reconciler).inc()

@@ -1,0 +1,67 @@
+"""Event verbs: core/v1 Events on the objects the controller acts on.
+
+Events on cluster-scoped objects (GpuPolicy) go to the `default` namespace, as
+kubectl does, so `kubectl describe gpupolicy NAME` shows them. An Event that
+cannot be written is logged and dropped: it never undoes or blocks an action.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+log = logging.getLogger(__name__)
+
+CLUSTER_SCOPED_EVENT_NAMESPACE = "default"
+
+
+@dataclass(frozen=True)
+class ObjectRef:
+    """What an Event is about."""
+
+    api_version: str
+    kind: str
+    name: str
+    namespace: str | None = None
+    uid: str | None = None
+
+
+def emit_event(
+    api: client.ApiClient, ref: ObjectRef, reason: str, message: str, now: float,
+    event_type: str = "Normal", component: str = "kubeon-gpu-controller", instance: str = "",
+) -> bool:
+    """Create one Event; False (logged) when the API refused it."""
+    namespace = ref.namespace or CLUSTER_SCOPED_EVENT_NAMESPACE
+    stamp = datetime.fromtimestamp(now, tz=UTC)
+    body = client.CoreV1Event(
+        metadata=client.V1ObjectMeta(name=f"{ref.name}.{uuid.uuid4().hex[:16]}", namespace=namespace),
+        involved_object=client.V1ObjectReference(
+            api_version=ref.api_version, kind=ref.kind, name=ref.name, namespace=ref.namespace, uid=ref.uid,
+        ),
+        reason=reason,
+        message=message[:1024],
+        type=event_type,
+        source=client.V1EventSource(component=component),
+        reporting_component=component,
+        reporting_instance=instance or component,
+        first_timestamp=stamp,
+        last_timestamp=stamp,
+        count=1,
+    )
+    try:
+        client.CoreV1Api(api).create_namespaced_event(namespace, body)
+        return True
+    except ApiException as exc:
+        log.warning("event not written kind=%s name=%s reason=%s status=%s", ref.kind, ref.name, reason,
+                    exc.status)
+        return False
+
+
+def list_events(api: client.ApiClient, namespace: str) -> list[client.CoreV1Event]:
+    """Events in a namespace (tests and diagnostics)."""
+    return list(client.CoreV1Api(api).list_namespaced_event(namespace).items)

@@ -1,0 +1,45 @@
+"""GpuPolicy verbs: list, watch-free read, and status writes via the status subresource.
+
+GpuPolicy is cluster-scoped (gpu.kubeon.io/v1alpha1, plural gpupolicies). Status
+goes through `/status` with a merge patch that replaces `status` whole, so the
+spec (owned by users) is never written by the controller.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gpupolicy.model import GROUP, PLURAL, VERSION
+
+
+def list_policies(api: client.ApiClient) -> tuple[list[dict[str, Any]], str | None]:
+    """All GpuPolicy objects as dicts, and the list's resourceVersion."""
+    answer = client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    return list(answer.get("items", [])), (answer.get("metadata") or {}).get("resourceVersion")
+
+
+def get_policy(api: client.ApiClient, name: str) -> dict[str, Any] | None:
+    try:
+        obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        return obj
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def write_status(api: client.ApiClient, name: str, status: dict[str, Any]) -> dict[str, Any] | None:
+    """Replace the policy's status (merge patch on /status). None when the policy is gone."""
+    body = {"status": status}
+    try:
+        obj: dict[str, Any] = client.CustomObjectsApi(api).patch_cluster_custom_object_status(
+            GROUP, VERSION, PLURAL, name, body,
+        )
+        return obj
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise

@@ -1,0 +1,1 @@
+"""Controller tests: the frame (lease, policy sync, status), right-sizing, scale to zero."""
