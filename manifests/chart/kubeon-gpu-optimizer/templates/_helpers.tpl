@@ -1,0 +1,132 @@
+{{/*
+Names are fixed by docs/designs/00-contracts.md (not derived from the release
+name): the webhook, scheduler and controller find each other by them.
+*/}}
+{{- define "kgo.name" -}}kubeon-gpu-optimizer{{- end -}}
+{{- define "kgo.webhookName" -}}kubeon-gpu-optimizer-webhook{{- end -}}
+{{- define "kgo.extenderName" -}}kubeon-gpu-optimizer-extender{{- end -}}
+{{- define "kgo.schedulerName" -}}kubeon-gpu-scheduler{{- end -}}
+{{- define "kgo.scalerRole" -}}kubeon-gpu-optimizer-scaler{{- end -}}
+{{- define "kgo.tlsSecret" -}}kubeon-gpu-optimizer-webhook-tls{{- end -}}
+
+{{- define "kgo.labels" -}}
+app.kubernetes.io/name: kubeon-gpu-optimizer
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: kubeon-gpu-optimizer
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "webhook") */}}
+{{- define "kgo.selectorLabels" -}}
+app.kubernetes.io/name: kubeon-gpu-optimizer
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "kgo.componentLabels" -}}
+{{ include "kgo.labels" .root }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "kgo.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{/* kube-scheduler must not be newer than the API server: default to the cluster's minor. */}}
+{{- define "kgo.schedulerImage" -}}
+{{- $tag := .Values.scheduler.image.tag -}}
+{{- if not $tag -}}
+{{- $minor := regexFind "^[0-9]+" .Capabilities.KubeVersion.Minor -}}
+{{- $tag = printf "v%s.%s.0" .Capabilities.KubeVersion.Major $minor -}}
+{{- end -}}
+{{ .Values.scheduler.image.repository }}:{{ $tag }}
+{{- end -}}
+
+{{/* Pod-level security: every pod runs as 65532, seccomp RuntimeDefault. */}}
+{{- define "kgo.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{- define "kgo.containerSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+readOnlyRootFilesystem: true
+allowPrivilegeEscalation: false
+privileged: false
+capabilities:
+  drop: ["ALL"]
+seccompProfile:
+  type: RuntimeDefault
+{{- end -}}
+
+{{/* Scheduling knobs shared by every pod. */}}
+{{- define "kgo.podPlacement" -}}
+{{- with .Values.imagePullSecrets }}
+imagePullSecrets:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.priorityClassName }}
+priorityClassName: {{ . }}
+{{- end }}
+{{- with .Values.nodeSelector }}
+nodeSelector:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.tolerations }}
+tolerations:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with .Values.affinity }}
+affinity:
+  {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Namespaces the webhooks never see: kube-system and the optimizer's own. */}}
+{{- define "kgo.webhookNamespaceSelector" -}}
+namespaceSelector:
+  matchExpressions:
+    - key: kubernetes.io/metadata.name
+      operator: NotIn
+      values: ["kube-system", {{ .Release.Namespace | quote }}]
+{{- end -}}
+
+{{- define "kgo.webhookObjectSelector" -}}
+objectSelector:
+  matchExpressions:
+    - key: gpu.kubeon.io/skip
+      operator: NotIn
+      values: ["true"]
+{{- end -}}
+
+{{/* The second scheduler's KubeSchedulerConfiguration (ConfigMap scheduler config). */}}
+{{- define "kgo.schedulerConfig" -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceLock: leases
+  resourceName: {{ include "kgo.schedulerName" . }}
+  resourceNamespace: {{ .Release.Namespace }}
+profiles:
+  - schedulerName: {{ include "kgo.schedulerName" . }}
+extenders:
+  - urlPrefix: http://{{ include "kgo.extenderName" . }}.{{ .Release.Namespace }}.svc:8888
+    filterVerb: filter
+    prioritizeVerb: prioritize
+    weight: {{ .Values.scheduler.extenderWeight }}
+    httpTimeout: {{ .Values.scheduler.httpTimeout }}
+    enableHTTPS: false
+    nodeCacheCapable: true
+    ignorable: true
+    managedResources:
+      {{- include "kgo.managedResources" . | nindent 6 }}
+{{- end -}}
