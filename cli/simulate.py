@@ -1,0 +1,62 @@
+"""`kubeon-gpu simulate`: replay an openb-format trace through a packing policy, print one JSON line.
+
+Bad input (missing file or column, bad value, unknown policy) prints one
+line naming it on stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+
+from gpupolicy.packing import DEFAULT_POLICY, POLICIES, UnknownPolicyError
+from simulator.replay import ReplayResult, replay
+from simulator.trace import TraceError, load_nodes, load_pods
+
+PLACEMENT_COLUMNS = ("seq", "pod", "node", "gpu_indices", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
+                     "gpu_spec")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", required=True, help="nodes CSV (sn,cpu_milli,memory_mib,gpu,model)")
+    parser.add_argument("--pods", required=True, help="pods CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec)")
+    parser.add_argument("--policy", default=DEFAULT_POLICY, help=f"one of {', '.join(POLICIES)}")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--tune", type=float, default=1.3, help="arrived GPU demand target, x capacity")
+    parser.add_argument("--placements", help="write every placement to this CSV, in arrival order")
+
+
+def write_placements(path: str, result: ReplayResult) -> None:
+    with open(path, "w", newline="") as fh:
+        out = csv.writer(fh)
+        out.writerow(PLACEMENT_COLUMNS)
+        for p in result.placements:
+            spec = "|".join(sorted(p.pod.allowed_models)) if p.pod.allowed_models else ""
+            out.writerow([p.seq, p.pod.name, p.node or "", "|".join(str(g) for g in p.gpu_indices),
+                          p.pod.cpu_milli, p.pod.memory_mib, p.pod.num_gpu, p.pod.gpu_milli, spec])
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.policy not in POLICIES:
+        print(f"error: unknown policy {args.policy!r}; choose from {', '.join(POLICIES)}", file=sys.stderr)
+        return 2
+    if not args.tune > 0:
+        print(f"error: --tune must be positive, got {args.tune}", file=sys.stderr)
+        return 2
+    try:
+        nodes = load_nodes(args.nodes)
+        pods = load_pods(args.pods)
+        result = replay(nodes, pods, args.policy, args.seed, args.tune, keep_placements=bool(args.placements))
+    except (TraceError, UnknownPolicyError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.placements:
+        try:
+            write_placements(args.placements, result)
+        except OSError as exc:
+            print(f"error: --placements {args.placements}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    print(json.dumps(result.summary()))
+    return 0

@@ -1,0 +1,255 @@
+"""The packing engine's view of a cluster: N nodes as numpy struct-of-arrays, plus pod demands.
+
+Pure: no I/O, no clock. One `NodeState` serves three callers (the live
+extender, the openb simulator and the consolidation planner), so every
+policy scores against the same arrays and fit rules.
+
+How per-GPU state is modelled
+- `gpu_free[n, g]` is the free milli-GPU (1000 = one GPU) of GPU g on node n;
+  GPUs a node does not have are masked out by `gpu_present` and hold 0.
+  In the openb trace the simulator places pods on GPU indices itself, so the
+  per-GPU state is exact.
+- On a real Kubernetes node the NVIDIA device plugin, not the scheduler,
+  picks the devices. What is real there are node-level counts: free whole
+  GPUs (`nvidia.com/gpu` allocatable minus requests), free time-sliced
+  replicas (`nvidia.com/gpu.shared`) and free MIG devices per resource
+  (`nvidia.com/mig-<profile>`). `from_kubernetes` (in `kubemodel.py`) maps the
+  whole-GPU count onto the first `free` GPU slots at 1000 milli and the rest
+  at 0, so the milli-GPU policies see exactly the count; MIG and shared
+  counts live in `mig_free` / `shared_free` and are fitted by count.
+
+Incremental updates (`place`/`remove`) touch one row and refresh the
+per-node summaries (`full_count`, `max_partial`, `gpu_free_total`) that the
+fit rules read, so a replay never rescans the cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import numpy.typing as npt
+
+MILLI = 1000  # milli-GPU in one whole GPU
+
+IntArray = npt.NDArray[np.int64]
+BoolArray = npt.NDArray[np.bool_]
+
+
+@dataclass(frozen=True)
+class PodDemand:
+    """What one pod asks of a node. Pure value.
+
+    `gpu_milli` is per GPU: below 1000 only when `num_gpu == 1` (a GPU-sharing
+    pod that takes a slice of one GPU); otherwise the pod needs `num_gpu`
+    fully free GPUs. `allowed_models` is None when any GPU model will do.
+    `mig` maps MIG resource names (`nvidia.com/mig-1g.10gb`) to counts;
+    `shared` is a count of `nvidia.com/gpu.shared` replicas.
+    """
+
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    num_gpu: int = 0
+    gpu_milli: int = 0
+    allowed_models: frozenset[str] | None = None
+    mig: Mapping[str, int] = field(default_factory=dict)
+    shared: int = 0
+    gpu_memory_mib: int = 0  # per-GPU memory the pod declared (gpu.kubeon.io/gpu-memory); 0 = unknown
+    name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.num_gpu < 0 or self.gpu_milli < 0 or self.cpu_milli < 0 or self.memory_mib < 0:
+            raise ValueError(f"negative demand in pod {self.name!r}")
+        if self.gpu_milli > MILLI:
+            raise ValueError(f"gpu_milli {self.gpu_milli} > {MILLI} in pod {self.name!r}")
+        if self.num_gpu > 1 and 0 < self.gpu_milli < MILLI:
+            raise ValueError(f"pod {self.name!r}: a sharing pod (gpu_milli < 1000) takes one GPU")
+
+    @property
+    def gpu_total_milli(self) -> int:
+        """Milli-GPU this pod occupies in the milli model (num_gpu * gpu_milli)."""
+        return self.num_gpu * self.gpu_milli if self.num_gpu and self.gpu_milli else 0
+
+    @property
+    def is_sharing(self) -> bool:
+        return self.num_gpu == 1 and 0 < self.gpu_milli < MILLI
+
+    @property
+    def needs_gpu(self) -> bool:
+        return self.gpu_total_milli > 0
+
+
+@dataclass(frozen=True)
+class NodeSpec:
+    """One node's capacity, the input to `NodeState.build`. Pure value."""
+
+    name: str
+    cpu_milli: int
+    memory_mib: int
+    gpu_count: int = 0
+    model: str = ""
+    gpu_memory_mib: int = 0
+    mig: Mapping[str, int] = field(default_factory=dict)
+    shared: int = 0
+
+
+class NodeState:
+    """Free resources of N nodes as arrays; mutable only through `place` and `remove`.
+
+    Arrays (length N unless said): `cpu_free`, `mem_free`, `cpu_cap`, `mem_cap`,
+    `model_idx` (into `models`), `gpu_count`, `gpu_memory_mib`,
+    `gpu_free` (N x G milli), `gpu_present` (N x G), `mig_free` (N x R over
+    `mig_resources`), `shared_free`, and the derived `full_count` (fully free
+    GPUs), `max_partial` (largest free milli on a partly used GPU, 0 if none),
+    `gpu_free_total`.
+    """
+
+    def __init__(
+        self,
+        names: Sequence[str],
+        cpu_cap: IntArray,
+        mem_cap: IntArray,
+        models: Sequence[str],
+        model_idx: IntArray,
+        gpu_count: IntArray,
+        gpu_memory_mib: IntArray,
+        mig_resources: Sequence[str],
+        mig_cap: IntArray,
+        shared_cap: IntArray,
+    ) -> None:
+        self.names: tuple[str, ...] = tuple(names)
+        self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
+        if len(self.index) != len(self.names):
+            raise ValueError("duplicate node names")
+        n = len(self.names)
+        width = max(1, int(gpu_count.max()) if n else 1)
+        self.models: tuple[str, ...] = tuple(models)
+        self.model_idx = model_idx.astype(np.int64)
+        self.cpu_cap = cpu_cap.astype(np.int64)
+        self.mem_cap = mem_cap.astype(np.int64)
+        self.cpu_free = self.cpu_cap.copy()
+        self.mem_free = self.mem_cap.copy()
+        self.gpu_count = gpu_count.astype(np.int64)
+        self.gpu_memory_mib = gpu_memory_mib.astype(np.int64)
+        self.gpu_present: BoolArray = np.arange(width)[None, :] < self.gpu_count[:, None]
+        self.gpu_free: IntArray = np.where(self.gpu_present, MILLI, 0).astype(np.int64)
+        self.mig_resources: tuple[str, ...] = tuple(mig_resources)
+        self.mig_cap = mig_cap.astype(np.int64).reshape(n, len(self.mig_resources))
+        self.mig_free = self.mig_cap.copy()
+        self.shared_cap = shared_cap.astype(np.int64)
+        self.shared_free = self.shared_cap.copy()
+        self.full_count = self.gpu_count.copy()
+        self.max_partial = np.zeros(n, dtype=np.int64)
+        self.gpu_free_total = self.gpu_count * MILLI
+        self.schedulable: BoolArray = np.ones(n, dtype=bool)  # False: cordoned or draining
+        self.row_version = np.zeros(n, dtype=np.int64)  # bumped per node change; caches compare it
+
+    # ---- construction -------------------------------------------------------------------
+    @classmethod
+    def build(cls, specs: Iterable[NodeSpec]) -> NodeState:
+        """A fresh (empty) cluster from node specs, in the given order. Pure."""
+        specs = list(specs)
+        models = sorted({s.model for s in specs})
+        midx = {m: i for i, m in enumerate(models)}
+        mig_resources = sorted({r for s in specs for r in s.mig})
+        mig_cap = np.array([[s.mig.get(r, 0) for r in mig_resources] for s in specs], dtype=np.int64)
+        return cls(
+            names=[s.name for s in specs],
+            cpu_cap=np.array([s.cpu_milli for s in specs], dtype=np.int64),
+            mem_cap=np.array([s.memory_mib for s in specs], dtype=np.int64),
+            models=models,
+            model_idx=np.array([midx[s.model] for s in specs], dtype=np.int64),
+            gpu_count=np.array([s.gpu_count for s in specs], dtype=np.int64),
+            gpu_memory_mib=np.array([s.gpu_memory_mib for s in specs], dtype=np.int64),
+            mig_resources=mig_resources,
+            mig_cap=mig_cap.reshape(len(specs), len(mig_resources)),
+            shared_cap=np.array([s.shared for s in specs], dtype=np.int64),
+        )
+
+    def copy(self) -> NodeState:
+        """An independent copy (the consolidation planner simulates moves on one)."""
+        other = object.__new__(NodeState)
+        for key, value in self.__dict__.items():
+            other.__dict__[key] = value.copy() if isinstance(value, np.ndarray | dict) else value
+        return other
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    @property
+    def gpu_capacity_milli(self) -> int:
+        return int(self.gpu_count.sum()) * MILLI
+
+    # ---- mutation -----------------------------------------------------------------------
+    def place(self, node: int, demand: PodDemand, gpu_indices: Sequence[int] = ()) -> None:
+        """Take `demand` from `node`, GPU milli from `gpu_indices`. Raises if it does not fit."""
+        self._apply(node, demand, gpu_indices, sign=-1)
+
+    def remove(self, node: int, demand: PodDemand, gpu_indices: Sequence[int] = ()) -> None:
+        """Give back what `place` took (a pod finished, or a planned move)."""
+        self._apply(node, demand, gpu_indices, sign=+1)
+
+    def _apply(self, node: int, demand: PodDemand, gpu_indices: Sequence[int], sign: int) -> None:
+        cpu = self.cpu_free[node] + sign * demand.cpu_milli
+        mem = self.mem_free[node] + sign * demand.memory_mib
+        if cpu < 0 or mem < 0 or cpu > self.cpu_cap[node] or mem > self.mem_cap[node]:
+            raise ValueError(f"cpu/memory out of range on node {self.names[node]} for pod {demand.name!r}")
+        if demand.needs_gpu and len(gpu_indices) != demand.num_gpu:
+            raise ValueError(f"pod {demand.name!r} needs {demand.num_gpu} GPU indices, got {list(gpu_indices)}")
+        row = self.gpu_free[node]
+        for g in gpu_indices:
+            if not self.gpu_present[node, g]:
+                raise ValueError(f"node {self.names[node]} has no GPU {g}")
+            value = row[g] + sign * demand.gpu_milli
+            if value < 0 or value > MILLI:
+                raise ValueError(f"GPU {g} of node {self.names[node]} out of range for pod {demand.name!r}")
+        for resource, count in demand.mig.items():
+            r = self.mig_resources.index(resource) if resource in self.mig_resources else -1
+            if r < 0 or not 0 <= self.mig_free[node, r] + sign * count <= self.mig_cap[node, r]:
+                raise ValueError(f"{resource} out of range on node {self.names[node]}")
+        shared = self.shared_free[node] + sign * demand.shared
+        if not 0 <= shared <= self.shared_cap[node]:
+            raise ValueError(f"nvidia.com/gpu.shared out of range on node {self.names[node]}")
+        # all checks passed: commit
+        self.cpu_free[node] = cpu
+        self.mem_free[node] = mem
+        for g in gpu_indices:
+            row[g] += sign * demand.gpu_milli
+        for resource, count in demand.mig.items():
+            self.mig_free[node, self.mig_resources.index(resource)] += sign * count
+        self.shared_free[node] = shared
+        self.refresh(node)
+
+    def refresh(self, node: int) -> None:
+        """Recompute one node's GPU summaries after its row changed."""
+        row = self.gpu_free[node]
+        present = self.gpu_present[node]
+        self.full_count[node] = int(np.count_nonzero(row == MILLI))
+        partial = row[present & (row < MILLI)]
+        self.max_partial[node] = int(partial.max()) if partial.size else 0
+        self.gpu_free_total[node] = int(row.sum())
+        self.row_version[node] += 1
+
+    def set_gpu_free(self, node: int, values: Sequence[int]) -> None:
+        """Overwrite one node's per-GPU free milli (the extender's resync of a node). """
+        row = np.zeros(self.gpu_free.shape[1], dtype=np.int64)
+        row[: len(values)] = values
+        if np.any(row[~self.gpu_present[node]] != 0) or np.any((row < 0) | (row > MILLI)):
+            raise ValueError(f"bad GPU free values for node {self.names[node]}: {list(values)}")
+        self.gpu_free[node] = row
+        self.refresh(node)
+
+
+def model_mask(state: NodeState, allowed: frozenset[str] | None) -> BoolArray:
+    """Nodes whose GPU model is allowed (all nodes when `allowed` is None). O(N)."""
+    if allowed is None:
+        return np.ones(len(state), dtype=bool)
+    vocab = np.array([m in allowed for m in state.models], dtype=bool)
+    return vocab[state.model_idx] if len(state.models) else np.zeros(len(state), dtype=bool)
+
+
+def parse_gpu_spec(spec: str) -> frozenset[str] | None:
+    """openb's `gpu_spec` column: empty = any model, else `|`-separated allowed models."""
+    models = frozenset(part for part in spec.split("|") if part)
+    return models or None

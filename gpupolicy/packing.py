@@ -1,0 +1,159 @@
+"""The packing engine: one solver for the extender, the simulator and the consolidation planner. Pure.
+
+`decide(state, demand, policy, ctx)` fits the pod against every node, asks
+the policy to score the feasible ones, and returns a `Decision` (node, GPU
+indices, and per-node scores and reasons for explanations). It never
+mutates the state: the caller commits with `commit(state, demand, decision)`
+(Solve, then Record). Ties in score go to the lowest `ctx.tie_rank`.
+
+`POLICIES` is the ordered registry of scoring strategies, selectable by
+name (`get_policy`). Order: the project's default first (what `--policy`
+and the extender fall back to), then the paper's policies from strongest to
+weakest, then ablations.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpupolicy.baselines import BestFitPolicy, DotProdPolicy, GpuPackingPolicy, RandomPolicy
+from gpupolicy.fragmentation import FgdPolicy
+from gpupolicy.kubeonpolicy import KubeonPolicy
+from gpupolicy.nodemodel import IntArray, NodeState, PodDemand
+from gpupolicy.placement import (
+    REASON_BY_CODE,
+    FitResult,
+    FloatArray,
+    PackingContext,
+    Policy,
+    RejectReason,
+    fit,
+    to_gpu_indices,
+)
+
+POLICIES: dict[str, Policy] = {
+    p.name: p
+    for p in (
+        KubeonPolicy(),  # default: FGD + look-ahead/tie-breaking (docs/designs/packing.md)
+        FgdPolicy(),  # the paper's best published policy
+        BestFitPolicy(),
+        GpuPackingPolicy(),
+        DotProdPolicy(),
+        RandomPolicy(),
+        FgdPolicy(name="fgd-exact", description="FGD without the integer rounding (ablation)", exact=True),
+    )
+}
+DEFAULT_POLICY = next(iter(POLICIES))
+
+
+class UnknownPolicyError(ValueError):
+    """A policy name not in `POLICIES`."""
+
+
+def get_policy(name: str | None) -> Policy:
+    """The policy registered under `name` (the default when None or empty)."""
+    key = name or DEFAULT_POLICY
+    if key not in POLICIES:
+        raise UnknownPolicyError(f"unknown policy {key!r}; choose from {', '.join(POLICIES)}")
+    return POLICIES[key]
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The solver's answer for one pod. `node` is None when no node fits.
+
+    `scores[n]` is the policy's score of node n (-inf where infeasible),
+    `fit.reason(n)` why a node was rejected; `gpu_indices` the GPUs the pod
+    takes on the chosen node.
+    """
+
+    node: int | None
+    gpu_indices: tuple[int, ...]
+    scores: FloatArray
+    fit: FitResult
+    policy: str
+
+    @property
+    def placed(self) -> bool:
+        return self.node is not None
+
+    def reason(self, node: int) -> RejectReason:
+        return self.fit.reason(node)
+
+
+def decide(
+    state: NodeState,
+    demand: PodDemand,
+    policy: Policy,
+    ctx: PackingContext,
+    restrict: IntArray | None = None,
+) -> Decision:
+    """Score `demand` against all nodes (or only `restrict`) and pick the best. Does not mutate."""
+    fitted = fit(state, demand)
+    feasible = fitted.feasible
+    if restrict is not None:
+        allowed = np.zeros(len(state), dtype=bool)
+        allowed[restrict] = True
+        feasible = feasible & allowed
+    candidates = np.flatnonzero(feasible)
+    scores = np.full(len(state), -np.inf)
+    if candidates.size == 0:
+        return Decision(None, (), scores, fitted, policy.name)
+    scored = policy.score(state, demand, candidates, ctx)
+    scores[candidates] = scored.scores
+    rank = ctx.rank(state)[candidates]
+    top = scored.scores == scored.scores.max()
+    pick = np.flatnonzero(top)
+    if scored.tiebreak is not None and pick.size > 1:
+        tb = scored.tiebreak[pick]
+        pick = pick[tb == tb.max()]
+    best = int(pick[np.argmin(rank[pick])])
+    node = int(candidates[best])
+    chosen_gpu = int(scored.gpu[best]) if scored.gpu is not None else -1
+    return Decision(node, to_gpu_indices(state, node, demand, chosen_gpu), scores, fitted, policy.name)
+
+
+def commit(state: NodeState, demand: PodDemand, decision: Decision) -> None:
+    """Apply a decision to the state (the caller that acts does this, not the solver)."""
+    if decision.node is not None:
+        state.place(decision.node, demand, decision.gpu_indices)
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """One node's line in an explanation."""
+
+    node: str
+    feasible: bool
+    reason: RejectReason
+    score: float | None
+
+
+def explain(state: NodeState, decision: Decision, nodes: Sequence[int] | None = None) -> list[NodeVerdict]:
+    """Per-node scores and rejection reasons of a decision, best first, for logs and dry-run."""
+    idx = range(len(state)) if nodes is None else nodes
+    out = []
+    for n in idx:
+        code = int(decision.fit.codes[n])
+        score = float(decision.scores[n])
+        out.append(NodeVerdict(state.names[n], code == 0, REASON_BY_CODE[code],
+                               score if np.isfinite(score) else None))
+    out.sort(key=lambda v: (not v.feasible, -(v.score if v.score is not None else 0.0)))
+    return out
+
+
+def normalise_scores(scores: FloatArray, top: int = 10) -> IntArray:
+    """Map policy scores of feasible nodes to 0..top (the extender's prioritize range)."""
+    finite = np.isfinite(scores)
+    out = np.zeros(len(scores), dtype=np.int64)
+    if not finite.any():
+        return out
+    lo, hi = scores[finite].min(), scores[finite].max()
+    if hi > lo:
+        out[finite] = np.round((scores[finite] - lo) / (hi - lo) * top).astype(np.int64)
+    else:
+        out[finite] = top
+    return out

@@ -1,0 +1,197 @@
+"""Fit rules, rejection reasons and the values a scoring policy returns. Pure.
+
+The fit rules are the openb simulator's (README step 5), extended with the
+resources a real node has: a node fits a pod when it is schedulable, its GPU
+model is allowed, its free CPU and memory cover the request, it has
+`num_gpu` GPUs each with free milli >= `gpu_milli` (a sharing pod needs one
+GPU with enough free milli, a whole-GPU pod needs fully free GPUs), its GPU
+memory covers the declared need, and its free MIG devices and time-sliced
+replicas cover the counts asked for. Every node gets one reason from
+`RejectReason`, the first rule it breaks, so callers (extender FailedNodes,
+dry-run, logs) explain decisions with the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from enum import IntEnum, StrEnum
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from gpupolicy.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand, model_mask
+
+FloatArray = npt.NDArray[np.float64]
+
+
+class RejectReason(StrEnum):
+    """Why a node cannot take a pod. The order is the order the rules are checked."""
+
+    FITS = "fits"
+    UNSCHEDULABLE = "node cordoned or draining"
+    GPU_MODEL = "GPU model not allowed by the pod"
+    INSUFFICIENT_CPU = "insufficient cpu"
+    INSUFFICIENT_MEMORY = "insufficient memory"
+    NO_GPU = "node has no GPUs"
+    INSUFFICIENT_WHOLE_GPUS = "not enough fully free GPUs"
+    INSUFFICIENT_GPU_SHARE = "no GPU with enough free share"
+    INSUFFICIENT_GPU_MEMORY = "GPU memory below the pod's declared need"
+    INSUFFICIENT_MIG = "not enough free MIG devices of the requested profile"
+    INSUFFICIENT_SHARED = "not enough free nvidia.com/gpu.shared replicas"
+    UNKNOWN_NODE = "node not known to the optimizer"
+
+
+class _Code(IntEnum):
+    """Dense codes of `RejectReason` for numpy arrays (same order)."""
+
+    FITS = 0
+    UNSCHEDULABLE = 1
+    GPU_MODEL = 2
+    INSUFFICIENT_CPU = 3
+    INSUFFICIENT_MEMORY = 4
+    NO_GPU = 5
+    INSUFFICIENT_WHOLE_GPUS = 6
+    INSUFFICIENT_GPU_SHARE = 7
+    INSUFFICIENT_GPU_MEMORY = 8
+    INSUFFICIENT_MIG = 9
+    INSUFFICIENT_SHARED = 10
+
+
+REASON_BY_CODE: tuple[RejectReason, ...] = tuple(RejectReason[c.name] for c in _Code)
+
+
+@dataclass(frozen=True)
+class FitResult:
+    """Per-node verdicts: `codes[n] == 0` when node n fits; else an index into `REASON_BY_CODE`."""
+
+    codes: npt.NDArray[np.int8]
+
+    @property
+    def feasible(self) -> BoolArray:
+        return self.codes == 0
+
+    def reason(self, node: int) -> RejectReason:
+        return REASON_BY_CODE[int(self.codes[node])]
+
+
+def gpu_fit_mask(state: NodeState, demand: PodDemand) -> BoolArray:
+    """Nodes with enough GPU capacity for the milli part of the demand. O(N) on cached summaries."""
+    if not demand.needs_gpu:
+        return np.ones(len(state), dtype=bool)
+    if demand.is_sharing:
+        return (state.max_partial >= demand.gpu_milli) | (state.full_count >= 1)
+    return state.full_count >= demand.num_gpu
+
+
+def fit(state: NodeState, demand: PodDemand) -> FitResult:
+    """Check every node against every rule; vectorised (a handful of O(N) array operations)."""
+    n = len(state)
+    codes = np.zeros(n, dtype=np.int8)
+
+    def mark(bad: BoolArray, code: _Code) -> None:
+        codes[(codes == 0) & bad] = code
+
+    mark(~state.schedulable, _Code.UNSCHEDULABLE)
+    if demand.allowed_models is not None:
+        mark(~model_mask(state, demand.allowed_models), _Code.GPU_MODEL)
+    mark(state.cpu_free < demand.cpu_milli, _Code.INSUFFICIENT_CPU)
+    mark(state.mem_free < demand.memory_mib, _Code.INSUFFICIENT_MEMORY)
+    if demand.needs_gpu:
+        mark(state.gpu_count == 0, _Code.NO_GPU)
+        code = _Code.INSUFFICIENT_GPU_SHARE if demand.is_sharing else _Code.INSUFFICIENT_WHOLE_GPUS
+        mark(~gpu_fit_mask(state, demand), code)
+        if demand.gpu_memory_mib:
+            known = state.gpu_memory_mib > 0
+            mark(known & (state.gpu_memory_mib < demand.gpu_memory_mib), _Code.INSUFFICIENT_GPU_MEMORY)
+    for resource, count in demand.mig.items():
+        if resource in state.mig_resources:
+            free = state.mig_free[:, state.mig_resources.index(resource)]
+        else:
+            free = np.zeros(n, dtype=np.int64)
+        mark(free < count, _Code.INSUFFICIENT_MIG)
+    if demand.shared:
+        mark(state.shared_free < demand.shared, _Code.INSUFFICIENT_SHARED)
+    return FitResult(codes)
+
+
+def first_full_gpus(state: NodeState, node: int, count: int) -> tuple[int, ...]:
+    """The `count` lowest-indexed fully free GPUs of `node` (the paper's exclusive allocation)."""
+    idx = np.flatnonzero(state.gpu_free[node] == MILLI)[:count]
+    if len(idx) < count:
+        raise ValueError(f"node {state.names[node]} has {len(idx)} free GPUs, needs {count}")
+    return tuple(int(i) for i in idx)
+
+
+def best_fit_gpu(state: NodeState, nodes: IntArray, milli: int) -> IntArray:
+    """Per node, the GPU with the least free milli that still holds `milli` (first index on ties)."""
+    free = state.gpu_free[nodes]
+    ok = state.gpu_present[nodes] & (free >= milli)
+    key = np.where(ok, free, MILLI + 1)
+    return np.argmin(key, axis=1).astype(np.int64)
+
+
+@dataclass
+class Scored:
+    """A policy's answer for the candidate nodes (feasible ones, in `candidates` order).
+
+    `scores`: higher is better. `gpu`: the GPU index a sharing pod would take
+    on that node (-1: use the default rule, best-fit GPU for sharing pods and
+    the lowest-indexed free GPUs for whole-GPU pods). `tiebreak`: optional
+    secondary key (higher is better) consulted before the fixed node order.
+    """
+
+    scores: FloatArray
+    gpu: IntArray | None = None
+    tiebreak: FloatArray | None = None
+
+
+@dataclass
+class PackingContext:
+    """What a policy may read besides the state: the typical mix, randomness, tie order, caches.
+
+    `tie_rank[n]`: nodes with equal scores go to the lowest rank (the paper's
+    simulator: node names prefixed with a per-seed random rank; the extender:
+    the order of the node list). `rng` feeds the `random` policy only.
+    `caches` holds per-state derived arrays (e.g. fragmentation terms), kept
+    in step with the state through `NodeState.row_version`.
+    """
+
+    mix: Any = None  # gpupolicy.typicalmix.TypicalMix; Any keeps this module free of that import
+    rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
+    tie_rank: IntArray | None = None
+    caches: dict[str, Any] = field(default_factory=dict)
+
+    def rank(self, state: NodeState) -> IntArray:
+        if self.tie_rank is None or len(self.tie_rank) != len(state):
+            self.tie_rank = np.arange(len(state), dtype=np.int64)
+        return self.tie_rank
+
+
+class Policy(Protocol):
+    """A scoring strategy. `score` is pure apart from reading/updating `ctx.caches` and `ctx.rng`."""
+
+    name: str
+    description: str
+
+    def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
+        ...
+
+
+def to_gpu_indices(state: NodeState, node: int, demand: PodDemand, chosen_gpu: int) -> tuple[int, ...]:
+    """The GPU indices a placement on `node` uses, given a policy's choice for sharing pods."""
+    if not demand.needs_gpu:
+        return ()
+    if demand.is_sharing:
+        if chosen_gpu < 0:
+            chosen_gpu = int(best_fit_gpu(state, np.array([node]), demand.gpu_milli)[0])
+        return (chosen_gpu,)
+    return first_full_gpus(state, node, demand.num_gpu)
+
+
+def names_to_indices(state: NodeState, names: Sequence[str]) -> tuple[IntArray, list[str]]:
+    """Indices of known node names, and the unknown ones (the extender reports those)."""
+    known = [state.index[n] for n in names if n in state.index]
+    unknown = [n for n in names if n not in state.index]
+    return np.array(known, dtype=np.int64), unknown

@@ -1,0 +1,87 @@
+"""Reading openb-format traces (CSV) into the packing engine's values. The simulator's only file I/O.
+
+Nodes: `sn,cpu_milli,memory_mib,gpu,model`. Pods:
+`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...` (extra columns are
+ignored). Errors name the file, the row and the column, so the CLI can print
+one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from gpupolicy.nodemodel import NodeSpec, PodDemand, parse_gpu_spec
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+
+
+class TraceError(ValueError):
+    """A trace file that cannot be used: missing file or column, bad value."""
+
+
+def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
+    try:
+        with path.open(newline="") as fh:
+            reader = csv.DictReader(fh)
+            header = reader.fieldnames or []
+            missing = [c for c in required if c not in header]
+            if missing:
+                raise TraceError(f"{path}: missing column {missing[0]!r} (need {', '.join(required)})")
+            return list(reader)
+    except OSError as exc:
+        raise TraceError(f"{path}: {exc.strerror or exc}") from exc
+
+
+def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
+    text = (row.get(column) or "").strip()
+    try:
+        value = int(float(text)) if text else 0
+    except ValueError:
+        raise TraceError(f"{path}:{line}: column {column!r} is not a number: {text!r}") from None
+    if value < 0:
+        raise TraceError(f"{path}:{line}: column {column!r} is negative: {value}")
+    return value
+
+
+def load_nodes(path: str | Path) -> list[NodeSpec]:
+    """Node specs in file order."""
+    p = Path(path)
+    out = []
+    for line, row in enumerate(_rows(p, NODE_COLUMNS), start=2):
+        name = (row["sn"] or "").strip()
+        if not name:
+            raise TraceError(f"{p}:{line}: column 'sn' is empty")
+        out.append(NodeSpec(
+            name=name,
+            cpu_milli=_int(p, line, row, "cpu_milli"),
+            memory_mib=_int(p, line, row, "memory_mib"),
+            gpu_count=_int(p, line, row, "gpu"),
+            model=(row["model"] or "").strip(),
+        ))
+    if not out:
+        raise TraceError(f"{p}: no nodes")
+    return out
+
+
+def load_pods(path: str | Path) -> list[PodDemand]:
+    """Pod demands in file order."""
+    p = Path(path)
+    out = []
+    for line, row in enumerate(_rows(p, POD_COLUMNS), start=2):
+        num_gpu = _int(p, line, row, "num_gpu")
+        gpu_milli = _int(p, line, row, "gpu_milli")
+        if gpu_milli > 1000:
+            raise TraceError(f"{p}:{line}: column 'gpu_milli' above 1000: {gpu_milli}")
+        if num_gpu > 1 and 0 < gpu_milli < 1000:
+            raise TraceError(f"{p}:{line}: column 'gpu_milli' below 1000 with num_gpu {num_gpu}")
+        out.append(PodDemand(
+            name=(row["name"] or "").strip() or f"pod-{line}",
+            cpu_milli=_int(p, line, row, "cpu_milli"),
+            memory_mib=_int(p, line, row, "memory_mib"),
+            num_gpu=num_gpu,
+            gpu_milli=gpu_milli if num_gpu else 0,
+            allowed_models=parse_gpu_spec(row.get("gpu_spec") or ""),
+        ))
+    return out
