@@ -1,0 +1,156 @@
+"""The webhook's Flask app: POST /mutate, /validate, /dry-run, plus metrics.
+
+Handlers are thin: cap the body, parse the AdmissionReview, call the core,
+serialise. Protocol errors answer 400 with a JSON message; admission outcomes
+answer 200. If the core itself raises (a bug), the request is allowed
+unchanged with a warning and counted, never a 500: a broken optimizer must
+not block pod creation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from flask import Flask, Response, g, jsonify, request
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from werkzeug.exceptions import HTTPException
+
+from gpupolicy.admission import AdmissionResult, mutate_pod, validate_pod
+from gpupolicy.dryrun import DryRunError, dry_run, view_for_request
+from gpupolicy.model import GROUP, KIND
+from gpupolicy.validation import check_policy, kind_label_patch
+from webhook.metrics import WebhookMetrics
+from webhook.review import Review, ReviewError, parse_json, parse_review, response
+from webhook.views import ViewSource
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's own request limit is 3 MiB
+INTERNAL_WARNING = "kubeon-gpu: internal error, pod admitted unchanged"
+
+
+def _is_pod(review: Review) -> bool:
+    return review.group == "" and review.kind == "Pod"
+
+
+def _is_policy(review: Review) -> bool:
+    return review.group == GROUP and review.kind == KIND
+
+
+def _json_error(status: int, message: str) -> tuple[Response, int]:
+    return jsonify({"error": message, "code": status}), status
+
+
+def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
+               serve_metrics: bool = True) -> Flask:
+    """Build the app around a view source; `registry` holds its metrics (a fresh one by default)."""
+    app = Flask("kubeon-gpu-webhook")
+    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
+    metrics = WebhookMetrics(registry or CollectorRegistry())
+    app.extensions["kubeon_metrics"] = metrics
+
+    def read_review() -> Review:
+        return parse_review(parse_json(request.get_data(cache=False)))
+
+    def guarded(path: str, handler: Callable[[Review], dict[str, Any]]) -> Any:
+        try:
+            review = read_review()
+        except ReviewError as exc:
+            return _json_error(400, str(exc))
+        try:
+            return jsonify(handler(review))
+        except ReviewError as exc:
+            return _json_error(400, str(exc))
+        except Exception:  # a core bug must not become a 500 that blocks admission
+            log.exception("%s failed for uid %s", path, review.uid)
+            metrics.errors.labels(path).inc()
+            return jsonify(response(review, warnings=[INTERNAL_WARNING]))
+
+    def answer(review: Review, result: AdmissionResult, code: int = 403) -> dict[str, Any]:
+        metrics.record(result.decisions)
+        return response(review, allowed=result.allowed, patch=result.patch, warnings=result.warnings,
+                        message=result.message, code=code)
+
+    def mutate(review: Review) -> dict[str, Any]:
+        obj = review.object
+        if _is_pod(review) and review.operation == "CREATE":
+            if not isinstance(obj, dict):
+                raise_bad("request.object: missing Pod")
+            return answer(review, mutate_pod(obj, source.current(), review.namespace))
+        if _is_policy(review) and review.operation in ("CREATE", "UPDATE") and isinstance(obj, dict):
+            return response(review, patch=kind_label_patch(obj))
+        return response(review)
+
+    def validate(review: Review) -> dict[str, Any]:
+        obj = review.object
+        if _is_pod(review) and review.operation == "CREATE":
+            if not isinstance(obj, dict):
+                raise_bad("request.object: missing Pod")
+            return answer(review, validate_pod(obj, source.current(), review.namespace))
+        if _is_policy(review) and review.operation in ("CREATE", "UPDATE"):
+            _, errors = check_policy(obj, source.current().catalog)
+            if errors:
+                return response(review, allowed=False, code=422,
+                                message=f"GpuPolicy invalid: {'; '.join(errors)}")
+        return response(review)
+
+    @app.errorhandler(ReviewError)
+    def _review_error(exc: ReviewError) -> Any:
+        return _json_error(400, str(exc))
+
+    @app.errorhandler(HTTPException)
+    def _http_error(exc: HTTPException) -> Any:
+        return _json_error(exc.code or 500, exc.description or exc.name)
+
+    @app.before_request
+    def _start() -> None:
+        g.started = time.perf_counter()
+
+    @app.after_request
+    def _count(resp: Response) -> Response:
+        path = request.path if request.path in ("/mutate", "/validate", "/dry-run") else "other"
+        metrics.requests.labels(path, str(resp.status_code)).inc()
+        if "started" in g:
+            metrics.latency.labels(path).observe(time.perf_counter() - g.started)
+        return resp
+
+    @app.post("/mutate")
+    def _mutate() -> Any:
+        return guarded("/mutate", mutate)
+
+    @app.post("/validate")
+    def _validate() -> Any:
+        return guarded("/validate", validate)
+
+    @app.post("/dry-run")
+    def _dry_run() -> Any:
+        body = parse_json(request.get_data(cache=False))
+        if not isinstance(body, dict):
+            return _json_error(400, "body must be a JSON object with an `object` field")
+        if "object" not in body:
+            return _json_error(400, "object: missing (a Pod, Deployment, StatefulSet, Job or CronJob)")
+        try:
+            view = view_for_request(body, source.current())
+            ns = body.get("namespace", {}).get("name") if isinstance(body.get("namespace"), dict) else None
+            result = dry_run(body["object"], view, ns)
+        except DryRunError as exc:
+            return _json_error(400, str(exc))
+        except Exception as exc:  # a core bug: say so, as JSON, without a traceback
+            log.exception("/dry-run failed")
+            metrics.errors.labels("/dry-run").inc()
+            return _json_error(422, f"could not evaluate the object ({type(exc).__name__})")
+        return jsonify(result.to_wire())
+
+    if serve_metrics:
+        @app.get("/metrics")
+        def _metrics() -> Response:
+            return Response(generate_latest(metrics.registry), mimetype=CONTENT_TYPE_LATEST)
+
+    return app
+
+
+def raise_bad(message: str) -> None:
+    raise ReviewError(message)

@@ -1,0 +1,104 @@
+"""The AdmissionReview v1 envelope: read a request, build a response.
+
+Protocol errors (not JSON, not an AdmissionReview, no uid, no request) raise
+ReviewError and become HTTP 400 with a JSON message; admission outcomes
+(denied, patched, warned) always travel as HTTP 200 inside the response, as
+kube-apiserver expects. Shapes follow k8s.io/api/admission/v1 types.go.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+ADMISSION_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
+
+
+class GroupVersionKind(TypedDict, total=False):
+    group: str
+    version: str
+    kind: str
+
+
+class ReviewError(ValueError):
+    """A body that is not a usable AdmissionReview: answered with HTTP 400."""
+
+
+@dataclass(frozen=True)
+class Review:
+    """The parts of an AdmissionRequest the handlers use."""
+
+    api_version: str
+    uid: str
+    group: str
+    kind: str
+    operation: str
+    namespace: str
+    object: Any
+    old_object: Any
+    dry_run: bool
+
+
+def parse_json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ReviewError(f"body is not JSON: {exc}") from exc
+
+
+def parse_review(body: Any) -> Review:
+    """Validate the envelope; unknown resource kinds are fine (the handler allows them unchanged)."""
+    if not isinstance(body, Mapping):
+        raise ReviewError("body must be a JSON object (an AdmissionReview)")
+    if body.get("kind") != "AdmissionReview":
+        raise ReviewError(f"unsupported kind {body.get('kind')!r}: expected AdmissionReview")
+    api_version = body.get("apiVersion")
+    if api_version not in ADMISSION_API_VERSIONS:
+        raise ReviewError(f"unsupported apiVersion {api_version!r}: expected admission.k8s.io/v1")
+    request = body.get("request")
+    if not isinstance(request, Mapping):
+        raise ReviewError("request: missing AdmissionRequest")
+    uid = request.get("uid")
+    if not isinstance(uid, str) or not uid:
+        raise ReviewError("request.uid: missing")
+    kind = request.get("kind")
+    if not isinstance(kind, Mapping) or not isinstance(kind.get("kind"), str):
+        raise ReviewError("request.kind: missing group/version/kind")
+    operation = request.get("operation")
+    if not isinstance(operation, str):
+        raise ReviewError("request.operation: missing")
+    namespace = request.get("namespace") or ""
+    if not isinstance(namespace, str):
+        raise ReviewError("request.namespace: must be a string")
+    return Review(
+        api_version=str(api_version), uid=uid, group=str(kind.get("group") or ""), kind=str(kind["kind"]),
+        operation=operation, namespace=namespace, object=request.get("object"),
+        old_object=request.get("oldObject"), dry_run=bool(request.get("dryRun")),
+    )
+
+
+def response(
+    review: Review,
+    *,
+    allowed: bool = True,
+    patch: list[dict[str, Any]] | None = None,
+    warnings: list[str] | None = None,
+    message: str = "",
+    code: int = 403,
+    audit: Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """An AdmissionReview carrying the response for `review` (same uid and apiVersion)."""
+    body: dict[str, Any] = {"uid": review.uid, "allowed": allowed}
+    if not allowed:
+        body["status"] = {"code": code, "message": message, "reason": "Forbidden" if code == 403 else "Invalid"}
+    if patch:
+        body["patchType"] = "JSONPatch"
+        body["patch"] = base64.b64encode(json.dumps(patch, separators=(",", ":")).encode()).decode()
+    if warnings:
+        body["warnings"] = list(warnings)
+    if audit:
+        body["auditAnnotations"] = dict(audit)
+    return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": body}
