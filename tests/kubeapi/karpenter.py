@@ -1,0 +1,297 @@
+"""A Karpenter stand-in: NodeClaims become Nodes, deleted NodeClaims drain through the Eviction API.
+
+What it does, per karpenter.sh/v1 (../shared/REFERENCE.md, Karpenter v1):
+- A new NodeClaim gets the `karpenter.sh/termination` finalizer; after
+  `launch_delay` seconds a Node named like the claim appears, sized from a
+  small instance-type table keyed by the claim's
+  `node.kubernetes.io/instance-type` requirement (first value of `In`), with
+  labels karpenter.sh/nodepool, node.kubernetes.io/instance-type,
+  karpenter.sh/capacity-type, topology.kubernetes.io/zone, the claim's
+  labels and single-valued `In` requirements, GPU Feature Discovery labels
+  and the claim's taints. The claim's status gets nodeName, providerID,
+  capacity, allocatable and Launched/Registered/Initialized/Ready conditions.
+- Deleting a NodeClaim taints its Node `karpenter.sh/disrupted:NoSchedule`,
+  evicts its pods through the Eviction API (a 429 from a PodDisruptionBudget
+  is retried on a later pass, after `evict_retry` seconds), then deletes the
+  Node and removes the finalizer so the claim goes away.
+
+Not modelled: provisioning (creating NodeClaims for pending pods),
+consolidation, drift, expiry, NodePool limits, startup taints, the Node's
+own finalizer; pods that tolerate the disrupted taint are evicted too;
+DaemonSet and mirror pods are skipped, as by Karpenter and kubectl drain.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from tests.kubeapi.fixtures import make_node
+from tests.kubeapi.scheduler import MERGE_PATCH, read_items, record_event
+from tests.kubeapi.workloads import PassLoop
+
+log = logging.getLogger(__name__)
+
+GROUP, VERSION = "karpenter.sh", "v1"
+NODECLAIMS, NODEPOOLS = "nodeclaims", "nodepools"
+FINALIZER = "karpenter.sh/termination"
+DISRUPTED_TAINT = {"key": "karpenter.sh/disrupted", "effect": "NoSchedule"}
+NODEPOOL_LABEL = "karpenter.sh/nodepool"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
+COMPONENT = "karpenter"
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    """What a cloud instance type brings: allocatable cpu/memory and its GPUs (product as GFD prints it)."""
+
+    name: str
+    cpu: str
+    memory: str
+    gpus: int = 0
+    product: str | None = None
+    zone: str = "us-east-1a"
+
+
+INSTANCE_TYPES: dict[str, InstanceType] = {t.name: t for t in (
+    InstanceType("p4d.24xlarge", "96", "1152Gi", 8, "NVIDIA-A100-SXM4-40GB"),
+    InstanceType("p4de.24xlarge", "96", "1152Gi", 8, "NVIDIA-A100-SXM4-80GB"),
+    InstanceType("p5.48xlarge", "192", "2048Gi", 8, "NVIDIA-H100-80GB-HBM3"),
+    InstanceType("p5e.48xlarge", "192", "2048Gi", 8, "NVIDIA-H200"),
+    InstanceType("g5.xlarge", "4", "16Gi", 1, "NVIDIA-A10G"),
+    InstanceType("g5.12xlarge", "48", "192Gi", 4, "NVIDIA-A10G"),
+    InstanceType("g6.xlarge", "4", "16Gi", 1, "NVIDIA-L4"),
+    InstanceType("g6e.xlarge", "4", "32Gi", 1, "NVIDIA-L40S"),
+    InstanceType("g6e.12xlarge", "48", "384Gi", 4, "NVIDIA-L40S"),
+    InstanceType("m5.xlarge", "4", "16Gi"),
+)}
+
+
+def requested_instance_type(claim: Mapping[str, Any]) -> str | None:
+    """First value of the claim's `node.kubernetes.io/instance-type In [...]` requirement. Pure."""
+    for requirement in (claim.get("spec") or {}).get("requirements") or []:
+        if requirement.get("key") == INSTANCE_TYPE_LABEL and requirement.get("operator") == "In":
+            values = requirement.get("values") or []
+            if values:
+                return str(values[0])
+    return None
+
+
+def node_for_claim(claim: Mapping[str, Any], instance: InstanceType) -> dict[str, Any]:
+    """The Node a launched claim registers as (name = claim name). Pure."""
+    meta = claim["metadata"]
+    labels = {
+        INSTANCE_TYPE_LABEL: instance.name,
+        "karpenter.sh/capacity-type": "on-demand",
+        "karpenter.sh/registered": "true",
+        "karpenter.sh/initialized": "true",
+        "topology.kubernetes.io/zone": instance.zone,
+        **(meta.get("labels") or {}),
+    }
+    for requirement in (claim.get("spec") or {}).get("requirements") or []:
+        values = requirement.get("values") or []
+        if requirement.get("operator") == "In" and len(values) == 1:
+            labels.setdefault(requirement["key"], values[0])
+    node = make_node(meta["name"], instance.product, instance.gpus, cpu=instance.cpu, memory=instance.memory,
+                     labels=labels, taints=(claim.get("spec") or {}).get("taints") or (),
+                     instance_type=instance.name)
+    node["spec"]["providerID"] = provider_id(claim, instance)
+    node["metadata"]["ownerReferences"] = [{
+        "apiVersion": f"{GROUP}/{VERSION}", "kind": "NodeClaim", "name": meta["name"],
+        "uid": meta.get("uid", ""), "blockOwnerDeletion": True}]
+    return node
+
+
+def provider_id(claim: Mapping[str, Any], instance: InstanceType) -> str:
+    digest = hashlib.sha256(claim["metadata"]["name"].encode()).hexdigest()[:17]
+    return f"aws:///{instance.zone}/i-{digest}"
+
+
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def drainable(pod: Mapping[str, Any]) -> bool:
+    """Pods a drain evicts: not DaemonSet-owned, not mirror pods, not finished or already going. Pure."""
+    meta = pod.get("metadata") or {}
+    if meta.get("deletionTimestamp") or "kubernetes.io/config.mirror" in (meta.get("annotations") or {}):
+        return False
+    if any(ref.get("kind") == "DaemonSet" for ref in meta.get("ownerReferences") or []):
+        return False
+    return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
+
+
+class Karpenter:
+    """Launches and terminates NodeClaims; `reconcile_once()` is one pass, `start()` runs passes."""
+
+    def __init__(self, api_client: client.ApiClient, *, launch_delay: float = 0.2, evict_retry: float = 0.2,
+                 instance_types: Mapping[str, InstanceType] = INSTANCE_TYPES,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.custom = client.CustomObjectsApi(api_client)
+        self.launch_delay, self.evict_retry = launch_delay, evict_retry
+        self.instance_types = dict(instance_types)
+        self.clock = clock
+        self.evictions: list[tuple[str, str, int]] = []  # (namespace, pod, HTTP status) for assertions
+        self._seen: dict[str, float] = {}
+        self._next_eviction: dict[str, float] = {}
+        self._lock = threading.Lock()
+        self._loop = PassLoop("test-karpenter", self.reconcile_once)
+
+    def start(self) -> Karpenter:
+        self._loop.start()
+        return self
+
+    def stop(self) -> None:
+        self._loop.stop()
+
+    def reconcile_once(self) -> int:
+        """One pass over every NodeClaim; returns how many writes it made."""
+        with self._lock:
+            try:
+                claims = read_items(self.custom.list_cluster_custom_object(
+                    GROUP, VERSION, NODECLAIMS, _preload_content=False))
+            except ApiException as exc:
+                if exc.status == 404:  # NodeClaim CRD not installed: nothing to do
+                    return 0
+                raise
+            writes = 0
+            for claim in sorted(claims, key=lambda c: c["metadata"]["name"]):
+                if claim["metadata"].get("deletionTimestamp"):
+                    writes += self._terminate(claim)
+                else:
+                    writes += self._launch(claim)
+            return writes
+
+    # -- launch
+    def _launch(self, claim: dict[str, Any]) -> int:
+        meta = claim["metadata"]
+        writes = 0
+        if FINALIZER not in (meta.get("finalizers") or []):
+            self._patch_claim(meta["name"], {"metadata": {"finalizers": [*(meta.get("finalizers") or []), FINALIZER],
+                                                          "resourceVersion": meta["resourceVersion"]}})
+            writes += 1
+        if (claim.get("status") or {}).get("nodeName"):
+            return writes
+        first_seen = self._seen.setdefault(meta["name"], self.clock())
+        if self.clock() - first_seen < self.launch_delay:
+            return writes
+        wanted = requested_instance_type(claim)
+        instance = self.instance_types.get(wanted or "")
+        if instance is None:
+            condition = {"type": "Launched", "status": "False", "reason": "InstanceTypeNotFound",
+                         "message": f"no instance type {wanted!r} in the test table", "lastTransitionTime": _now()}
+            reasons = [c.get("reason") for c in (claim.get("status") or {}).get("conditions") or []]
+            if condition["reason"] not in reasons:
+                self._patch_claim_status(meta["name"], {"status": {"conditions": [condition]}})
+                writes += 1
+            return writes
+        node = node_for_claim(claim, instance)
+        try:
+            self.core.create_node(node, _preload_content=False)
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+        created = json.loads(self.core.read_node(meta["name"], _preload_content=False).data)
+        if not (created.get("status") or {}).get("allocatable"):  # a server that drops status on create
+            self.core.patch_node_status(meta["name"], {"status": node["status"]}, _content_type=MERGE_PATCH,
+                                        _preload_content=False)
+        now = _now()
+        status = {
+            "nodeName": meta["name"], "providerID": node["spec"]["providerID"],
+            "imageID": "ami-test", "capacity": node["status"]["capacity"],
+            "allocatable": node["status"]["allocatable"],
+            "conditions": [{"type": t, "status": "True", "reason": t, "message": "", "lastTransitionTime": now}
+                           for t in ("Launched", "Registered", "Initialized", "Ready")],
+        }
+        self._patch_claim_status(meta["name"], {"status": status})
+        record_event(self.core, {"metadata": {**meta, "namespace": "default"}}, "Normal", "Launched",
+                     f"launched {instance.name} as node {meta['name']}", COMPONENT,
+                     kind="NodeClaim", api_version=f"{GROUP}/{VERSION}")
+        return writes + 2
+
+    # -- terminate
+    def _terminate(self, claim: dict[str, Any]) -> int:
+        meta = claim["metadata"]
+        if FINALIZER not in (meta.get("finalizers") or []):
+            return 0
+        node_name = (claim.get("status") or {}).get("nodeName")
+        writes = 0
+        if node_name:
+            try:
+                node = json.loads(self.core.read_node(node_name, _preload_content=False).data)
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
+                node = None
+            if node is not None:
+                taints = list((node.get("spec") or {}).get("taints") or [])
+                if not any(t.get("key") == DISRUPTED_TAINT["key"] for t in taints):
+                    self.core.patch_node(node_name, {"spec": {"taints": [*taints, DISRUPTED_TAINT]}},
+                                         _content_type=MERGE_PATCH, _preload_content=False)
+                    writes += 1
+                remaining = self._evict_pods(node_name)
+                if remaining:
+                    return writes
+                try:
+                    self.core.delete_node(node_name, _preload_content=False)
+                    writes += 1
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+        finalizers = [f for f in meta.get("finalizers") or [] if f != FINALIZER]
+        self._patch_claim(meta["name"], {"metadata": {"finalizers": finalizers or None,
+                                                      "resourceVersion": meta["resourceVersion"]}})
+        self._seen.pop(meta["name"], None)
+        return writes + 1
+
+    def _evict_pods(self, node_name: str) -> int:
+        """Ask the Eviction API to remove every drainable pod on the node; returns how many remain."""
+        pods = [p for p in read_items(self.core.list_pod_for_all_namespaces(_preload_content=False))
+                if (p.get("spec") or {}).get("nodeName") == node_name and drainable(p)]
+        now = self.clock()
+        for pod in sorted(pods, key=lambda p: (p["metadata"]["namespace"], p["metadata"]["name"])):
+            key = f"{pod['metadata']['namespace']}/{pod['metadata']['name']}"
+            if now < self._next_eviction.get(key, 0.0):
+                continue
+            body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": pod["metadata"]["name"], "namespace": pod["metadata"]["namespace"]}}
+            try:
+                self.core.create_namespaced_pod_eviction(pod["metadata"]["name"], pod["metadata"]["namespace"],
+                                                         body, _preload_content=False)
+                status = 201
+            except ApiException as exc:
+                status = exc.status
+                if status not in (404, 429, 500):
+                    raise
+            self.evictions.append((pod["metadata"]["namespace"], pod["metadata"]["name"], status))
+            if status in (429, 500):  # a PDB forbids it now (or the pod matches several): back off
+                self._next_eviction[key] = now + self.evict_retry
+        return len(pods)
+
+    # -- writes
+    def _patch_claim(self, name: str, body: dict[str, Any]) -> None:
+        try:
+            self.custom.patch_cluster_custom_object(GROUP, VERSION, NODECLAIMS, name, body,
+                                                    _content_type=MERGE_PATCH, _preload_content=False)
+        except ApiException as exc:
+            if exc.status not in (404, 409):  # gone, or changed since we read it: next pass
+                raise
+
+    def _patch_claim_status(self, name: str, body: dict[str, Any]) -> None:
+        try:
+            self.custom.patch_cluster_custom_object_status(GROUP, VERSION, NODECLAIMS, name, body,
+                                                           _content_type=MERGE_PATCH, _preload_content=False)
+        except ApiException as exc:
+            if exc.status not in (404, 409):
+                raise

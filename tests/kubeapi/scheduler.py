@@ -1,0 +1,482 @@
+"""A small kube-scheduler stand-in: filter, call the extender over HTTP, score, bind.
+
+It places pending pods of one schedulerName (the optimizer's second scheduler
+by default) the way kube-scheduler's default profile would for the checks
+tests rely on: resource fit (cpu, memory, pods, extended resources) against
+allocatable minus the requests of pods bound there, NoSchedule/NoExecute
+taints against tolerations, `spec.unschedulable`, nodeSelector and required
+node affinity. Then it calls configured extenders with the upstream
+extender/v1 wire format (capitalised keys, nodeCacheCapable, managedResources,
+ignorable, weight), binds through the `binding` subresource and records a
+`Scheduled` or `FailedScheduling` Event. It talks to the API server only
+through the `kubernetes` client over HTTP.
+
+Differences from kube-scheduler, on purpose: no scoring plugins of its own
+(without an extender every feasible node scores 0 and ties go to node-name
+order, so tests are deterministic), no preemption, no inter-pod affinity or
+topology spread, no binding cycle parallelism.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+import requests
+from kubernetes import client
+from kubernetes.client.rest import ApiException
+
+from gpupolicy.quantity import parse_quantity
+from tests.kubeapi.fixtures import DEFAULT_SCHEDULER
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SCHEDULER_NAME = "default-scheduler"  # what the API server defaults spec.schedulerName to
+MAX_EXTENDER_PRIORITY = 10
+MAX_NODE_SCORE = 100
+UNSCHEDULABLE_TAINT = "node.kubernetes.io/unschedulable"
+ALL_SCHEDULERS = None  # pass as scheduler_name to place pods of every schedulerName
+
+Pod = dict[str, Any]
+Node = dict[str, Any]
+
+
+MERGE_PATCH = "application/merge-patch+json"  # the generated client defaults PATCH to JSON Patch
+
+
+def read_items(response: Any) -> list[dict[str, Any]]:
+    """Items of a list call made with `_preload_content=False` (plain wire dicts, no model classes)."""
+    return list(json.loads(response.data).get("items") or [])
+
+
+def record_event(core: client.CoreV1Api, obj: Mapping[str, Any], event_type: str, reason: str, message: str,
+                 component: str, *, kind: str = "Pod", api_version: str = "v1") -> None:
+    """Record a core/v1 Event about `obj`, best effort (a failure to record is logged, as in kube).
+
+    `kind` and `api_version` are explicit: list items carry neither on the wire.
+    """
+    meta = obj["metadata"]
+    now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    namespace = meta.get("namespace") or "default"
+    body = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{meta['name']}.{time.time_ns():x}", "namespace": namespace},
+        "involvedObject": {"apiVersion": api_version, "kind": kind,
+                           "name": meta["name"], "namespace": meta.get("namespace"),
+                           "uid": meta.get("uid"), "resourceVersion": meta.get("resourceVersion")},
+        "reason": reason, "message": message, "type": event_type, "count": 1,
+        "firstTimestamp": now, "lastTimestamp": now,
+        "source": {"component": component}, "reportingComponent": component,
+    }
+    try:
+        core.create_namespaced_event(namespace, body, _preload_content=False)
+    except ApiException as exc:
+        log.info("event %s for %s not recorded: %s", reason, meta["name"], exc.status)
+
+
+# ---------------------------------------------------------------- pure predicates
+
+def pod_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
+    """Effective requests: sum over containers, at least the largest init container, plus overhead.
+
+    A limit without a request counts as the request (the API server defaults it so). Pure.
+    """
+    spec = pod.get("spec") or {}
+
+    def container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
+        resources = container.get("resources") or {}
+        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
+        return {name: parse_quantity(value) for name, value in merged.items()}
+
+    total: dict[str, Decimal] = {}
+    for container in spec.get("containers") or []:
+        for name, value in container_requests(container).items():
+            total[name] = total.get(name, Decimal(0)) + value
+    for container in spec.get("initContainers") or []:
+        for name, value in container_requests(container).items():
+            total[name] = max(total.get(name, Decimal(0)), value)
+    for name, value in (spec.get("overhead") or {}).items():
+        total[name] = total.get(name, Decimal(0)) + parse_quantity(value)
+    return total
+
+
+def node_free(node: Mapping[str, Any], bound: Iterable[Mapping[str, Any]]) -> dict[str, Decimal]:
+    """Allocatable minus the requests of the pods bound to the node (one pod slot each). Pure."""
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    free = {name: parse_quantity(value) for name, value in allocatable.items()}
+    for pod in bound:
+        for name, value in pod_requests(pod).items():
+            free[name] = free.get(name, Decimal(0)) - value
+        free["pods"] = free.get("pods", Decimal(0)) - 1
+    return free
+
+
+def insufficient_resources(pod: Mapping[str, Any], free: Mapping[str, Decimal]) -> list[str]:
+    """Resource names the pod asks for beyond what is free (a missing resource counts as zero). Pure."""
+    short = [name for name, value in sorted(pod_requests(pod).items()) if value > 0 and free.get(name, 0) < value]
+    if "pods" in free and free["pods"] < 1:
+        short.append("pods")
+    return short
+
+
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """core/v1 toleration matching: empty key with Exists tolerates all; empty effect matches any. Pure."""
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.get("effect"):
+            continue
+        key = toleration.get("key") or ""
+        operator = toleration.get("operator") or "Equal"
+        if not key:
+            if operator == "Exists":
+                return True
+            continue
+        if key != taint.get("key"):
+            continue
+        if operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or ""):
+            return True
+    return False
+
+
+def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The first NoSchedule/NoExecute taint the pod does not tolerate; cordoning counts as a taint. Pure."""
+    tolerations = (pod.get("spec") or {}).get("tolerations") or []
+    taints = list((node.get("spec") or {}).get("taints") or [])
+    if (node.get("spec") or {}).get("unschedulable"):
+        taints.append({"key": UNSCHEDULABLE_TAINT, "effect": "NoSchedule"})
+    for taint in taints:
+        if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
+            return dict(taint)
+    return None
+
+
+def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, operator = expression["key"], expression["operator"]
+    values = expression.get("values") or []
+    if operator == "In":
+        return key in labels and labels[key] in values
+    if operator == "NotIn":
+        return key not in labels or labels[key] not in values
+    if operator == "Exists":
+        return key in labels
+    if operator == "DoesNotExist":
+        return key not in labels
+    if operator in ("Gt", "Lt"):
+        try:
+            have, want = int(labels[key]), int(values[0])
+        except (KeyError, ValueError, IndexError):
+            return False
+        return have > want if operator == "Gt" else have < want
+    raise ValueError(f"unknown node selector operator {operator!r}")
+
+
+def matches_node_selector_terms(terms: Sequence[Mapping[str, Any]], node: Mapping[str, Any]) -> bool:
+    """nodeSelectorTerms are ORed, the requirements of one term ANDed; an empty term matches nothing. Pure."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    fields = {"metadata.name": (node.get("metadata") or {}).get("name", "")}
+    for term in terms:
+        expressions = term.get("matchExpressions") or []
+        field_expressions = term.get("matchFields") or []
+        if not expressions and not field_expressions:
+            continue
+        if all(_expression_matches(e, labels) for e in expressions) and all(
+            _expression_matches(e, fields) for e in field_expressions
+        ):
+            return True
+    return False
+
+
+def selector_mismatch(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
+    """Why nodeSelector or required node affinity rules the node out, or None. Pure."""
+    spec = pod.get("spec") or {}
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    for key, value in (spec.get("nodeSelector") or {}).items():
+        if labels.get(key) != value:
+            return "node(s) didn't match Pod's node affinity/selector"
+    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
+                .get("requiredDuringSchedulingIgnoredDuringExecution"))
+    if required and not matches_node_selector_terms(required.get("nodeSelectorTerms") or [], node):
+        return "node(s) didn't match Pod's node affinity/selector"
+    return None
+
+
+def filter_node(pod: Mapping[str, Any], node: Mapping[str, Any], bound: Iterable[Mapping[str, Any]]) -> str | None:
+    """The reason the node cannot take the pod, worded like kube-scheduler, or None when it fits. Pure."""
+    taint = untolerated_taint(pod, node)
+    if taint is not None:
+        if taint["key"] == UNSCHEDULABLE_TAINT:
+            return "node(s) were unschedulable"
+        value = f": {taint['value']}" if taint.get("value") else ""
+        return f"node(s) had untolerated taint {{{taint['key']}{value}}}"
+    mismatch = selector_mismatch(pod, node)
+    if mismatch:
+        return mismatch
+    short = insufficient_resources(pod, node_free(node, bound))
+    if short:
+        return "Too many pods" if short == ["pods"] else f"Insufficient {short[0]}"
+    return None
+
+
+def summarise_failures(total: int, reasons: Mapping[str, str]) -> str:
+    """kube-scheduler's FailedScheduling message: `0/3 nodes are available: 2 Insufficient cpu, ...`. Pure."""
+    counts: dict[str, int] = {}
+    for reason in reasons.values():
+        counts[reason] = counts.get(reason, 0) + 1
+    parts = ", ".join(f"{n} {reason}" for reason, n in sorted(counts.items()))
+    return f"0/{total} nodes are available: {parts}." if parts else f"0/{total} nodes are available."
+
+
+def _creation_key(pod: Mapping[str, Any]) -> tuple[Any, ...]:
+    meta = pod.get("metadata") or {}
+    priority = (pod.get("spec") or {}).get("priority") or 0
+    return (-priority, meta.get("creationTimestamp") or "", meta.get("namespace", ""), meta.get("name", ""))
+
+
+# ---------------------------------------------------------------- extender wire client
+
+@dataclass(frozen=True)
+class ExtenderConfig:
+    """One entry of KubeSchedulerConfiguration `extenders[]` (the fields this stand-in honours)."""
+
+    url_prefix: str
+    filter_verb: str | None = "filter"
+    prioritize_verb: str | None = "prioritize"
+    weight: int = 1
+    node_cache_capable: bool = True
+    managed_resources: tuple[str, ...] = ()
+    ignorable: bool = False
+    http_timeout: float = 5.0
+    ca_file: str | None = None  # https: verify the extender's certificate against this CA
+
+    def interested_in(self, pod: Mapping[str, Any]) -> bool:
+        """With managedResources set, only pods requesting one of them are sent (upstream IsInterested)."""
+        if not self.managed_resources:
+            return True
+        return any(name in self.managed_resources for name in pod_requests(pod))
+
+
+class ExtenderError(RuntimeError):
+    """The extender failed: transport error, non-200 status or a non-empty `Error`."""
+
+
+@dataclass
+class Extender:
+    """HTTP client of one extender, speaking the extender/v1 JSON (Go field names, no json tags)."""
+
+    config: ExtenderConfig
+    session: requests.Session = field(default_factory=requests.Session)
+    calls: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # (verb, args) for test assertions
+
+    def _post(self, verb: str, args: dict[str, Any]) -> Any:
+        self.calls.append((verb, args))
+        url = self.config.url_prefix.rstrip("/") + "/" + verb
+        try:
+            response = self.session.post(url, json=args, timeout=self.config.http_timeout,
+                                         verify=self.config.ca_file or True)
+        except requests.RequestException as exc:
+            raise ExtenderError(f"extender {url}: {exc}") from exc
+        if response.status_code != 200:
+            raise ExtenderError(f"extender {url}: HTTP {response.status_code}: {response.text[:200]}")
+        try:
+            return response.json()
+        except ValueError as exc:
+            raise ExtenderError(f"extender {url}: invalid JSON") from exc
+
+    def _args(self, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        if self.config.node_cache_capable:
+            return {"Pod": pod, "Nodes": None, "NodeNames": [n["metadata"]["name"] for n in nodes]}
+        return {"Pod": pod, "Nodes": {"apiVersion": "v1", "kind": "NodeList", "items": list(nodes)},
+                "NodeNames": None}
+
+    def filter(self, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> tuple[list[str], dict[str, str]]:
+        """Names that passed (only ones that were sent) and {node: reason} for the rest."""
+        result = self._post(self.config.filter_verb or "filter", self._args(pod, nodes))
+        if not isinstance(result, dict):
+            raise ExtenderError("extender filter: result is not an ExtenderFilterResult object")
+        if result.get("Error"):
+            raise ExtenderError(str(result["Error"]))
+        sent = [n["metadata"]["name"] for n in nodes]
+        if self.config.node_cache_capable:
+            names = result.get("NodeNames") or []
+        else:
+            names = [n["metadata"]["name"] for n in ((result.get("Nodes") or {}).get("items") or [])]
+        failed = {**(result.get("FailedNodes") or {}), **(result.get("FailedAndUnresolvableNodes") or {})}
+        passed = [name for name in sent if name in set(names) and name not in failed]
+        for name in sent:
+            if name not in passed and name not in failed:
+                failed[name] = "node(s) were filtered out by the extender"
+        return passed, {k: v for k, v in failed.items() if k in sent}
+
+    def prioritize(self, pod: Mapping[str, Any], nodes: Sequence[Mapping[str, Any]]) -> dict[str, int]:
+        """Weighted contributions per node: score (0..10) * weight * (MaxNodeScore / 10)."""
+        result = self._post(self.config.prioritize_verb or "prioritize", self._args(pod, nodes))
+        if not isinstance(result, list):
+            raise ExtenderError("extender prioritize: result is not a HostPriorityList")
+        scores: dict[str, int] = {}
+        for entry in result:
+            score = max(0, min(MAX_EXTENDER_PRIORITY, int(entry.get("Score", 0))))
+            scores[str(entry.get("Host"))] = score * self.config.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+        return scores
+
+
+# ---------------------------------------------------------------- the loop
+
+@dataclass(frozen=True)
+class Placement:
+    """The outcome for one pod in one pass: bound to `node`, or not with `message`."""
+
+    namespace: str
+    name: str
+    node: str | None
+    message: str
+    scores: Mapping[str, int] = field(default_factory=dict)
+
+
+class Scheduler:
+    """Places pending pods of `scheduler_name` (None: every pod) through the API server.
+
+    `schedule_once()` runs one deterministic pass over all pending pods and
+    returns what happened; `start()` runs passes in a background thread.
+    """
+
+    def __init__(self, api_client: client.ApiClient, *, scheduler_name: str | None = DEFAULT_SCHEDULER,
+                 extenders: Sequence[ExtenderConfig] = (), interval: float = 0.05) -> None:
+        self.core = client.CoreV1Api(api_client)
+        self.scheduler_name = scheduler_name
+        self.extenders = [Extender(config) for config in extenders]
+        self.interval = interval
+        self._last_failure: dict[tuple[str, str], str] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    # -- reads
+    def _list(self, call: Any) -> list[dict[str, Any]]:
+        return read_items(call(_preload_content=False))
+
+    def _responsible_for(self, pod: Mapping[str, Any]) -> bool:
+        spec = pod.get("spec") or {}
+        if spec.get("nodeName") or (pod.get("metadata") or {}).get("deletionTimestamp"):
+            return False
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return False
+        name = spec.get("schedulerName") or DEFAULT_SCHEDULER_NAME
+        return self.scheduler_name is None or name == self.scheduler_name
+
+    # -- one pass
+    def schedule_once(self) -> list[Placement]:
+        """Schedule every pending pod once, oldest (highest priority) first; bound pods count at once."""
+        with self._lock:
+            nodes = sorted(self._list(self.core.list_node), key=lambda n: n["metadata"]["name"])
+            pods = self._list(self.core.list_pod_for_all_namespaces)
+            bound: dict[str, list[Pod]] = {n["metadata"]["name"]: [] for n in nodes}
+            for pod in pods:
+                node_name = (pod.get("spec") or {}).get("nodeName")
+                phase = (pod.get("status") or {}).get("phase")
+                if node_name in bound and phase not in ("Succeeded", "Failed"):
+                    bound[node_name].append(pod)
+            placements = []
+            for pod in sorted(filter(self._responsible_for, pods), key=_creation_key):
+                placement = self._schedule_pod(pod, nodes, bound)
+                placements.append(placement)
+                if placement.node:
+                    bound[placement.node].append(pod)
+            return placements
+
+    def _schedule_pod(self, pod: Pod, nodes: list[Node], bound: dict[str, list[Pod]]) -> Placement:
+        meta = pod["metadata"]
+        namespace, name = meta.get("namespace", "default"), meta["name"]
+        failures: dict[str, str] = {}
+        feasible: list[Node] = []
+        for node in nodes:
+            reason = filter_node(pod, node, bound[node["metadata"]["name"]])
+            if reason:
+                failures[node["metadata"]["name"]] = reason
+            else:
+                feasible.append(node)
+        scores = {n["metadata"]["name"]: 0 for n in feasible}
+        for extender in self.extenders:
+            if not feasible or not extender.config.interested_in(pod):
+                continue
+            if extender.config.filter_verb:
+                try:
+                    passed, failed = extender.filter(pod, feasible)
+                except ExtenderError as exc:
+                    if extender.config.ignorable:
+                        log.info("ignorable extender failed: %s", exc)
+                        continue
+                    return self._fail(pod, f"extender error: {exc}")
+                failures.update(failed)
+                feasible = [n for n in feasible if n["metadata"]["name"] in set(passed)]
+                scores = {name: scores[name] for name in passed}
+            if extender.config.prioritize_verb and feasible:
+                try:
+                    weighted = extender.prioritize(pod, feasible)
+                except ExtenderError as exc:  # upstream ignores prioritize errors
+                    log.info("extender prioritize failed, ignored: %s", exc)
+                    continue
+                for node_name in scores:
+                    scores[node_name] += weighted.get(node_name, 0)
+        if not feasible:
+            return self._fail(pod, summarise_failures(len(nodes), failures))
+        best = min(scores, key=lambda node_name: (-scores[node_name], node_name))
+        try:
+            self._bind(pod, best)
+        except ApiException as exc:
+            return Placement(namespace, name, None, f"binding failed: {exc.status} {exc.reason}", scores)
+        self._last_failure.pop((namespace, name), None)
+        message = f"Successfully assigned {namespace}/{name} to {best}"
+        self._event(pod, "Normal", "Scheduled", message)
+        return Placement(namespace, name, best, message, scores)
+
+    def _fail(self, pod: Pod, message: str) -> Placement:
+        meta = pod["metadata"]
+        key = (meta.get("namespace", "default"), meta["name"])
+        if self._last_failure.get(key) != message:  # one event per distinct reason, not one per pass
+            self._last_failure[key] = message
+            self._event(pod, "Warning", "FailedScheduling", message)
+        return Placement(key[0], key[1], None, message)
+
+    # -- writes
+    def _bind(self, pod: Pod, node_name: str) -> None:
+        meta = pod["metadata"]
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": meta["name"], "namespace": meta.get("namespace", "default"),
+                             **({"uid": meta["uid"]} if meta.get("uid") else {})},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node_name}}
+        # _preload_content=False: the generated client cannot deserialise the Status a binding returns
+        self.core.create_namespaced_pod_binding(meta["name"], meta.get("namespace", "default"), body,
+                                                _preload_content=False)
+
+    def _event(self, pod: Pod, event_type: str, reason: str, message: str) -> None:
+        record_event(self.core, pod, event_type, reason, message, self.scheduler_name or DEFAULT_SCHEDULER_NAME)
+
+    # -- background mode
+    def start(self) -> Scheduler:
+        """Run `schedule_once` every `interval` seconds in a daemon thread until `stop()`."""
+        if self._thread is None:
+            self._stop.clear()
+            self._thread = threading.Thread(target=self._run, name="test-scheduler", daemon=True)
+            self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.schedule_once()
+            except Exception:  # keep the loop alive across API hiccups; tests see the outcome
+                log.exception("scheduler pass failed")
+            self._stop.wait(self.interval)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
