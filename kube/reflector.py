@@ -1,0 +1,265 @@
+"""A list-then-watch cache of one resource kind, kept fresh by a background thread.
+
+Why: admission and scheduling answers must not call the API server on the hot
+path. A `Reflector` lists a kind once, remembers the list's resourceVersion,
+then watches from it and applies ADDED/MODIFIED/DELETED events to an
+in-memory dict. It is the small Python counterpart of client-go's reflector:
+
+- 410 Gone (an `ApiException` with status 410, or an ERROR event whose code
+  is 410) means the resourceVersion is too old: relist, diff against the
+  cache (so `on_change` still sees every change) and watch again.
+- A dropped connection or any other error: reconnect with exponential
+  backoff, watching from the last resourceVersion seen.
+- A bad event (no metadata, a failing `key`, a raising `on_change`) is logged
+  and skipped; the thread never dies from one event.
+
+Objects are kept as plain JSON dicts, exactly as the API server sent them
+(no model deserialization), so consumers parse them with the core's own
+models. `snapshot()` returns a new dict whose values are shared: treat them
+as read-only (the reflector replaces objects, it never mutates them).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from kubernetes import client, watch
+from kubernetes.client.exceptions import ApiException
+
+log = logging.getLogger(__name__)
+
+JsonObject = dict[str, Any]
+ListFunc = Callable[..., Any]
+KeyFunc = Callable[[JsonObject], str]
+# on_change(event_type, obj): event_type is "ADDED", "MODIFIED" or "DELETED".
+OnChange = Callable[[str, JsonObject], None]
+
+GONE = 410
+
+
+def object_key(obj: JsonObject) -> str:
+    """`namespace/name` for namespaced objects, `name` for cluster-scoped ones."""
+    meta = obj["metadata"]
+    namespace = meta.get("namespace")
+    return f"{namespace}/{meta['name']}" if namespace else str(meta["name"])
+
+
+def custom_objects_lister(
+    api_client: client.ApiClient, group: str, version: str, plural: str
+) -> ListFunc:
+    """A list function for a cluster-wide custom resource, usable as a Reflector source."""
+    api = client.CustomObjectsApi(api_client)
+    return functools.partial(api.list_cluster_custom_object, group, version, plural)
+
+
+class _Gone(Exception):
+    """The watch's resourceVersion expired: relist."""
+
+
+class Reflector:
+    """Cache of one kind. Call `start()`, then `wait_for_sync()`, then read `snapshot()`.
+
+    `list_func` is a generated list method such as `CoreV1Api(api).list_node`
+    or a `custom_objects_lister(...)`: it is called with keyword arguments
+    only (`_preload_content`, `watch`, `resource_version`, ...).
+    """
+
+    def __init__(
+        self,
+        list_func: ListFunc,
+        *,
+        key: KeyFunc = object_key,
+        on_change: OnChange | None = None,
+        name: str = "reflector",
+        timeout_seconds: int = 300,
+        backoff_initial: float = 0.2,
+        backoff_max: float = 30.0,
+    ) -> None:
+        self._list_func = list_func
+        self._key = key
+        self._on_change = on_change
+        self.name = name
+        self._timeout_seconds = timeout_seconds
+        self._backoff_initial = backoff_initial
+        self._backoff_max = backoff_max
+        self._lock = threading.Lock()
+        self._items: dict[str, JsonObject] = {}
+        self._resource_version: str | None = None
+        self._synced = threading.Event()
+        self._stopping = threading.Event()
+        self._watch: watch.Watch | None = None
+        self._thread: threading.Thread | None = None
+        self.relists = 0  # how many lists were made; tests and metrics read it
+
+    # ---- public API -------------------------------------------------------
+    def start(self) -> Reflector:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name=f"reflector-{self.name}", daemon=True)
+            self._thread.start()
+        return self
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stopping.set()
+        current = self._watch
+        if current is not None:
+            current.stop()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+    def snapshot(self) -> dict[str, JsonObject]:
+        with self._lock:
+            return dict(self._items)
+
+    def get(self, key: str) -> JsonObject | None:
+        with self._lock:
+            return self._items.get(key)
+
+    def has_synced(self) -> bool:
+        return self._synced.is_set()
+
+    def wait_for_sync(self, timeout: float | None = None) -> bool:
+        return self._synced.wait(timeout)
+
+    @property
+    def resource_version(self) -> str | None:
+        return self._resource_version
+
+    def __enter__(self) -> Reflector:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ---- the loop ---------------------------------------------------------
+    def _run(self) -> None:
+        backoff = self._backoff_initial
+        while not self._stopping.is_set():
+            try:
+                if self._resource_version is None:
+                    self._relist()
+                if self._watch_once():
+                    backoff = self._backoff_initial
+                    continue
+            except _Gone:
+                log.info("%s: resourceVersion %s expired, relisting", self.name, self._resource_version)
+                self._resource_version = None
+                continue
+            except ApiException as exc:
+                if exc.status == GONE:
+                    self._resource_version = None
+                    continue
+                log.warning("%s: API error %s %s; retrying in %.1fs", self.name, exc.status, exc.reason, backoff)
+            except Exception as exc:
+                if self._stopping.is_set():
+                    break
+                log.warning("%s: %s: %s; retrying in %.1fs", self.name, type(exc).__name__, exc, backoff)
+            self._stopping.wait(backoff)
+            backoff = min(backoff * 2, self._backoff_max)
+
+    def _relist(self) -> None:
+        read_timeout = max(self._timeout_seconds, 30)
+        resp = self._list_func(_preload_content=False, _request_timeout=(10, read_timeout))
+        try:
+            body = json.loads(resp.data)
+        finally:
+            resp.release_conn()
+        item_kind = str(body.get("kind", "")).removesuffix("List")
+        fresh: dict[str, JsonObject] = {}
+        for item in body.get("items") or []:
+            # List items omit kind/apiVersion; fill them so cached objects look like watched ones.
+            item.setdefault("kind", item_kind)
+            item.setdefault("apiVersion", body.get("apiVersion"))
+            try:
+                fresh[self._key(item)] = item
+            except Exception:
+                log.exception("%s: skipping listed object without a key", self.name)
+        with self._lock:
+            old, self._items = self._items, fresh
+        self._resource_version = str(body.get("metadata", {}).get("resourceVersion") or "") or None
+        self.relists += 1
+        self._synced.set()
+        for k, obj in fresh.items():
+            before = old.get(k)
+            if before is None:
+                self._notify("ADDED", obj)
+            elif _rv(before) != _rv(obj):
+                self._notify("MODIFIED", obj)
+        for k, obj in old.items():
+            if k not in fresh:
+                self._notify("DELETED", obj)
+
+    def _watch_once(self) -> bool:
+        """Watch until the server ends the stream. True when it was a healthy watch."""
+        started, events = time.monotonic(), 0
+        # return_type=object: events stay plain dicts, no model validation to trip over.
+        w = watch.Watch(return_type=object)
+        self._watch = w
+        try:
+            stream = w.stream(
+                self._list_func,
+                resource_version=self._resource_version,
+                allow_watch_bookmarks=True,
+                timeout_seconds=self._timeout_seconds,
+                _request_timeout=(10, self._timeout_seconds + 15),
+            )
+            for event in stream:
+                if self._stopping.is_set():
+                    break
+                events += 1
+                self._apply(event)
+        finally:
+            self._watch = None
+        # A server that closes every watch at once must not make us spin.
+        return events > 0 or time.monotonic() - started > 1.0
+
+    def _apply(self, event: dict[str, Any]) -> None:
+        try:
+            kind = event.get("type")
+            obj = event.get("raw_object", event.get("object"))
+            if kind == "ERROR":
+                code = obj.get("code") if isinstance(obj, dict) else None
+                if code == GONE:
+                    raise _Gone()
+                raise ApiException(status=code or 500, reason=str(obj))
+            rv = _rv(obj)
+            if kind == "BOOKMARK":
+                self._resource_version = rv or self._resource_version
+                return
+            key = self._key(obj)
+            with self._lock:
+                if kind == "DELETED":
+                    self._items.pop(key, None)
+                elif kind in ("ADDED", "MODIFIED"):
+                    self._items[key] = obj
+                else:
+                    log.warning("%s: ignoring event of type %r", self.name, kind)
+                    return
+            if rv:
+                self._resource_version = rv
+            self._notify(str(kind), obj)
+        except (_Gone, ApiException):
+            raise
+        except Exception:
+            log.exception("%s: skipping bad watch event", self.name)
+
+    def _notify(self, event_type: str, obj: JsonObject) -> None:
+        if self._on_change is None:
+            return
+        try:
+            self._on_change(event_type, obj)
+        except Exception:
+            log.exception("%s: on_change raised for %s", self.name, event_type)
+
+
+def _rv(obj: Any) -> str | None:
+    if isinstance(obj, dict):
+        meta = obj.get("metadata")
+        if isinstance(meta, dict) and meta.get("resourceVersion") is not None:
+            return str(meta["resourceVersion"])
+    return None

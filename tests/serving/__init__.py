@@ -1,0 +1,1 @@
+"""Serving, TLS and Kubernetes-watch tests."""

@@ -1,0 +1,191 @@
+"""Reflector and client configuration against a list/watch server over real HTTP.
+
+Real: kube.config.load_api_client reading a kubeconfig file, the kubernetes
+client (CoreV1Api, CustomObjectsApi, kubernetes.watch.Watch), the Reflector
+thread, HTTP on loopback. Faked: the API server is tests/serving/fake_kubeapi.py,
+a stdlib server speaking the list/watch wire protocol (lists, newline-delimited
+watch events, 410 Gone as an ERROR event or an HTTP status).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from kubernetes import client
+
+from kube.config import KubeConfigError, load_api_client
+from kube.reflector import Reflector, custom_objects_lister
+from tests.serving.fake_kubeapi import FakeKubeApi
+
+NODES = "/api/v1/nodes"
+POLICIES = "/apis/gpu.kubeon.io/v1alpha1/gpupolicies"
+
+
+def node(name: str, **labels: str) -> dict:
+    return {"kind": "Node", "apiVersion": "v1", "metadata": {"name": name, "labels": labels}}
+
+
+def eventually(check: Callable[[], bool], timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met in time")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeKubeApi]:
+    server = FakeKubeApi().start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def api(fake: FakeKubeApi, tmp_path: Path) -> Iterator[client.ApiClient]:
+    api_client = load_api_client(str(fake.write_kubeconfig(tmp_path / "kubeconfig")))
+    yield api_client
+    api_client.close()
+
+
+@pytest.fixture
+def changes() -> list[tuple[str, str]]:
+    return []
+
+
+@pytest.fixture
+def reflector(fake: FakeKubeApi, api: client.ApiClient, changes: list) -> Iterator[Reflector]:
+    fake.add(NODES, node("a", gpu="A100"))
+    fake.add(NODES, node("b"))
+    r = Reflector(client.CoreV1Api(api).list_node, name="nodes", timeout_seconds=5,
+                  on_change=lambda kind, obj: changes.append((kind, obj["metadata"]["name"])))
+    r.start()
+    assert r.wait_for_sync(5)
+    yield r
+    r.stop()
+
+
+def test_initial_list_fills_the_cache_as_plain_dicts(reflector: Reflector, changes: list) -> None:
+    snap = reflector.snapshot()
+    assert set(snap) == {"a", "b"}
+    assert snap["a"]["metadata"]["labels"] == {"gpu": "A100"}
+    assert snap["a"]["kind"] == "Node" and snap["a"]["apiVersion"] == "v1"
+    assert reflector.has_synced()
+    assert sorted(changes) == [("ADDED", "a"), ("ADDED", "b")]
+
+
+def test_watch_applies_added_modified_deleted(fake: FakeKubeApi, reflector: Reflector, changes: list) -> None:
+    changes.clear()
+    fake.add(NODES, node("c"))
+    fake.modify(NODES, node("a", gpu="H100"))
+    fake.delete(NODES, "b")
+    eventually(lambda: len(changes) == 3)
+    assert changes == [("ADDED", "c"), ("MODIFIED", "a"), ("DELETED", "b")]
+    snap = reflector.snapshot()
+    assert set(snap) == {"a", "c"}
+    assert snap["a"]["metadata"]["labels"]["gpu"] == "H100"
+    assert reflector.resource_version == str(fake.rv)
+    assert fake.list_requests == 1
+
+
+@pytest.mark.parametrize("as_http", [False, True], ids=["error-event", "http-status"])
+def test_410_gone_relists_and_reports_the_missed_changes(
+    fake: FakeKubeApi, reflector: Reflector, changes: list, as_http: bool
+) -> None:
+    changes.clear()
+    fake.gone_as_http = as_http
+    # Changes the watch never sees (history compacted), then expiry.
+    fake.add_silently(NODES, node("missed"))
+    fake.delete_silently(NODES, "b")
+    fake.drop_watches() if as_http else fake.expire()
+    if as_http:
+        fake.expire()
+    eventually(lambda: set(reflector.snapshot()) == {"a", "missed"})
+    assert sorted(changes) == [("ADDED", "missed"), ("DELETED", "b")]
+    assert fake.list_requests == 2
+    fake.add(NODES, node("after"))
+    eventually(lambda: "after" in reflector.snapshot())
+
+
+def test_dropped_connection_resumes_from_last_resource_version(
+    fake: FakeKubeApi, reflector: Reflector
+) -> None:
+    fake.add(NODES, node("c"))
+    eventually(lambda: "c" in reflector.snapshot())
+    seen_rv = reflector.resource_version
+    watches = len(fake.watch_requests)
+    fake.drop_watches()
+    eventually(lambda: len(fake.watch_requests) > watches)
+    assert fake.watch_requests[watches] == seen_rv
+    fake.add(NODES, node("d"))
+    eventually(lambda: "d" in reflector.snapshot())
+    assert fake.list_requests == 1, "a dropped watch must not relist"
+
+
+def test_bad_events_are_skipped_without_killing_the_thread(fake: FakeKubeApi, reflector: Reflector) -> None:
+    fake.inject_line(NODES, "{not json")
+    fake.inject_line(NODES, '{"type": "ADDED", "object": {"kind": "Node"}}')
+    fake.inject_line(NODES, '{"type": "WEIRD", "object": {"metadata": {"name": "x"}}}')
+    fake.add(NODES, node("good"))
+    eventually(lambda: "good" in reflector.snapshot())
+    assert "x" not in reflector.snapshot()
+
+
+def test_a_raising_on_change_does_not_stop_the_cache(fake: FakeKubeApi, api: client.ApiClient) -> None:
+    def boom(kind: str, obj: dict) -> None:
+        raise RuntimeError("consumer bug")
+
+    with Reflector(client.CoreV1Api(api).list_node, on_change=boom, timeout_seconds=5) as r:
+        assert r.wait_for_sync(5)
+        fake.add(NODES, node("n1"))
+        fake.add(NODES, node("n2"))
+        eventually(lambda: {"n1", "n2"} <= set(r.snapshot()))
+
+
+def test_custom_objects_and_custom_key(fake: FakeKubeApi, api: client.ApiClient) -> None:
+    policy = {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy",
+              "metadata": {"name": "share"}, "spec": {"priority": 3}}
+    fake.add(POLICIES, policy)
+    lister = custom_objects_lister(api, "gpu.kubeon.io", "v1alpha1", "gpupolicies")
+    with Reflector(lister, key=lambda o: "policy:" + o["metadata"]["name"], timeout_seconds=5) as r:
+        assert r.wait_for_sync(5)
+        assert r.snapshot()["policy:share"]["spec"] == {"priority": 3}
+        fake.modify(POLICIES, {**policy, "spec": {"priority": 9}})
+        eventually(lambda: r.get("policy:share")["spec"]["priority"] == 9)
+
+
+def test_unreachable_server_retries_with_backoff_then_syncs(tmp_path: Path) -> None:
+    fake = FakeKubeApi()  # bound but not serving yet: connections hang/refuse until start
+    api_client = load_api_client(str(fake.write_kubeconfig(tmp_path / "kc")))
+    fake.server.server_close()  # port closed: connection refused
+    r = Reflector(client.CoreV1Api(api_client).list_node, timeout_seconds=5, backoff_initial=0.05).start()
+    try:
+        assert not r.wait_for_sync(0.5)
+        assert r._thread is not None and r._thread.is_alive()
+    finally:
+        started = time.monotonic()
+        r.stop()
+        assert time.monotonic() - started < 2
+        assert not r._thread.is_alive()
+
+
+def test_stop_ends_a_blocked_watch_promptly(reflector: Reflector) -> None:
+    time.sleep(0.2)  # the thread is now blocked reading the watch stream
+    started = time.monotonic()
+    reflector.stop()
+    assert time.monotonic() - started < 2
+    assert reflector._thread is not None and not reflector._thread.is_alive()
+
+
+def test_load_api_client_names_a_missing_kubeconfig(tmp_path: Path) -> None:
+    with pytest.raises(KubeConfigError, match="does not exist"):
+        load_api_client(str(tmp_path / "nope"))
+
+
+def test_load_api_client_leaves_the_global_default_alone(fake: FakeKubeApi, tmp_path: Path) -> None:
+    before = client.Configuration.get_default_copy().host
+    api_client = load_api_client(str(fake.write_kubeconfig(tmp_path / "kc")))
+    assert api_client.configuration.host == fake.url
+    assert client.Configuration.get_default_copy().host == before
