@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from gpupolicy.model import Mode, Proposal, ProposalState
+from gpupolicy.owners import is_approved as owners_is_approved
 
 UNDO_ANNOTATION = "gpu.kubeon.io/undo"
 
@@ -57,13 +58,8 @@ def proposal_id(policy: str, target: str, action: str) -> str:
 
 
 def is_approved(target: str, approvals: Iterable[str]) -> bool:
-    """Whether spec.approvals lists the target (`Kind/namespace/name`; Kind compared case-insensitively)."""
-    kind, _, rest = target.partition("/")
-    for entry in approvals:
-        e_kind, _, e_rest = entry.partition("/")
-        if e_rest == rest and e_kind.lower() == kind.lower():
-            return True
-    return False
+    """Whether spec.approvals covers the target, by the webhook's own rule (gpupolicy.owners)."""
+    return owners_is_approved(list(approvals), target)
 
 
 def may_apply(mode: Mode, approved: bool) -> bool:

@@ -1,0 +1,203 @@
+"""`kubeon-gpu controller`: assemble the frame (lease, policy sync, reconcilers, health) and run it.
+
+Threads: the lease loop (renews every few seconds), a GpuPolicy watch that
+wakes the policy sync when a spec changes, the health server, and the
+reconcile runner on the main thread. Only the lease holder reconciles; a
+replica that loses the lease exits at once (`controller.leader.exit_process`)
+and its Deployment restarts it as a standby.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from kubernetes import client
+
+from controller.context import Clock, ControllerContext, MetricsSource, SystemClock
+from controller.health import HealthServer
+from controller.leader import LeaderElector, exit_process
+from controller.loop import Reconciler, ReconcileRunner, load_reconcilers
+from controller.policies import PolicyStore
+from controller.recorder import ControllerMetrics, Recorder
+from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
+
+log = logging.getLogger("controller")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--namespace", default="kubeon-gpu", help="namespace of the Lease (the install's)")
+    parser.add_argument("--prometheus-url", default=None,
+                        help="Prometheus with DCGM metrics; without it sharing and scaleToZero stay Recommend")
+    parser.add_argument("--default-mode", default=Mode.RECOMMEND.value, choices=[m.value for m in Mode],
+                        help="mode of policies that set none")
+    parser.add_argument("--cluster", default=None, help="this cluster's name (hub reporting)")
+    parser.add_argument("--hub-url", default=None, help="hub to report to (not used by this version)")
+    parser.add_argument("--hub-token-file", default=None, help="bearer token file for --hub-url")
+    parser.add_argument("--lease-name", default="kubeon-gpu-optimizer", help="coordination.k8s.io Lease name")
+    parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
+    parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")
+    parser.add_argument("--health-port", type=int, default=8080, help="/healthz /readyz /metrics port (0: any)")
+    parser.add_argument("--health-bind", default="0.0.0.0", help="address of the health server")
+    parser.add_argument("--resync-seconds", type=float, default=60.0, help="full GpuPolicy resync period")
+    parser.add_argument("--lease-duration-seconds", type=int, default=15, help="leaseDurationSeconds")
+    parser.add_argument("--renew-seconds", type=float, default=5.0, help="how often the holder renews")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING")
+
+
+@dataclass
+class ControllerProcess:
+    """One replica's parts, wired; `start` the background threads, `run` the loop."""
+
+    ctx: ControllerContext
+    elector: LeaderElector
+    runner: ReconcileRunner
+    metrics: ControllerMetrics
+    health: HealthServer | None = None
+    stop_event: threading.Event = field(default_factory=threading.Event)
+    _threads: list[threading.Thread] = field(default_factory=list)
+    _watch: Any = None
+
+    def start(self, watch_policies: bool = True) -> ControllerProcess:
+        lease = threading.Thread(target=self.elector.run, args=(self.stop_event,),
+                                 name=f"lease-{self.elector.identity}", daemon=True)
+        lease.start()
+        self._threads.append(lease)
+        if self.health:
+            self.health.start()
+        if watch_policies:
+            self._watch = _policy_watch(self.ctx.api, self.runner)
+        return self
+
+    def run(self) -> None:
+        self.runner.run_forever(self.stop_event)
+
+    def run_in_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name=f"runner-{self.elector.identity}", daemon=True)
+        thread.start()
+        self._threads.append(thread)
+        return thread
+
+    def stop(self, release: bool = True) -> None:
+        self.stop_event.set()
+        if self._watch is not None:
+            self._watch.stop()
+        for thread in self._threads:
+            thread.join(timeout=10)
+        if release:
+            self.elector.release()
+        if self.health:
+            self.health.stop()
+
+
+def _policy_watch(api: client.ApiClient, runner: ReconcileRunner) -> Any:
+    """Wake every reconciler when a GpuPolicy's spec changes (status writes do not bump generation)."""
+    try:
+        from kube.reflector import Reflector, custom_objects_lister
+    except ImportError:  # the watch is an accelerator; the periodic resync is the guarantee
+        return None
+    generations: dict[str, Any] = {}
+
+    def on_change(event_type: str, obj: dict[str, Any]) -> None:
+        meta = obj.get("metadata") or {}
+        name, generation = meta.get("name"), meta.get("generation")
+        if event_type == "DELETED" or generations.get(name) != generation:
+            generations[name] = generation
+            runner.trigger()
+
+    return Reflector(custom_objects_lister(api, GROUP, VERSION, PLURAL), on_change=on_change,
+                     name="gpupolicies").start()
+
+
+def build(
+    api: client.ApiClient,
+    *,
+    namespace: str = "kubeon-gpu",
+    identity: str | None = None,
+    default_mode: Mode = Mode.RECOMMEND,
+    prometheus_url: str | None = None,
+    metrics: MetricsSource | None = None,
+    clock: Clock | None = None,
+    lease_name: str = "kubeon-gpu-optimizer",
+    lease_duration: int = 15,
+    renew_interval: float = 5.0,
+    resync_seconds: float = 60.0,
+    health_port: int | None = None,
+    health_bind: str = "127.0.0.1",
+    on_lost: Callable[[str], None] = exit_process,
+    reconcilers: list[Reconciler] | None = None,
+) -> ControllerProcess:
+    """Wire one replica. Tests pass a fake clock, scripted metrics and their own `on_lost`."""
+    clock = clock or SystemClock()
+    identity = identity or f"{socket.gethostname()}_{os.getpid()}"
+    if metrics is None and prometheus_url:
+        from controller.metrics_source import PrometheusMetricsSource
+
+        metrics = PrometheusMetricsSource(prometheus_url)
+    controller_metrics = ControllerMetrics()
+    elector = LeaderElector(api, namespace, lease_name, identity, clock, lease_duration=lease_duration,
+                            renew_interval=renew_interval, on_lost=on_lost)
+    store = PolicyStore()
+    recorder = Recorder(api, controller_metrics, clock, identity)
+    ctx = ControllerContext(
+        api=api, namespace=namespace, default_mode=default_mode, prometheus_url=prometheus_url,
+        metrics=metrics, clock=clock, recorder=recorder, policies=store, is_leader=elector.is_leader,
+    )
+    chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
+    runner = ReconcileRunner(ctx, chosen)
+
+    def acquired() -> None:
+        controller_metrics.leader.set(1)
+        runner.trigger()
+
+    elector.on_acquired = acquired
+    health = None
+    if health_port is not None:
+        def ready() -> bool:
+            return store.synced or not elector.is_leader()
+
+        health = HealthServer(controller_metrics.registry, ready, health_port, health_bind)
+    return ControllerProcess(ctx, elector, runner, controller_metrics, health)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
+                        format="%(levelname)s %(message)s")
+    from kube.config import KubeConfigError, load_api_client
+
+    try:
+        api = load_api_client(args.kubeconfig)
+    except KubeConfigError as exc:
+        log.error("--kubeconfig: %s", exc)
+        return 2
+    if args.renew_seconds >= args.lease_duration_seconds:
+        log.error("--renew-seconds must be shorter than --lease-duration-seconds")
+        return 2
+    process = build(
+        api, namespace=args.namespace, identity=args.identity, default_mode=Mode(args.default_mode),
+        prometheus_url=args.prometheus_url, lease_name=args.lease_name,
+        lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
+        resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind,
+    )
+    log.info("controller starting identity=%s namespace=%s lease=%s prometheus=%s reconcilers=%s",
+             process.elector.identity, args.namespace, args.lease_name, bool(args.prometheus_url),
+             ",".join(r.name for r in process.runner.reconcilers))
+
+    def terminate(signum: int, _frame: object) -> None:
+        log.info("signal %d: stopping", signum)
+        process.stop_event.set()
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGINT, terminate)
+    process.start()
+    process.run()
+    process.stop(release=True)
+    log.info("controller stopped")
+    return 0
