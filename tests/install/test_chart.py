@@ -1,0 +1,338 @@
+"""The Helm chart as users install it: real helm 4 lint/template, real Kubernetes schemas.
+
+Real: helm 4 (.tools/bin/helm) rendering manifests/chart/kubeon-gpu-optimizer with
+the install guide's --set values and each capacity provider; the values schema
+rejecting bad values; every rendered object validated strictly against the
+Kubernetes 1.30 and 1.37 OpenAPI schemas (kubernetes-validate); the helm-generated
+certificate checked with cryptography. Faked: nothing; no cluster is involved
+(lookup returns nothing under `helm template`, as on a first install).
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+
+import kubernetes_validate
+import pytest
+import yaml
+from cryptography import x509
+
+from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, SHARED_GPU_RESOURCE
+from tests.install.chart import (
+    CHART,
+    CHART_CRD,
+    CRD_SOURCE,
+    GUIDE_SET,
+    NAMESPACE,
+    PROVIDERS,
+    container,
+    find,
+    helm_template_cmd,
+    one,
+    render,
+    run,
+    tool,
+)
+
+K8S_VERSIONS = ("1.30.0", "1.37.0")
+# Objects of other projects' CRDs: no schema in kubernetes-validate, checked by shape below.
+FOREIGN_KINDS = {("cert-manager.io/v1", "Issuer"), ("cert-manager.io/v1", "Certificate")}
+
+
+@pytest.fixture(scope="module")
+def guide() -> list[dict]:
+    return render(GUIDE_SET)
+
+
+@pytest.fixture(scope="module")
+def defaults() -> list[dict]:
+    return render()
+
+
+def test_helm_lint_is_clean() -> None:
+    sets = [arg for key, value in GUIDE_SET.items() for arg in ("--set", f"{key}={value}")]
+    done = run([tool("helm"), "lint", "--strict", str(CHART), "--namespace", NAMESPACE, *sets])
+    assert "0 chart(s) failed" in done.stdout
+
+
+def test_guide_values_render_the_named_objects(guide: list[dict]) -> None:
+    names = {(d["kind"], d["metadata"]["name"]) for d in guide}
+    expected = {
+        ("Deployment", "kubeon-gpu-optimizer"),
+        ("Deployment", "kubeon-gpu-optimizer-webhook"),
+        ("Deployment", "kubeon-gpu-optimizer-extender"),
+        ("Deployment", "kubeon-gpu-scheduler"),
+        ("Service", "kubeon-gpu-optimizer-webhook"),
+        ("Service", "kubeon-gpu-optimizer-extender"),
+        ("MutatingWebhookConfiguration", "kubeon-gpu-optimizer"),
+        ("ValidatingWebhookConfiguration", "kubeon-gpu-optimizer"),
+        ("PodDisruptionBudget", "kubeon-gpu-optimizer-webhook"),
+        ("CustomResourceDefinition", "gpupolicies.gpu.kubeon.io"),
+        ("ClusterRole", "kubeon-gpu-optimizer"),
+        ("ConfigMap", "kubeon-gpu-scheduler-config"),
+    }
+    assert expected <= names, expected - names
+    for doc in guide:
+        if doc["kind"] in ("Deployment", "Service", "ConfigMap", "ServiceAccount", "Secret", "PodDisruptionBudget"):
+            assert doc["metadata"]["namespace"] == NAMESPACE
+
+
+def test_controller_gets_the_guide_settings_and_the_token_mount(guide: list[dict]) -> None:
+    ctl = container(one(guide, "Deployment", "kubeon-gpu-optimizer"))
+    args = ctl["args"]
+    assert args[0] == "controller"
+    for flag in ("--namespace=kubeon-gpu", "--default-mode=Recommend", "--cluster=prod-use1-a",
+                 "--hub-url=https://acme.kubeon.io", "--hub-token-file=/var/run/secrets/kubeon/token",
+                 "--health-port=8080"):
+        assert flag in args
+    assert not any(a.startswith("--prometheus-url") for a in args), "no prometheus.url by default"
+    pod = one(guide, "Deployment", "kubeon-gpu-optimizer")["spec"]["template"]["spec"]
+    token = next(v for v in pod["volumes"] if v["name"] == "hub-token")
+    assert token["secret"]["secretName"] == "kubeon-gpu-optimizer-token"
+    mount = next(m for m in ctl["volumeMounts"] if m["name"] == "hub-token")
+    assert mount["mountPath"] == "/var/run/secrets/kubeon" and mount["readOnly"] is True
+    assert ctl["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}}
+    assert {p["containerPort"] for p in ctl["ports"]} == {8080}
+
+
+def test_no_hub_secret_means_no_token_mount(defaults: list[dict]) -> None:
+    deployment = one(defaults, "Deployment", "kubeon-gpu-optimizer")
+    pod = deployment["spec"]["template"]["spec"]
+    assert all("secret" not in v for v in pod["volumes"])
+    assert not any(a.startswith("--hub-token-file") for a in container(deployment)["args"])
+
+
+def test_prometheus_url_reaches_the_controller() -> None:
+    docs = render({"prometheus.url": "http://prometheus.monitoring:9090"})
+    args = container(one(docs, "Deployment", "kubeon-gpu-optimizer"))["args"]
+    assert "--prometheus-url=http://prometheus.monitoring:9090" in args
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_each_capacity_provider_renders_and_validates(provider: str) -> None:
+    docs = render({**GUIDE_SET, "capacity.provider": provider})
+    env = {e["name"]: e.get("value") for e in container(one(docs, "Deployment", "kubeon-gpu-optimizer"))["env"]}
+    assert env["KUBEON_GPU_CAPACITY_PROVIDER"] == provider
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize(
+    ("key", "bad"),
+    [
+        ("capacity.provider", "ec2-autoscaling"),
+        ("defaultMode", "Yolo"),
+        ("webhook.failurePolicy", "Sometimes"),
+        ("webhook.timeoutSeconds", "45"),
+        ("webhook.replicas", "1"),
+        ("certificates.mode", "letsencrypt"),
+        ("hub.existingsecret", "typo-in-the-key"),
+    ],
+)
+def test_values_schema_rejects_bad_values(key: str, bad: str) -> None:
+    done = run(helm_template_cmd({**GUIDE_SET, key: bad}), check=False)
+    assert done.returncode != 0, f"{key}={bad} was accepted"
+    assert "schema" in done.stderr.lower(), done.stderr
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+@pytest.mark.parametrize("variant", ["guide", "defaults", "cert-manager", "external", "no-scheduler"])
+def test_every_object_is_valid_kubernetes(variant: str, version: str) -> None:
+    values = {
+        "guide": GUIDE_SET,
+        "defaults": {},
+        "cert-manager": {**GUIDE_SET, "certificates.mode": "cert-manager"},
+        "external": {"certificates.mode": "external", "certificates.caBundle": "not-really-pem"},
+        "no-scheduler": {"scheduler.enabled": "false"},
+    }[variant]
+    docs = render(values)
+    checked = 0
+    for doc in docs:
+        if (doc["apiVersion"], doc["kind"]) in FOREIGN_KINDS:
+            continue
+        kubernetes_validate.validate(doc, version, strict=True)
+        checked += 1
+    assert checked >= 20
+
+
+def test_crd_is_a_copy_of_the_generated_one_and_a_valid_crd(guide: list[dict]) -> None:
+    if not CRD_SOURCE.exists():
+        pytest.skip(f"{CRD_SOURCE} not generated yet (`kubeon-gpu crd`)")
+    assert CHART_CRD.read_text() == CRD_SOURCE.read_text(), "chart CRD is stale: run manifests/render.sh"
+    crd = one(guide, "CustomResourceDefinition", "gpupolicies.gpu.kubeon.io")
+    for version in K8S_VERSIONS:
+        kubernetes_validate.validate(crd, version, strict=True)
+    assert crd["spec"]["scope"] == "Cluster"
+    assert "gpup" in crd["spec"]["names"].get("shortNames", [])
+    served = [v for v in crd["spec"]["versions"] if v["served"]]
+    assert served and all(v["schema"]["openAPIV3Schema"]["type"] == "object" for v in served)
+
+
+def _webhooks(docs: list[dict]) -> dict[str, dict]:
+    out = {}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in one(docs, kind, "kubeon-gpu-optimizer")["webhooks"]:
+            out[f"{kind}/{hook['name']}"] = hook
+    return out
+
+
+def test_webhook_configurations_follow_the_contract(guide: list[dict]) -> None:
+    hooks = _webhooks(guide)
+    mutate = hooks["MutatingWebhookConfiguration/pods.mutate.gpu.kubeon.io"]
+    assert mutate["clientConfig"]["service"] == {
+        "name": "kubeon-gpu-optimizer-webhook", "namespace": NAMESPACE, "path": "/mutate", "port": 443}
+    assert mutate["rules"] == [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"],
+                                "resources": ["pods"], "scope": "Namespaced"}]
+    assert mutate["reinvocationPolicy"] == "IfNeeded"
+    policies = hooks["ValidatingWebhookConfiguration/gpupolicies.validate.gpu.kubeon.io"]
+    assert policies["rules"][0]["resources"] == ["gpupolicies"]
+    assert set(policies["rules"][0]["operations"]) == {"CREATE", "UPDATE"}
+    assert "objectSelector" not in policies, "a label must not let a policy skip validation"
+    pods = hooks["ValidatingWebhookConfiguration/pods.validate.gpu.kubeon.io"]
+    assert pods["rules"][0]["resources"] == ["pods"] and pods["rules"][0]["operations"] == ["CREATE"]
+    for name, hook in hooks.items():
+        assert hook["sideEffects"] == "None", name
+        assert hook["admissionReviewVersions"] == ["v1"], name
+        assert hook["failurePolicy"] == "Ignore", name
+        assert hook["timeoutSeconds"] == 5, name
+        if "mutate" in name:
+            assert hook["clientConfig"]["service"]["path"] == "/mutate"
+        else:
+            assert hook["clientConfig"]["service"]["path"] == "/validate"
+        if hook["rules"][0]["resources"] == ["pods"]:
+            assert hook["namespaceSelector"]["matchExpressions"] == [
+                {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", NAMESPACE]}]
+            assert hook["objectSelector"]["matchExpressions"] == [
+                {"key": "gpu.kubeon.io/skip", "operator": "NotIn", "values": ["true"]}]
+
+
+def test_failure_policy_and_timeout_come_from_values() -> None:
+    docs = render({"webhook.failurePolicy": "Fail", "webhook.timeoutSeconds": "12"})
+    for hook in _webhooks(docs).values():
+        assert (hook["failurePolicy"], hook["timeoutSeconds"]) == ("Fail", 12)
+
+
+def test_release_namespace_is_excluded_wherever_installed() -> None:
+    docs = render({}, "--namespace", "gpu-opt")
+    hook = _webhooks(docs)["MutatingWebhookConfiguration/pods.mutate.gpu.kubeon.io"]
+    assert hook["namespaceSelector"]["matchExpressions"][0]["values"] == ["kube-system", "gpu-opt"]
+
+
+def test_generated_certificate_serves_the_webhook_service(defaults: list[dict]) -> None:
+    secret = one(defaults, "Secret", "kubeon-gpu-optimizer-webhook-tls")
+    assert secret["type"] == "kubernetes.io/tls"
+    ca = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["ca.crt"]))
+    leaf = x509.load_pem_x509_certificate(base64.b64decode(secret["data"]["tls.crt"]))
+    leaf.verify_directly_issued_by(ca)
+    sans = set(leaf.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName))
+    svc = "kubeon-gpu-optimizer-webhook"
+    assert {svc, f"{svc}.{NAMESPACE}", f"{svc}.{NAMESPACE}.svc", f"{svc}.{NAMESPACE}.svc.cluster.local"} <= sans
+    assert leaf.not_valid_after_utc > datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=365)
+    for hook in _webhooks(defaults).values():
+        assert hook["clientConfig"]["caBundle"] == secret["data"]["ca.crt"], "caBundle must be the Secret's CA"
+    mounted = one(defaults, "Deployment", "kubeon-gpu-optimizer-webhook")["spec"]["template"]["spec"]["volumes"]
+    assert {"name": "certs", "secret": {"secretName": secret["metadata"]["name"], "defaultMode": 0o440}} in mounted
+
+
+def test_generated_certificate_is_reused_on_upgrade() -> None:
+    template = (CHART / "templates" / "webhook-configurations.yaml").read_text()
+    assert 'lookup "v1" "Secret"' in template, "helm mode must reuse the Secret on upgrade"
+
+
+def test_cert_manager_mode_injects_the_ca(guide: list[dict]) -> None:
+    docs = render({**GUIDE_SET, "certificates.mode": "cert-manager"})
+    assert not find(docs, "Secret"), "cert-manager owns the Secret"
+    cert = one(docs, "Certificate", "kubeon-gpu-optimizer-webhook")
+    assert cert["spec"]["secretName"] == "kubeon-gpu-optimizer-webhook-tls"
+    issuer = one(docs, "Issuer", cert["spec"]["issuerRef"]["name"])
+    assert issuer["spec"] == {"selfSigned": {}}
+    assert "kubeon-gpu-optimizer-webhook.kubeon-gpu.svc" in cert["spec"]["dnsNames"]
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        config = one(docs, kind, "kubeon-gpu-optimizer")
+        assert config["metadata"]["annotations"]["cert-manager.io/inject-ca-from"] == \
+            "kubeon-gpu/kubeon-gpu-optimizer-webhook"
+        assert all("caBundle" not in h["clientConfig"] for h in config["webhooks"])
+
+
+def test_cert_manager_can_use_an_existing_cluster_issuer() -> None:
+    docs = render({"certificates.mode": "cert-manager", "certificates.certManager.issuerRef.name": "corp-ca",
+                   "certificates.certManager.issuerRef.kind": "ClusterIssuer"})
+    assert not find(docs, "Issuer")
+    ref = one(docs, "Certificate", "kubeon-gpu-optimizer-webhook")["spec"]["issuerRef"]
+    assert ref == {"name": "corp-ca", "kind": "ClusterIssuer", "group": "cert-manager.io"}
+
+
+def test_webhook_runs_two_replicas_behind_a_pdb(guide: list[dict]) -> None:
+    deployment = one(guide, "Deployment", "kubeon-gpu-optimizer-webhook")
+    assert deployment["spec"]["replicas"] >= 2
+    args = container(deployment)["args"]
+    assert args[:4] == ["webhook", "--cert-dir=/certs", "--port=8443", "--namespace=kubeon-gpu"]
+    pdb = one(guide, "PodDisruptionBudget", "kubeon-gpu-optimizer-webhook")
+    assert pdb["spec"]["minAvailable"] == 1
+    assert pdb["spec"]["selector"]["matchLabels"].items() <= \
+        deployment["spec"]["template"]["metadata"]["labels"].items()
+    service = one(guide, "Service", "kubeon-gpu-optimizer-webhook")
+    assert service["spec"]["ports"][0]["port"] == 443 and service["spec"]["ports"][0]["targetPort"] == "https"
+    assert service["spec"]["selector"] == pdb["spec"]["selector"]["matchLabels"]
+
+
+def test_extender_service(guide: list[dict]) -> None:
+    deployment = one(guide, "Deployment", "kubeon-gpu-optimizer-extender")
+    assert container(deployment)["args"] == ["extender", "--port=8888"]
+    service = one(guide, "Service", "kubeon-gpu-optimizer-extender")
+    assert service["spec"]["ports"][0]["port"] == 8888
+
+
+def _scheduler_config(docs: list[dict]) -> dict:
+    return yaml.safe_load(one(docs, "ConfigMap", "kubeon-gpu-scheduler-config")["data"]["config.yaml"])
+
+
+def test_second_scheduler_calls_the_extender(guide: list[dict]) -> None:
+    config = _scheduler_config(guide)
+    assert config["apiVersion"] == "kubescheduler.config.k8s.io/v1"
+    assert config["kind"] == "KubeSchedulerConfiguration"
+    assert [p["schedulerName"] for p in config["profiles"]] == ["kubeon-gpu-scheduler"]
+    assert config["leaderElection"]["leaderElect"] is True
+    assert config["leaderElection"]["resourceName"] == "kubeon-gpu-scheduler"
+    assert config["leaderElection"]["resourceNamespace"] == NAMESPACE
+    (extender,) = config["extenders"]
+    assert extender["urlPrefix"] == "http://kubeon-gpu-optimizer-extender.kubeon-gpu.svc:8888"
+    assert (extender["filterVerb"], extender["prioritizeVerb"]) == ("filter", "prioritize")
+    assert extender["weight"] > 0 and extender["httpTimeout"] == "5s"
+    assert extender["nodeCacheCapable"] is True and extender["ignorable"] is True
+    deployment = one(guide, "Deployment", "kubeon-gpu-scheduler")
+    kube_scheduler = container(deployment)
+    assert kube_scheduler["image"].startswith("registry.k8s.io/kube-scheduler:v1.")
+    assert "--config=/etc/kubernetes/kubeon-gpu-scheduler/config.yaml" in kube_scheduler["command"]
+
+
+def test_managed_resources_are_the_catalogs(guide: list[dict]) -> None:
+    managed = [r["name"] for r in _scheduler_config(guide)["extenders"][0]["managedResources"]]
+    catalog = {p.resource_name for product in DEFAULT_CATALOG.products for p in product.profiles}
+    assert len(managed) == len(set(managed))
+    assert set(managed) == {GPU_RESOURCE, SHARED_GPU_RESOURCE} | catalog
+    assert "nvidia.com/mig-1g.10gb" in managed and "nvidia.com/mig-1g.18gb.me" in managed
+
+
+def test_scheduler_image_follows_the_cluster_version_unless_pinned() -> None:
+    docs = render({}, "--kube-version", "1.36.2")
+    assert container(one(docs, "Deployment", "kubeon-gpu-scheduler"))["image"] == \
+        "registry.k8s.io/kube-scheduler:v1.36.0"
+    docs = render({"scheduler.image.tag": "v1.36.4"})
+    assert container(one(docs, "Deployment", "kubeon-gpu-scheduler"))["image"] == \
+        "registry.k8s.io/kube-scheduler:v1.36.4"
+
+
+def test_scheduler_can_be_switched_off() -> None:
+    docs = render({"scheduler.enabled": "false"})
+    assert not [d for d in docs if "kubeon-gpu-scheduler" in d["metadata"]["name"]]
+
+
+def test_image_tag_defaults_to_app_version(defaults: list[dict]) -> None:
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert chart["apiVersion"] == "v2"
+    for name in ("kubeon-gpu-optimizer", "kubeon-gpu-optimizer-webhook", "kubeon-gpu-optimizer-extender"):
+        image = container(one(defaults, "Deployment", name))["image"]
+        assert image.endswith(f":{chart['appVersion']}")

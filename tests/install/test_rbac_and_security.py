@@ -1,0 +1,185 @@
+"""RBAC and pod security of what the chart installs, read from real `helm template` output.
+
+Real: helm 4 renders the chart with the install guide's values; rules are
+compared as sets of (apiGroup, resource, verb) against the guide's list
+(issue 6), and every container's securityContext is read from the render.
+Faked: nothing; no API server evaluates the rules here (the apply test in
+test_manifests.py loads them into the test API server).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pytest
+
+from tests.install.chart import GUIDE_SET, NAMESPACE, find, one, pod_specs, render, rule_triples
+
+FULL = ("get", "list", "watch", "create", "update", "patch", "delete")
+
+
+def _expand(groups: Iterable[str], resources: Iterable[str], verbs: Iterable[str]) -> set[tuple[str, ...]]:
+    return {(g, r, v) for g in groups for r in resources for v in verbs}
+
+
+# The install guide's ClusterRole kubeon-gpu-optimizer, verbatim.
+GUIDE_CLUSTER_ROLE = (
+    _expand([""], ["nodes", "pods", "namespaces"], ["get", "list", "watch"])
+    | _expand(["apps"], ["deployments", "statefulsets", "replicasets"], ["get", "list", "watch"])
+    | _expand(["policy"], ["poddisruptionbudgets"], ["get", "list", "watch"])
+    | _expand([""], ["nodes"], ["patch"])
+    | _expand([""], ["pods/eviction"], ["create"])
+    | _expand(["karpenter.sh"], ["nodepools", "nodeclaims"], FULL)
+    | _expand(["gpu.kubeon.io"], ["gpupolicies", "gpupolicies/status"], FULL)
+)
+SCALER = _expand(["apps"], ["deployments/scale", "statefulsets/scale"], ["get", "patch"])
+CONTROLLER_SA = {"kind": "ServiceAccount", "name": "kubeon-gpu-optimizer", "namespace": NAMESPACE}
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict]:
+    return render(GUIDE_SET)
+
+
+def _roles_bound_to(docs: list[dict], subject: dict) -> list[tuple[str, dict]]:
+    """(binding namespace or '*', role) for every role the chart binds to this subject."""
+    bound = []
+    for binding in find(docs, "ClusterRoleBinding") + find(docs, "RoleBinding"):
+        if subject not in binding["subjects"]:
+            continue
+        ref = binding["roleRef"]
+        scope = binding["metadata"].get("namespace", "*")
+        if ref["kind"] == "ClusterRole":
+            roles = find(docs, "ClusterRole", ref["name"])
+        else:
+            roles = [r for r in find(docs, "Role", ref["name"]) if r["metadata"]["namespace"] == scope]
+        bound += [(scope, role) for role in roles]
+    return bound
+
+
+def test_cluster_role_equals_the_guide(docs: list[dict]) -> None:
+    role = one(docs, "ClusterRole", "kubeon-gpu-optimizer")
+    assert rule_triples(role["rules"]) == GUIDE_CLUSTER_ROLE
+    assert all("resourceNames" not in rule for rule in role["rules"])
+
+
+def test_controller_holds_the_guide_plus_only_scoped_extras(docs: list[dict]) -> None:
+    """Everything bound to the controller: the guide's ClusterRole plus named, narrow extras."""
+    grants: dict[str, set[tuple[str, ...]]] = {}
+    for scope, role in _roles_bound_to(docs, CONTROLLER_SA):
+        grants.setdefault(scope, set()).update(rule_triples(role["rules"], with_names=True))
+    cluster = grants.pop("*")
+    extras = {t for t in cluster if t[:3] not in GUIDE_CLUSTER_ROLE}
+    assert {t[:3] for t in cluster} >= GUIDE_CLUSTER_ROLE
+    assert extras == {
+        ("", "events", "create", "*"), ("", "events", "patch", "*"),
+        ("events.k8s.io", "events", "create", "*"), ("events.k8s.io", "events", "patch", "*"),
+        ("rbac.authorization.k8s.io", "clusterroles", "bind", "kubeon-gpu-optimizer-scaler"),
+        ("rbac.authorization.k8s.io", "rolebindings", "create", "*"),
+        ("rbac.authorization.k8s.io", "rolebindings", "list", "*"),
+        ("rbac.authorization.k8s.io", "rolebindings", "watch", "*"),
+        ("rbac.authorization.k8s.io", "rolebindings", "get", "kubeon-gpu-optimizer-scaler"),
+        ("rbac.authorization.k8s.io", "rolebindings", "delete", "kubeon-gpu-optimizer-scaler"),
+    }
+    assert grants == {
+        NAMESPACE: {("coordination.k8s.io", "leases", "create", "*"),
+                    ("coordination.k8s.io", "leases", "get", "kubeon-gpu-optimizer"),
+                    ("coordination.k8s.io", "leases", "update", "kubeon-gpu-optimizer")},
+        "gpu-operator": {("", "configmaps", v, "time-slicing-config") for v in ("get", "update", "patch")},
+    }
+
+
+def test_time_slicing_role_follows_values() -> None:
+    docs = render({"gpuOperator.namespace": "nvidia", "gpuOperator.timeSlicingConfigMap": "ts"})
+    role = one(docs, "Role", "kubeon-gpu-optimizer-time-slicing")
+    assert role["metadata"]["namespace"] == "nvidia"
+    assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
+                              "verbs": ["get", "update", "patch"], "resourceNames": ["ts"]}]
+
+
+def test_scaler_role_exists_but_is_bound_nowhere_by_the_chart(docs: list[dict]) -> None:
+    scaler = one(docs, "ClusterRole", "kubeon-gpu-optimizer-scaler")
+    assert rule_triples(scaler["rules"]) == SCALER
+    for binding in find(docs, "ClusterRoleBinding") + find(docs, "RoleBinding"):
+        assert binding["roleRef"]["name"] != "kubeon-gpu-optimizer-scaler", binding["metadata"]["name"]
+
+
+def test_no_rule_anywhere_grants_secrets_or_wildcards() -> None:
+    for values in (GUIDE_SET, {"certificates.mode": "cert-manager"}, {"certificates.mode": "external"}):
+        for role in find(render(values), "ClusterRole") + find(render(values), "Role"):
+            for group, resource, verb in rule_triples(role["rules"]):
+                name = role["metadata"]["name"]
+                assert resource != "secrets" and not resource.startswith("secrets/"), name
+                assert "*" not in (group, resource, verb), name
+                assert verb not in ("escalate", "impersonate"), name
+
+
+def test_webhook_and_extender_only_read_what_they_cache(docs: list[dict]) -> None:
+    read = ("get", "list", "watch")
+    webhook = {"kind": "ServiceAccount", "name": "kubeon-gpu-optimizer-webhook", "namespace": NAMESPACE}
+    extender = {"kind": "ServiceAccount", "name": "kubeon-gpu-optimizer-extender", "namespace": NAMESPACE}
+    assert set().union(*(rule_triples(r["rules"]) for _, r in _roles_bound_to(docs, webhook))) == (
+        _expand(["gpu.kubeon.io"], ["gpupolicies"], read) | _expand([""], ["namespaces", "nodes"], read))
+    assert set().union(*(rule_triples(r["rules"]) for _, r in _roles_bound_to(docs, extender))) == (
+        _expand([""], ["nodes", "pods", "namespaces"], read) | _expand(["gpu.kubeon.io"], ["gpupolicies"], read))
+
+
+def test_second_scheduler_rbac_matches_upstream_example(docs: list[dict]) -> None:
+    subject = {"kind": "ServiceAccount", "name": "kubeon-gpu-scheduler", "namespace": NAMESPACE}
+    refs = {(b["kind"], b["metadata"].get("namespace"), b["roleRef"]["kind"], b["roleRef"]["name"])
+            for b in find(docs, "ClusterRoleBinding") + find(docs, "RoleBinding") if subject in b["subjects"]}
+    assert refs == {
+        ("ClusterRoleBinding", None, "ClusterRole", "system:kube-scheduler"),
+        ("ClusterRoleBinding", None, "ClusterRole", "system:volume-scheduler"),
+        ("RoleBinding", "kube-system", "Role", "extension-apiserver-authentication-reader"),
+        ("RoleBinding", NAMESPACE, "Role", "kubeon-gpu-scheduler-leader-election"),
+    }
+    lease = one(docs, "Role", "kubeon-gpu-scheduler-leader-election")
+    assert ("coordination.k8s.io", "leases", "update", "kubeon-gpu-scheduler") in \
+        rule_triples(lease["rules"], with_names=True)
+
+
+def test_each_component_runs_as_its_own_service_account(docs: list[dict]) -> None:
+    accounts = {name: spec["serviceAccountName"] for name, spec in pod_specs(docs)}
+    assert accounts == {
+        "kubeon-gpu-optimizer": "kubeon-gpu-optimizer",
+        "kubeon-gpu-optimizer-webhook": "kubeon-gpu-optimizer-webhook",
+        "kubeon-gpu-optimizer-extender": "kubeon-gpu-optimizer-extender",
+        "kubeon-gpu-scheduler": "kubeon-gpu-scheduler",
+    }
+    assert {sa["metadata"]["name"] for sa in find(docs, "ServiceAccount")} == set(accounts.values())
+
+
+WRITABLE = {  # the only writable volumes each workload may mount
+    "kubeon-gpu-optimizer": {"/tmp"},
+    "kubeon-gpu-optimizer-webhook": {"/tmp"},
+    "kubeon-gpu-optimizer-extender": {"/tmp"},
+    "kubeon-gpu-scheduler": set(),
+}
+
+
+@pytest.mark.parametrize("values", [GUIDE_SET, {}], ids=["guide", "defaults"])
+def test_every_pod_is_locked_down(values: dict[str, str]) -> None:
+    specs = dict(pod_specs(render(values)))
+    assert set(specs) == set(WRITABLE)
+    for name, spec in specs.items():
+        pod = spec["securityContext"]
+        assert pod["runAsNonRoot"] is True and pod["runAsUser"] == 65532, name
+        assert pod["seccompProfile"] == {"type": "RuntimeDefault"}, name
+        assert not spec.get("hostNetwork") and not spec.get("hostPID") and not spec.get("hostIPC"), name
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for c in spec["containers"] + spec.get("initContainers", []):
+            sc = c["securityContext"]
+            assert sc["runAsNonRoot"] is True and sc["runAsUser"] == 65532, (name, c["name"])
+            assert sc["readOnlyRootFilesystem"] is True, (name, c["name"])
+            assert sc["allowPrivilegeEscalation"] is False, (name, c["name"])
+            assert sc["capabilities"] == {"drop": ["ALL"]}, (name, c["name"])
+            assert sc["seccompProfile"] == {"type": "RuntimeDefault"}, (name, c["name"])
+            assert c.get("resources", {}).get("limits", {}).get("memory"), (name, c["name"])
+            writable = {m["mountPath"] for m in c.get("volumeMounts", [])
+                        if not m.get("readOnly") and "emptyDir" in volumes[m["name"]]}
+            assert writable == WRITABLE[name], (name, c["name"], writable)
+            for mount in c.get("volumeMounts", []):
+                volume = volumes[mount["name"]]
+                assert mount.get("readOnly") or "emptyDir" in volume, (name, mount)
+                assert "hostPath" not in volume, (name, mount)
