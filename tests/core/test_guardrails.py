@@ -1,0 +1,47 @@
+"""Pod guardrails (maxGpusPerPod, allowedGpuResources) in each mode: real gpupolicy.admission.validate_pod."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpupolicy.admission import Action, validate_pod
+from tests.core.builders import make_pod, make_policy, make_view
+
+GUARD = {"maxGpusPerPod": 2, "allowedGpuResources": ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]}
+
+
+@pytest.mark.parametrize(
+    ("pod", "violation"),
+    [
+        (make_pod(gpus=2), ""),
+        (make_pod(gpus=3), "more than maxGpusPerPod 2"),
+        (make_pod(gpus=2, containers=2), "asks for 4 GPUs"),
+        (make_pod(gpus=1, init_gpus=3), "asks for 3 GPUs"),
+        (make_pod(resource="nvidia.com/mig-1g.10gb"), ""),
+        (make_pod(resource="nvidia.com/mig-3g.40gb"), "nvidia.com/mig-3g.40gb is not in allowedGpuResources"),
+        (make_pod(resource="nvidia.com/gpu.shared"), "nvidia.com/gpu.shared is not in allowedGpuResources"),
+    ],
+    ids=["at-limit", "over-limit", "sum-of-containers", "init-container-peak", "allowed-mig",
+         "other-mig", "shared-not-allowed"],
+)
+def test_automatic_guardrail_denies_violations(pod, violation) -> None:
+    result = validate_pod(pod, make_view(make_policy("guard", guardrail=GUARD)))
+    if violation:
+        assert not result.allowed and violation in result.message and "guard" in result.message
+        assert result.decisions[0].action == Action.DENY
+    else:
+        assert result.allowed and result.warnings == []
+
+
+def test_recommend_guardrail_only_warns() -> None:
+    result = validate_pod(make_pod(gpus=4), make_view(make_policy("guard", mode="Recommend", guardrail=GUARD)))
+    assert result.allowed
+    assert result.warnings == ["kubeon-gpu guard: pod asks for 4 GPUs, more than maxGpusPerPod 2"]
+    assert result.decisions[0].action == Action.WARN
+
+
+def test_guardrail_ignores_protected_and_skipped_pods() -> None:
+    view = make_view(make_policy("guard", guardrail={"maxGpusPerPod": 0}))
+    assert validate_pod(make_pod(namespace="kube-system"), view).allowed
+    assert validate_pod(make_pod(labels={"gpu.kubeon.io/skip": "true"}), view).allowed
+    assert not validate_pod(make_pod(), view).allowed
