@@ -39,6 +39,12 @@ class FakeKubeApi:
         self.expire_generation = 0  # bumped to send 410 to every open watch
         self.watch_requests: list[str | None] = []
         self.list_requests = 0
+        # Single objects served by GET and replaced by PUT with optimistic concurrency
+        # (409 on a stale metadata.resourceVersion); `concurrent_writes` makes the next
+        # N reads be followed by another writer's update, so the reader's PUT conflicts.
+        self.singletons: dict[str, dict[str, Any]] = {}
+        self.concurrent_writes = 0
+        self.puts = 0
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
         self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
@@ -126,12 +132,37 @@ class FakeKubeApi:
             def do_GET(self) -> None:
                 parts = urlsplit(self.path)
                 query = {k: v[0] for k, v in parse_qs(parts.query).items()}
-                if parts.path not in COLLECTIONS:
+                if parts.path in fake.singletons:
+                    with fake._cond:
+                        body = json.loads(json.dumps(fake.singletons[parts.path]))
+                        if fake.concurrent_writes > 0:
+                            fake.concurrent_writes -= 1
+                            fake.rv += 1
+                            fake.singletons[parts.path]["metadata"]["resourceVersion"] = str(fake.rv)
+                    self._json(200, body)
+                elif parts.path not in COLLECTIONS:
                     self._json(404, {"kind": "Status", "code": 404, "message": "not found"})
                 elif query.get("watch") in ("true", "1"):
                     self._watch(parts.path, query)
                 else:
                     self._list(parts.path)
+
+            def do_PUT(self) -> None:
+                path = urlsplit(self.path).path
+                body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                with fake._cond:
+                    fake.puts += 1
+                    current = fake.singletons.get(path)
+                    if current is None:
+                        self._json(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
+                        return
+                    if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
+                        self._json(409, {"kind": "Status", "code": 409, "reason": "Conflict"})
+                        return
+                    fake.rv += 1
+                    body["metadata"]["resourceVersion"] = str(fake.rv)
+                    fake.singletons[path] = body
+                self._json(200, body)
 
             def _json(self, code: int, body: dict[str, Any]) -> None:
                 data = json.dumps(body).encode()

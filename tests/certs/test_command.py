@@ -1,0 +1,123 @@
+"""`kubeon-gpu certs` through the real CLI dispatcher (cli.main.main).
+
+Real: argument parsing, certificate generation, the kubernetes client's
+AdmissionregistrationV1Api over HTTP on loopback. Faked: the API server is
+tests/serving/fake_kubeapi.py serving webhook configurations by GET and
+replacing them by PUT with resourceVersion conflicts (409) like kube-apiserver.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+from tests.serving.fake_kubeapi import FakeKubeApi
+
+MWC = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/kubeon-gpu-optimizer"
+VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/kubeon-gpu-optimizer"
+
+
+def webhook_config(kind: str, hooks: list[str]) -> dict:
+    return {
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+        "metadata": {"name": "kubeon-gpu-optimizer", "resourceVersion": "7"},
+        "webhooks": [{
+            "name": h, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "clientConfig": {"service": {"name": "kubeon-gpu-optimizer-webhook", "namespace": "kubeon-gpu",
+                                         "path": "/mutate"}},
+        } for h in hooks],
+    }
+
+
+@pytest.fixture
+def fake(tmp_path: Path) -> Iterator[FakeKubeApi]:
+    server = FakeKubeApi().start()
+    server.singletons[MWC] = webhook_config("MutatingWebhookConfiguration", ["a.gpu.kubeon.io", "b.gpu.kubeon.io"])
+    server.singletons[VWC] = webhook_config("ValidatingWebhookConfiguration", ["v.gpu.kubeon.io"])
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def ca_dir(tmp_path: Path) -> Path:
+    out = tmp_path / "tls"
+    assert main(["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(out)]) == 0
+    return out
+
+
+def run_err(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    return err
+
+
+def test_generate_writes_the_four_files(ca_dir: Path) -> None:
+    assert sorted(p.name for p in ca_dir.iterdir()) == ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+
+
+def test_patch_cabundle_sets_every_webhook_and_retries_conflicts(
+    fake: FakeKubeApi, ca_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = fake.write_kubeconfig(tmp_path / "kc")
+    fake.concurrent_writes = 2  # the first two read-modify-replace rounds lose the race
+    rc = main(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--mutating",
+               "kubeon-gpu-optimizer", "--validating", "kubeon-gpu-optimizer", "--kubeconfig", str(kubeconfig)])
+    assert rc == 0, capsys.readouterr().err
+    expected = base64.b64encode((ca_dir / "ca.crt").read_bytes()).decode()
+    for path, count in [(MWC, 2), (VWC, 1)]:
+        hooks = fake.singletons[path]["webhooks"]
+        assert [h["clientConfig"]["caBundle"] for h in hooks] == [expected] * count
+        assert hooks[0]["clientConfig"]["service"]["path"] == "/mutate", "other fields are kept"
+    assert fake.puts == 4  # two conflicts, then one PUT per configuration
+    assert "patched caBundle into 2 webhook(s)" in capsys.readouterr().out
+    json.dumps(fake.singletons)  # stored objects are plain JSON
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["certs", "generate", "--service", "", "--namespace", "n", "--out", "{tmp}/x"], "--service"),
+        (["certs", "generate", "--service", "s", "--namespace", "n", "--out", "{tmp}/x", "--ip", "nope"], "--ip"),
+        (["certs", "generate", "--service", "s", "--namespace", "n", "--out", "{tmp}/file"], "not a directory"),
+        (["certs", "generate", "--service", "s", "--namespace", "n", "--out", "{tmp}/x", "--reuse-ca"],
+         "--reuse-ca"),
+        (["certs", "patch-cabundle", "--ca-file", "{tmp}/missing.crt", "--mutating", "m"], "--ca-file"),
+        (["certs", "patch-cabundle", "--ca-file", "{tmp}/file", "--mutating", "m"], "not a PEM certificate"),
+        (["certs", "patch-cabundle", "--ca-file", "{tmp}/file"], "--mutating or --validating"),
+        (["certs", "patch-cabundle", "--ca-file", "{ca}", "--mutating", "m", "--kubeconfig", "{tmp}/nokc"],
+         "does not exist"),
+        (["certs"], "choose an action"),
+    ],
+    ids=["empty-service", "bad-ip", "out-is-file", "reuse-missing-ca", "missing-ca-file", "ca-not-pem",
+         "no-target", "missing-kubeconfig", "no-action"],
+)
+def test_errors_are_one_line_exit_2(
+    argv: list[str], expected: str, tmp_path: Path, ca_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "file").write_text("hello")
+    argv = [a.format(tmp=tmp_path, ca=ca_dir / "ca.crt") for a in argv]
+    assert expected in run_err(argv, capsys)
+
+
+def test_patch_names_a_missing_configuration(
+    fake: FakeKubeApi, ca_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    kubeconfig = fake.write_kubeconfig(tmp_path / "kc")
+    err = run_err(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--mutating", "other",
+                   "--kubeconfig", str(kubeconfig)], capsys)
+    assert "MutatingWebhookConfiguration other not found" in err
+
+
+def test_patch_names_an_unreachable_server(ca_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    fake = FakeKubeApi()
+    kubeconfig = fake.write_kubeconfig(tmp_path / "kc")
+    fake.server.server_close()
+    err = run_err(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--validating", "v",
+                   "--kubeconfig", str(kubeconfig)], capsys)
+    assert "ValidatingWebhookConfiguration v" in err
