@@ -53,6 +53,19 @@ def list_scaled_objects(
     return list(answer.get("items") or [])
 
 
+def list_scaled_objects_all_namespaces(api: client.ApiClient, label_selector: str = "") -> list[dict[str, Any]]:
+    """ScaledObjects in every namespace; [] when KEDA is not installed."""
+    try:
+        answer = client.CustomObjectsApi(api).list_cluster_custom_object(
+            KEDA_GROUP, KEDA_VERSION, KEDA_PLURAL, label_selector=label_selector,
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return []
+        raise
+    return list(answer.get("items") or [])
+
+
 def scaled_object_for(scaled_objects: Iterable[Mapping[str, Any]], kind: str, name: str) -> dict[str, Any] | None:
     """The ScaledObject whose scaleTargetRef names this workload (KEDA defaults kind to Deployment)."""
     for obj in scaled_objects:

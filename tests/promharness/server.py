@@ -7,7 +7,10 @@ Prometheus starts, the exporter's scripts are evaluated over the past
 TSDB blocks with `promtool tsdb create-blocks-from openmetrics` in the
 fresh storage dir. The backfilled series carry the same job/instance labels
 a scrape adds, so history and live samples are one series. Prometheus loads
-the blocks at start (about 0.2 s), then scrapes the exporter every 1 s.
+the blocks at start (about 0.2 s), then scrapes the exporter every 1 s;
+the first scrape comes about 5 s after start (the scrape manager applies
+targets on a 5 s tick), so tests that only read history pass
+`wait_scrape=False` and do not wait for it.
 """
 
 from __future__ import annotations
@@ -70,7 +73,8 @@ def openmetrics_history(exporter: DcgmExporter, start: float, end: float, step: 
 class PrometheusServer:
     """One Prometheus process on 127.0.0.1:<free port>, temp storage, scraping one exporter."""
 
-    def __init__(self, exporter: DcgmExporter, *, history: float = 0.0, step: float = 1.0) -> None:
+    def __init__(self, exporter: DcgmExporter, *, history: float = 0.0, step: float = 1.0,
+                 wait_scrape: bool = True) -> None:
         self.exporter = exporter
         self.dir = Path(tempfile.mkdtemp(prefix="kubeon-prom-"))
         self.storage = self.dir / "data"
@@ -95,7 +99,7 @@ class PrometheusServer:
             stdout=self.log, stderr=subprocess.STDOUT,
         )
         try:
-            self._wait_ready()
+            self._wait_ready(wait_scrape)
         except BaseException:
             self.stop()
             raise
@@ -109,7 +113,7 @@ class PrometheusServer:
             check=True, capture_output=True, timeout=60,
         )
 
-    def _wait_ready(self, timeout: float = 20.0) -> None:
+    def _wait_ready(self, wait_scrape: bool, timeout: float = 20.0) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -122,7 +126,9 @@ class PrometheusServer:
             time.sleep(0.05)
         else:
             raise TimeoutError("prometheus not ready")
-        # The first scrape: `up` exists and the exporter was read.
+        if not wait_scrape:
+            return
+        # The first scrape (Prometheus applies scrape targets ~5 s after start): `up` says it happened.
         self.wait_for(f'up{{job="{JOB}"}} == 1', timeout=max(1.0, deadline - time.monotonic()))
 
     def query(self, promql: str, at: float | None = None) -> list[dict[str, Any]]:
