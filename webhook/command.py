@@ -1,0 +1,108 @@
+"""`kubeon-gpu webhook`: serve /mutate, /validate, /dry-run over TLS with gunicorn.
+
+Worker model: gunicorn `gthread`, one worker per core (default 2) with a few
+threads each. A review costs ~0.1-0.3 ms of CPU and no I/O, so more processes
+than cores only add context switches, while threads let each worker hold
+several keep-alive connections from the API server (it keeps a pool of them)
+without one slow client blocking the rest. See docs/designs/webhook.md.
+
+The ClusterView: with `--policies FILE` or `--no-watch` (or no cluster
+reachable config) a static view; otherwise Reflectors on GpuPolicies,
+Namespaces and Nodes, started in each worker after the fork (threads do not
+survive fork).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+from flask import Flask
+
+from gpupolicy.cluster import ClusterView
+from gpupolicy.dryrun import DryRunError, parse_policies
+from gpupolicy.model import Mode
+from webhook.app import create_app
+from webhook.views import StaticView, ViewSource, WatchedView
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--cert-dir", required=True, metavar="DIR", help="directory with tls.crt and tls.key")
+    parser.add_argument("--port", type=int, default=8443)
+    parser.add_argument("--bind", default="0.0.0.0")
+    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (default: 2)")
+    parser.add_argument("--threads", type=int, default=4, help="threads per worker (default: 4)")
+    parser.add_argument("--namespace", default="kubeon-gpu", help="the optimizer's own namespace (never touched)")
+    parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value)
+    parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (in-cluster config when unset)")
+    parser.add_argument("--no-watch", action="store_true", help="do not watch the cluster: static view only")
+    parser.add_argument("--policies", metavar="FILE", help="GpuPolicy YAML documents for a static view")
+
+
+def load_static_view(args: argparse.Namespace) -> ClusterView:
+    """The view from --policies (or an empty one); raises ValueError naming the file and field."""
+    policies = []
+    if args.policies:
+        try:
+            docs = [d for d in yaml.safe_load_all(Path(args.policies).read_text(encoding="utf-8")) if d]
+            policies = parse_policies([d for d in docs if isinstance(d, dict) and d.get("kind") == "GpuPolicy"])
+        except (OSError, yaml.YAMLError, DryRunError) as exc:
+            raise ValueError(f"{args.policies}: {exc}") from exc
+    return ClusterView(policies=tuple(policies), default_mode=Mode(args.default_mode),
+                       own_namespace=args.namespace)
+
+
+def should_watch(args: argparse.Namespace) -> bool:
+    if args.no_watch or args.policies:
+        return False
+    return bool(args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def make_app_factory(args: argparse.Namespace, static: ClusterView) -> Any:
+    """What each gunicorn worker calls after the fork to build its app (and start its watches)."""
+
+    def factory() -> Flask:
+        source: ViewSource
+        if should_watch(args):
+            from kube.config import load_api_client
+
+            source = WatchedView(load_api_client(args.kubeconfig), default_mode=Mode(args.default_mode),
+                                 own_namespace=args.namespace).start()
+        else:
+            source = StaticView(static)
+        app = create_app(source)
+        try:
+            from serving import probes
+
+            probes.register(app, source.ready)
+        except ImportError:  # serving's probes not available: the app still answers admission
+            log.warning("serving.probes unavailable: no /healthz or /readyz")
+        return app
+
+    return factory
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        static = load_static_view(args)
+    except ValueError as exc:
+        print(f"kubeon-gpu webhook: {exc}", file=sys.stderr)
+        return 2
+    cert_dir = Path(args.cert_dir)
+    for name in ("tls.crt", "tls.key"):
+        if not (cert_dir / name).is_file():
+            print(f"kubeon-gpu webhook: --cert-dir {cert_dir}: {name} missing", file=sys.stderr)
+            return 2
+    from serving.server import serve
+
+    serve(make_app_factory(args, static), bind=args.bind, port=args.port, cert_dir=str(cert_dir),
+          workers=args.workers, threads=args.threads, worker_class="gthread")
+    return 0
