@@ -101,3 +101,72 @@ def fake_clock() -> FakeClock:
 @pytest.fixture
 def scripted_metrics() -> ScriptedMetrics:
     return ScriptedMetrics()
+
+
+# -- the test API server and object builders ---------------------------------------
+REPO = __import__("pathlib").Path(__file__).resolve().parents[2]
+POLICY_CRD = REPO / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
+
+
+@pytest.fixture
+def frame_api():  # type: ignore[no-untyped-def]
+    """A fresh test API server with the GpuPolicy CRD and namespaces kubeon-gpu + inference."""
+    kubeapi = pytest.importorskip("tests.kubeapi")
+    server_cls = getattr(kubeapi, "ApiServer", None)
+    if server_cls is None:
+        pytest.skip("tests.kubeapi.ApiServer not available yet")
+    server = server_cls.start(crd_files=[str(POLICY_CRD)])
+    try:
+        api = server.api_client()
+        from kubernetes import client
+
+        core = client.CoreV1Api(api)
+        for ns in ("kubeon-gpu", "inference", "default"):
+            try:
+                core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+            except client.ApiException as exc:
+                if exc.status != 409:
+                    raise
+        server.api = api
+        yield server
+    finally:
+        server.stop()
+
+
+def make_deployment(name: str, namespace: str = "inference", gpus: int = 1, replicas: int = 1,
+                    labels: dict[str, str] | None = None, kind: str = "Deployment") -> dict[str, object]:
+    """A Deployment (or StatefulSet) whose one container asks `gpus` whole GPUs."""
+    pod_labels = {"app": name, **(labels or {})}
+    spec: dict[str, object] = {
+        "replicas": replicas,
+        "selector": {"matchLabels": {"app": name}},
+        "template": {
+            "metadata": {"labels": pod_labels},
+            "spec": {"containers": [{
+                "name": "main", "image": "vllm/vllm-openai:latest",
+                "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+            }]},
+        },
+    }
+    if kind == "StatefulSet":
+        spec["serviceName"] = name
+    return {"apiVersion": "apps/v1", "kind": kind, "metadata": {"name": name, "namespace": namespace},
+            "spec": spec}
+
+
+def make_node(name: str, product: str = "NVIDIA-A100-SXM4-80GB", gpus: int = 8) -> dict[str, object]:
+    return {"apiVersion": "v1", "kind": "Node",
+            "metadata": {"name": name, "labels": {"nvidia.com/gpu.product": product,
+                                                  "nvidia.com/gpu.count": str(gpus)}},
+            "status": {"capacity": {"nvidia.com/gpu": str(gpus)}, "allocatable": {"nvidia.com/gpu": str(gpus)}}}
+
+
+def make_policy(name: str, body: dict[str, object], mode: str | None = None,
+                approvals: list[str] | None = None, selector: dict[str, object] | None = None) -> dict[str, object]:
+    spec: dict[str, object] = {**body, "selector": selector or {"namespaces": ["inference"]}}
+    if mode:
+        spec["mode"] = mode
+    if approvals is not None:
+        spec["approvals"] = approvals
+    return {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": name},
+            "spec": spec}

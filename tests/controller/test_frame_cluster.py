@@ -1,0 +1,307 @@
+"""The controller frame against the test API server: lease election, policy sync and status, mode gating.
+
+Real: the test API server (tests/kubeapi) with the generated GpuPolicy CRD, the
+kubernetes client, the controller's Lease loop, policy store, status writer,
+recorder (Events) and the right-sizing reconciler. Faked: the clock
+(`FakeClock`, so lease expiry is exact) and the metrics source
+(`ScriptedMetrics`, scripted DCGM series; the real Prometheus path is covered
+by the scale-to-zero tests with tests/promharness).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from controller.command import ControllerProcess, build
+from controller.leader import LeaderElector
+from controller.policies import PolicySync
+from controller.rightsizing import RightSizingReconciler
+from gpupolicy.model import Mode
+from kube.leases import LeaseConflict, get_lease, replace_lease
+from tests.controller.conftest import FakeClock, ScriptedMetrics, make_deployment, make_node, make_policy
+
+DAY = 86400.0
+GIB = 1024.0
+LEASE = "kubeon-gpu-optimizer"
+
+
+# -- helpers ------------------------------------------------------------------------
+def create(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
+    kind = obj["kind"]
+    if kind == "GpuPolicy":
+        return client.CustomObjectsApi(api).create_cluster_custom_object(  # type: ignore[no-any-return]
+            "gpu.kubeon.io", "v1alpha1", "gpupolicies", obj)
+    if kind == "Node":
+        return api.sanitize_for_serialization(client.CoreV1Api(api).create_node(obj))  # type: ignore[no-any-return]
+    ns = obj["metadata"]["namespace"]
+    apps = client.AppsV1Api(api)
+    made = (apps.create_namespaced_deployment(ns, obj) if kind == "Deployment"
+            else apps.create_namespaced_stateful_set(ns, obj))
+    return api.sanitize_for_serialization(made)  # type: ignore[no-any-return]
+
+
+def policy_status(api: client.ApiClient, name: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi(api).get_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", name)
+    return obj.get("status") or {}
+
+
+def deployment(api: client.ApiClient, name: str, ns: str = "inference") -> dict[str, Any]:
+    return api.sanitize_for_serialization(  # type: ignore[no-any-return]
+        client.AppsV1Api(api).read_namespaced_deployment(name, ns))
+
+
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status.get("conditions", []) if c["type"] == kind)
+
+
+def script_usage(metrics: ScriptedMetrics, clock: FakeClock, deploy: str, peak_mib: float,
+                 days: float = 7.0, util: float = 12.0) -> None:
+    """A week of DCGM series for one pod of `deploy` on node gpu-1, with one memory peak."""
+    end = clock.now()
+    start = end - days * DAY
+    labels = {"namespace": "inference", "pod": f"{deploy}-7f9c5d-x2k4q", "Hostname": "gpu-1",
+              "modelName": "NVIDIA A100-SXM4-80GB"}
+    peak_at = end - 2 * DAY
+    metrics.add("DCGM_FI_DEV_FB_USED", labels,
+                lambda t: peak_mib if abs(t - peak_at) < 300 else peak_mib / 3, start, end, every=600)
+    metrics.add("DCGM_FI_DEV_GPU_UTIL", labels, lambda t: util, start, end, every=600)
+
+
+def replica(api: client.ApiClient, clock: FakeClock, metrics: ScriptedMetrics | None, identity: str,
+            lost: list[str] | None = None, mode: Mode = Mode.RECOMMEND) -> ControllerProcess:
+    return build(
+        api, identity=identity, clock=clock, metrics=metrics, default_mode=mode,
+        prometheus_url="http://prometheus.test" if metrics is not None else None,
+        on_lost=(lambda reason: (lost.append(reason) if lost is not None else None)),
+        reconcilers=[PolicySync(), RightSizingReconciler()],
+    )
+
+
+@pytest.fixture
+def api(frame_api: Any) -> client.ApiClient:
+    return frame_api.api  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def clock() -> FakeClock:
+    return FakeClock()
+
+
+# -- leader election ---------------------------------------------------------------
+def elector(api: client.ApiClient, clock: FakeClock, identity: str, lost: list[str]) -> LeaderElector:
+    return LeaderElector(api, "kubeon-gpu", LEASE, identity, clock, lease_duration=15, renew_interval=5,
+                         on_lost=lost.append)
+
+
+def test_two_replicas_exactly_one_leads(api: client.ApiClient, clock: FakeClock) -> None:
+    lost: list[str] = []
+    a, b = elector(api, clock, "a", lost), elector(api, clock, "b", lost)
+    assert a.step() is True
+    assert b.step() is False
+    clock.advance(5)
+    assert a.step() is True and b.step() is False
+    lease = get_lease(api, "kubeon-gpu", LEASE)
+    assert lease is not None and lease.holder == "a" and lease.transitions == 0
+    assert lease.lease_duration_seconds == 15
+    assert lease.renew_time == pytest.approx(clock.now(), abs=1e-3)
+    assert [a.is_leader(), b.is_leader()] == [True, False] and not lost
+
+
+def test_expired_lease_is_taken_over_and_the_old_holder_stops(api: client.ApiClient, clock: FakeClock) -> None:
+    lost: list[str] = []
+    a, b = elector(api, clock, "a", lost), elector(api, clock, "b", lost)
+    assert a.step()
+    clock.advance(10)
+    assert not b.step(), "a lease renewed 10 s ago (duration 15 s) is not free"
+    clock.advance(6)  # a failed to renew: 16 s since its last renewal
+    assert a.is_leader() is False, "a must stop acting once its own lease has expired"
+    assert lost and "expired" in lost[0]
+    assert b.step() is True
+    lease = get_lease(api, "kubeon-gpu", LEASE)
+    assert lease is not None and lease.holder == "b" and lease.transitions == 1
+    assert lease.acquire_time == pytest.approx(clock.now(), abs=1e-3)
+    assert a.step() is False, "a replica that lost the lease does not quietly resume"
+
+
+def test_a_replica_whose_lease_is_stolen_stops(api: client.ApiClient, clock: FakeClock) -> None:
+    lost: list[str] = []
+    a = elector(api, clock, "a", lost)
+    assert a.step()
+    current = get_lease(api, "kubeon-gpu", LEASE)
+    assert current is not None
+    replace_lease(api, current, "intruder", 15, clock.now(), clock.now(), current.transitions + 1)
+    clock.advance(5)
+    assert a.step() is False
+    assert a.is_leader() is False
+    assert lost == ["lease now held by intruder"]
+
+
+def test_lease_writes_are_conditional_on_resource_version(api: client.ApiClient, clock: FakeClock) -> None:
+    lost: list[str] = []
+    assert elector(api, clock, "a", lost).step()
+    stale = get_lease(api, "kubeon-gpu", LEASE)
+    assert stale is not None
+    replace_lease(api, stale, "a", 15, clock.now(), clock.now() + 1, 0)
+    with pytest.raises(LeaseConflict):
+        replace_lease(api, stale, "b", 15, clock.now(), clock.now() + 2, 1)
+
+
+def test_only_the_leader_reconciles(api: client.ApiClient, clock: FakeClock) -> None:
+    metrics = ScriptedMetrics()
+    create(api, make_node("gpu-1"))
+    create(api, make_deployment("llm"))
+    create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Automatic"))
+    script_usage(metrics, clock, "llm", 7.1 * GIB)
+    lost: list[str] = []
+    one, two = replica(api, clock, metrics, "one", lost), replica(api, clock, metrics, "two", lost)
+    for _ in range(3):
+        for r in (one, two):
+            r.elector.step()
+            r.runner.run_all()
+        clock.advance(5)
+    leaders = [r for r in (one, two) if r.elector.is_leader()]
+    assert len(leaders) == 1 and leaders[0] is one
+    assert two.runner.passes == {}, "the standby replica must not reconcile"
+    assert len(one.ctx.recorder.applied_log) == 1 and not two.ctx.recorder.applied_log
+    template = deployment(api, "llm")["spec"]["template"]["metadata"]
+    assert "kubectl.kubernetes.io/restartedAt" in template.get("annotations", {})
+
+
+# -- policy sync and status ----------------------------------------------------------
+def test_status_has_stable_proposals_and_is_written_only_on_change(
+    api: client.ApiClient, clock: FakeClock, caplog: pytest.LogCaptureFixture,
+) -> None:
+    metrics = ScriptedMetrics()
+    create(api, make_node("gpu-1"))
+    create(api, make_deployment("llm", replicas=2))
+    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}))
+    create(api, make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
+    create(api, make_policy("broken", {"guardrail": {}}, approvals=["not-a-target"]))
+    script_usage(metrics, clock, "llm", 7.1 * GIB)
+    r = replica(api, clock, metrics, "one")
+    assert r.elector.step()
+    with caplog.at_level(logging.INFO, logger="controller.policies"):
+        r.runner.run_all()
+    assert "policies synced count=3" in caplog.text
+    status = policy_status(api, "share")
+    assert status["effectiveMode"] == "Recommend"
+    assert status["observedGeneration"] == 1
+    assert condition(status, "Valid")["status"] == "True"
+    assert condition(status, "Ready")["status"] == "True"
+    assert condition(status, "Degraded")["status"] == "False"
+    [proposal] = status["proposals"]
+    assert proposal["target"] == "Deployment/inference/llm"
+    assert proposal["action"] == "nvidia.com/gpu=1 → nvidia.com/mig-1g.10gb"
+    assert "(A100-80GB, peak 7.1 GiB, p95 util 12%)" in proposal["reason"]
+    assert proposal["estimatedGpuHoursPerMonth"] == pytest.approx(round(2 * 6 / 7 * 730, 1))
+    assert proposal["state"] == "Proposed"
+    broken = policy_status(api, "broken")
+    assert condition(broken, "Valid")["status"] == "False"
+    assert "approvals" in condition(broken, "Valid")["message"]
+    writes = r.metrics.status_writes._value.get()
+
+    clock.advance(600)
+    r.elector.step()
+    r.runner.run_all()
+    assert r.metrics.status_writes._value.get() == writes, "an unchanged status must not be rewritten"
+
+    restarted = replica(api, clock, metrics, "one")  # a new process, same identity: ids survive
+    restarted.elector.step()
+    restarted.runner.run_all()
+    assert policy_status(api, "share")["proposals"][0]["id"] == proposal["id"]
+
+
+def test_without_prometheus_metric_policies_stay_recommend(api: client.ApiClient, clock: FakeClock) -> None:
+    create(api, make_deployment("llm"))
+    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}, mode="Automatic"))
+    before = deployment(api, "llm")["metadata"]["resourceVersion"]
+    r = replica(api, clock, None, "one")
+    r.elector.step()
+    r.runner.run_all()
+    status = policy_status(api, "share")
+    assert status["effectiveMode"] == "Recommend"
+    degraded = condition(status, "Degraded")
+    assert degraded["status"] == "True" and "--prometheus-url" in degraded["message"]
+    assert deployment(api, "llm")["metadata"]["resourceVersion"] == before
+
+
+def test_no_data_for_the_whole_window_means_no_proposal(api: client.ApiClient, clock: FakeClock) -> None:
+    metrics = ScriptedMetrics()
+    create(api, make_node("gpu-1"))
+    create(api, make_deployment("llm"))
+    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}, mode="Automatic"))
+    script_usage(metrics, clock, "llm", 7.1 * GIB, days=2)
+    r = replica(api, clock, metrics, "one")
+    r.elector.step()
+    r.runner.run_all()
+    status = policy_status(api, "share")
+    assert status.get("proposals", []) == []
+    rs = condition(status, "RightSizing")
+    assert rs["status"] == "False" and rs["reason"] == "InsufficientData"
+    assert "start of the window" in rs["message"]
+    assert not r.ctx.recorder.applied_log
+
+
+# -- mode gating -----------------------------------------------------------------------
+def _three_workloads(api: client.ApiClient, metrics: ScriptedMetrics, clock: FakeClock) -> dict[str, str]:
+    create(api, make_node("gpu-1"))
+    for name in ("llm", "embed", "rerank"):
+        create(api, make_deployment(name))
+        script_usage(metrics, clock, name, 7.1 * GIB)
+    return {n: deployment(api, n)["metadata"]["resourceVersion"] for n in ("llm", "embed", "rerank")}
+
+
+def test_recommend_writes_nothing_to_any_workload(api: client.ApiClient, clock: FakeClock) -> None:
+    metrics = ScriptedMetrics()
+    versions = _three_workloads(api, metrics, clock)
+    create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Recommend",
+                            approvals=["Deployment/inference/llm"]))
+    r = replica(api, clock, metrics, "one")
+    for _ in range(2):
+        r.elector.step()
+        r.runner.run_all()
+        clock.advance(60)
+    assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
+    states = {p["target"]: p["state"] for p in policy_status(api, "share")["proposals"]}
+    assert states == {"Deployment/inference/llm": "Approved", "Deployment/inference/embed": "Proposed",
+                      "Deployment/inference/rerank": "Proposed"}
+    assert not r.ctx.recorder.applied_log
+
+
+def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock: FakeClock) -> None:
+    metrics = ScriptedMetrics()
+    versions = _three_workloads(api, metrics, clock)
+    create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Approve",
+                            approvals=["Deployment/inference/llm"]))
+    r = replica(api, clock, metrics, "one")
+    r.elector.step()
+    r.runner.run_all()
+    after = {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions}
+    assert after["embed"] == versions["embed"] and after["rerank"] == versions["rerank"]
+    llm = deployment(api, "llm")
+    assert after["llm"] != versions["llm"]
+    assert "gpu.kubeon.io/undo" in llm["metadata"]["annotations"]
+    restarted_at = llm["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+    states = {p["target"]: p["state"] for p in policy_status(api, "share")["proposals"]}
+    assert states["Deployment/inference/llm"] == "Applied"
+    assert states["Deployment/inference/embed"] == "Proposed"
+
+    # a new process (crash after the patch, before anything else) must not restart again
+    clock.advance(3600)
+    again = replica(api, clock, metrics, "one")
+    again.elector.step()
+    again.runner.run_all()
+    llm2 = deployment(api, "llm")
+    assert llm2["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] == restarted_at
+    assert llm2["metadata"]["resourceVersion"] == llm["metadata"]["resourceVersion"]
+    assert not again.ctx.recorder.applied_log
+
+    events = client.CoreV1Api(api).list_namespaced_event("inference").items
+    assert any(e.involved_object.name == "llm" and e.reason == "GpuPolicyApplied" for e in events)
+    policy_events = client.CoreV1Api(api).list_namespaced_event("default").items
+    assert any(e.involved_object.kind == "GpuPolicy" and e.involved_object.name == "share" for e in policy_events)
+    assert r.metrics.actions.labels(policy="share", action="rightsize")._value.get() == 1
