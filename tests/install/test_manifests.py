@@ -77,27 +77,52 @@ def _api_server_class():  # type: ignore[no-untyped-def]
     return ApiServer
 
 
-def test_apply_then_get_gpupolicies_on_the_test_api_server(tmp_path: Path) -> None:
+GPU_OPERATOR_NAMESPACE = "apiVersion: v1\nkind: Namespace\nmetadata: {name: gpu-operator}\n"
+POLICY = """apiVersion: gpu.kubeon.io/v1alpha1
+kind: GpuPolicy
+metadata: {name: share-inference}
+spec:
+  mode: Recommend
+  selector: {namespaces: [inference]}
+  sharing: {strategy: TimeSlicing}
+"""
+
+
+def test_apply_then_get_gpupolicies_on_the_test_api_server() -> None:
+    """The guide's `kubectl apply -k manifests/` then `kubectl get gpupolicies`.
+
+    --validate=false: the test API server serves no /openapi for kubectl's
+    client-side validation; the same objects are validated strictly against
+    the Kubernetes schemas in test_kustomize_output_is_valid_kubernetes.
+    """
     kubectl = tool("kubectl")
-    api_server = _api_server_class()
-    api = api_server.start()
+    api = _api_server_class().start()
     try:
-        kubeconfig = str(api.kubeconfig)
-        base = [kubectl, "--kubeconfig", kubeconfig]
+        base = [kubectl, "--kubeconfig", str(api.kubeconfig)]
+
+        def kubectl_run(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+            done = subprocess.run([*base, *args], input=stdin, capture_output=True, text=True, timeout=60,
+                                  check=False)
+            assert not check or done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
+            return done
+
         # A cluster the guide assumes: the GPU Operator's namespace exists.
-        run([*base, "create", "namespace", "gpu-operator"])
-        applied = run([*base, "apply", "-k", str(MANIFESTS)])
-        assert "customresourcedefinition.apiextensions.k8s.io/gpupolicies.gpu.kubeon.io" in applied.stdout
-        assert "deployment.apps/kubeon-gpu-optimizer " in applied.stdout
+        kubectl_run("apply", "--validate=false", "-f", "-", stdin=GPU_OPERATOR_NAMESPACE)
+        applied = kubectl_run("apply", "--validate=false", "-k", str(MANIFESTS)).stdout
+        assert "customresourcedefinition.apiextensions.k8s.io/gpupolicies.gpu.kubeon.io created" in applied
+        assert "deployment.apps/kubeon-gpu-optimizer created" in applied
+        assert "mutatingwebhookconfiguration.admissionregistration.k8s.io/kubeon-gpu-optimizer created" in applied
         deadline = time.monotonic() + 20
-        while True:
-            got = run([*base, "get", "gpupolicies"], check=False)
-            if got.returncode == 0 or time.monotonic() > deadline:
-                break
+        while (got := kubectl_run("get", "gpupolicies", check=False)).returncode != 0:
+            assert time.monotonic() < deadline, got.stderr
             time.sleep(0.3)
-        assert got.returncode == 0, got.stderr
-        assert "No resources found" in (got.stdout + got.stderr)
-        deploy = run([*base, "-n", NAMESPACE, "get", "deploy", "kubeon-gpu-optimizer", "-o", "name"])
-        assert deploy.stdout.strip() == "deployment.apps/kubeon-gpu-optimizer"
+        assert "No resources found" in got.stdout + got.stderr
+        kubectl_run("apply", "--validate=false", "-f", "-", stdin=POLICY)
+        listed = kubectl_run("get", "gpupolicies").stdout
+        assert "share-inference" in listed
+        deploy = kubectl_run("-n", NAMESPACE, "get", "deploy", "kubeon-gpu-optimizer", "-o", "name").stdout
+        assert deploy.strip() == "deployment.apps/kubeon-gpu-optimizer"
+        again = kubectl_run("apply", "--validate=false", "-k", str(MANIFESTS)).stdout
+        assert " created" not in again, "a second apply must change nothing"
     finally:
         api.stop()

@@ -33,6 +33,9 @@ GUIDE_CLUSTER_ROLE = (
     | _expand(["gpu.kubeon.io"], ["gpupolicies", "gpupolicies/status"], FULL)
 )
 SCALER = _expand(["apps"], ["deployments/scale", "statefulsets/scale"], ["get", "patch"])
+# Beyond the guide, only where the controller binds the scaler: the one-patch park record, KEDA pausing.
+SCALER_EXTRAS = _expand(["apps"], ["deployments", "statefulsets"], ["patch"]) | _expand(
+    ["keda.sh"], ["scaledobjects"], ["get", "create", "update", "patch", "delete"])
 CONTROLLER_SA = {"kind": "ServiceAccount", "name": "kubeon-gpu-optimizer", "namespace": NAMESPACE}
 
 
@@ -80,6 +83,7 @@ def test_controller_holds_the_guide_plus_only_scoped_extras(docs: list[dict]) ->
         ("rbac.authorization.k8s.io", "rolebindings", "watch", "*"),
         ("rbac.authorization.k8s.io", "rolebindings", "get", "kubeon-gpu-optimizer-scaler"),
         ("rbac.authorization.k8s.io", "rolebindings", "delete", "kubeon-gpu-optimizer-scaler"),
+        ("keda.sh", "scaledobjects", "list", "*"), ("keda.sh", "scaledobjects", "watch", "*"),
     }
     assert grants == {
         NAMESPACE: {("coordination.k8s.io", "leases", "create", "*"),
@@ -99,7 +103,7 @@ def test_time_slicing_role_follows_values() -> None:
 
 def test_scaler_role_exists_but_is_bound_nowhere_by_the_chart(docs: list[dict]) -> None:
     scaler = one(docs, "ClusterRole", "kubeon-gpu-optimizer-scaler")
-    assert rule_triples(scaler["rules"]) == SCALER
+    assert rule_triples(scaler["rules"]) == SCALER | SCALER_EXTRAS
     for binding in find(docs, "ClusterRoleBinding") + find(docs, "RoleBinding"):
         assert binding["roleRef"]["name"] != "kubeon-gpu-optimizer-scaler", binding["metadata"]["name"]
 
