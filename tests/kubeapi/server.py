@@ -1,0 +1,389 @@
+"""The HTTP face of the double: routes kube-apiserver URLs onto the registry, streams
+watches as chunked newline-delimited JSON, and the `ApiServer` handle tests use.
+
+Plain HTTP on 127.0.0.1 (no TLS, no authentication: the kubeconfig carries a
+dummy token that is ignored). One thread per connection, so long-lived
+watches do not block other requests.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import traceback
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from tests.kubeapi import discovery, openapi, status
+from tests.kubeapi.admission import Admission
+from tests.kubeapi.registry import Options, Registry, present
+from tests.kubeapi.resources import Catalog, Resource
+from tests.kubeapi.selectors import match_fields, match_requirements, parse_fields, parse_labels
+from tests.kubeapi.status import ApiError
+from tests.kubeapi.store import Event, Gone, Store
+
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+DEFAULT_WATCH_SECONDS = 1800
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HttpServer
+    timeout = 300  # idle keep-alive connections close after this
+
+    def log_message(self, format: str, *args: Any) -> None:
+        if os.environ.get("KUBEAPI_LOG"):
+            sys.stderr.write("kubeapi: " + (format % args) + "\n")
+
+    def setup(self) -> None:
+        super().setup()
+        self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        self.server.connections.discard(self.connection)
+        with contextlib.suppress(OSError):
+            super().finish()
+
+    def do_GET(self) -> None:
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        self._dispatch("DELETE")
+
+    # dispatch -----------------------------------------------------------------------------------
+    def _dispatch(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        opts = Options()
+        try:
+            url = urlsplit(self.path)
+            query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
+            opts.dry_run = query.get("dryRun") == "All"
+            if query.get("dryRun") not in (None, "", "All"):
+                raise status.bad_request(f'dryRun: Unsupported value: "{query["dryRun"]}": supported values: "All"')
+            opts.field_validation = query.get("fieldValidation") or "Warn"
+            code, body = self._route(method, url.path, query, raw, opts)
+            if body is not None:
+                self._send(code, body, opts.warnings)
+        except ApiError as err:
+            self._send(err.code, err.status(), opts.warnings)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # a bug in the double: answer like the apiserver, log for the test
+            traceback.print_exc()
+            self._send(500, status.internal(f"test API server: {type(exc).__name__}: {exc}").status(), [])
+
+    def _route(self, method: str, path: str, query: dict[str, str], raw: bytes,
+               opts: Options) -> tuple[int, Any]:
+        srv = self.server
+        parts = [p for p in path.split("/") if p]
+        if not parts or parts[0] in ("healthz", "readyz", "livez"):
+            return 200, "ok"
+        if method == "GET":
+            doc = self._discovery(parts)
+            if doc is not None:
+                return 200, doc
+        if parts[0] == "api" and len(parts) >= 3 and parts[1] == "v1":
+            group, version, rest = "", "v1", parts[2:]
+        elif parts[0] == "apis" and len(parts) >= 4:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        watch = query.get("watch") in ("true", "1")
+        if rest[0] == "watch":
+            watch, rest = True, rest[1:]
+        ns: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and not (group == "" and len(rest) == 3
+                                                               and rest[2] in ("status", "finalize")):
+            ns, rest = rest[1], rest[2:]
+        plural, name, sub = rest[0], (rest[1] if len(rest) > 1 else None), (rest[2] if len(rest) > 2 else "")
+        res = srv.catalog.lookup(group, version, plural)
+        if res is None or len(rest) > 3 or (sub and sub not in res.subresources) or \
+                (ns is not None and not res.namespaced) or (name is not None and res.namespaced and ns is None):
+            raise ApiError(404, "NotFound", "the server could not find the requested resource")
+        reg = srv.registry
+        body = _json(raw) if raw and method in ("POST", "PUT", "DELETE") else None
+        nsname = ns or ""
+        if method == "GET":
+            if name is None and watch:
+                self._watch(res, ns, query)
+                return 200, None
+            if name is None:
+                result = reg.list(res, ns, query.get("labelSelector"), query.get("fieldSelector"))
+            elif sub == "scale":
+                return 200, reg.get_scale(res, nsname, name)
+            else:
+                result = reg.get(res, nsname, name)
+            return 200, self._maybe_table(res, result, query)
+        if method == "POST" and name is None:
+            return 201, reg.create(res, nsname, body, opts)
+        if method == "POST" and sub == "binding":
+            return 201, reg.bind(nsname, name or "", body, opts)
+        if method == "POST" and sub == "eviction":
+            return 201, reg.evict(nsname, name or "", body, opts)
+        if method == "PUT" and name is not None:
+            if sub == "scale":
+                return 200, reg.update_scale(res, nsname, name, body, None, opts)
+            return 200, reg.update(res, nsname, name, body, opts, "status" if sub == "status" else "")
+        if method == "PATCH" and name is not None:
+            ctype = self.headers.get("Content-Type", "")
+            if sub == "scale":
+                return 200, reg.update_scale(res, nsname, name, raw, ctype, opts)
+            return 200, reg.patch(res, nsname, name, raw, ctype, opts, sub)
+        if method == "DELETE" and name is not None and not sub:
+            return reg.delete(res, nsname, name, body, opts)[::-1]
+        if method == "DELETE" and name is None:
+            listed = reg.list(res, ns, query.get("labelSelector"), query.get("fieldSelector"))
+            for item in listed["items"]:
+                reg.delete(res, item["metadata"].get("namespace", ""), item["metadata"]["name"], body, opts)
+            return 200, listed
+        raise status.method_not_allowed()
+
+    def _discovery(self, parts: list[str]) -> Any:
+        catalog = self.server.catalog
+        if parts == ["version"]:
+            return discovery.VERSION
+        if parts == ["api"]:
+            return discovery.api_versions(f"127.0.0.1:{self.server.server_address[1]}")
+        if parts == ["api", "v1"]:
+            return discovery.resource_list(catalog, "", "v1")
+        if parts == ["apis"]:
+            return discovery.api_groups(catalog)
+        if parts[0] == "apis" and len(parts) == 2:
+            return discovery.api_group(catalog, parts[1]) or _not_found()
+        if parts[0] == "apis" and len(parts) == 3:
+            return discovery.resource_list(catalog, parts[1], parts[2]) or _not_found()
+        if parts == ["openapi", "v3"]:
+            return openapi.root(catalog)
+        if parts[:2] == ["openapi", "v3"]:
+            rest = parts[2:]
+            if rest[:1] == ["api"] and len(rest) == 2:
+                return openapi.group_version(catalog, "", rest[1]) or _not_found()
+            if rest[:1] == ["apis"] and len(rest) == 3:
+                return openapi.group_version(catalog, rest[1], rest[2]) or _not_found()
+            return _not_found()
+        if parts[0] in ("openapi", "swagger.json", "swagger-2.0.0.pb-v1"):
+            return _not_found()
+        return None
+
+    def _maybe_table(self, res: Resource, result: dict[str, Any], query: dict[str, str]) -> dict[str, Any]:
+        accept = self.headers.get("Accept", "")
+        if "as=Table" in accept:
+            return discovery.table(res, result, query.get("includeObject", "PartialObjectMetadata"))
+        return result
+
+    # responses ----------------------------------------------------------------------------------
+    def _send(self, code: int, body: Any, warnings: list[str]) -> None:
+        data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for text in dict.fromkeys(warnings):
+            self.send_header("Warning", '299 - "' + text.replace('"', '\\"') + '"')
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _watch(self, res: Resource, ns: str | None, query: dict[str, str]) -> None:
+        store = self.server.store
+        labels = parse_labels(query.get("labelSelector"))
+        fields = parse_fields(query.get("fieldSelector"), res.key)
+        rv = query.get("resourceVersion") or ""
+        timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
+        initial: list[dict[str, Any]] = []
+        if rv in ("", "0"):
+            initial, since = store.list(res.key, ns)
+        elif rv.isdigit():
+            since = int(rv)
+        else:
+            raise status.bad_request(f'resourceVersion: Invalid value: "{rv}": must be a number')
+
+        def matches(obj: dict[str, Any] | None) -> bool:
+            return obj is not None and match_requirements(labels, obj["metadata"].get("labels")) \
+                and match_fields(fields, obj)
+
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for obj in initial:
+                if matches(obj):
+                    self._chunk({"type": "ADDED", "object": present(res, obj)})
+            for event in store.events_since(res.key, ns, since, timeout, lambda: not self.server.stopping):
+                kind = _transition(event, matches)
+                if kind:
+                    self._chunk({"type": kind, "object": present(res, event.obj)})
+        except Gone as gone:
+            self._chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                                     "status": "Failure", "message": str(gone),
+                                                     "reason": "Expired", "code": 410}})
+        except OSError:
+            return
+        try:
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except OSError:
+            pass
+
+    def _chunk(self, event: dict[str, Any]) -> None:
+        data = json.dumps(event).encode() + b"\n"
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+def _transition(event: Event, matches: Any) -> str | None:
+    """Selector-filtered watch: objects entering the selection are ADDED, leaving it DELETED."""
+    now_in = matches(event.obj)
+    if event.type != "MODIFIED":
+        return event.type if now_in else None
+    was_in = matches(event.prev)
+    if now_in and was_in:
+        return "MODIFIED"
+    if now_in:
+        return "ADDED"
+    return "DELETED" if was_in else None
+
+
+def _json(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise status.bad_request(f"error decoding request body as JSON: {exc}") from None
+
+
+def _not_found() -> None:
+    raise ApiError(404, "NotFound", "the server could not find the requested resource")
+
+
+class _HttpServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, registry: Registry) -> None:
+        self.registry = registry
+        self.store = registry.store
+        self.catalog = registry.catalog
+        self.connections: set[socket.socket] = set()
+        self.stopping = False
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+class ApiServer:
+    """An in-process Kubernetes API server for tests. Start with `ApiServer.start()`."""
+
+    def __init__(self, history: int = 2000) -> None:
+        self.store = Store(history=history)
+        self.catalog = Catalog()
+        self.services: dict[tuple[str, str, int], str] = {}
+        self.admission = Admission(self.store, lambda ns, name, port: self.services.get((ns, name, port)))
+        self.registry = Registry(self.store, self.catalog, self.admission)
+        self._http = _HttpServer(self.registry)
+        self._thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name=f"kubeapi-{self.port}", daemon=True)
+        self._dir = Path(tempfile.mkdtemp(prefix="kubeapi-"))
+        self.kubeconfig = str(self._dir / "kubeconfig")
+        Path(self.kubeconfig).write_text(self._kubeconfig_text())
+        for ns in DEFAULT_NAMESPACES:
+            self.registry.create(self._res("", "v1", "namespaces"), "", {"metadata": {"name": ns}}, Options())
+
+    @classmethod
+    def start(cls, crd_files: list[str | Path] | tuple[str | Path, ...] = (), history: int = 2000) -> ApiServer:
+        """Bind 127.0.0.1 on a free port, serve in a background thread, install the given CRDs."""
+        server = cls(history=history)
+        server._thread.start()
+        for path in crd_files:
+            server.install_crd(path)
+        return server
+
+    @property
+    def port(self) -> int:
+        return int(self._http.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def _kubeconfig_text(self) -> str:
+        return json.dumps({
+            "apiVersion": "v1", "kind": "Config", "current-context": "kubeapi",
+            "clusters": [{"name": "kubeapi", "cluster": {"server": self.url}}],
+            "users": [{"name": "test", "user": {"token": "kubeapi-test-token"}}],
+            "contexts": [{"name": "kubeapi", "context": {"cluster": "kubeapi", "user": "test",
+                                                        "namespace": "default"}}],
+        }, indent=2)
+
+    def api_client(self) -> Any:
+        """A kubernetes.client.ApiClient pointed at this server (imports the client lazily)."""
+        from kubernetes import client
+
+        config = client.Configuration()
+        config.host = self.url
+        config.api_key = {"authorization": "kubeapi-test-token"}
+        config.api_key_prefix = {"authorization": "Bearer"}
+        return client.ApiClient(config)
+
+    def install_crd(self, crd: str | Path | dict[str, Any]) -> dict[str, Any]:
+        """Create a CustomResourceDefinition from a YAML/JSON path or a dict; returns the stored CRD."""
+        docs: list[Any]
+        if isinstance(crd, dict):
+            docs = [crd]
+        else:
+            import yaml
+
+            docs = [d for d in yaml.safe_load_all(Path(crd).read_text()) if d]
+        created = {}
+        for doc in docs:
+            created = self.registry.create(self._res("apiextensions.k8s.io", "v1", "customresourcedefinitions"),
+                                           "", doc, Options())
+        return created
+
+    def map_service(self, namespace: str, name: str, url: str, port: int = 443) -> None:
+        """Resolve webhook `clientConfig.service` {namespace, name, port} to a local base URL."""
+        self.services[(namespace, name, port)] = url
+
+    def compact(self) -> None:
+        """Forget the watch history: watches from older resourceVersions get 410 Gone."""
+        self.store.compact()
+
+    def stop(self) -> None:
+        self._http.stopping = True
+        self.store.close()
+        self._http.shutdown()
+        for conn in list(self._http.connections):
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+        self._http.server_close()
+        self._thread.join(timeout=5)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+    def _res(self, group: str, version: str, plural: str) -> Resource:
+        res = self.catalog.lookup(group, version, plural)
+        assert res is not None
+        return res
+
+    def __enter__(self) -> ApiServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
