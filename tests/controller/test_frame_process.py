@@ -1,0 +1,134 @@
+"""`kubeon-gpu controller` as real processes: two replicas, one leader, takeover, a stolen lease exits.
+
+Real: the controller command (`python -m cli.main controller`) in subprocesses,
+its Lease loop on the real clock (short lease: 2 s, renew every 0.4 s), the
+health server, the test API server (tests/kubeapi). Faked: nothing; no
+Prometheus is configured (policies stay Recommend, which these tests do not
+depend on).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from kube.leases import get_lease, replace_lease
+from tests.controller.conftest import make_policy
+
+REPO = Path(__file__).resolve().parents[2]
+LEASE = "kubeon-gpu-optimizer"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class Replica:
+    def __init__(self, kubeconfig: str, identity: str, tmp: Path) -> None:
+        self.identity = identity
+        self.port = free_port()
+        self.log_path = tmp / f"{identity}.log"
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "cli.main", "controller", "--kubeconfig", kubeconfig, "--identity", identity,
+             "--health-port", str(self.port), "--health-bind", "127.0.0.1", "--lease-duration-seconds", "2",
+             "--renew-seconds", "0.4", "--resync-seconds", "1"],
+            cwd=REPO, env=env, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT,
+        )
+
+    @property
+    def log(self) -> str:
+        return self.log_path.read_text()
+
+    def get(self, path: str) -> tuple[int, str]:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}{path}", timeout=2) as answer:
+                return answer.status, answer.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, ""
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = check()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what or check}")
+
+
+@pytest.fixture
+def replicas(frame_api: Any, tmp_path: Path) -> Iterator[list[Replica]]:
+    client.CustomObjectsApi(frame_api.api).create_cluster_custom_object(
+        "gpu.kubeon.io", "v1alpha1", "gpupolicies", make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
+    started = [Replica(frame_api.kubeconfig, name, tmp_path) for name in ("alpha", "beta")]
+    yield started
+    for r in started:
+        r.stop()
+
+
+def holder(api: client.ApiClient) -> str | None:
+    lease = get_lease(api, "kubeon-gpu", LEASE)
+    return lease.holder if lease else None
+
+
+def test_one_of_two_processes_leads_and_the_other_takes_over(frame_api: Any, replicas: list[Replica]) -> None:
+    api = frame_api.api
+    leader_name = wait_for(lambda: holder(api), what="a lease holder")
+    leader = next(r for r in replicas if r.identity == leader_name)
+    standby = next(r for r in replicas if r is not leader)
+    wait_for(lambda: "policies synced count=1" in leader.log, what="policies synced in the leader's log")
+    time.sleep(1.0)
+    assert "leadership acquired" in leader.log and "leadership acquired" not in standby.log
+    assert "policies synced" not in standby.log
+    assert wait_for(lambda: leader.get("/healthz")[0] == 200)
+    assert standby.get("/readyz")[0] == 200
+    code, text = leader.get("/metrics")
+    assert code == 200 and "kubeon_gpu_leader 1.0" in text and "kubeon_gpu_policies" in text
+    lease = get_lease(api, "kubeon-gpu", LEASE)
+    assert lease is not None and lease.transitions == 0
+
+    leader.proc.kill()  # no release: the standby must wait for expiry
+    leader.proc.wait()
+    wait_for(lambda: holder(api) == standby.identity, timeout=10, what="takeover")
+    lease = get_lease(api, "kubeon-gpu", LEASE)
+    assert lease is not None and lease.transitions == 1
+    wait_for(lambda: "policies synced" in standby.log, what="new leader syncing")
+
+
+def test_a_process_whose_lease_is_stolen_exits(frame_api: Any, replicas: list[Replica]) -> None:
+    api = frame_api.api
+    leader_name = wait_for(lambda: holder(api), what="a lease holder")
+    leader = next(r for r in replicas if r.identity == leader_name)
+    for r in replicas:
+        if r is not leader:
+            r.stop()
+    current = get_lease(api, "kubeon-gpu", LEASE)
+    assert current is not None
+    now = time.time()
+    replace_lease(api, current, "intruder", 60, now, now, current.transitions + 1)
+    assert leader.proc.wait(timeout=10) == 1
+    assert "leadership lost" in leader.log and "intruder" in leader.log
