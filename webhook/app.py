@@ -19,11 +19,11 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from werkzeug.exceptions import HTTPException
 
 from gpupolicy.admission import AdmissionResult, mutate_pod, validate_pod
-from gpupolicy.dryrun import DryRunError, dry_run, view_for_request
+from gpupolicy.dryrun import TEMPLATE_PATHS, DryRunError, dry_run, view_for_request
 from gpupolicy.model import GROUP, KIND
 from gpupolicy.validation import check_policy, kind_label_patch
 from webhook.metrics import WebhookMetrics
-from webhook.review import Review, ReviewError, parse_json, parse_review, response
+from webhook.review import Review, ReviewError, parse_json, parse_review, pod_shape_error, response
 from webhook.views import ViewSource
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,18 @@ def _is_policy(review: Review) -> bool:
 
 def _json_error(status: int, message: str) -> tuple[Response, int]:
     return jsonify({"error": message, "code": status}), status
+
+
+def _dry_run_shape_error(obj: Any) -> str:
+    """Shape-check the pod (or the workload's pod template) before the core reads it."""
+    if not isinstance(obj, dict) or obj.get("kind") not in TEMPLATE_PATHS:
+        return pod_shape_error(obj, "object") if isinstance(obj, dict) and obj.get("kind") == "Pod" else ""
+    template: Any = obj
+    path = "object"
+    for key in TEMPLATE_PATHS[obj["kind"]]:
+        template = template.get(key) if isinstance(template, dict) else None
+        path += "." + key
+    return pod_shape_error(template, path) if template is not None else ""
 
 
 def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
@@ -77,8 +89,9 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
     def mutate(review: Review) -> dict[str, Any]:
         obj = review.object
         if _is_pod(review) and review.operation == "CREATE":
-            if not isinstance(obj, dict):
-                raise_bad("request.object: missing Pod")
+            shape = pod_shape_error(obj)
+            if shape:
+                raise ReviewError(shape)
             return answer(review, mutate_pod(obj, source.current(), review.namespace))
         if _is_policy(review) and review.operation in ("CREATE", "UPDATE") and isinstance(obj, dict):
             return response(review, patch=kind_label_patch(obj))
@@ -87,8 +100,9 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
     def validate(review: Review) -> dict[str, Any]:
         obj = review.object
         if _is_pod(review) and review.operation == "CREATE":
-            if not isinstance(obj, dict):
-                raise_bad("request.object: missing Pod")
+            shape = pod_shape_error(obj)
+            if shape:
+                raise ReviewError(shape)
             return answer(review, validate_pod(obj, source.current(), review.namespace))
         if _is_policy(review) and review.operation in ("CREATE", "UPDATE"):
             _, errors = check_policy(obj, source.current().catalog)
@@ -132,6 +146,9 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
             return _json_error(400, "body must be a JSON object with an `object` field")
         if "object" not in body:
             return _json_error(400, "object: missing (a Pod, Deployment, StatefulSet, Job or CronJob)")
+        shape = _dry_run_shape_error(body["object"])
+        if shape:
+            return _json_error(400, shape)
         try:
             view = view_for_request(body, source.current())
             ns = body.get("namespace", {}).get("name") if isinstance(body.get("namespace"), dict) else None
@@ -151,6 +168,3 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
 
     return app
 
-
-def raise_bad(message: str) -> None:
-    raise ReviewError(message)

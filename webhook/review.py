@@ -102,3 +102,60 @@ def response(
     if audit:
         body["auditAnnotations"] = dict(audit)
     return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": body}
+
+
+def _map_of_strings(value: Any, path: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+        return f"{path}: must be a map of strings"
+    return ""
+
+
+def pod_shape_error(pod: Any, path: str = "request.object") -> str:
+    """Where a Pod deviates from the shape the API server guarantees ("" when fine).
+
+    kube-apiserver validates objects before calling webhooks, so this only
+    fires for hand-made requests; checking here keeps the core free of
+    defensive type checks and turns such bodies into a 400 naming the field.
+    """
+    if not isinstance(pod, Mapping):
+        return f"{path}: must be a Pod object"
+    metadata = pod.get("metadata", {})
+    if not isinstance(metadata, Mapping):
+        return f"{path}.metadata: must be an object"
+    for key in ("labels", "annotations"):
+        error = _map_of_strings(metadata.get(key), f"{path}.metadata.{key}")
+        if error:
+            return error
+    for key in ("name", "generateName", "namespace"):
+        if metadata.get(key) is not None and not isinstance(metadata.get(key), str):
+            return f"{path}.metadata.{key}: must be a string"
+    if not isinstance(metadata.get("ownerReferences", []), list):
+        return f"{path}.metadata.ownerReferences: must be a list"
+    spec = pod.get("spec", {})
+    if not isinstance(spec, Mapping):
+        return f"{path}.spec: must be an object"
+    if spec.get("schedulerName") is not None and not isinstance(spec.get("schedulerName"), str):
+        return f"{path}.spec.schedulerName: must be a string"
+    if not isinstance(spec.get("tolerations") or [], list):
+        return f"{path}.spec.tolerations: must be a list"
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key) or []
+        if not isinstance(containers, list):
+            return f"{path}.spec.{key}: must be a list"
+        for i, container in enumerate(containers):
+            where = f"{path}.spec.{key}[{i}]"
+            if not isinstance(container, Mapping):
+                return f"{where}: must be an object"
+            if not isinstance(container.get("name", ""), str):
+                return f"{where}.name: must be a string"
+            resources = container.get("resources") or {}
+            if not isinstance(resources, Mapping):
+                return f"{where}.resources: must be an object"
+            for section in ("limits", "requests"):
+                values = resources.get(section) or {}
+                if not isinstance(values, Mapping) or not all(
+                        isinstance(v, str | int | float) and not isinstance(v, bool) for v in values.values()):
+                    return f"{where}.resources.{section}: must be a map of quantities"
+    return ""
