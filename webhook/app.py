@@ -10,20 +10,20 @@ not block pod creation.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import Any
 
-from flask import Flask, Response, g, jsonify, request
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
-from werkzeug.exceptions import HTTPException
+from flask import Flask, Response, jsonify
+from prometheus_client import CollectorRegistry
 
 from gpupolicy.admission import AdmissionResult, mutate_pod, validate_pod
 from gpupolicy.dryrun import TEMPLATE_PATHS, DryRunError, dry_run, view_for_request
 from gpupolicy.model import GROUP, KIND
 from gpupolicy.validation import check_policy, kind_label_patch
+from serving.http import install_error_handlers, json_error, read_json
+from serving.metrics import instrument
 from webhook.metrics import WebhookMetrics
-from webhook.review import Review, ReviewError, parse_json, parse_review, pod_shape_error, response
+from webhook.review import Review, ReviewError, parse_review, pod_shape_error, response
 from webhook.views import ViewSource
 
 log = logging.getLogger(__name__)
@@ -40,8 +40,8 @@ def _is_policy(review: Review) -> bool:
     return review.group == GROUP and review.kind == KIND
 
 
-def _json_error(status: int, message: str) -> tuple[Response, int]:
-    return jsonify({"error": message, "code": status}), status
+def _json_error(status: int, message: str) -> Response:
+    return json_error(status, message)
 
 
 def _dry_run_shape_error(obj: Any) -> str:
@@ -56,20 +56,22 @@ def _dry_run_shape_error(obj: Any) -> str:
     return pod_shape_error(template, path) if template is not None else ""
 
 
-def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
-               serve_metrics: bool = True) -> Flask:
-    """Build the app around a view source; `registry` holds its metrics (a fresh one by default)."""
-    app = Flask("kubeon-gpu-webhook")
-    app.config["MAX_CONTENT_LENGTH"] = MAX_BODY_BYTES
-    metrics = WebhookMetrics(registry or CollectorRegistry())
-    app.extensions["kubeon_metrics"] = metrics
+def create_app(source: ViewSource, registry: CollectorRegistry | None = None) -> Flask:
+    """Build the app around a view source; `registry` holds its metrics (a fresh one by default).
 
-    def read_review() -> Review:
-        return parse_review(parse_json(request.get_data(cache=False)))
+    serving.metrics counts and times requests and serves /metrics (summed over
+    gunicorn workers); WebhookMetrics adds decisions by policy/mode/action.
+    """
+    app = Flask("kubeon-gpu-webhook")
+    registry = registry or CollectorRegistry()
+    install_error_handlers(app)
+    instrument(app, prefix="kubeon_webhook", registry=registry)
+    metrics = WebhookMetrics(registry)
+    app.extensions["kubeon_metrics"] = metrics
 
     def guarded(path: str, handler: Callable[[Review], dict[str, Any]]) -> Any:
         try:
-            review = read_review()
+            review = parse_review(read_json(MAX_BODY_BYTES))
         except ReviewError as exc:
             return _json_error(400, str(exc))
         try:
@@ -112,24 +114,8 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
         return response(review)
 
     @app.errorhandler(ReviewError)
-    def _review_error(exc: ReviewError) -> Any:
+    def _review_error(exc: ReviewError) -> Response:
         return _json_error(400, str(exc))
-
-    @app.errorhandler(HTTPException)
-    def _http_error(exc: HTTPException) -> Any:
-        return _json_error(exc.code or 500, exc.description or exc.name)
-
-    @app.before_request
-    def _start() -> None:
-        g.started = time.perf_counter()
-
-    @app.after_request
-    def _count(resp: Response) -> Response:
-        path = request.path if request.path in ("/mutate", "/validate", "/dry-run") else "other"
-        metrics.requests.labels(path, str(resp.status_code)).inc()
-        if "started" in g:
-            metrics.latency.labels(path).observe(time.perf_counter() - g.started)
-        return resp
 
     @app.post("/mutate")
     def _mutate() -> Any:
@@ -141,7 +127,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
 
     @app.post("/dry-run")
     def _dry_run() -> Any:
-        body = parse_json(request.get_data(cache=False))
+        body = read_json(MAX_BODY_BYTES)
         if not isinstance(body, dict):
             return _json_error(400, "body must be a JSON object with an `object` field")
         if "object" not in body:
@@ -160,11 +146,6 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
             metrics.errors.labels("/dry-run").inc()
             return _json_error(422, f"could not evaluate the object ({type(exc).__name__})")
         return jsonify(result.to_wire())
-
-    if serve_metrics:
-        @app.get("/metrics")
-        def _metrics() -> Response:
-            return Response(generate_latest(metrics.registry), mimetype=CONTENT_TYPE_LATEST)
 
     return app
 

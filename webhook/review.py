@@ -42,13 +42,6 @@ class Review:
     dry_run: bool
 
 
-def parse_json(raw: bytes) -> Any:
-    try:
-        return json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ReviewError(f"body is not JSON: {exc}") from exc
-
-
 def parse_review(body: Any) -> Review:
     """Validate the envelope; unknown resource kinds are fine (the handler allows them unchanged)."""
     if not isinstance(body, Mapping):

@@ -107,13 +107,13 @@ def test_unknown_objects_allowed_unchanged(client, path: str, body: dict) -> Non
 
 @pytest.mark.parametrize(
     ("raw", "message"),
-    [(b"{not json", "not JSON"), (b"[1, 2]", "JSON object"), (b'{"kind": "Pod"}', "unsupported kind"),
+    [(b"{not json", "malformed JSON"), (b"[1, 2]", "JSON object"), (b'{"kind": "Pod"}', "unsupported kind"),
      (json.dumps({"kind": "AdmissionReview", "apiVersion": "admission.k8s.io/v1"}).encode(), "request"),
      (json.dumps({**review(api_pod()), "request": {**review(api_pod())["request"], "uid": ""}}).encode(),
       "request.uid"),
      (json.dumps({**review(api_pod()), "apiVersion": "v9"}).encode(), "apiVersion"),
      (json.dumps(review("a pod")).encode(), "request.object"),
-     (b"\xff\xfe", "not JSON")],
+     (b"\xff\xfe", "malformed JSON")],
     ids=["malformed", "array", "not-review", "no-request", "no-uid", "bad-version", "object-not-map", "binary"],
 )
 @pytest.mark.parametrize("path", ["/mutate", "/validate"])
@@ -150,8 +150,8 @@ def test_metrics_count_decisions(client) -> None:
     text = client.get("/metrics").get_data(as_text=True)
     assert ('kubeon_webhook_decisions_total{action="UseMIG",applied="true",mode="Automatic",'
             'policy="share-inference"} 1.0') in text
-    assert 'kubeon_webhook_requests_total{code="200",path="/mutate"} 1.0' in text
-    assert "kubeon_webhook_request_duration_seconds_bucket" in text
+    assert 'kubeon_webhook_http_requests_total{route="/mutate",status="200"} 1.0' in text
+    assert "kubeon_webhook_http_request_duration_seconds_bucket" in text
 
 
 def test_core_bug_answers_allowed_not_500() -> None:
