@@ -167,7 +167,10 @@ def make_node(
             "allocatable": dict(resources),
             "conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
                             "message": "test cluster node"}],
-            "nodeInfo": {"kubeletVersion": "v1.35.0", "operatingSystem": "linux", "architecture": "amd64"},
+            "nodeInfo": {"kubeletVersion": "v1.35.0", "kubeProxyVersion": "", "operatingSystem": "linux",
+                         "architecture": "amd64", "osImage": "test", "kernelVersion": "6.1.0",
+                         "containerRuntimeVersion": "containerd://2.0.0", "machineID": name, "systemUUID": name,
+                         "bootID": name},
         },
     }
 
