@@ -1,0 +1,96 @@
+"""Request metrics for the Flask apps, aggregated over gunicorn's worker processes.
+
+Each gunicorn worker is its own process with its own counters, and a scrape
+reaches just one of them. prometheus-client's multiprocess mode fixes that:
+`serving.server.serve` points PROMETHEUS_MULTIPROC_DIR at a fresh directory
+before the workers fork, every worker writes its samples to mmap files there,
+and `/metrics` answers with a `MultiProcessCollector` that sums all of them.
+Outside `serve()` (Flask test client, one process) `/metrics` falls back to
+the app's own registry.
+
+Rule for callers: create metrics after the fork (in the app factory) or make
+them labelled (children are created on first `.labels()`); an unlabelled
+metric created at import time in the master keeps per-process values.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from flask import Flask, Response, g, request
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+    values,
+)
+
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
+# Handlers are short CPU-bound JSON transforms (0.1-3 ms): resolve well below 10 ms.
+LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
+
+
+def multiprocess_enabled() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+def use_multiprocess_values() -> None:
+    """Make metrics created from now on write to the multiprocess directory.
+
+    prometheus-client picks its value class when it is first imported; if that
+    happened in the gunicorn master before serve() set the directory, workers
+    must re-pick after the fork (serve() calls this in post_fork)."""
+    values.ValueClass = values.get_value_class()
+
+
+class RequestMetrics:
+    """Requests by route and status, and their latency."""
+
+    def __init__(self, registry: CollectorRegistry, prefix: str = "kubeon") -> None:
+        self.registry = registry
+        self.requests = Counter(
+            f"{prefix}_http_requests_total", "HTTP requests by route and status code.",
+            ["route", "status"], registry=registry)
+        self.latency = Histogram(
+            f"{prefix}_http_request_duration_seconds", "Time to answer an HTTP request.",
+            ["route", "status"], buckets=LATENCY_BUCKETS, registry=registry)
+
+    def exposition(self) -> bytes:
+        if multiprocess_enabled():
+            registry = CollectorRegistry()
+            multiprocess.MultiProcessCollector(registry)
+            return generate_latest(registry)
+        return generate_latest(self.registry)
+
+
+def instrument(app: Flask, *, prefix: str = "kubeon", registry: CollectorRegistry | None = None,
+               metrics_path: str = "/metrics") -> RequestMetrics:
+    """Count and time every request of `app` and serve `metrics_path`.
+
+    The route label is the URL rule (`/mutate`), never the raw path, so label
+    values stay bounded; unmatched paths are labelled `<unmatched>`."""
+    metrics = RequestMetrics(registry or CollectorRegistry(), prefix)
+
+    @app.before_request
+    def _start() -> None:
+        g.kubeon_started = time.perf_counter()
+
+    @app.after_request
+    def _record(response: Response) -> Response:
+        started = g.get("kubeon_started")
+        if started is not None:
+            route = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
+            status = str(response.status_code)
+            metrics.requests.labels(route, status).inc()
+            metrics.latency.labels(route, status).observe(time.perf_counter() - started)
+        return response
+
+    def metrics_view() -> Response:
+        return Response(metrics.exposition(), mimetype=CONTENT_TYPE_LATEST)
+
+    app.add_url_rule(metrics_path, "metrics", metrics_view, methods=["GET"])
+    return metrics
