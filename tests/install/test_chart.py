@@ -236,11 +236,6 @@ def test_generated_certificate_serves_the_webhook_service(defaults: list[dict]) 
     assert {"name": "certs", "secret": {"secretName": secret["metadata"]["name"], "defaultMode": 0o440}} in mounted
 
 
-def test_generated_certificate_is_reused_on_upgrade() -> None:
-    template = (CHART / "templates" / "webhook-configurations.yaml").read_text()
-    assert 'lookup "v1" "Secret"' in template, "helm mode must reuse the Secret on upgrade"
-
-
 def test_cert_manager_mode_injects_the_ca(guide: list[dict]) -> None:
     docs = render({**GUIDE_SET, "certificates.mode": "cert-manager"})
     assert not find(docs, "Secret"), "cert-manager owns the Secret"

@@ -126,3 +126,44 @@ def test_apply_then_get_gpupolicies_on_the_test_api_server() -> None:
         assert " created" not in again, "a second apply must change nothing"
     finally:
         api.stop()
+
+
+EXISTING_TLS_SECRET = """apiVersion: v1
+kind: Namespace
+metadata: {name: kubeon-gpu}
+---
+apiVersion: v1
+kind: Secret
+metadata:
+  name: kubeon-gpu-optimizer-webhook-tls
+  namespace: kubeon-gpu
+  labels: {app.kubernetes.io/managed-by: Helm}
+  annotations: {meta.helm.sh/release-name: kubeon-gpu-optimizer, meta.helm.sh/release-namespace: kubeon-gpu}
+type: kubernetes.io/tls
+data: {tls.crt: dGxzLWNydA==, tls.key: dGxzLWtleQ==, ca.crt: Y2EtY3J0}
+"""
+
+
+def test_upgrade_keeps_the_webhook_certificate() -> None:
+    """helm's `lookup` against a live API server: an existing cert Secret is reused, caBundle follows it.
+
+    Real: helm 4 `template --dry-run=server` (lookup enabled) against the test
+    API server holding the Secret a previous install made.
+    """
+    kubectl, helm = tool("kubectl"), tool("helm")
+    api = _api_server_class().start()
+    try:
+        kubeconfig = str(api.kubeconfig)
+        done = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "apply", "--validate=false", "-f", "-"],
+                              input=EXISTING_TLS_SECRET, capture_output=True, text=True, timeout=60, check=False)
+        assert done.returncode == 0, done.stderr
+        out = run([helm, "template", "kubeon-gpu-optimizer", str(CHART), "-n", NAMESPACE, "--dry-run=server",
+                   "--kubeconfig", kubeconfig, "-s", "templates/webhook-configurations.yaml"]).stdout
+    finally:
+        api.stop()
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    secret = one(docs, "Secret", "kubeon-gpu-optimizer-webhook-tls")
+    assert secret["data"] == {"tls.crt": "dGxzLWNydA==", "tls.key": "dGxzLWtleQ==", "ca.crt": "Y2EtY3J0"}
+    for kind in ("MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"):
+        for hook in one(docs, kind, "kubeon-gpu-optimizer")["webhooks"]:
+            assert hook["clientConfig"]["caBundle"] == "Y2EtY3J0"
