@@ -68,9 +68,21 @@ def on_create(res: Resource, obj: dict[str, Any]) -> None:
         if res.custom:
             obj.pop("status", None)  # CRs with a status subresource drop status on create
         else:
-            obj["status"] = {}
+            obj["status"] = copy.deepcopy(_ZERO_STATUS.get(key, {}))
 
 
+# Status fields the Go types serialise without omitempty (clients such as the Python client
+# require them), as a fresh object carries them.
+_ZERO_STATUS: dict[str, dict[str, Any]] = {
+    "apps/statefulsets": {"replicas": 0, "availableReplicas": 0},
+    "apps/replicasets": {"replicas": 0},
+    "apps/daemonsets": {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                        "numberReady": 0},
+    "policy/poddisruptionbudgets": {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
+                                    "expectedPods": 0},
+    "autoscaling/horizontalpodautoscalers": {"desiredReplicas": 0},
+    "/services": {"loadBalancer": {}},
+}
 _WITH_SPEC = {"/pods", "apps/deployments", "apps/statefulsets", "apps/replicasets", "/services"}
 
 

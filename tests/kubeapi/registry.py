@@ -445,7 +445,8 @@ class Registry:
         pruned_obj, pruned = schema.prune(obj, res.schema, root=True)
         if pruned and opts.field_validation == "Strict":
             texts = ", ".join(f'unknown field "{p}"' for p in pruned)
-            raise status.bad_request(f"strict decoding error: {texts}")
+            raise status.bad_request(f'{res.kind} in version "{res.version}" cannot be handled as a {res.kind}: '
+                                     f"strict decoding error: {texts}")
         if pruned and opts.field_validation == "Warn":
             opts.warnings.extend(f'unknown field "{p}"' for p in pruned if f'unknown field "{p}"' not in opts.warnings)
         return schema.apply_defaults(pruned_obj, res.schema)

@@ -65,14 +65,18 @@ def match_requirements(reqs: list[Requirement], labels: dict[str, str] | None) -
     for key, op, vals in reqs:
         has = key in labels
         val = labels.get(key)
-        ok = {
-            "exists": has,
-            "!": not has,
-            "=": has and val == vals[0],
-            "!=": not has or val != vals[0],  # `!=` matches objects without the key, as upstream
-            "in": has and val in vals,
-            "notin": not has or val not in vals,
-        }[op]
+        if op == "exists":
+            ok = has
+        elif op == "!":
+            ok = not has
+        elif op == "=":
+            ok = has and val == vals[0]
+        elif op == "!=":
+            ok = not has or val != vals[0]  # `!=` matches objects without the key, as upstream
+        elif op == "in":
+            ok = has and val in vals
+        else:
+            ok = not has or val not in vals
         if not ok:
             return False
     return True
