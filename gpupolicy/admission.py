@@ -10,7 +10,6 @@ otherwise behaves like Recommend; Automatic changes. Pure.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -35,6 +34,7 @@ from gpupolicy.rewrite import (
     resource_toleration,
     rewritten_from_json,
     toleration_dict,
+    writable_copy,
 )
 
 WARNING_LIMIT = 120
@@ -155,7 +155,7 @@ def _apply_injections(
     scheduler = policy.spec.scheduler_name
     if not tolerations and not scheduler:
         return None
-    trial = copy.deepcopy(pod)
+    trial = writable_copy(pod)
     changed = ensure_tolerations(trial, tolerations)
     if scheduler:
         changed = ensure_scheduler(trial, scheduler) or changed
@@ -186,7 +186,7 @@ def mutate_pod(
     winners = winning_policies(view, ns, _pod_labels(pod))
     if not winners:
         return AdmissionResult(object=pod, note="no policy matches")
-    mutated = copy.deepcopy(dict(pod))
+    mutated = writable_copy(pod)
     warnings: list[str] = []
     decisions: list[Decision] = []
     rewritten: dict[str, Any] = {}

@@ -23,7 +23,14 @@ def pointer(*tokens: str | int) -> str:
 
 
 def diff(old: Any, new: Any, path: str = "") -> list[PatchOp]:
-    """Operations that turn `old` into `new` (applying them with any RFC 6902 library gives `new`)."""
+    """Operations that turn `old` into `new` (applying them with any RFC 6902 library gives `new`).
+
+    Subtrees shared by identity are skipped without being walked: mutation
+    copies only what it writes (rewrite.writable_copy), so this stays cheap
+    on large pods.
+    """
+    if old is new:
+        return []
     if isinstance(old, dict) and isinstance(new, dict):
         ops: list[PatchOp] = []
         for key in old:

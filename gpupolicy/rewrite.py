@@ -37,6 +37,42 @@ CONTAINER_LISTS = ("initContainers", "containers")
 OTHER_GPU_PREFIXES = ("amd.com/gpu", "gpu.intel.com/")
 
 
+def writable_copy(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """Copy exactly the parts of a pod that mutation writes; everything else stays shared.
+
+    A deep copy of a real pod (managedFields, volumes, env) costs more than the
+    whole decision; sharing untouched subtrees also lets `patch.diff` skip them
+    by identity. Callers must write only through the copied levels:
+    metadata(.annotations), spec(.tolerations, .schedulerName) and each
+    container's resources(.limits, .requests).
+    """
+    out = dict(pod)
+    metadata = out.get("metadata")
+    if isinstance(metadata, dict):
+        out["metadata"] = dict(metadata)
+        if isinstance(metadata.get("annotations"), dict):
+            out["metadata"]["annotations"] = dict(metadata["annotations"])
+    spec = out.get("spec")
+    if isinstance(spec, dict):
+        spec = out["spec"] = dict(spec)
+        if isinstance(spec.get("tolerations"), list):
+            spec["tolerations"] = list(spec["tolerations"])
+        for key in CONTAINER_LISTS:
+            if isinstance(spec.get(key), list):
+                spec[key] = [_writable_container(c) for c in spec[key]]
+    return out
+
+
+def _writable_container(container: Any) -> Any:
+    if not isinstance(container, dict):
+        return container
+    copied = dict(container)
+    resources = copied.get("resources")
+    if isinstance(resources, dict):
+        copied["resources"] = {k: dict(v) if isinstance(v, dict) else v for k, v in resources.items()}
+    return copied
+
+
 def is_gpu_resource(name: str) -> bool:
     """Whole GPUs, time-sliced shares, MIG slices (and other vendors' GPUs, for guardrails)."""
     return (

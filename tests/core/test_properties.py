@@ -8,6 +8,8 @@ counts and resources, requests, tolerations, annotations, labels), policies
 
 from __future__ import annotations
 
+import copy
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -73,7 +75,9 @@ def views(draw):
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(pods(), views())
 def test_mutation_is_idempotent(pod, view) -> None:
+    original = copy.deepcopy(pod)
     first = mutate_pod(pod, view)
+    assert pod == original, "mutate_pod must not change its input"
     after = apply(pod, first.patch)
     assert after == first.object
     assert mutate_pod(after, view).patch == []

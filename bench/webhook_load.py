@@ -1,0 +1,179 @@
+"""Load benchmark for the admission webhook over TLS (not a timed test).
+
+Starts `kubeon-gpu webhook` (gunicorn gthread, TLS from certs/ generated on
+the fly, static policies) unless --url is given, then drives POST /mutate
+with kube-apiserver-shaped AdmissionReviews that get rewritten to MIG:
+
+- max: C client processes x T threads, each thread with its own keep-alive
+  HTTPS connection (http.client), closed loop for --seconds;
+- rate: the same clients paced to a fixed total rate (default 500/s),
+  latency measured from the scheduled send time (no coordinated omission).
+
+Prints requests/s and p50/p90/p99 latency. The load generator shares the
+machine's cores with the server: on a 2-core box it takes CPU from it.
+
+    python bench/webhook_load.py --seconds 10 --rate 500
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import multiprocessing as mp
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from certs.material import generate  # noqa: E402
+from tests.webhook.payloads import POLICIES, api_pod, review  # noqa: E402
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def start_server(workers: int, threads: int) -> tuple[subprocess.Popen, int, str]:
+    import yaml
+
+    tmp = Path(tempfile.mkdtemp(prefix="kubeon-bench-"))
+    generate("kubeon-gpu-optimizer-webhook", "kubeon-gpu", tmp, ip_addresses=["127.0.0.1"])
+    (tmp / "policies.yaml").write_text(yaml.safe_dump_all(POLICIES))
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli.main", "webhook", "--cert-dir", str(tmp), "--bind", "127.0.0.1",
+         "--port", str(port), "--workers", str(workers), "--threads", str(threads),
+         "--policies", str(tmp / "policies.yaml")],
+        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ca = str(tmp / "ca.crt")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=ca),
+                                               timeout=1)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                return proc, port, ca
+        except OSError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("server did not start")
+
+
+def client_proc(port: int, ca: str, threads: int, seconds: float, rate: float, out: mp.Queue) -> None:
+    """One load process: `threads` keep-alive connections; rate 0 = closed loop."""
+    body = json.dumps(review(api_pod())).encode()
+    headers = {"Content-Type": "application/json"}
+    context = ssl.create_default_context(cafile=ca)
+    latencies: list[float] = []
+    errors = [0]
+    lock = threading.Lock()
+    start_at = time.perf_counter() + 0.5
+
+    def worker(index: int) -> None:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+        conn.connect()
+        mine: list[float] = []
+        interval = threads / rate if rate else 0.0
+        next_send = start_at + (index * interval / threads if rate else 0.0)
+        end = start_at + seconds
+        while True:
+            now = time.perf_counter()
+            if rate:
+                if next_send > now:
+                    time.sleep(next_send - now)
+                scheduled = next_send
+                next_send += interval
+            else:
+                scheduled = now
+            if scheduled >= end:
+                break
+            try:
+                conn.request("POST", "/mutate", body, headers)
+                resp = conn.getresponse()
+                resp.read()
+                if resp.status != 200:
+                    errors[0] += 1
+            except (OSError, http.client.HTTPException):
+                errors[0] += 1
+                conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+            mine.append(time.perf_counter() - scheduled)
+        with lock:
+            latencies.extend(mine)
+
+    pool = [threading.Thread(target=worker, args=(i,)) for i in range(threads)]
+    for t in pool:
+        t.start()
+    for t in pool:
+        t.join()
+    out.put((latencies, errors[0]))
+
+
+def run(port: int, ca: str, procs: int, threads: int, seconds: float, rate: float) -> dict[str, float]:
+    queue: mp.Queue = mp.Queue()
+    per_proc_rate = rate / procs if rate else 0.0
+    children = [mp.Process(target=client_proc, args=(port, ca, threads, seconds, per_proc_rate, queue))
+                for _ in range(procs)]
+    for c in children:
+        c.start()
+    latencies: list[float] = []
+    errors = 0
+    for _ in children:
+        got, errs = queue.get()
+        latencies.extend(got)
+        errors += errs
+    for c in children:
+        c.join()
+    latencies.sort()
+
+    def pct(p: float) -> float:
+        return latencies[min(len(latencies) - 1, int(p / 100 * len(latencies)))] * 1000 if latencies else 0.0
+
+    return {"requests": len(latencies), "errors": errors, "rps": len(latencies) / seconds,
+            "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99), "max_ms": latencies[-1] * 1000}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--rate", type=float, default=500.0, help="fixed total rate for the paced run")
+    parser.add_argument("--procs", type=int, default=1, help="load generator processes")
+    parser.add_argument("--threads", type=int, default=8, help="keep-alive connections per process (max run)")
+    parser.add_argument("--rate-threads", type=int, default=4, help="connections per process (paced run)")
+    parser.add_argument("--server-workers", type=int, default=2)
+    parser.add_argument("--server-threads", type=int, default=4)
+    parser.add_argument("--only", choices=("max", "rate"), help="run one phase only")
+    args = parser.parse_args()
+    proc, port, ca = start_server(args.server_workers, args.server_threads)
+    try:
+        print(f"machine: {os.cpu_count()} cores; server: gunicorn gthread {args.server_workers} workers x "
+              f"{args.server_threads} threads, TLS; review: Pod CREATE rewritten to MIG (patch of 7 ops)")
+        if args.only in (None, "max"):
+            r = run(port, ca, args.procs, args.threads, args.seconds, 0.0)
+            print(f"max  ({args.procs}x{args.threads} keep-alive clients): {r['rps']:.0f} req/s, p50 "
+                  f"{r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
+                  f"errors {r['errors']}")
+        if args.only in (None, "rate"):
+            r = run(port, ca, args.procs, args.rate_threads, args.seconds, args.rate)
+            print(f"rate ({args.rate:.0f}/s, {args.procs}x{args.rate_threads} clients): {r['rps']:.0f} req/s, "
+                  f"p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
+                  f"max {r['max_ms']:.2f} ms, errors {r['errors']}")
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(10)
+
+
+if __name__ == "__main__":
+    main()
