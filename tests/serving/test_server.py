@@ -82,7 +82,7 @@ def start_server(tmp: Path, cert_dir: Path, workers: int = 2) -> Server:
         deadline = time.monotonic() + 15
         while time.monotonic() < deadline and proc.poll() is None:
             try:
-                if server.get("/healthz").status_code == 200:
+                if server.get("/healthz").status_code == 200 and len(workers_of(proc.pid)) == workers:
                     return server
             except requests.ConnectionError:
                 time.sleep(0.05)
