@@ -8,6 +8,7 @@ legacy documents, as they do against older servers.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 from typing import Any
 
@@ -86,7 +87,8 @@ def _age(timestamp: str | None) -> str:
 
 def _json_path(obj: Any, path: str) -> Any:
     cur = obj
-    for part in [p for p in path.strip("{}").split(".") if p]:
+    parts = [p.replace("\\.", ".") for p in re.split(r"(?<!\\)\.", path.strip("{}")) if p]
+    for part in parts:
         cur = cur.get(part) if isinstance(cur, dict) else None
     return cur
 

@@ -6,8 +6,9 @@ computes the same numbers at eviction time from the pods in the namespace:
 
 - expected: for an integer minAvailable, the number of matching pods; for
   maxUnavailable or a percentage, the sum of `spec.replicas` of the pods'
-  controllers (ReplicaSet, StatefulSet, ReplicationController, or any owner
-  with a scale) and 1 per pod without a controller;
+  controllers (ReplicaSet, StatefulSet, ReplicationController, Deployment);
+  a matching pod without such a controller makes the budget unusable
+  (disruptions allowed 0), as the disruption controller fails safe there;
 - healthy: matching pods, not being deleted, with condition Ready=True;
 - desired healthy: minAvailable (percent rounds up) or expected minus
   maxUnavailable (percent rounds up);
@@ -37,10 +38,11 @@ class Budget:
     expected: int
     healthy: int
     desired_healthy: int
+    failed: bool = False  # the disruption controller could not compute it: allow nothing
 
     @property
     def disruptions_allowed(self) -> int:
-        return max(0, self.healthy - self.desired_healthy)
+        return 0 if self.failed else max(0, self.healthy - self.desired_healthy)
 
 
 def is_ready(pod: dict[str, Any]) -> bool:
@@ -79,7 +81,10 @@ def budget(store: Store, pdb: dict[str, Any]) -> Budget:
         expected = len(pods)
         desired = min_available
     else:
-        expected = _expected_from_controllers(store, ns, pods)
+        counted = _expected_from_controllers(store, ns, pods)
+        if counted is None:
+            return Budget(pdb["metadata"]["name"], 0, healthy, healthy + 1, failed=True)
+        expected = counted
         if min_available is not None:
             desired = scaled(min_available, expected)
         else:
@@ -87,16 +92,17 @@ def budget(store: Store, pdb: dict[str, Any]) -> Budget:
     return Budget(pdb["metadata"]["name"], expected, healthy, desired)
 
 
-def _expected_from_controllers(store: Store, ns: str, pods: list[dict[str, Any]]) -> int:
+def _expected_from_controllers(store: Store, ns: str, pods: list[dict[str, Any]]) -> int | None:
     total, seen = 0, set()
     for pod in pods:
         ctrl = next((o for o in pod["metadata"].get("ownerReferences") or [] if o.get("controller")), None)
         if ctrl is None or ctrl.get("kind") not in _OWNER_KEYS:
-            total += 1
-            continue
+            return None
         if ctrl["uid"] in seen:
             continue
         seen.add(ctrl["uid"])
         owner = store.get(_OWNER_KEYS[ctrl["kind"]], ns, ctrl["name"])
-        total += int(((owner or {}).get("spec") or {}).get("replicas", 1)) if owner else 1
+        if owner is None:
+            return None
+        total += int((owner.get("spec") or {}).get("replicas", 1))
     return total
