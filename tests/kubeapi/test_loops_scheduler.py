@@ -46,7 +46,8 @@ class ExtenderDouble:
             return jsonify([{"Host": n, "Score": self.scores.get(n, 0)} for n in names]), self.status
 
         self.server = make_server("127.0.0.1", 0, app, threaded=True)
-        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                       daemon=True)
         self.thread.start()
         self.url = f"http://127.0.0.1:{self.server.server_port}/ext"
 
@@ -227,7 +228,7 @@ def test_extender_failure(cluster: Cluster, extender: ExtenderDouble, ignorable:
         assert "HTTP 503" in placement.message
 
 
-def test_background_mode_binds_without_stepping(extender: ExtenderDouble) -> None:
+def test_background_mode_binds_without_stepping() -> None:
     with Cluster(nodes=[make_node("gpu-a", gpus=1)], karpenter=False) as running:
         running.create(make_pod("p", gpus=1))
         running.wait_for(lambda: running.pods(bound=True, ready=True), message="p bound and Ready")
