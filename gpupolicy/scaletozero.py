@@ -268,6 +268,12 @@ def decide(spec: ScaleToZeroSpec, workload: Workload, signals: Signals, scaled_a
         now=signals.now, max_gap=signals.max_gap_seconds,
     )
     stale = SCALED_FROM in annotations or SCALED_AT in annotations or WAKE in annotations
+    if wake_requested:  # a user wants it up: it is; never park it in the same breath
+        return Decision(
+            Action.CLEAR_RECORD, Reason.WAKE_ANNOTATION,
+            f"{workload.ref} already runs {workload.replicas} replicas: clearing {WAKE}",
+            annotations={SCALED_FROM: None, SCALED_AT: None, WAKE: None},
+        )
     if verdict.idle and demand:
         verdict = IdleVerdict(
             False, Reason.DEMAND, f"GPU idle but wake query {signals.wake_value:g} > {wake_above:g}",

@@ -8,6 +8,8 @@ port, history backfilled with promtool) scraping a scripted DCGM exporter
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +39,44 @@ def prometheus_factory(dcgm_exporter: DcgmExporter) -> Iterator[Callable[..., Pr
     yield start
     for server in started:
         server.stop()
+
+
+# -- the test API server with the GpuPolicy and KEDA CRDs, and a frame context on it ------------
+_REPO = Path(__file__).resolve().parents[2]
+POLICY_CRD = _REPO / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
+KEDA_CRD = Path("/work/shared/crds/keda.sh_scaledobjects.yaml")
+SCALE_NAMESPACES = ("kubeon-gpu", "research", "ml")
+
+
+@pytest.fixture
+def scale_api() -> Iterator[Any]:
+    """A fresh test API server (GpuPolicy + KEDA ScaledObject CRDs) with the namespaces tests use."""
+    kubeapi = pytest.importorskip("tests.kubeapi")
+    server = kubeapi.ApiServer.start(crd_files=[str(POLICY_CRD), str(KEDA_CRD)])
+    try:
+        api = server.api_client()
+        from kubernetes import client
+
+        core = client.CoreV1Api(api)
+        for ns in SCALE_NAMESPACES:
+            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+        server.api = api
+        yield server
+    finally:
+        server.stop()
+
+
+def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None) -> Any:
+    """The frame's ControllerContext on `api` (leader), with the real Prometheus metrics source."""
+    from controller.context import ControllerContext, SystemClock
+    from controller.metrics_source import from_url
+    from controller.policies import PolicyStore
+    from controller.recorder import ControllerMetrics, Recorder
+    from gpupolicy.model import Mode
+
+    clock = clock or SystemClock()
+    return ControllerContext(
+        api=api, namespace="kubeon-gpu", default_mode=Mode.RECOMMEND, prometheus_url=prometheus_url,
+        metrics=from_url(prometheus_url), clock=clock, recorder=Recorder(api, ControllerMetrics(), clock, "test"),
+        policies=PolicyStore(), is_leader=lambda: True,
+    )

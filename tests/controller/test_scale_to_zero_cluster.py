@@ -1,0 +1,301 @@
+"""Scale to zero end to end: real Prometheus + the test API server + the frame's runner and context.
+
+Real: /usr/bin/prometheus scraping the scripted DCGM exporter every 1 s, with
+idle/busy history backfilled by promtool (so a 60 s idleFor window is full at
+once); the test API server (tests/kubeapi) with the GpuPolicy and KEDA CRDs;
+the frame's PolicySync, PolicyStore, Recorder and ReconcileRunner; the
+ScaleToZeroReconciler. Faked: the GPUs (scripted series), leadership (always
+leader), and a crash (a checkpoint hook raising after a write).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from controller.loop import ReconcileRunner
+from controller.policies import PolicySync
+from controller.scaletozero import ScaleToZeroReconciler
+from gpupolicy import scaletozero as core
+from kube import scale as kscale
+from tests.controller.conftest import make_deployment
+from tests.controller.conftest_scale import scale_context
+from tests.promharness import DcgmExporter, PrometheusServer, constant, gpu_labels, replay
+
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+NS = "research"
+WAKE_QUERY = 'sum(queue_depth{service="llm"})'
+
+
+# -- builders -------------------------------------------------------------------------
+def policy(name: str = "idle-gpus", mode: str = "Automatic", *, wake: bool = True, namespaces: tuple[str, ...] = (NS,),
+           approvals: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {"namespaces": list(namespaces), "idleBelowPercent": 5, "idleFor": "60s", **extra}
+    if wake:
+        body["wake"] = {"prometheusQuery": WAKE_QUERY, "above": 0}
+    spec: dict[str, Any] = {"mode": mode, "scaleToZero": body}
+    if approvals is not None:
+        spec["approvals"] = approvals
+    return {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": name}, "spec": spec}
+
+
+def create(api: client.ApiClient, obj: dict[str, Any]) -> None:
+    if obj["kind"] == "GpuPolicy":
+        client.CustomObjectsApi(api).create_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", obj)
+    elif obj["kind"] == "ScaledObject":
+        kscale.create_scaled_object(api, obj)
+    else:
+        apps = client.AppsV1Api(api)
+        ns = obj["metadata"]["namespace"]
+        if obj["kind"] == "Deployment":
+            apps.create_namespaced_deployment(ns, obj)
+        else:
+            apps.create_namespaced_stateful_set(ns, obj)
+
+
+def workload(api: client.ApiClient, name: str, ns: str = NS) -> dict[str, Any]:
+    return api.sanitize_for_serialization(  # type: ignore[no-any-return]
+        client.AppsV1Api(api).read_namespaced_deployment(name, ns))
+
+
+def annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+def deploy(api: client.ApiClient, name: str, replicas: int = 3, ns: str = NS, **annotations: str) -> None:
+    obj = make_deployment(name, namespace=ns, replicas=replicas)
+    if annotations:
+        obj["metadata"]["annotations"] = dict(annotations)  # type: ignore[index]
+    create(api, obj)
+
+
+def pod(name: str) -> str:
+    return f"{name}-7d9f6c8b5-x2b4z"
+
+
+def script_gpu(exporter: DcgmExporter, name: str, script: Any, ns: str = NS) -> None:
+    exporter.put(UTIL, gpu_labels(namespace=ns, pod=pod(name)), script)
+
+
+def policy_status(api: client.ApiClient, name: str = "idle-gpus") -> dict[str, Any]:
+    obj = client.CustomObjectsApi(api).get_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", name)
+    return dict(obj.get("status") or {})
+
+
+def runner_for(api: client.ApiClient, prom: PrometheusServer | None, **kw: Any) -> ReconcileRunner:
+    ctx = scale_context(api, prom.url if prom else None)
+    return ReconcileRunner(ctx, [PolicySync(), ScaleToZeroReconciler(step_seconds=2, max_gap_seconds=6, **kw)])
+
+
+def bindings(api: client.ApiClient) -> set[str]:
+    return set(kscale.list_scaler_bindings(api))
+
+
+# -- tests ----------------------------------------------------------------------------
+def test_idle_goes_to_zero_then_wakes_by_query(
+    scale_api: Any, dcgm_exporter: DcgmExporter, prometheus_factory: Callable[..., PrometheusServer],
+) -> None:
+    api = scale_api.api
+    deploy(api, "llm", 3)
+    deploy(api, "nodata", 2)  # no series at all: no data is never idle
+    create(api, policy())
+    script_gpu(dcgm_exporter, "llm", constant(1))
+    dcgm_exporter.put("queue_depth", {"service": "llm"}, constant(0))
+    prom = prometheus_factory(history=120)
+    runner = runner_for(api, prom)
+    runner.run_all()
+
+    parked = workload(api, "llm")
+    assert parked["spec"]["replicas"] == 0
+    assert annotations(parked)[core.SCALED_FROM] == "3"
+    assert core.SCALED_AT in annotations(parked) and core.UNDO in annotations(parked)
+    assert workload(api, "nodata")["spec"]["replicas"] == 2
+    assert core.SCALED_FROM not in annotations(workload(api, "nodata"))
+    assert bindings(api) == {NS}
+    assert [e["action"].split(":")[0] for e in runner.ctx.recorder.applied_log] == ["ScaleToZero"]
+    status = policy_status(api)
+    assert any(p["target"] == f"Deployment/{NS}/llm" and p["state"] == "Applied" for p in status["proposals"])
+
+    runner.run_all()  # parked, no demand: nothing changes, never parked twice
+    assert workload(api, "llm")["metadata"]["resourceVersion"] == parked["metadata"]["resourceVersion"]
+
+    dcgm_exporter.put("queue_depth", {"service": "llm"}, constant(7))
+    prom.wait_for(f"{WAKE_QUERY} > 0")
+    runner.run_all()
+    woken = workload(api, "llm")
+    assert woken["spec"]["replicas"] == 3
+    assert core.SCALED_FROM not in annotations(woken) and core.SCALED_AT not in annotations(woken)
+    assert "Wake" in runner.ctx.recorder.applied_log[-1]["action"]
+
+
+def test_wake_by_annotation_and_policy_without_wake_signal_warns(
+    scale_api: Any, dcgm_exporter: DcgmExporter, prometheus_factory: Callable[..., PrometheusServer],
+) -> None:
+    api = scale_api.api
+    deploy(api, "llm", 2)
+    create(api, policy(wake=False))
+    script_gpu(dcgm_exporter, "llm", constant(0))
+    prom = prometheus_factory(history=120, wait_scrape=False)
+    runner = runner_for(api, prom)
+    runner.run_all()
+    assert workload(api, "llm")["spec"]["replicas"] == 0
+    wake_condition = next(c for c in policy_status(api)["conditions"] if c["type"] == "WakeSignal")
+    assert wake_condition["status"] == "False" and "annotation" in wake_condition["message"]
+
+    client.AppsV1Api(api).patch_namespaced_deployment(
+        "llm", NS, {"metadata": {"annotations": {core.WAKE: "true"}}})
+    runner.run_all()
+    woken = workload(api, "llm")
+    assert woken["spec"]["replicas"] == 2
+    assert core.WAKE not in annotations(woken) and core.SCALED_FROM not in annotations(woken)
+
+
+def test_bursty_real_trace_is_not_idle_and_do_not_scale_is_skipped(
+    scale_api: Any, dcgm_exporter: DcgmExporter, prometheus_factory: Callable[..., PrometheusServer],
+) -> None:
+    api = scale_api.api
+    deploy(api, "bursty", 2)
+    deploy(api, "pinned", 2, **{core.DO_NOT_SCALE: "true"})
+    create(api, policy())
+    script_gpu(dcgm_exporter, "bursty", replay("bursty", time.time() - 600))
+    script_gpu(dcgm_exporter, "pinned", constant(0))
+    prom = prometheus_factory(history=120, wait_scrape=False)
+    runner = runner_for(api, prom)
+    before = {n: workload(api, n)["metadata"]["resourceVersion"] for n in ("bursty", "pinned")}
+    runner.run_all()
+    after = {n: workload(api, n)["metadata"]["resourceVersion"] for n in ("bursty", "pinned")}
+    assert after == before
+    reconciler = runner.reconcilers[1]
+    assert isinstance(reconciler, ScaleToZeroReconciler)
+    assert reconciler.last_decisions[f"Deployment/{NS}/bursty"].reason is core.Reason.BUSY
+    assert reconciler.last_decisions[f"Deployment/{NS}/pinned"].reason is core.Reason.DO_NOT_SCALE
+
+
+def test_recommend_writes_nothing_approve_only_approved(
+    scale_api: Any, dcgm_exporter: DcgmExporter, prometheus_factory: Callable[..., PrometheusServer],
+) -> None:
+    api = scale_api.api
+    for name in ("a", "b"):
+        deploy(api, name, 2, ns=NS)
+        deploy(api, name, 2, ns="ml")
+        script_gpu(dcgm_exporter, name, constant(0), ns=NS)
+        script_gpu(dcgm_exporter, name, constant(0), ns="ml")
+    create(api, policy("rec", "Recommend", namespaces=("ml",)))
+    create(api, policy("appr", "Approve", approvals=[f"Deployment/{NS}/a"]))
+    prom = prometheus_factory(history=120, wait_scrape=False)
+    runner = runner_for(api, prom)
+    before = {(ns, n): workload(api, n, ns)["metadata"]["resourceVersion"] for ns in (NS, "ml") for n in "ab"}
+    runner.run_all()
+    after = {(ns, n): workload(api, n, ns)["metadata"]["resourceVersion"] for ns in (NS, "ml") for n in "ab"}
+    changed = {key for key in before if before[key] != after[key]}
+    assert changed == {(NS, "a")}
+    assert workload(api, "a", NS)["spec"]["replicas"] == 0
+    assert bindings(api) == {NS}  # Recommend policies get no scale permissions
+    rec = {p["target"]: p["state"] for p in policy_status(api, "rec")["proposals"]}
+    assert rec == {"Deployment/ml/a": "Proposed", "Deployment/ml/b": "Proposed"}
+    appr = {p["target"]: p["state"] for p in policy_status(api, "appr")["proposals"]}
+    assert appr == {f"Deployment/{NS}/a": "Applied", f"Deployment/{NS}/b": "Proposed"}
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def crash_once_at(step: str) -> Callable[[str], None]:
+    """A checkpoint hook that raises the first time the reconciler reaches `step`."""
+    fired: list[str] = []
+
+    def hook(at: str) -> None:
+        if at == step and not fired:
+            fired.append(at)
+            raise Crash(at)
+    return hook
+
+
+def keda_operator_pauses(api: client.ApiClient, name: str) -> None:
+    """What KEDA does with `paused-replicas: "0"`: scale the target to 0 (no KEDA runs here)."""
+    client.AppsV1Api(api).patch_namespaced_deployment_scale(name, NS, {"spec": {"replicas": 0}})
+
+
+def reconciler(step: str | None = None) -> ScaleToZeroReconciler:
+    return ScaleToZeroReconciler(step_seconds=2, max_gap_seconds=6,
+                                 checkpoint=crash_once_at(step) if step else None)
+
+
+def test_crash_after_each_write_converges_without_losing_the_count(
+    scale_api: Any, dcgm_exporter: DcgmExporter, prometheus_factory: Callable[..., PrometheusServer],
+) -> None:
+    api = scale_api.api
+    deploy(api, "kedad", 5)
+    deploy(api, "llm", 4)
+    create(api, {"apiVersion": "keda.sh/v1alpha1", "kind": "ScaledObject",
+                 "metadata": {"name": "kedad", "namespace": NS},
+                 "spec": {"scaleTargetRef": {"name": "kedad"},
+                          "triggers": [{"type": "cpu", "metadata": {"value": "50"}}]}})
+    create(api, policy())
+    script_gpu(dcgm_exporter, "llm", constant(0))
+    script_gpu(dcgm_exporter, "kedad", constant(0))
+    dcgm_exporter.put("queue_depth", {"service": "llm"}, constant(0))
+    prom = prometheus_factory(history=120, wait_scrape=False)
+    ctx = scale_context(api, prom.url)
+    PolicySync().reconcile(ctx)
+
+    # Crash 1: the KEDA target is recorded, its ScaledObject not yet paused.
+    with pytest.raises(Crash):
+        reconciler("recorded").reconcile(ctx)
+    keda_half = workload(api, "kedad")
+    assert annotations(keda_half)[core.SCALED_FROM] == "5" and keda_half["spec"]["replicas"] == 5
+    assert not kscale.is_paused_at_zero(kscale.list_scaled_objects(api, NS)[0])
+    # Crash 2 (a restarted controller): the plain target's one patch landed, nothing after it ran.
+    with pytest.raises(Crash):
+        reconciler("parked").reconcile(ctx)
+    assert workload(api, "llm")["spec"]["replicas"] == 0
+    assert annotations(workload(api, "llm"))[core.SCALED_FROM] == "4"
+    assert kscale.is_paused_at_zero(kscale.list_scaled_objects(api, NS)[0])
+    assert annotations(workload(api, "kedad"))[core.SCALED_FROM] == "5"
+    assert workload(api, "kedad")["spec"]["replicas"] == 5  # KEDA, not us, takes it to 0
+
+    keda_operator_pauses(api, "kedad")
+    fresh = reconciler()  # restart again: converged, writes nothing, counts intact
+    versions = {n: workload(api, n)["metadata"]["resourceVersion"] for n in ("llm", "kedad")}
+    fresh.reconcile(ctx)
+    fresh.reconcile(ctx)
+    assert versions == {n: workload(api, n)["metadata"]["resourceVersion"] for n in ("llm", "kedad")}
+
+    # Wake both; crash right after unpausing KEDA; the restart finishes with the recorded counts.
+    for name in ("llm", "kedad"):
+        client.AppsV1Api(api).patch_namespaced_deployment(name, NS, {"metadata": {"annotations": {core.WAKE: "true"}}})
+    with pytest.raises(Crash):
+        reconciler("unpaused").reconcile(ctx)
+    assert workload(api, "kedad")["spec"]["replicas"] == 0 and core.SCALED_FROM in annotations(workload(api, "kedad"))
+    reconciler().reconcile(ctx)
+    assert workload(api, "llm")["spec"]["replicas"] == 4
+    assert workload(api, "kedad")["spec"]["replicas"] == 5
+    assert not kscale.is_paused_at_zero(kscale.list_scaled_objects(api, NS)[0])
+    assert core.SCALED_FROM not in annotations(workload(api, "kedad"))
+    assert core.SCALED_FROM not in annotations(workload(api, "llm"))
+
+
+def test_scaler_rolebindings_follow_policy_namespaces(scale_api: Any) -> None:
+    api = scale_api.api
+    create(api, policy(namespaces=(NS, "ml")))
+    runner = runner_for(api, None)
+    runner.ctx.prometheus_url = "http://127.0.0.1:9"  # acting mode needs a configured source
+    runner.ctx.metrics = kscale  # type: ignore[assignment]  # never queried: no workloads
+    runner.run_all()
+    assert bindings(api) == {NS, "ml"}
+    made = kscale.list_scaler_bindings(api)[NS]
+    assert made["roleRef"]["name"] == "kubeon-gpu-optimizer-scaler"
+    assert made["subjects"] == [{"kind": "ServiceAccount", "name": "kubeon-gpu-optimizer", "namespace": "kubeon-gpu"}]
+    client.CustomObjectsApi(api).patch_cluster_custom_object(
+        "gpu.kubeon.io", "v1alpha1", "gpupolicies", "idle-gpus", {"spec": {"scaleToZero": {"namespaces": ["ml"]}}},
+        _content_type="application/merge-patch+json")
+    runner.run_all()
+    assert bindings(api) == {"ml"}
+    client.CustomObjectsApi(api).delete_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", "idle-gpus")
+    runner.run_all()
+    assert bindings(api) == set()
