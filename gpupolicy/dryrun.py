@@ -101,9 +101,8 @@ def dry_run(obj: Any, view: ClusterView, namespace: str | None = None) -> Admiss
     if not isinstance(template, Mapping):
         raise DryRunError(f"object.{'.'.join(path)}: missing pod template")
     owner = f"{kind}/{ns}/{metadata.get('name', '')}"
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": dict(template.get("metadata") or {}),
-           "spec": template.get("spec") or {}}
-    pod["metadata"]["namespace"] = ns
+    pod_metadata: dict[str, Any] = {**(template.get("metadata") or {}), "namespace": ns}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": template.get("spec") or {}}
     return _combine(obj, mutate_pod(pod, view, ns, owner), view, ns, owner, path)
 
 
