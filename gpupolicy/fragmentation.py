@@ -32,9 +32,12 @@ from gpupolicy.typicalmix import TypicalMix
 class FragModel:
     """Per-node fragmentation terms for one state and one mix, kept in step incrementally."""
 
-    def __init__(self, state: NodeState, mix: TypicalMix) -> None:
+    def __init__(self, state: NodeState, mix: TypicalMix, use_memory: bool = False, copies: bool = False) -> None:
         self.state = state
         self.mix = mix
+        self.copies = copies
+        self.use_memory = use_memory and mix.memory_mib is not None
+        self.mem = mix.memory_mib if mix.memory_mib is not None else np.zeros(len(mix), dtype=np.int64)
         self.gm = mix.gpu_milli  # (M,)
         self.k = mix.num_gpu
         self.cpu = mix.cpu_milli
@@ -61,17 +64,36 @@ class FragModel:
         self.ge[dirty] = at_least.sum(axis=1)
         self.small[dirty] = np.where(at_least, 0, free[:, :, None]).sum(axis=1)
         self.frag[dirty] = self.fragment(
-            dirty, self.state.cpu_free[dirty], self.state.gpu_free_total[dirty],
+            dirty, self.state.cpu_free[dirty], self.state.mem_free[dirty], self.state.gpu_free_total[dirty],
             self.ge[dirty], self.small[dirty])
         self.seen[dirty] = self.state.row_version[dirty]
 
-    def fragment(self, nodes: IntArray, cpu_free: IntArray, total: IntArray, ge: IntArray,
+    def fragment(self, nodes: IntArray, cpu_free: IntArray, mem_free: IntArray, total: IntArray, ge: IntArray,
                  small: IntArray) -> FloatArray:
         """F for hypothetical node rows (candidates x M inputs) -> (candidates,)."""
         host = (self.gpu_type[None, :] & self.model_ok[nodes]
                 & (cpu_free[:, None] >= self.cpu[None, :]) & (ge >= self.k[None, :]))
-        per_type = np.where(host, small, total[:, None])
-        return (per_type * self.p[None, :]).sum(axis=1)
+        if self.use_memory:
+            host &= mem_free[:, None] >= self.mem[None, :]
+        out: FloatArray
+        if not self.copies:
+            per_type = np.where(host, small, total[:, None])
+            out = (per_type * self.p[None, :]).sum(axis=1)
+            return out
+        # CPU/memory-limited copies: a node with 8 free GPUs and CPU for 2 typical pods strands 6
+        usable = np.where(host, total[:, None] - small, 0).astype(np.float64)
+        per_copy = (self.k * self.gm).astype(np.float64)[None, :]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            cpu_copies = np.where(self.cpu > 0, np.floor(cpu_free[:, None] / np.maximum(self.cpu, 1)[None, :]),
+                                  np.inf)
+            usable = np.minimum(usable, cpu_copies * per_copy)
+            if self.use_memory:
+                mem_copies = np.where(self.mem > 0, np.floor(mem_free[:, None] / np.maximum(self.mem, 1)[None, :]),
+                                      np.inf)
+                usable = np.minimum(usable, mem_copies * per_copy)
+        per_type = total[:, None] - np.nan_to_num(usable, nan=0.0, posinf=0.0)
+        out = (per_type * self.p[None, :]).sum(axis=1)
+        return out
 
     def after(self, demand: PodDemand, nodes: IntArray) -> tuple[FloatArray, IntArray, IntArray]:
         """Candidate placements: (F_after, node position in `nodes`, GPU index or -1).
@@ -82,11 +104,12 @@ class FragModel:
         """
         st = self.state
         cpu_after = st.cpu_free[nodes] - demand.cpu_milli
+        mem_after = st.mem_free[nodes] - demand.memory_mib
         if not demand.is_sharing:
             k = demand.num_gpu if demand.needs_gpu else 0
             total = st.gpu_free_total[nodes] - k * MILLI
             ge = self.ge[nodes] - np.where(self.gpu_type, k, 0)[None, :]
-            f_after = self.fragment(nodes, cpu_after, total, ge, self.small[nodes])
+            f_after = self.fragment(nodes, cpu_after, mem_after, total, ge, self.small[nodes])
             return f_after, np.arange(len(nodes)), np.full(len(nodes), -1, dtype=np.int64)
         d = demand.gpu_milli
         free = st.gpu_free[nodes]
@@ -101,25 +124,28 @@ class FragModel:
         ge = self.ge[nodes[pos]] - (f >= gm) + (f2 >= gm)
         small = self.small[nodes[pos]] - np.where(f < gm, f, 0) + np.where(f2 < gm, f2, 0)
         total = st.gpu_free_total[nodes[pos]] - d
-        f_after = self.fragment(nodes[pos], cpu_after[pos], total, ge, small)
+        f_after = self.fragment(nodes[pos], cpu_after[pos], mem_after[pos], total, ge, small)
         return f_after, pos, gpu.astype(np.int64)
 
 
-def frag_model(state: NodeState, ctx: PackingContext) -> FragModel:
-    """The context's FragModel for this state and mix (built once, then synced)."""
-    if ctx.mix is None:
+def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = None,
+               key: str = "frag", use_memory: bool = False, copies: bool = False) -> FragModel:
+    """The context's FragModel for this state and mix (default: `ctx.mix`), built once, then synced."""
+    mix = mix if mix is not None else ctx.mix
+    if mix is None:
         raise ValueError("this policy needs a typical pod mix (PackingContext.mix)")
-    model = ctx.caches.get("frag")
-    if not isinstance(model, FragModel) or model.state is not state or model.mix.key != ctx.mix.key:
-        model = FragModel(state, ctx.mix)
-        ctx.caches["frag"] = model
+    model = ctx.caches.get(key)
+    if not isinstance(model, FragModel) or model.state is not state or model.mix.key != mix.key:
+        model = FragModel(state, mix, use_memory, copies)
+        ctx.caches[key] = model
     model.sync()
     return model
 
 
-def sigmoid_score(delta: FloatArray) -> FloatArray:
-    """The paper's integer score int(100 * sigmoid(delta / 1000)), 0..100."""
-    return np.floor(100.0 / (1.0 + np.exp(-delta / 1000.0)))
+def sigmoid_score(delta: FloatArray, temperature: float = 1000.0, levels: float = 100.0) -> FloatArray:
+    """The paper's integer score int(100 * sigmoid(delta / 1000)), 0..100 (defaults)."""
+    out: FloatArray = np.floor(levels / (1.0 + np.exp(-delta / temperature)))
+    return out
 
 
 def best_per_node(n: int, pos: IntArray, gpu: IntArray, value: FloatArray) -> tuple[FloatArray, IntArray]:

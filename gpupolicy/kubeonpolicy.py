@@ -2,9 +2,17 @@
 
 Starts from FGD's rounded score (the rounding is what makes FGD good: it
 creates ties, and ties packed in a fixed order fill nodes one after
-another). Refinements, each measured in docs/designs/packing.md:
-- tie-break among FGD-equal nodes toward the node left with fewer free
-  whole GPUs-worth (best fit), so sharing pods and small pods consolidate.
+another). The defaults are the best combination measured in
+docs/designs/packing.md; the other values of the knobs are kept so the
+ablations can be re-run (`KubeonPolicy(memory=False, ...)`):
+- `memory`: a node cannot host a typical pod whose mean memory it lacks
+  (FGD only looks at CPU and GPU, yet memory blocks real placements);
+- `tiebreak="cpu-pods-least-gpu"`: among equally scored nodes a CPU-only
+  pod goes to the node with the least free GPU, so it does not eat the CPU
+  that idle GPUs need;
+- `gpu_tiebreak="used-first"`: among equally scored nodes a GPU pod goes to
+  a node already in use before an untouched one, which keeps empty nodes
+  whole for 4- and 8-GPU pods, while the fixed order still packs.
 """
 
 from __future__ import annotations
@@ -14,21 +22,74 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupolicy.fragmentation import best_per_node, frag_model, sigmoid_score
-from gpupolicy.nodemodel import IntArray, NodeState, PodDemand
+from gpupolicy.nodemodel import MILLI, IntArray, NodeState, PodDemand
 from gpupolicy.placement import PackingContext, Scored
+from gpupolicy.typicalmix import TypicalMix
+
+
+def gpu_weighted(mix: TypicalMix, power: float) -> TypicalMix:
+    """Re-weight a mix by each type's GPU demand (in GPUs) to the `power` (CPU-only types keep 1)."""
+    gpus = np.where(mix.gpu_milli > 0, mix.gpu_milli * mix.num_gpu / MILLI, 1.0)
+    w = mix.weight * gpus**power
+    return TypicalMix(mix.cpu_milli, mix.gpu_milli, mix.num_gpu, mix.allowed, w / w.sum(), mix.memory_mib)
 
 
 @dataclass(frozen=True)
 class KubeonPolicy:
-    """FGD score, then a best-fit tie-break before the fixed node order."""
+    """FGD's fragmentation score with tuned rounding, mix weighting and tie-breaking."""
 
     name: str = "kubeon"
-    description: str = "FGD rounded score with best-fit tie-breaking (project default)"
+    description: str = "FGD-based: fragmentation growth, tuned rounding and tie-breaking (project default)"
+    temperature: float = 1000.0
+    levels: float = 100.0
+    mix_power: float = 0.0  # 0: weights by pod count (FGD); 1: by GPU demand
+    tiebreak: str = "cpu-pods-least-gpu"  # none | bestfit | fewer-free-gpus | cpu | cpu-most | cpu-ratio | ...
+    memory: bool = True  # typical pods need their (mean) memory too
+    copies: bool = False  # count how many typical pods the node's CPU/memory can still feed
+    gpu_tiebreak: str = "used-first"  # none | small-first | big-first | used-first (GPU pods only)
+    tight_gpu: bool = False  # sharing pods: among equally scored GPUs of a node, the one with least free
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
-        model = frag_model(state, ctx)
+        mix = ctx.mix
+        if self.mix_power and mix is not None:
+            cached = ctx.caches.get("kubeon-mix")
+            if cached is None or cached[0] is not mix:
+                cached = (mix, gpu_weighted(mix, self.mix_power))
+                ctx.caches["kubeon-mix"] = cached
+            mix = cached[1]
+        model = frag_model(state, ctx, mix, key="kubeon-frag", use_memory=self.memory, copies=self.copies)
         f_after, pos, gpu = model.after(demand, candidates)
         delta = model.frag[candidates][pos] - f_after
-        scores, choice = best_per_node(len(candidates), pos, gpu, sigmoid_score(delta))
-        left = state.gpu_free_total[candidates] - demand.gpu_total_milli
-        return Scored(scores=scores, gpu=choice, tiebreak=-left.astype(np.float64))
+        value = sigmoid_score(delta, self.temperature, self.levels)
+        if self.tight_gpu and demand.is_sharing:
+            free = state.gpu_free[candidates[pos], gpu]
+            value = value * 4096.0 + (MILLI - free)
+        scores, choice = best_per_node(len(candidates), pos, gpu, value)
+        if self.tight_gpu and demand.is_sharing:
+            scores = np.floor(scores / 4096.0)
+        tiebreak = None
+        if self.tiebreak == "bestfit":
+            tiebreak = -(state.gpu_free_total[candidates] - demand.gpu_total_milli).astype(np.float64)
+        elif self.tiebreak == "fewer-free-gpus":
+            tiebreak = -state.full_count[candidates].astype(np.float64)
+        elif self.tiebreak == "cpu-pods-least-gpu":
+            if not demand.needs_gpu:
+                tiebreak = -state.gpu_free_total[candidates].astype(np.float64)
+        elif self.tiebreak == "cpu-most":
+            tiebreak = (state.cpu_free[candidates] - demand.cpu_milli).astype(np.float64)
+        elif self.tiebreak == "cpu-ratio":
+            # keep CPU per free GPU high: CPU left per GPU-milli left after placing
+            gleft = state.gpu_free_total[candidates] - demand.gpu_total_milli
+            tiebreak = (state.cpu_free[candidates] - demand.cpu_milli) / (gleft + 100.0)
+        elif self.tiebreak == "cpu":
+            tiebreak = -(state.cpu_free[candidates] - demand.cpu_milli).astype(np.float64)
+        if demand.needs_gpu and self.gpu_tiebreak != "none":
+            if self.gpu_tiebreak == "small-first":
+                tiebreak = -state.gpu_count[candidates].astype(np.float64)
+            elif self.gpu_tiebreak == "big-first":
+                tiebreak = state.gpu_count[candidates].astype(np.float64)
+            elif self.gpu_tiebreak == "used-first":
+                used = (state.gpu_free_total[candidates] < state.gpu_count[candidates] * MILLI) | (
+                    state.cpu_free[candidates] < state.cpu_cap[candidates])
+                tiebreak = used.astype(np.float64)
+        return Scored(scores=scores, gpu=choice, tiebreak=tiebreak)

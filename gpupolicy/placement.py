@@ -70,7 +70,8 @@ class FitResult:
 
     @property
     def feasible(self) -> BoolArray:
-        return self.codes == 0
+        out: BoolArray = self.codes == 0
+        return out
 
     def reason(self, node: int) -> RejectReason:
         return REASON_BY_CODE[int(self.codes[node])]
@@ -80,9 +81,12 @@ def gpu_fit_mask(state: NodeState, demand: PodDemand) -> BoolArray:
     """Nodes with enough GPU capacity for the milli part of the demand. O(N) on cached summaries."""
     if not demand.needs_gpu:
         return np.ones(len(state), dtype=bool)
+    out: BoolArray
     if demand.is_sharing:
-        return (state.max_partial >= demand.gpu_milli) | (state.full_count >= 1)
-    return state.full_count >= demand.num_gpu
+        out = (state.max_partial >= demand.gpu_milli) | (state.full_count >= 1)
+    else:
+        out = state.full_count >= demand.num_gpu
+    return out
 
 
 def fit(state: NodeState, demand: PodDemand) -> FitResult:
@@ -129,7 +133,8 @@ def best_fit_gpu(state: NodeState, nodes: IntArray, milli: int) -> IntArray:
     free = state.gpu_free[nodes]
     ok = state.gpu_present[nodes] & (free >= milli)
     key = np.where(ok, free, MILLI + 1)
-    return np.argmin(key, axis=1).astype(np.int64)
+    out: IntArray = np.argmin(key, axis=1).astype(np.int64)
+    return out
 
 
 @dataclass
@@ -172,8 +177,11 @@ class PackingContext:
 class Policy(Protocol):
     """A scoring strategy. `score` is pure apart from reading/updating `ctx.caches` and `ctx.rng`."""
 
-    name: str
-    description: str
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
         ...

@@ -22,7 +22,7 @@ import numpy as np
 
 from gpupolicy.nodemodel import NodeSpec, NodeState, PodDemand
 from gpupolicy.packing import commit, decide, get_policy
-from gpupolicy.placement import PackingContext
+from gpupolicy.placement import PackingContext, Policy
 from gpupolicy.typicalmix import TypicalMix
 
 
@@ -81,13 +81,13 @@ def arrival_order(pods: Sequence[PodDemand], capacity_milli: int, tune: float,
 def replay(
     nodes: Sequence[NodeSpec],
     pods: Sequence[PodDemand],
-    policy_name: str | None = None,
+    policy_name: str | Policy | None = None,
     seed: int = 42,
     tune: float = 1.3,
     keep_placements: bool = False,
 ) -> ReplayResult:
-    """Run one replay; raises `UnknownPolicyError` for a bad policy name."""
-    policy = get_policy(policy_name)
+    """Run one replay (a policy name or object); raises `UnknownPolicyError` for a bad name."""
+    policy = policy_name if policy_name is not None and not isinstance(policy_name, str) else get_policy(policy_name)
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     by_name = sorted(nodes, key=lambda s: s.name)

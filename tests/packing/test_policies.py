@@ -85,8 +85,8 @@ def test_random_policy_is_seeded() -> None:
 
 def test_kubeon_breaks_fgd_ties_toward_the_fuller_node() -> None:
     # Mix of CPU-only pods: every idle GPU is fragment, so a 1-GPU pod lowers F by 1000 on
-    # any node: FGD ties. kubeon prefers the node left with less free GPU (A, 1000m left over
-    # B's 3000m) even though B comes first in the tie order.
+    # any node: FGD ties and takes B, first in the tie order. kubeon ("used-first") takes A,
+    # which is already in use, and keeps the untouched B whole for a 4-GPU pod.
     mix = [make_pod(gpus=0, cpu=1000)]
     state = make_state([("A", 8000, 8192, [0, 0, 1000, 1000], "T4"), ("B", 8000, 8192, [1000] * 4, "T4")])
     ctx = make_ctx(mix)
