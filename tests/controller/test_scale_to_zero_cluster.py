@@ -283,9 +283,9 @@ def test_crash_after_each_write_converges_without_losing_the_count(
 def test_scaler_rolebindings_follow_policy_namespaces(scale_api: Any) -> None:
     api = scale_api.api
     create(api, policy(namespaces=(NS, "ml")))
-    runner = runner_for(api, None)
-    runner.ctx.prometheus_url = "http://127.0.0.1:9"  # acting mode needs a configured source
-    runner.ctx.metrics = kscale  # type: ignore[assignment]  # never queried: no workloads
+    # Acting modes need a configured source; nothing listens there (the wake query fails soft).
+    ctx = scale_context(api, "http://127.0.0.1:9")
+    runner = ReconcileRunner(ctx, [PolicySync(), ScaleToZeroReconciler()])
     runner.run_all()
     assert bindings(api) == {NS, "ml"}
     made = kscale.list_scaler_bindings(api)[NS]
