@@ -1,0 +1,101 @@
+"""The extender's Flask app: POST /filter, POST /prioritize, plus /healthz, /readyz, /metrics.
+
+Thin handlers: cap the body, parse ExtenderArgs, call `ExtenderService`,
+serialise. Protocol errors (malformed JSON, a body that is not an object)
+answer HTTP 400 with a JSON message. For /filter, unusable arguments
+(missing Pod, NodeNames of the wrong type, a pod the model cannot read) and
+internal failures answer 200 with `Error` set, which kube-scheduler reports
+(and skips when the extender is `ignorable`); /prioritize has no error field,
+so it answers 400 for bad arguments and, if the core fails, all-zero scores
+(upstream ignores prioritize errors anyway). Never a 500 with a traceback.
+
+Each answer carries `X-Kubeon-Handler-Seconds`, the time spent inside the
+handler (parse to serialise), which bench/extender_load.py reads.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+from flask import Flask, Response
+from prometheus_client import CollectorRegistry, Counter
+
+from extender.service import ExtenderService
+from extender.wire import ArgsError, HostPriority, filter_error, filter_result, parse_args
+from gpupolicy.kubemodel import ObjectError
+from serving.http import install_error_handlers, json_error, read_json
+from serving.metrics import instrument
+
+log = logging.getLogger(__name__)
+
+# ExtenderArgs with 5,000 node names is ~150 KiB; a NodeList of 5,000 nodes (not nodeCacheCapable) far more.
+MAX_BODY_BYTES = 64 * 1024 * 1024
+TIMING_HEADER = "X-Kubeon-Handler-Seconds"
+
+
+class ExtenderMetrics:
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.decisions = Counter("kubeon_extender_decisions_total",
+                                 "Filter/prioritize answers by verb, strategy and outcome.",
+                                 ["verb", "strategy", "outcome"], registry=registry)
+
+
+def _json(body: Any, started: float, status: int = 200) -> Response:
+    resp = Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
+    resp.headers[TIMING_HEADER] = f"{time.perf_counter() - started:.6f}"
+    return resp
+
+
+def create_app(service: ExtenderService, registry: CollectorRegistry | None = None) -> Flask:
+    """Build the app around a service; `registry` holds its metrics (a fresh one by default)."""
+    app = Flask("kubeon-gpu-extender")
+    registry = registry or CollectorRegistry()
+    install_error_handlers(app)
+    instrument(app, prefix="kubeon_extender", registry=registry)
+    metrics = ExtenderMetrics(registry)
+    app.extensions["kubeon_extender"] = service
+
+    @app.post("/filter")
+    def _filter() -> Response:
+        started = time.perf_counter()
+        body = read_json(MAX_BODY_BYTES)  # HttpError -> 400/413 JSON
+        if not isinstance(body, dict):
+            return json_error(400, "body: expected an ExtenderArgs JSON object")
+        try:
+            args = parse_args(body)
+            outcome = service.filter(args.pod, args.names)
+        except (ArgsError, ObjectError) as exc:
+            metrics.decisions.labels("filter", "", "bad-args").inc()
+            return _json(filter_error(str(exc)), started)
+        except Exception as exc:  # a core bug: say so in Error, the scheduler decides (ignorable)
+            log.exception("/filter failed")
+            metrics.decisions.labels("filter", "", "error").inc()
+            return _json(filter_error(f"kubeon-gpu extender internal error ({type(exc).__name__})"), started)
+        metrics.decisions.labels("filter", outcome.plan.strategy, "fit" if outcome.passed else "none").inc()
+        return _json(filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable), started)
+
+    @app.post("/prioritize")
+    def _prioritize() -> Response:
+        started = time.perf_counter()
+        body = read_json(MAX_BODY_BYTES)
+        try:
+            args = parse_args(body)
+        except ArgsError as exc:
+            return json_error(400, str(exc))
+        try:
+            outcome = service.prioritize(args.pod, args.names)
+        except ObjectError as exc:
+            return json_error(400, str(exc))
+        except Exception:  # a core bug: neutral scores keep scheduling going
+            log.exception("/prioritize failed")
+            metrics.decisions.labels("prioritize", "", "error").inc()
+            return _json([{"Host": n, "Score": 0} for n in args.names], started)
+        metrics.decisions.labels("prioritize", outcome.plan.strategy,
+                                 "placed" if outcome.chosen else "none").inc()
+        result: list[HostPriority] = [{"Host": n, "Score": s} for n, s in outcome.scores]
+        return _json(result, started)
+
+    return app

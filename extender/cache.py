@@ -1,0 +1,258 @@
+"""The extender's live node model: watch events in, a fresh `NodeState` out, without rebuilding per request.
+
+What is real on a Kubernetes node (the NVIDIA device plugin, not the
+scheduler, picks devices; docs/designs/extender.md):
+- whole GPUs (`nvidia.com/gpu`): the count of free GPUs = allocatable minus
+  the requests of bound and assumed pods. The engine lays that count on the
+  first GPU slots (1000 milli each); which physical GPU a pod gets is the
+  device plugin's business and is not modelled.
+- MIG devices (`nvidia.com/mig-<profile>`) and time-sliced replicas
+  (`nvidia.com/gpu.shared`): node-level free counts, same arithmetic.
+- milli-GPU sharing (openb's `gpu_milli < 1000`) has no Kubernetes resource:
+  it exists only in the simulator. Live pods are whole-GPU or count pods.
+
+Update rules (all under one lock; watch threads only record, requests apply):
+- node ADDED/DELETED, or a change of its capacity, GPU product or memory:
+  the row layout changes, so the state is rebuilt on the next request
+  (rare: node joins, device-plugin reconfiguration). Status heartbeats that
+  change nothing the model reads are ignored; cordon/drain flips one flag.
+- pod bound/unbound/finished/deleted: its node's row is marked dirty and
+  recomputed on the next request from capacity minus that node's pods
+  (O(pods on the node)), so one event never costs O(cluster).
+- assumptions: a pod the extender just prioritized counts on the node it
+  chose until the watch shows it bound (anywhere) or deleted, or until it
+  expires (`assume_seconds`, default 30 s), so back-to-back pods do not all
+  see the same free GPU.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from gpupolicy.kubemodel import (
+    FINISHED_PHASES,
+    ObjectError,
+    demand_from_pod,
+    node_schedulable,
+    node_spec,
+    occupy,
+)
+from gpupolicy.nodemodel import MILLI, NodeSpec, NodeState, PodDemand
+from gpupolicy.placement import PackingContext
+from gpupolicy.typicalmix import OnlineMix, TypicalMix
+
+log = logging.getLogger(__name__)
+
+Clock = Callable[[], float]
+DEFAULT_ASSUME_SECONDS = 30.0
+DEFAULT_MIX_REFRESH_SECONDS = 30.0
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+@dataclass(frozen=True)
+class _Node:
+    spec: NodeSpec
+    schedulable: bool
+
+
+@dataclass(frozen=True)
+class _Assumed:
+    node: str
+    demand: PodDemand
+    expires: float
+
+
+class ClusterCache:
+    """Nodes, bound pods and assumed pods, kept as an up-to-date `NodeState` for the extender.
+
+    Feed it with `on_node(event, obj)` / `on_pod(event, obj)` (the Reflectors'
+    `on_change`), read it with `with cache.lock: state = cache.fresh_state()`.
+    The clock is injected (tests expire assumptions without sleeping).
+    """
+
+    def __init__(self, *, clock: Clock = time.monotonic, assume_seconds: float = DEFAULT_ASSUME_SECONDS,
+                 mix_refresh_seconds: float = DEFAULT_MIX_REFRESH_SECONDS) -> None:
+        self.lock = threading.RLock()
+        self._clock = clock
+        self.assume_seconds = assume_seconds
+        self.mix_refresh_seconds = mix_refresh_seconds
+        self._nodes: dict[str, _Node] = {}
+        self._pods: dict[str, tuple[str, PodDemand]] = {}  # bound pods: key -> (node, demand)
+        self._by_node: dict[str, dict[str, PodDemand]] = {}
+        self._assumed: dict[str, _Assumed] = {}
+        self._structure_dirty = True
+        self._dirty_nodes: set[str] = set()
+        self._state: NodeState = NodeState.build([])
+        self.ctx = PackingContext()
+        self._online = OnlineMix()
+        self._mix: TypicalMix | None = None
+        self._mix_at = -np.inf
+        self.rebuilds = 0  # full rebuilds (tests and the benchmark read it)
+        self.row_updates = 0
+
+    # ---- watch side ---------------------------------------------------------------------------
+    def on_node(self, event: str, obj: Mapping[str, Any]) -> None:
+        name = str((obj.get("metadata") or {}).get("name") or "")
+        if not name:
+            return
+        with self.lock:
+            if event == "DELETED":
+                if self._nodes.pop(name, None) is not None:
+                    self._structure_dirty = True
+                return
+            try:
+                fresh = _Node(node_spec(obj), node_schedulable(obj))
+            except ObjectError as exc:
+                log.warning("node %s ignored: %s", name, exc)
+                if self._nodes.pop(name, None) is not None:
+                    self._structure_dirty = True
+                return
+            old = self._nodes.get(name)
+            self._nodes[name] = fresh
+            if old is None or old.spec != fresh.spec:
+                self._structure_dirty = True
+            elif old.schedulable != fresh.schedulable:
+                self._dirty_nodes.add(name)
+
+    def on_pod(self, event: str, obj: Mapping[str, Any]) -> None:
+        key = pod_key(obj)
+        spec = obj.get("spec") or {}
+        node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+        phase = (obj.get("status") or {}).get("phase")
+        with self.lock:
+            gone = event == "DELETED" or not node or phase in FINISHED_PHASES
+            if node or event == "DELETED":
+                self._drop_assumption(key)  # bound (anywhere) or gone: the API is the truth now
+            if gone:
+                self._forget(key)
+                return
+            try:
+                demand = demand_from_pod(obj)
+            except ObjectError as exc:
+                log.warning("pod %s ignored: %s", key, exc)
+                self._forget(key)
+                return
+            old = self._pods.get(key)
+            if old == (node, demand):
+                return
+            if old is None:
+                self._online.observe(demand)  # the workload's typical mix, learned from bound pods
+            self._forget(key)
+            self._pods[key] = (str(node), demand)
+            self._by_node.setdefault(str(node), {})[key] = demand
+            self._dirty_nodes.add(str(node))
+
+    def _forget(self, key: str) -> None:
+        old = self._pods.pop(key, None)
+        if old is not None:
+            pods = self._by_node.get(old[0])
+            if pods is not None:
+                pods.pop(key, None)
+                if not pods:
+                    del self._by_node[old[0]]
+            self._dirty_nodes.add(old[0])
+
+    def _drop_assumption(self, key: str) -> None:
+        assumed = self._assumed.pop(key, None)
+        if assumed is not None:
+            self._dirty_nodes.add(assumed.node)
+
+    # ---- request side -------------------------------------------------------------------------
+    def assume(self, pod: Mapping[str, Any], node: str, demand: PodDemand) -> None:
+        """Count `pod` on `node` until the API shows it bound, it is deleted, or the assumption expires."""
+        key = pod_key(pod)
+        with self.lock:
+            if key in self._pods:  # already bound per the watch: nothing to assume
+                return
+            self._drop_assumption(key)
+            self._assumed[key] = _Assumed(node, demand, self._clock() + self.assume_seconds)
+            self._dirty_nodes.add(node)
+
+    def forget_assumption(self, pod: Mapping[str, Any]) -> None:
+        """A pod being scheduled again: its previous assumption no longer holds."""
+        with self.lock:
+            self._drop_assumption(pod_key(pod))
+
+    @property
+    def assumed(self) -> dict[str, str]:
+        with self.lock:
+            return {k: a.node for k, a in self._assumed.items()}
+
+    def node_pods(self, node: str) -> dict[str, PodDemand]:
+        with self.lock:
+            return dict(self._by_node.get(node, {}))
+
+    def fresh_state(self) -> NodeState:
+        """The node model with every recorded event applied. Call with `self.lock` held."""
+        now = self._clock()
+        for key in [k for k, a in self._assumed.items() if a.expires <= now]:
+            log.debug("assumption for %s on %s expired", key, self._assumed[key].node)
+            self._drop_assumption(key)
+        if self._structure_dirty:
+            self._rebuild()
+        elif self._dirty_nodes:
+            for name in self._dirty_nodes:
+                index = self._state.index.get(name)
+                if index is not None:
+                    self._recompute_row(index, name)
+            self._dirty_nodes.clear()
+        self._refresh_mix(now)
+        return self._state
+
+    def mix(self, fallback: PodDemand | None = None) -> TypicalMix | None:
+        """The typical pod mix for fragmentation-aware policies; the pod itself when nothing was learned."""
+        if self._mix is not None and len(self._mix):
+            return self._mix
+        return TypicalMix.from_pods([fallback]) if fallback is not None else None
+
+    def _refresh_mix(self, now: float) -> None:
+        # A new mix rebuilds the fragmentation terms (O(nodes x types)): refresh at most every
+        # mix_refresh_seconds, or at once while there is none.
+        empty = self._mix is None or not len(self._mix)
+        if (empty and self._online.observed) or now - self._mix_at >= self.mix_refresh_seconds:
+            self._mix = self._online.mix()
+            self._mix_at = now
+
+    def _rebuild(self) -> None:
+        names = sorted(self._nodes)
+        state = NodeState.build(self._nodes[n].spec for n in names)
+        for i, name in enumerate(names):
+            state.schedulable[i] = self._nodes[name].schedulable
+            self._occupy_all(state, i, name)
+        self._state = state
+        self.ctx = PackingContext()  # caches are per state
+        self._structure_dirty = False
+        self._dirty_nodes.clear()
+        self.rebuilds += 1
+
+    def _occupy_all(self, state: NodeState, index: int, name: str) -> None:
+        for demand in self._by_node.get(name, {}).values():
+            occupy(state, index, demand)
+        for assumed in self._assumed.values():
+            if assumed.node == name:
+                occupy(state, index, assumed.demand)
+
+    def _recompute_row(self, index: int, name: str) -> None:
+        """Reset one row to capacity, then take every bound and assumed pod of the node off it."""
+        st = self._state
+        st.cpu_free[index] = st.cpu_cap[index]
+        st.mem_free[index] = st.mem_cap[index]
+        st.gpu_free[index] = np.where(st.gpu_present[index], MILLI, 0)
+        st.mig_free[index] = st.mig_cap[index]
+        st.shared_free[index] = st.shared_cap[index]
+        node = self._nodes.get(name)
+        st.schedulable[index] = bool(node.schedulable) if node is not None else False
+        self._occupy_all(st, index, name)
+        st.refresh(index)
+        self.row_updates += 1

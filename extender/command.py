@@ -1,0 +1,107 @@
+"""`kubeon-gpu extender`: serve the kube-scheduler extender (POST /filter, /prioritize) with gunicorn.
+
+Worker model: ONE gunicorn worker by default (`--workers 1`) with a few
+threads. The extender is stateful: its node model and, above all, the pods
+it has just placed but the API has not yet shown bound (assumptions) live
+in the worker's memory. kube-scheduler schedules one pod at a time and sends
+filter then prioritize back to back; with several workers, two consecutive
+pods could reach different processes and both see the same free GPU. One
+process answers in a few milliseconds, which is far above kube-scheduler's
+rate. `--workers N` is allowed (each worker keeps its own watches and
+assumptions) for read-mostly setups; the chart runs one.
+
+Sources: with `--kubeconfig`, or in-cluster (KUBERNETES_SERVICE_HOST set),
+Reflectors on nodes, assigned pods, GpuPolicies and Namespaces, started in
+the worker after the fork. `--no-watch`: an empty static cache (every node
+is unknown), for smoke tests only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from typing import Any
+
+from flask import Flask
+
+from gpupolicy.model import Mode
+from gpupolicy.packing import DEFAULT_POLICY, POLICIES
+
+log = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--port", type=int, default=8888)
+    parser.add_argument("--bind", default="0.0.0.0")
+    parser.add_argument("--cert-dir", metavar="DIR", help="serve HTTPS with DIR/tls.crt and DIR/tls.key")
+    parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (in-cluster config when unset)")
+    parser.add_argument("--no-watch", action="store_true", help="do not watch the cluster (empty node model)")
+    parser.add_argument("--default-policy", default=DEFAULT_POLICY, choices=list(POLICIES),
+                        help=f"packing policy when no GpuPolicy chooses one (default: {DEFAULT_POLICY})")
+    parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
+                        help="mode of GpuPolicies that set none (default: Recommend, as the webhook)")
+    parser.add_argument("--assume-seconds", type=float, default=30.0,
+                        help="how long a just-placed pod counts on its node before the API shows it bound")
+    parser.add_argument("--workers", type=int, default=1, help="gunicorn worker processes (default: 1, see docs)")
+    parser.add_argument("--threads", type=int, default=4, help="threads per worker (default: 4)")
+    parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                        help="DEBUG logs every node's score and rejection reason")
+
+
+def should_watch(args: argparse.Namespace) -> bool:
+    if args.no_watch:
+        return False
+    return bool(args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST"))
+
+
+def make_app_factory(args: argparse.Namespace) -> Any:
+    """What each gunicorn worker calls after the fork: cache, watches, service, app."""
+
+    def factory() -> Flask:
+        from extender.app import create_app
+        from extender.cache import ClusterCache
+        from extender.service import ExtenderService
+        from extender.watch import ClusterWatch, StaticSource, ViewSource
+        from serving import probes
+
+        logging.getLogger().setLevel(args.log_level)
+        cache = ClusterCache(assume_seconds=args.assume_seconds)
+        source: ViewSource
+        if should_watch(args):
+            from kube.config import load_api_client
+
+            source = ClusterWatch(load_api_client(args.kubeconfig), cache,
+                                  default_mode=Mode(args.default_mode)).start()
+        else:
+            log.warning("extender running without a cluster watch: every node is unknown")
+            source = StaticSource()
+        service = ExtenderService(cache, source, default_policy=args.default_policy)
+        app = create_app(service)
+        probes.register(app, service.ready)
+        return app
+
+    return factory
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if args.workers < 1 or args.threads < 1:
+        print("kubeon-gpu extender: --workers and --threads must be at least 1", file=sys.stderr)
+        return 2
+    if args.cert_dir:
+        from pathlib import Path
+
+        for name in ("tls.crt", "tls.key"):
+            if not (Path(args.cert_dir) / name).is_file():
+                print(f"kubeon-gpu extender: --cert-dir {args.cert_dir}: {name} missing", file=sys.stderr)
+                return 2
+    if args.kubeconfig and not os.path.isfile(args.kubeconfig):
+        print(f"kubeon-gpu extender: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
+        return 2
+    from serving.server import serve
+
+    serve(make_app_factory(args), bind=args.bind, port=args.port, cert_dir=args.cert_dir,
+          workers=args.workers, threads=args.threads, worker_class="gthread")
+    return 0

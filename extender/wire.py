@@ -1,0 +1,91 @@
+"""The kube-scheduler extender/v1 wire format: parse ExtenderArgs, build the answers.
+
+The Go structs (k8s.io/kube-scheduler/extender/v1) have no json tags, so the
+keys are the Go field names: `Pod`, `Nodes`, `NodeNames`, `FailedNodes`,
+`FailedAndUnresolvableNodes`, `Error`, `Host`, `Score`. With
+`nodeCacheCapable: true` the scheduler sends `NodeNames` and `Nodes: null`;
+otherwise a full v1.NodeList in `Nodes` (then the answer carries `Nodes`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+
+class ExtenderFilterResult(TypedDict):
+    Nodes: dict[str, Any] | None
+    NodeNames: list[str] | None
+    FailedNodes: dict[str, str]
+    FailedAndUnresolvableNodes: dict[str, str]
+    Error: str
+
+
+class HostPriority(TypedDict):
+    Host: str
+    Score: int
+
+
+class ArgsError(ValueError):
+    """ExtenderArgs the extender cannot use; the message names the field."""
+
+
+@dataclass(frozen=True)
+class ExtenderArgs:
+    """A parsed ExtenderArgs: the pod, the candidate node names in order, and the node objects if sent."""
+
+    pod: dict[str, Any]
+    names: list[str]
+    node_objects: list[dict[str, Any]] | None = None  # set when the scheduler is not nodeCacheCapable
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def parse_args(body: Any) -> ExtenderArgs:
+    """Validate the shape of ExtenderArgs; raises ArgsError naming the field."""
+    if not isinstance(body, dict):
+        raise ArgsError("body: expected an ExtenderArgs JSON object")
+    pod = body.get("Pod")
+    if pod is None:
+        raise ArgsError("Pod: missing")
+    if not isinstance(pod, dict):
+        raise ArgsError("Pod: expected a v1.Pod object")
+    if not isinstance(pod.get("metadata"), dict) or not (pod["metadata"].get("name")
+                                                         or pod["metadata"].get("generateName")):
+        raise ArgsError("Pod.metadata.name: missing")
+    if not isinstance(pod.get("spec"), dict):
+        raise ArgsError("Pod.spec: missing")
+    names = body.get("NodeNames")
+    nodes = body.get("Nodes")
+    if names is not None:
+        if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+            raise ArgsError("NodeNames: expected a list of node names")
+        return ExtenderArgs(pod, list(names))
+    if nodes is not None:
+        items = nodes.get("items") if isinstance(nodes, dict) else None
+        if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):
+            raise ArgsError("Nodes.items: expected a list of v1.Node objects")
+        found = []
+        for i, node in enumerate(items):
+            name = (node.get("metadata") or {}).get("name") if isinstance(node.get("metadata"), dict) else None
+            if not isinstance(name, str) or not name:
+                raise ArgsError(f"Nodes.items[{i}].metadata.name: missing")
+            found.append(name)
+        return ExtenderArgs(pod, found, node_objects=items)
+    raise ArgsError("NodeNames: missing (and Nodes is null)")
+
+
+def filter_result(args: ExtenderArgs, passed: list[str], failed: dict[str, str],
+                  unresolvable: dict[str, str]) -> ExtenderFilterResult:
+    """The answer in the form the request came in: NodeNames, or Nodes when node objects were sent."""
+    if args.node_objects is not None:
+        keep = set(passed)
+        items = [n for n in args.node_objects if n["metadata"]["name"] in keep]
+        return {"Nodes": {"apiVersion": "v1", "kind": "NodeList", "metadata": {}, "items": items},
+                "NodeNames": None, "FailedNodes": failed, "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+    return {"Nodes": None, "NodeNames": passed, "FailedNodes": failed,
+            "FailedAndUnresolvableNodes": unresolvable, "Error": ""}
+
+
+def filter_error(message: str) -> ExtenderFilterResult:
+    return {"Nodes": None, "NodeNames": None, "FailedNodes": {}, "FailedAndUnresolvableNodes": {},
+            "Error": message}

@@ -1,0 +1,219 @@
+"""The scheduler extender's own decisions around the packing engine. Pure.
+
+The packing engine (`packing.py`, `placement.py`) answers "which node, and
+why not the others" for one `PodDemand`. What the live extender adds, and
+keeps here so it is testable without HTTP:
+
+- `plan_for_pod`: which packing strategy scores a pod (the highest-priority
+  matching GpuPolicy with `packing:`, by mode) and which GPU products it may
+  use (`typeFit.allowedModels` of the matching policy, in Automatic mode).
+  Modes for packing: Automatic scores with the policy's strategy; Recommend
+  and Approve (unless the pod's owner is approved) score with the install's
+  default strategy and only *report* what the policy's strategy would pick
+  (`Plan.recommended`), so a Recommend policy never changes placements.
+  typeFit in Recommend/Approve is reported, not enforced.
+- `unresolvable`: whether a rejection is one preemption cannot fix (wrong
+  GPU product, node cordoned or draining, the node's capacity is below the
+  request), which the extender returns in `FailedAndUnresolvableNodes`.
+- `CountBestFitPolicy`: scoring for pods that ask only for MIG devices or
+  time-sliced replicas. The engine's milli-GPU policies see those as CPU
+  pods (node-level counts are all that is real for them: the device plugin
+  picks the device), so the extender packs them by count: the node left with
+  the fewest free units of the requested resources wins, which fills partly
+  used nodes before fresh ones.
+- `extender_scores`: the 0..10 prioritize scores: the engine's chosen node
+  gets 10 alone, the other feasible nodes 0..9 by score, infeasible ones 0,
+  so kube-scheduler (which breaks ties at random) lands where the engine says.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+
+from gpupolicy.catalog import DEFAULT_CATALOG, Catalog, normalise_product_label
+from gpupolicy.cluster import ClusterView
+from gpupolicy.matching import winning_policies
+from gpupolicy.model import GpuPolicy, Mode, PolicyKind
+from gpupolicy.nodemodel import IntArray, NodeState, PodDemand
+from gpupolicy.owners import is_approved, pod_owner
+from gpupolicy.packing import POLICIES, Decision
+from gpupolicy.placement import PackingContext, RejectReason, Scored
+
+MAX_EXTENDER_SCORE = 10  # upstream MaxExtenderPriority
+DEFAULT_STRATEGY = "default"  # PackingSpec.strategy meaning "the install's default policy"
+COUNT_POLICY = "count-bestfit"
+
+# Rejections no eviction can cure, whatever runs on the node.
+ALWAYS_UNRESOLVABLE = frozenset({
+    RejectReason.UNSCHEDULABLE, RejectReason.GPU_MODEL, RejectReason.NO_GPU,
+    RejectReason.INSUFFICIENT_GPU_MEMORY, RejectReason.UNKNOWN_NODE,
+})
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one pod is scheduled: the strategy that scores it and the products it may use.
+
+    `strategy`: a name in `packing.POLICIES` (or `COUNT_POLICY`).
+    `recommended`: the strategy a Recommend/Approve packing policy would use
+    (logged, not applied). `allowed_models`: products allowed by an enforced
+    typeFit policy (None: no policy constraint). `notes`: why, for logs.
+    """
+
+    strategy: str
+    source: str = "default"
+    recommended: str | None = None
+    allowed_models: frozenset[str] | None = None
+    notes: tuple[str, ...] = ()
+
+
+def expand_models(names: Iterable[str], catalog: Catalog = DEFAULT_CATALOG) -> frozenset[str]:
+    """Product names as the node model spells them: the given names plus their catalog aliases."""
+    out: set[str] = set()
+    for name in names:
+        out.add(normalise_product_label(name))
+        product = catalog.product(name)
+        if product is not None:
+            out.add(product.product)
+            out.update(product.aliases)
+    return frozenset(out)
+
+
+def _applies(policy: GpuPolicy, default_mode: Mode, pod: Mapping[str, Any], namespace: str) -> bool:
+    mode = policy.effective_mode(default_mode)
+    if mode is Mode.AUTOMATIC:
+        return True
+    return mode is Mode.APPROVE and is_approved(policy.spec.approvals, pod_owner(pod, namespace))
+
+
+def resolve_strategy(name: str | None, default_policy: str) -> str:
+    """A PackingSpec strategy as a registered policy name; 'default', empty or unknown -> the default."""
+    if not name or name == DEFAULT_STRATEGY or name not in POLICIES:
+        return default_policy
+    return name
+
+
+def plan_for_pod(view: ClusterView, pod: Mapping[str, Any], default_policy: str,
+                 catalog: Catalog = DEFAULT_CATALOG) -> Plan:
+    """The strategy and product constraint for `pod` from the matching GpuPolicies. Pure."""
+    meta = pod.get("metadata") or {}
+    namespace = str(meta.get("namespace") or "default")
+    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+    winners = winning_policies(view, namespace, labels)
+    strategy, source, recommended = default_policy, "default", None
+    notes: list[str] = []
+    packing = winners.get(PolicyKind.PACKING)
+    if packing is not None and packing.spec.packing is not None:
+        wanted = packing.spec.packing.strategy
+        resolved = resolve_strategy(wanted, default_policy)
+        if wanted not in (DEFAULT_STRATEGY, "") and wanted not in POLICIES:
+            notes.append(f"GpuPolicy {packing.name}: unknown packing strategy {wanted!r}, using {resolved}")
+        if _applies(packing, view.default_mode, pod, namespace):
+            strategy, source = resolved, packing.name
+        else:
+            recommended = resolved
+            notes.append(f"GpuPolicy {packing.name} ({packing.effective_mode(view.default_mode).value}) "
+                         f"would score with {resolved}")
+    allowed = None
+    type_fit = winners.get(PolicyKind.TYPE_FIT)
+    if type_fit is not None and type_fit.spec.type_fit is not None and type_fit.spec.type_fit.allowed_models:
+        models = expand_models(type_fit.spec.type_fit.allowed_models, catalog)
+        if _applies(type_fit, view.default_mode, pod, namespace):
+            allowed = models
+        else:
+            notes.append(f"GpuPolicy {type_fit.name} ({type_fit.effective_mode(view.default_mode).value}) "
+                         f"would allow only {', '.join(sorted(type_fit.spec.type_fit.allowed_models))}")
+    return Plan(strategy, source, recommended, allowed, tuple(notes))
+
+
+def constrain(demand: PodDemand, allowed: frozenset[str] | None) -> PodDemand:
+    """The demand with the policy's products intersected with the pod's own (affinity/nodeSelector)."""
+    if allowed is None:
+        return demand
+    own = demand.allowed_models
+    return replace(demand, allowed_models=allowed if own is None else own & allowed)
+
+
+def is_count_only(demand: PodDemand) -> bool:
+    """A pod asking only for MIG devices and/or time-sliced replicas (no whole GPUs)."""
+    return not demand.needs_gpu and (bool(demand.mig) or demand.shared > 0)
+
+
+def unresolvable(state: NodeState, demand: PodDemand, node: int, reason: RejectReason) -> bool:
+    """True when evicting pods from `node` could never make it fit `demand`."""
+    if reason in ALWAYS_UNRESOLVABLE:
+        return True
+    if reason is RejectReason.INSUFFICIENT_CPU:
+        return bool(state.cpu_cap[node] < demand.cpu_milli)
+    if reason is RejectReason.INSUFFICIENT_MEMORY:
+        return bool(state.mem_cap[node] < demand.memory_mib)
+    if reason in (RejectReason.INSUFFICIENT_WHOLE_GPUS, RejectReason.INSUFFICIENT_GPU_SHARE):
+        return bool(state.gpu_count[node] < max(demand.num_gpu, 1))
+    if reason is RejectReason.INSUFFICIENT_MIG:
+        for resource, count in demand.mig.items():
+            cap = state.mig_cap[node, state.mig_resources.index(resource)] if resource in state.mig_resources else 0
+            if cap < count:
+                return True
+        return False
+    if reason is RejectReason.INSUFFICIENT_SHARED:
+        return bool(state.shared_cap[node] < demand.shared)
+    return False
+
+
+def count_left(state: NodeState, demand: PodDemand, nodes: IntArray) -> IntArray:
+    """Free units of the demand's MIG/shared resources left on `nodes` after placing it."""
+    left = np.zeros(len(nodes), dtype=np.int64)
+    for resource, count in demand.mig.items():
+        if resource in state.mig_resources:
+            left += state.mig_free[nodes, state.mig_resources.index(resource)] - count
+    if demand.shared:
+        left += state.shared_free[nodes] - demand.shared
+    return left
+
+
+@dataclass(frozen=True)
+class CountBestFitPolicy:
+    """MIG/time-sliced pods: fewest free units of the requested resources left wins (packs by count)."""
+
+    name: str = COUNT_POLICY
+    description: str = "MIG/time-sliced pods: least free device count left after placing"
+
+    def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
+        return Scored(scores=-count_left(state, demand, candidates).astype(np.float64))
+
+
+def used_first_rank(state: NodeState) -> IntArray:
+    """Tie order for live nodes: nodes already running something first, then the fixed row order.
+
+    A fixed order makes equal-scored pods fill one node after another (the
+    effect the paper's simulator gets from its per-seed order); putting used
+    nodes first keeps empty nodes empty, for big pods and for scale-down.
+    """
+    used = (state.gpu_free_total < state.gpu_count * 1000) | (state.cpu_free < state.cpu_cap) | (
+        state.shared_free < state.shared_cap) | (state.mig_free < state.mig_cap).any(axis=1)
+    order = np.lexsort((np.arange(len(state)), ~used))
+    rank = np.empty(len(state), dtype=np.int64)
+    rank[order] = np.arange(len(state))
+    return rank
+
+
+def extender_scores(decision: Decision, nodes: IntArray) -> IntArray:
+    """0..10 per node in `nodes`: the decided node 10 alone, other feasible nodes 0..9, infeasible 0."""
+    raw = decision.scores[nodes]
+    out = np.zeros(len(nodes), dtype=np.int64)
+    finite = np.isfinite(raw)
+    chosen = nodes == decision.node if decision.node is not None else np.zeros(len(nodes), dtype=bool)
+    others = finite & ~chosen
+    if others.any():
+        lo, hi = raw[others].min(), raw[others].max()
+        top = MAX_EXTENDER_SCORE - 1
+        if hi > lo:
+            out[others] = np.floor((raw[others] - lo) / (hi - lo) * top).astype(np.int64)
+        else:
+            out[others] = top
+    out[chosen] = MAX_EXTENDER_SCORE
+    return out
