@@ -3,10 +3,12 @@
     kubeon-gpu certs generate --service S --namespace N --out DIR [--ip 127.0.0.1] [--dns NAME] [--reuse-ca]
     kubeon-gpu certs patch-cabundle --ca-file DIR/ca.crt [--mutating NAME] [--validating NAME] [--kubeconfig P]
 
-`patch-cabundle` reads each named configuration, sets clientConfig.caBundle
-on every webhook and replaces the object with the resourceVersion it read
-(a JSON merge patch cannot address list items); a 409 Conflict means someone
-else wrote in between, so it reads again and retries. Errors print one line
+`patch-cabundle` reads each named configuration and JSON-patches
+clientConfig.caBundle of every webhook by index (a merge patch cannot address
+list items), guarded by a `test` op on the resourceVersion it read; when
+someone else wrote in between the test fails, so it reads again and retries.
+Only the caBundle paths are sent, so fields this client's models do not know
+survive. Errors print one line
 naming the problem and exit 2; no tracebacks.
 """
 
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import base64
 import ipaddress
+import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -117,37 +120,47 @@ def _patch_cabundle(args: argparse.Namespace) -> int:
     api = client.AdmissionregistrationV1Api(api_client)
     targets: list[tuple[str, str, Callable[..., Any], Callable[..., Any]]] = [
         *(("MutatingWebhookConfiguration", n, api.read_mutating_webhook_configuration,
-           api.replace_mutating_webhook_configuration) for n in args.mutating),
+           api.patch_mutating_webhook_configuration) for n in args.mutating),
         *(("ValidatingWebhookConfiguration", n, api.read_validating_webhook_configuration,
-           api.replace_validating_webhook_configuration) for n in args.validating),
+           api.patch_validating_webhook_configuration) for n in args.validating),
     ]
     try:
-        for kind, name, read, replace in targets:
-            count = set_ca_bundle(read, replace, name, bundle, kind)
+        for kind, name, read, patch in targets:
+            count = set_ca_bundle(read, patch, name, bundle, kind)
             print(f"patched caBundle into {count} webhook(s) of {kind} {name}")
     finally:
         api_client.close()
     return 0
 
 
-def set_ca_bundle(read: Callable[..., Any], replace: Callable[..., Any], name: str, bundle: str,
+def set_ca_bundle(read: Callable[..., Any], patch: Callable[..., Any], name: str, bundle: str,
                   kind: str = "webhook configuration") -> int:
-    """Read-modify-replace with the read resourceVersion; retry on 409. Returns webhooks patched."""
+    """JSON-patch every webhook's caBundle, guarded by a `test` of the read resourceVersion.
+
+    Only the caBundle paths travel: the rest of the object (including fields this
+    client's models do not know) is never re-sent. A changed object fails the
+    test op (409/422 from the server) and is read again. Returns webhooks patched.
+    """
     from kubernetes.client.exceptions import ApiException
     from urllib3.exceptions import HTTPError
 
     for _attempt in range(CONFLICT_RETRIES):
         try:
-            obj = read(name)
-            webhooks = obj.webhooks or []
+            obj = json.loads(read(name, _preload_content=False).data)
+            webhooks = obj.get("webhooks") or []
             if not webhooks:
                 raise CertsError(f"{kind} {name} has no webhooks to patch")
-            for webhook in webhooks:
-                webhook.client_config.ca_bundle = bundle
-            replace(name, obj)
+            ops: list[dict[str, Any]] = [
+                {"op": "test", "path": "/metadata/resourceVersion", "value": obj["metadata"]["resourceVersion"]},
+            ]
+            for index, webhook in enumerate(webhooks):
+                if "clientConfig" not in webhook:
+                    raise CertsError(f"{kind} {name}: webhooks[{index}] has no clientConfig")
+                ops.append({"op": "add", "path": f"/webhooks/{index}/clientConfig/caBundle", "value": bundle})
+            patch(name, ops)
             return len(webhooks)
         except ApiException as exc:
-            if exc.status == 409:
+            if exc.status in (409, 422):
                 continue
             if exc.status == 404:
                 raise CertsError(f"{kind} {name} not found") from None

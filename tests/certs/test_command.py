@@ -3,7 +3,8 @@
 Real: argument parsing, certificate generation, the kubernetes client's
 AdmissionregistrationV1Api over HTTP on loopback. Faked: the API server is
 tests/serving/fake_kubeapi.py serving webhook configurations by GET and
-replacing them by PUT with resourceVersion conflicts (409) like kube-apiserver.
+patching them by JSON Patch whose resourceVersion `test` fails (422) when another
+writer came first, like kube-apiserver.
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def test_patch_cabundle_sets_every_webhook_and_retries_conflicts(
     fake: FakeKubeApi, ca_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     kubeconfig = fake.write_kubeconfig(tmp_path / "kc")
-    fake.concurrent_writes = 2  # the first two read-modify-replace rounds lose the race
+    fake.concurrent_writes = 2  # the first two read-then-patch rounds lose the race
     rc = main(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--mutating",
                "kubeon-gpu-optimizer", "--validating", "kubeon-gpu-optimizer", "--kubeconfig", str(kubeconfig)])
     assert rc == 0, capsys.readouterr().err
@@ -74,7 +75,7 @@ def test_patch_cabundle_sets_every_webhook_and_retries_conflicts(
         hooks = fake.singletons[path]["webhooks"]
         assert [h["clientConfig"]["caBundle"] for h in hooks] == [expected] * count
         assert hooks[0]["clientConfig"]["service"]["path"] == "/mutate", "other fields are kept"
-    assert fake.puts == 4  # two conflicts, then one PUT per configuration
+    assert fake.puts == 4  # two conflicts, then one PATCH per configuration
     assert "patched caBundle into 2 webhook(s)" in capsys.readouterr().out
     json.dumps(fake.singletons)  # stored objects are plain JSON
 

@@ -21,6 +21,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import jsonpatch
+import jsonpointer
+
 COLLECTIONS = {
     "/api/v1/nodes": ("v1", "NodeList"),
     "/apis/gpu.kubeon.io/v1alpha1/gpupolicies": ("gpu.kubeon.io/v1alpha1", "GpuPolicyList"),
@@ -39,9 +42,9 @@ class FakeKubeApi:
         self.expire_generation = 0  # bumped to send 410 to every open watch
         self.watch_requests: list[str | None] = []
         self.list_requests = 0
-        # Single objects served by GET and replaced by PUT with optimistic concurrency
-        # (409 on a stale metadata.resourceVersion); `concurrent_writes` makes the next
-        # N reads be followed by another writer's update, so the reader's PUT conflicts.
+        # Single objects served by GET, replaced by PUT (409 on a stale resourceVersion)
+        # or JSON-patched (422 when a `test` op fails); `concurrent_writes` makes the next
+        # N reads be followed by another writer's update, so the reader's write conflicts.
         self.singletons: dict[str, dict[str, Any]] = {}
         self.concurrent_writes = 0
         self.puts = 0
@@ -158,6 +161,29 @@ class FakeKubeApi:
                         return
                     if body["metadata"].get("resourceVersion") != current["metadata"]["resourceVersion"]:
                         self._json(409, {"kind": "Status", "code": 409, "reason": "Conflict"})
+                        return
+                    fake.rv += 1
+                    body["metadata"]["resourceVersion"] = str(fake.rv)
+                    fake.singletons[path] = body
+                self._json(200, body)
+
+            def do_PATCH(self) -> None:
+                """JSON Patch (RFC 6902) on a singleton; a failed `test` op is a 422, as kube-apiserver answers."""
+                path = urlsplit(self.path).path
+                ops = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+                if self.headers.get("Content-Type", "").split(";")[0] != "application/json-patch+json":
+                    self._json(415, {"kind": "Status", "code": 415, "reason": "UnsupportedMediaType"})
+                    return
+                with fake._cond:
+                    fake.puts += 1
+                    current = fake.singletons.get(path)
+                    if current is None:
+                        self._json(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
+                        return
+                    try:
+                        body = jsonpatch.apply_patch(current, ops)
+                    except (jsonpatch.JsonPatchException, jsonpointer.JsonPointerException) as exc:
+                        self._json(422, {"kind": "Status", "code": 422, "reason": "Invalid", "message": str(exc)})
                         return
                     fake.rv += 1
                     body["metadata"]["resourceVersion"] = str(fake.rv)
