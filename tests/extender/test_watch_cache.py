@@ -1,0 +1,128 @@
+"""The extender's node model following the test API server's watches.
+
+Real: the test API server over HTTP (tests/kubeapi), the kubernetes client,
+`kube.reflector.Reflector` inside `ClusterWatch` (list, watch from the
+resourceVersion, relist on 410), `ClusterCache` and the engine's NodeState.
+Faked: nothing; bindings are made through the real `binding` subresource.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+
+from extender.cache import ClusterCache
+from extender.watch import ClusterWatch
+from gpupolicy.nodemodel import NodeState
+from tests.kubeapi.fixtures import make_node, make_pod
+from tests.kubeapi.pytest_fixtures import kube_api  # noqa: F401 - the fixture behind `api`
+from tests.kubeapi.server import ApiServer
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+CRD = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
+
+
+@pytest.fixture
+def api(kube_api: ApiServer) -> ApiServer:  # noqa: F811
+    return kube_api
+
+
+@pytest.fixture
+def watched(api: ApiServer) -> Iterator[tuple[ClusterWatch, ClusterCache, client.CoreV1Api]]:
+    api.install_crd(CRD)
+    core = client.CoreV1Api(api.api_client())
+    core.create_node(make_node("a", A100, 8), _preload_content=False)
+    cache = ClusterCache()
+    w = ClusterWatch(api.api_client(), cache, watch_timeout=2).start()
+    try:
+        wait(w.ready, "reflectors synced")
+        yield w, cache, core
+    finally:
+        w.stop()
+
+
+def wait(predicate: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.02)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def state(cache: ClusterCache) -> NodeState:
+    with cache.lock:
+        return cache.fresh_state()
+
+
+def free_gpus(cache: ClusterCache, node: str) -> int:
+    st = state(cache)
+    return int(st.full_count[st.index[node]]) if node in st.index else -1
+
+
+def bind(core: client.CoreV1Api, name: str, node: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": "default"},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+    core.create_namespaced_pod_binding(name, "default", body, _preload_content=False)
+
+
+def test_node_added_pod_bound_and_deleted(watched: tuple[ClusterWatch, ClusterCache, client.CoreV1Api]) -> None:
+    _, cache, core = watched
+    assert free_gpus(cache, "a") == 8
+    core.create_node(make_node("b", A100, 4), _preload_content=False)
+    wait(lambda: free_gpus(cache, "b") == 4, "node b in the model")
+    core.create_namespaced_pod("default", make_pod("p", gpus=3), _preload_content=False)
+    time.sleep(0.2)
+    assert free_gpus(cache, "b") == 4  # pending pods do not count
+    bind(core, "p", "b")
+    wait(lambda: free_gpus(cache, "b") == 1, "bound pod counted")
+    core.delete_namespaced_pod("p", "default", _preload_content=False)
+    wait(lambda: free_gpus(cache, "b") == 4, "deleted pod given back")
+    core.patch_node("b", {"spec": {"unschedulable": True}}, _preload_content=False)
+    wait(lambda: not state(cache).schedulable[state(cache).index["b"]], "cordon seen")
+    core.delete_node("b", _preload_content=False)
+    wait(lambda: free_gpus(cache, "b") == -1, "node b gone")
+
+
+def test_bound_pod_ends_its_assumption(watched: tuple[ClusterWatch, ClusterCache, client.CoreV1Api]) -> None:
+    _, cache, core = watched
+    pod = make_pod("q", gpus=2)
+    core.create_namespaced_pod("default", pod, _preload_content=False)
+    from gpupolicy.kubemodel import demand_from_pod
+
+    cache.assume(pod, "a", demand_from_pod(pod))
+    assert free_gpus(cache, "a") == 6 and cache.assumed == {"default/q": "a"}
+    bind(core, "q", "a")
+    wait(lambda: not cache.assumed, "assumption replaced by the binding")
+    assert free_gpus(cache, "a") == 6  # counted once, not twice
+
+
+def test_410_relist_catches_up_with_missed_changes(
+        api: ApiServer, watched: tuple[ClusterWatch, ClusterCache, client.CoreV1Api]) -> None:
+    w, cache, core = watched
+    before = w.pods.relists
+    created = []
+    # Write and compact until a watch resumes from a compacted resourceVersion (410 Gone -> relist).
+    deadline = time.monotonic() + 15
+    i = 0
+    while w.pods.relists == before and time.monotonic() < deadline:
+        name = f"r{i}"
+        core.create_namespaced_pod("default", make_pod(name, gpus=0, cpu="1"), _preload_content=False)
+        bind(core, name, "a")
+        created.append(name)
+        api.compact()
+        i += 1
+        time.sleep(0.05)
+    assert w.pods.relists > before, "no relist happened"
+    # a change after the relist, and the cache matches the API exactly
+    core.delete_namespaced_pod(created[0], "default", _preload_content=False)
+    expected_cpu = 96_000 - 1000 * (len(created) - 1)
+    wait(lambda: int(state(cache).cpu_free[state(cache).index["a"]]) == expected_cpu,
+         f"cpu_free {expected_cpu} after relist")
+    assert set(cache.node_pods("a")) == {f"default/{n}" for n in created[1:]}
