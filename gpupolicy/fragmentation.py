@@ -46,6 +46,7 @@ class FragModel:
         allowed = mix.allowed_matrix(state.models)  # (M, models)
         self.model_ok: BoolArray = allowed[:, state.model_idx].T if len(state.models) else np.zeros(
             (len(state), len(mix)), dtype=bool)  # (N, M)
+        self.static_ok: BoolArray = self.model_ok & self.gpu_type[None, :]  # (N, M)
         n, m = len(state), len(mix)
         self.ge = np.zeros((n, m), dtype=np.int64)
         self.small = np.zeros((n, m), dtype=np.int64)
@@ -71,14 +72,15 @@ class FragModel:
     def fragment(self, nodes: IntArray, cpu_free: IntArray, mem_free: IntArray, total: IntArray, ge: IntArray,
                  small: IntArray) -> FloatArray:
         """F for hypothetical node rows (candidates x M inputs) -> (candidates,)."""
-        host = (self.gpu_type[None, :] & self.model_ok[nodes]
-                & (cpu_free[:, None] >= self.cpu[None, :]) & (ge >= self.k[None, :]))
+        host = self.static_ok[nodes]
+        host &= cpu_free[:, None] >= self.cpu[None, :]
+        host &= ge >= self.k[None, :]
         if self.use_memory:
             host &= mem_free[:, None] >= self.mem[None, :]
         out: FloatArray
         if not self.copies:
-            per_type = np.where(host, small, total[:, None])
-            out = (per_type * self.p[None, :]).sum(axis=1)
+            per_type = np.where(host, small, total[:, None]).astype(np.float64)
+            out = per_type @ self.p
             return out
         # CPU/memory-limited copies: a node with 8 free GPUs and CPU for 2 typical pods strands 6
         usable = np.where(host, total[:, None] - small, 0).astype(np.float64)
@@ -92,7 +94,7 @@ class FragModel:
                                       np.inf)
                 usable = np.minimum(usable, mem_copies * per_copy)
         per_type = total[:, None] - np.nan_to_num(usable, nan=0.0, posinf=0.0)
-        out = (per_type * self.p[None, :]).sum(axis=1)
+        out = per_type @ self.p
         return out
 
     def after(self, demand: PodDemand, nodes: IntArray) -> tuple[FloatArray, IntArray, IntArray]:

@@ -23,7 +23,7 @@ import numpy as np
 
 from gpupolicy.fragmentation import best_per_node, frag_model, sigmoid_score
 from gpupolicy.nodemodel import MILLI, IntArray, NodeState, PodDemand
-from gpupolicy.placement import PackingContext, Scored
+from gpupolicy.placement import PackingContext, Scored, best_fit_gpu
 from gpupolicy.typicalmix import TypicalMix
 
 
@@ -48,6 +48,7 @@ class KubeonPolicy:
     copies: bool = False  # count how many typical pods the node's CPU/memory can still feed
     gpu_tiebreak: str = "used-first"  # none | small-first | big-first | used-first (GPU pods only)
     tight_gpu: bool = False  # sharing pods: among equally scored GPUs of a node, the one with least free
+    share_mode: str = "fgd"  # sharing pods: fgd | bestfit (cluster-wide best-fit GPU) | fgd+bestfit (tie-break)
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
         mix = ctx.mix
@@ -83,6 +84,13 @@ class KubeonPolicy:
             tiebreak = (state.cpu_free[candidates] - demand.cpu_milli) / (gleft + 100.0)
         elif self.tiebreak == "cpu":
             tiebreak = -(state.cpu_free[candidates] - demand.cpu_milli).astype(np.float64)
+        if demand.is_sharing and self.share_mode != "fgd":
+            left = state.gpu_free[candidates, choice] - demand.gpu_milli
+            if self.share_mode == "bestfit":
+                bf = best_fit_gpu(state, candidates, demand.gpu_milli)
+                left = state.gpu_free[candidates, bf] - demand.gpu_milli
+                return Scored(scores=-left.astype(np.float64), gpu=bf)
+            return Scored(scores=scores, gpu=choice, tiebreak=-left.astype(np.float64))
         if demand.needs_gpu and self.gpu_tiebreak != "none":
             if self.gpu_tiebreak == "small-first":
                 tiebreak = -state.gpu_count[candidates].astype(np.float64)

@@ -116,3 +116,16 @@ def test_fgd_needs_a_mix() -> None:
     state = make_state([("A", 8000, 8192, [1000], "T4")])
     with pytest.raises(ValueError, match="typical pod mix"):
         decide(state, make_pod(gpus=1), get_policy("fgd"), PackingContext())
+
+
+def test_scores_for_5000_nodes_are_vectorised_and_normalised() -> None:
+    from gpupolicy.packing import normalise_scores
+
+    rng = np.random.default_rng(3)
+    nodes = [(f"n{i}", 64000, 262144, list(rng.choice([0, 300, 700, 1000], size=8)), "G2") for i in range(5000)]
+    state = make_state(nodes)
+    pod = make_pod(gpus=1, milli=300, cpu=2000)
+    d = decide(state, pod, get_policy("kubeon"), make_ctx([pod, make_pod(gpus=1)]))
+    assert d.node is not None and np.isfinite(d.scores).sum() == np.count_nonzero(d.fit.feasible)
+    top = normalise_scores(d.scores)
+    assert top[d.node] == 10 and top.min() >= 0 and top.max() == 10
