@@ -93,8 +93,8 @@ class FragModel:
                 mem_copies = np.where(self.mem > 0, np.floor(mem_free[:, None] / np.maximum(self.mem, 1)[None, :]),
                                       np.inf)
                 usable = np.minimum(usable, mem_copies * per_copy)
-        per_type = total[:, None] - np.nan_to_num(usable, nan=0.0, posinf=0.0)
-        out = per_type @ self.p
+        stranded = total[:, None] - np.nan_to_num(usable, nan=0.0, posinf=0.0)
+        out = stranded @ self.p
         return out
 
     def after(self, demand: PodDemand, nodes: IntArray) -> tuple[FloatArray, IntArray, IntArray]:
