@@ -107,7 +107,7 @@ def _policy_watch(api: client.ApiClient, runner: ReconcileRunner) -> Any:
 
     def on_change(event_type: str, obj: dict[str, Any]) -> None:
         meta = obj.get("metadata") or {}
-        name, generation = meta.get("name"), meta.get("generation")
+        name, generation = str(meta.get("name")), meta.get("generation")
         if event_type == "DELETED" or generations.get(name) != generation:
             generations[name] = generation
             runner.trigger()

@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from controller.context import Clock
 from kube.leases import LeaseConflict, LeaseRecord, create_lease, get_lease, replace_lease

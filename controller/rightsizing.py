@@ -22,7 +22,7 @@ import logging
 from datetime import UTC, datetime
 from typing import Any
 
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from controller.context import ControllerContext
 from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, PRODUCT_LABEL, Catalog

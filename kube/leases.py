@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 
 class LeaseConflict(Exception):
@@ -55,15 +55,16 @@ def _seconds(value: datetime | str | None) -> float | None:
 
 def _record(lease: client.V1Lease) -> LeaseRecord:
     spec = lease.spec or client.V1LeaseSpec()
+    meta = lease.metadata or client.V1ObjectMeta()
     return LeaseRecord(
-        name=lease.metadata.name,
-        namespace=lease.metadata.namespace,
+        name=str(meta.name),
+        namespace=str(meta.namespace),
         holder=spec.holder_identity,
         lease_duration_seconds=int(spec.lease_duration_seconds or 0),
         acquire_time=_seconds(spec.acquire_time),
         renew_time=_seconds(spec.renew_time),
         transitions=int(spec.lease_transitions or 0),
-        resource_version=lease.metadata.resource_version,
+        resource_version=meta.resource_version,
     )
 
 

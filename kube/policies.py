@@ -10,20 +10,22 @@ from __future__ import annotations
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from gpupolicy.model import GROUP, PLURAL, VERSION
 
 
 def list_policies(api: client.ApiClient) -> tuple[list[dict[str, Any]], str | None]:
     """All GpuPolicy objects as dicts, and the list's resourceVersion."""
-    answer = client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)
+    answer: dict[str, Any] = client.CustomObjectsApi(api).list_cluster_custom_object(  # type: ignore[assignment]
+        GROUP, VERSION, PLURAL)
     return list(answer.get("items", [])), (answer.get("metadata") or {}).get("resourceVersion")
 
 
 def get_policy(api: client.ApiClient, name: str) -> dict[str, Any] | None:
     try:
-        obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+        obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(  # type: ignore[assignment]
+            GROUP, VERSION, PLURAL, name)
         return obj
     except ApiException as exc:
         if exc.status == 404:
@@ -35,7 +37,7 @@ def write_status(api: client.ApiClient, name: str, status: dict[str, Any]) -> di
     """Replace the policy's status (merge patch on /status). None when the policy is gone."""
     body = {"status": status}
     try:
-        obj: dict[str, Any] = client.CustomObjectsApi(api).patch_cluster_custom_object_status(
+        obj: dict[str, Any] = client.CustomObjectsApi(api).patch_cluster_custom_object_status(  # type: ignore[assignment]
             GROUP, VERSION, PLURAL, name, body,
         )
         return obj

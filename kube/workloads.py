@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 MERGE_PATCH = "application/merge-patch+json"
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
