@@ -18,8 +18,8 @@ from gpupolicy.quantity import QuantityError, parse_duration, parse_quantity
 
 GROUP = "gpu.kubeon.io"
 VERSION = "v1alpha1"
-API_VERSION = f"{GROUP}/{VERSION}"
-KIND = "GpuPolicy"
+API_VERSION: Literal["gpu.kubeon.io/v1alpha1"] = "gpu.kubeon.io/v1alpha1"
+KIND: Literal["GpuPolicy"] = "GpuPolicy"
 PLURAL = "gpupolicies"
 
 BODY_FIELDS = ("sharing", "scale_to_zero", "packing", "type_fit", "capacity", "guardrail")

@@ -6,4 +6,5 @@ bash scripts/install-test-deps.sh
 export PATH="$PWD/.tools/bin:$PATH"
 python3 -m ruff check .
 lint-imports
+python3 -m mypy gpupolicy
 python3 -m pytest -n 2 -q "$@"
