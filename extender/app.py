@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response
@@ -26,10 +27,23 @@ from prometheus_client import CollectorRegistry, Counter
 from extender.service import ExtenderService
 from extender.wire import ArgsError, HostPriority, filter_error, filter_result, parse_args
 from gpupolicy.kubemodel import ObjectError
-from serving.http import install_error_handlers, json_error, read_json
+from serving.http import HttpError, install_error_handlers, json_error, read_body
 from serving.metrics import instrument
 
 log = logging.getLogger(__name__)
+
+# orjson (when installed) parses and writes the 5,000-name payloads ~5x faster than json.
+_loads: Callable[[bytes], Any]
+_dumps: Callable[[Any], bytes]
+try:
+    import orjson
+
+    _loads, _dumps = orjson.loads, orjson.dumps
+except ImportError:  # pragma: no cover - the stdlib is the fallback
+    _loads = json.loads
+
+    def _dumps(value: Any) -> bytes:
+        return json.dumps(value, separators=(",", ":")).encode()
 
 # ExtenderArgs with 5,000 node names is ~150 KiB; a NodeList of 5,000 nodes (not nodeCacheCapable) far more.
 MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -43,8 +57,19 @@ class ExtenderMetrics:
                                  ["verb", "strategy", "outcome"], registry=registry)
 
 
+def read_args(max_bytes: int = 0) -> Any:
+    """The body as JSON: 400 when empty or malformed, 413 over the cap (serving.http.read_body)."""
+    data = read_body(max_bytes or MAX_BODY_BYTES)
+    if not data.strip():
+        raise HttpError(400, "empty request body: expected JSON")
+    try:
+        return _loads(data)
+    except ValueError as exc:  # json.JSONDecodeError and orjson.JSONDecodeError are ValueErrors
+        raise HttpError(400, f"malformed JSON: {exc}") from None
+
+
 def _json(body: Any, started: float, status: int = 200) -> Response:
-    resp = Response(json.dumps(body, separators=(",", ":")), status=status, mimetype="application/json")
+    resp = Response(_dumps(body), status=status, mimetype="application/json")
     resp.headers[TIMING_HEADER] = f"{time.perf_counter() - started:.6f}"
     return resp
 
@@ -61,7 +86,7 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     @app.post("/filter")
     def _filter() -> Response:
         started = time.perf_counter()
-        body = read_json(MAX_BODY_BYTES)  # HttpError -> 400/413 JSON
+        body = read_args()  # HttpError -> 400/413 JSON
         if not isinstance(body, dict):
             return json_error(400, "body: expected an ExtenderArgs JSON object")
         try:
@@ -80,7 +105,7 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     @app.post("/prioritize")
     def _prioritize() -> Response:
         started = time.perf_counter()
-        body = read_json(MAX_BODY_BYTES)
+        body = read_args()
         try:
             args = parse_args(body)
         except ArgsError as exc:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,7 @@ from extender.watch import ViewSource
 from gpupolicy.kubemodel import demand_from_pod
 from gpupolicy.nodemodel import NodeState, PodDemand
 from gpupolicy.packing import DEFAULT_POLICY, Decision, decide, explain, get_policy
-from gpupolicy.placement import REASON_BY_CODE, Policy, RejectReason, fit, names_to_indices
+from gpupolicy.placement import REASON_BY_CODE, Policy, RejectReason, fit
 from gpupolicy.scheduling import (
     COUNT_POLICY,
     CountBestFitPolicy,
@@ -30,7 +31,7 @@ from gpupolicy.scheduling import (
     extender_scores,
     is_count_only,
     plan_for_pod,
-    unresolvable,
+    unresolvable_mask,
     used_first_rank,
 )
 
@@ -54,6 +55,10 @@ class PrioritizeOutcome:
 
 def _reason(reason: RejectReason) -> str:
     return f"kubeon-gpu: {reason.value}"
+
+
+UNKNOWN = -1  # code for a name the model does not know; REASONS[-1] is its message
+REASONS: tuple[str, ...] = (*(_reason(r) for r in REASON_BY_CODE), _reason(RejectReason.UNKNOWN_NODE))
 
 
 class ExtenderService:
@@ -85,27 +90,19 @@ class ExtenderService:
         """Which of `names` can take the pod, and why not the others."""
         demand, plan = self._demand(pod)
         self.cache.forget_assumption(pod)  # scheduled again: an old assumption is stale
-        passed: list[str] = []
-        failed: dict[str, str] = {}
-        hopeless: dict[str, str] = {}
         with self.cache.lock:
             state = self.cache.fresh_state()
             codes = fit(state, demand).codes
-            index = state.index
-            for name in names:
-                i = index.get(name)
-                if i is None:
-                    failed[name] = _reason(RejectReason.UNKNOWN_NODE)
-                    continue
-                code = int(codes[i])
-                if code == 0:
-                    passed.append(name)
-                    continue
-                reason = REASON_BY_CODE[code]
-                if unresolvable(state, demand, i, reason):
-                    hopeless[name] = _reason(reason)
-                else:
-                    failed[name] = _reason(reason)
+            hopeless_mask = unresolvable_mask(state, demand, codes)
+            get = state.index.get
+            idx = np.fromiter(map(get, names, repeat(-1)), dtype=np.int64, count=len(names))  # C loop
+        known = idx >= 0
+        safe = np.where(known, idx, 0)
+        node_codes = np.where(known, codes[safe], UNKNOWN).tolist()
+        node_hopeless = (known & hopeless_mask[safe]).tolist()
+        passed = [n for n, c in zip(names, node_codes, strict=True) if c == 0]
+        failed = {n: REASONS[c] for n, c, h in zip(names, node_codes, node_hopeless, strict=True) if c and not h}
+        hopeless = {n: REASONS[c] for n, c, h in zip(names, node_codes, node_hopeless, strict=True) if c and h}
         if log.isEnabledFor(logging.DEBUG):
             log.debug("filter %s (%s): %d passed, failed %s, unresolvable %s", _pod_name(pod), plan.strategy,
                       len(passed), failed, hopeless)
@@ -117,9 +114,13 @@ class ExtenderService:
         self.cache.forget_assumption(pod)
         with self.cache.lock:
             state = self.cache.fresh_state()
-            idx, unknown = names_to_indices(state, names)
+            get = state.index.get
+            all_idx = np.fromiter(map(get, names, repeat(-1)), dtype=np.int64, count=len(names))  # C loop
+            known = all_idx >= 0
+            idx = all_idx[known]
             decision = self._decide(state, demand, plan.strategy, idx)
-            scores = dict(zip((state.names[i] for i in idx), extender_scores(decision, idx).tolist(), strict=True))
+            scores = np.zeros(len(names), dtype=np.int64)
+            scores[known] = extender_scores(decision, idx)
             chosen = state.names[decision.node] if decision.node is not None else None
             if plan.recommended and log.isEnabledFor(logging.INFO):
                 would = self._decide(state, demand, plan.recommended, idx)
@@ -131,9 +132,10 @@ class ExtenderService:
                               verdict.score)
             if chosen is not None:
                 self.cache.assume(pod, chosen, demand)
-        if unknown:
-            log.info("prioritize %s: unknown nodes scored 0: %s", _pod_name(pod), unknown[:10])
-        return PrioritizeOutcome([(n, int(scores.get(n, 0))) for n in names], chosen, plan)
+        if not known.all():
+            log.info("prioritize %s: unknown nodes scored 0: %s", _pod_name(pod),
+                     [n for n, k in zip(names, known.tolist(), strict=True) if not k][:10])
+        return PrioritizeOutcome(list(zip(names, scores.tolist(), strict=True)), chosen, plan)
 
     def _decide(self, state: NodeState, demand: PodDemand, strategy: str, idx: np.ndarray[Any, Any]) -> Decision:
         ctx = self.cache.ctx

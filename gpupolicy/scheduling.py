@@ -38,10 +38,10 @@ from gpupolicy.catalog import DEFAULT_CATALOG, Catalog, normalise_product_label
 from gpupolicy.cluster import ClusterView
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
-from gpupolicy.nodemodel import IntArray, NodeState, PodDemand
+from gpupolicy.nodemodel import BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.owners import is_approved, pod_owner
 from gpupolicy.packing import POLICIES, Decision
-from gpupolicy.placement import PackingContext, RejectReason, Scored
+from gpupolicy.placement import REASON_BY_CODE, PackingContext, RejectReason, Scored
 
 MAX_EXTENDER_SCORE = 10  # upstream MaxExtenderPriority
 DEFAULT_STRATEGY = "default"  # PackingSpec.strategy meaning "the install's default policy"
@@ -143,25 +143,39 @@ def is_count_only(demand: PodDemand) -> bool:
     return not demand.needs_gpu and (bool(demand.mig) or demand.shared > 0)
 
 
-def unresolvable(state: NodeState, demand: PodDemand, node: int, reason: RejectReason) -> bool:
-    """True when evicting pods from `node` could never make it fit `demand`."""
-    if reason in ALWAYS_UNRESOLVABLE:
-        return True
-    if reason is RejectReason.INSUFFICIENT_CPU:
-        return bool(state.cpu_cap[node] < demand.cpu_milli)
-    if reason is RejectReason.INSUFFICIENT_MEMORY:
-        return bool(state.mem_cap[node] < demand.memory_mib)
-    if reason in (RejectReason.INSUFFICIENT_WHOLE_GPUS, RejectReason.INSUFFICIENT_GPU_SHARE):
-        return bool(state.gpu_count[node] < max(demand.num_gpu, 1))
-    if reason is RejectReason.INSUFFICIENT_MIG:
+def unresolvable_mask(state: NodeState, demand: PodDemand, codes: np.ndarray[Any, Any]) -> BoolArray:
+    """Per node: True when its rejection (`codes`, from `placement.fit`) is one evicting pods cannot cure.
+
+    Always for a wrong product, cordon/drain, no GPUs or too little GPU
+    memory; for a resource shortfall, when the node's capacity (not just
+    what is free) is below the request. Vectorised over nodes.
+    """
+    reasons = np.array([REASON_BY_CODE.index(r) for r in ALWAYS_UNRESOLVABLE if r in REASON_BY_CODE])
+    out: BoolArray = np.isin(codes, reasons)
+    code = {r: REASON_BY_CODE.index(r) for r in REASON_BY_CODE}
+    out |= (codes == code[RejectReason.INSUFFICIENT_CPU]) & (state.cpu_cap < demand.cpu_milli)
+    out |= (codes == code[RejectReason.INSUFFICIENT_MEMORY]) & (state.mem_cap < demand.memory_mib)
+    short_gpus = state.gpu_count < max(demand.num_gpu, 1)
+    out |= (codes == code[RejectReason.INSUFFICIENT_WHOLE_GPUS]) & short_gpus
+    out |= (codes == code[RejectReason.INSUFFICIENT_GPU_SHARE]) & short_gpus
+    if demand.mig:
+        short_mig = np.zeros(len(state), dtype=bool)
         for resource, count in demand.mig.items():
-            cap = state.mig_cap[node, state.mig_resources.index(resource)] if resource in state.mig_resources else 0
-            if cap < count:
-                return True
-        return False
-    if reason is RejectReason.INSUFFICIENT_SHARED:
-        return bool(state.shared_cap[node] < demand.shared)
-    return False
+            cap = (state.mig_cap[:, state.mig_resources.index(resource)] if resource in state.mig_resources
+                   else np.zeros(len(state), dtype=np.int64))
+            short_mig |= cap < count
+        out |= (codes == code[RejectReason.INSUFFICIENT_MIG]) & short_mig
+    out |= (codes == code[RejectReason.INSUFFICIENT_SHARED]) & (state.shared_cap < demand.shared)
+    return out
+
+
+def unresolvable(state: NodeState, demand: PodDemand, node: int, reason: RejectReason) -> bool:
+    """`unresolvable_mask` for one node and reason."""
+    codes = np.zeros(len(state), dtype=np.int8)
+    codes[node] = REASON_BY_CODE.index(reason) if reason in REASON_BY_CODE else 0
+    if reason is RejectReason.UNKNOWN_NODE:
+        return True
+    return bool(unresolvable_mask(state, demand, codes)[node])
 
 
 def count_left(state: NodeState, demand: PodDemand, nodes: IntArray) -> IntArray:

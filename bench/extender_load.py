@@ -1,0 +1,194 @@
+"""Latency benchmark for the scheduler extender: filter + prioritize of one pod at 1,213 and 5,000 nodes.
+
+For each cluster size: starts the test API server (tests/kubeapi) in this
+process, creates the openb GPU nodes (1,213 from
+../shared/data/openb/openb_node_list_gpu_node.csv; for 5,000 the list is
+repeated with suffixed names) and binds whole-GPU pods to about half of
+them (pods created with spec.nodeName), then starts `kubeon-gpu extender`
+(gunicorn, 1 worker, watching that server) and plays kube-scheduler:
+for each of --requests pods, POST /filter with every node name
+(nodeCacheCapable) and POST /prioritize with the names that passed, over one
+keep-alive connection, sequentially (kube-scheduler calls an extender one
+pod at a time).
+
+Measured per request:
+- server: the `X-Kubeon-Handler-Seconds` header (parse -> decide -> serialise
+  inside the handler);
+- client: the HTTP round trip seen by the caller (adds gunicorn, the socket
+  and the client's own JSON work; client and server share the 2 cores).
+
+Every prioritize assumes the pod on the chosen node (none is ever bound), so
+the model changes one row per request, as in a live cluster.
+
+    python bench/extender_load.py --sizes 1213 5000 --requests 300
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import random
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kubernetes import client  # noqa: E402
+
+from tests.kubeapi.fixtures import OPENB_NODES_CSV, make_pod, nodes_from_openb  # noqa: E402
+from tests.kubeapi.server import ApiServer  # noqa: E402
+
+CRD = ROOT / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
+GPU_CHOICES = (1, 1, 1, 1, 2, 2, 4, 8)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def cluster_nodes(size: int) -> list[dict[str, Any]]:
+    base = nodes_from_openb(OPENB_NODES_CSV)
+    out: list[dict[str, Any]] = []
+    copy = 0
+    while len(out) < size:
+        for node in base:
+            if len(out) >= size:
+                break
+            node = json.loads(json.dumps(node))
+            if copy:
+                name = f"{node['metadata']['name']}-c{copy}"
+                node["metadata"]["name"] = name
+                node["metadata"]["labels"]["kubernetes.io/hostname"] = name
+            out.append(node)
+        copy += 1
+    return out
+
+
+def populate(api: ApiServer, nodes: list[dict[str, Any]], rng: random.Random) -> int:
+    core = client.CoreV1Api(api.api_client())
+    bound = 0
+    for node in nodes:
+        core.create_node(node, _preload_content=False)
+    for node in nodes:
+        gpus = int(node["status"]["allocatable"].get("nvidia.com/gpu", "0"))
+        if gpus and rng.random() < 0.5:
+            take = rng.randint(1, gpus)
+            pod = make_pod(f"load-{bound}", "default", gpus=take, cpu=f"{take * 4}", memory=f"{take * 16}Gi")
+            pod["spec"]["nodeName"] = node["metadata"]["name"]
+            core.create_namespaced_pod("default", pod, _preload_content=False)
+            bound += 1
+    return bound
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    ordered = sorted(values)
+
+    def pct(p: float) -> float:
+        return ordered[min(len(ordered) - 1, round(p / 100 * (len(ordered) - 1)))] * 1000
+
+    return {"p50": pct(50), "p90": pct(90), "p99": pct(99), "max": ordered[-1] * 1000,
+            "mean": statistics.fmean(ordered) * 1000}
+
+
+def post(conn: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> tuple[Any, float, float]:
+    data = json.dumps(body).encode()
+    started = time.perf_counter()
+    conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    payload = resp.read()
+    elapsed = time.perf_counter() - started
+    if resp.status != 200:
+        raise RuntimeError(f"{path}: HTTP {resp.status}: {payload[:200]!r}")
+    return json.loads(payload), elapsed, float(resp.getheader("X-Kubeon-Handler-Seconds") or "nan")
+
+
+def run_size(size: int, requests: int, warmup: int, seed: int) -> dict[str, Any]:
+    rng = random.Random(seed)
+    nodes = cluster_nodes(size)
+    names = [n["metadata"]["name"] for n in nodes]
+    with ApiServer.start(crd_files=[CRD], history=200_000) as api:
+        t0 = time.perf_counter()
+        bound = populate(api, nodes, rng)
+        setup = time.perf_counter() - t0
+        port = free_port()
+        log = Path(tempfile.mkdtemp(prefix="extender-bench-")) / "extender.log"
+        with open(log, "wb") as sink:
+            proc = subprocess.Popen([sys.executable, "-m", "cli.main", "extender", "--port", str(port),
+                                     "--bind", "127.0.0.1", "--kubeconfig", api.kubeconfig, "--workers", "1",
+                                     "--log-level", "WARNING"],
+                                    cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        try:
+            deadline = time.monotonic() + 120
+            while True:
+                if proc.poll() is not None:
+                    raise RuntimeError(log.read_text())
+                try:
+                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+                    conn.request("GET", "/readyz")
+                    ready = conn.getresponse()
+                    ready.read()
+                    if ready.status == 200:
+                        break
+                except OSError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError("extender not ready:\n" + log.read_text())
+                time.sleep(0.2)
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            server_f, server_p, server_sum, client_sum = [], [], [], []
+            placed = 0
+            for i in range(warmup + requests):
+                gpus = rng.choice(GPU_CHOICES)
+                pod = make_pod(f"bench-{i}", "default", gpus=gpus, cpu=f"{gpus * 4}", memory=f"{gpus * 16}Gi")
+                pod["metadata"]["uid"] = f"uid-{i}"
+                result, c_f, s_f = post(conn, "/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
+                passed = result["NodeNames"] or []
+                c_p = s_p = 0.0
+                if passed:
+                    scores, c_p, s_p = post(conn, "/prioritize", {"Pod": pod, "Nodes": None, "NodeNames": passed})
+                    placed += i >= warmup and any(e["Score"] == 10 for e in scores)
+                if i >= warmup:
+                    server_f.append(s_f)
+                    server_p.append(s_p)
+                    server_sum.append(s_f + s_p)
+                    client_sum.append(c_f + c_p)
+            return {"nodes": size, "bound_pods": bound, "setup_s": round(setup, 1), "requests": requests,
+                    "placed": placed, "server_filter_ms": percentiles(server_f),
+                    "server_prioritize_ms": percentiles(server_p), "server_total_ms": percentiles(server_sum),
+                    "client_total_ms": percentiles(client_sum)}
+        finally:
+            proc.terminate()
+            proc.wait(timeout=15)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1213, 5000])
+    parser.add_argument("--requests", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=42)
+    args = parser.parse_args()
+    for size in args.sizes:
+        result = run_size(size, args.requests, args.warmup, args.seed)
+        print(json.dumps(result, default=lambda v: round(v, 3)))
+        for key in ("server_filter_ms", "server_prioritize_ms", "server_total_ms", "client_total_ms"):
+            p = result[key]
+            print(f"  {size:>5} nodes {key:<22} p50 {p['p50']:7.2f}  p90 {p['p90']:7.2f}  p99 {p['p99']:7.2f}"
+                  f"  max {p['max']:7.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
