@@ -120,8 +120,14 @@ def _ineligible(pod: Mapping[str, Any], namespace: str, view: ClusterView) -> st
 
 
 def _not_applied_warning(policy: GpuPolicy, mode: Mode, owner: str, what: str) -> str:
+    """The warning for a change not made; in Approve mode the owner to approve survives shortening."""
     if mode == Mode.APPROVE:
-        return short_warning(f"kubeon-gpu {policy.name}: would {what}; approve {owner}")
+        tail = f"; approve {owner}"
+        head = f"kubeon-gpu {policy.name}: would {what}"
+        room = WARNING_LIMIT - 1 - len(tail)
+        if len(head) > room:
+            head = head[: max(room - 1, 0)] + "…"
+        return short_warning(head + tail)
     return short_warning(f"kubeon-gpu {policy.name} (Recommend): would {what}")
 
 
@@ -139,7 +145,7 @@ def _apply_sharing_policy(
     action = Action.USE_TIME_SLICING if plan.resource == SHARED_GPU_RESOURCE else Action.USE_MIG
     what = f"use {plan.resource} instead of {GPU_RESOURCE}"
     if not may_apply(policy, mode, owner):
-        warnings.append(_not_applied_warning(policy, mode, owner, what))
+        warnings.append(_not_applied_warning(policy, mode, owner, f"use {plan.resource}"))
         why = "Recommend mode" if mode == Mode.RECOMMEND else f"{owner} is not in approvals"
         return Decision(policy.name, mode, action, False, f"{what}: {plan.detail}; not applied ({why})")
     rewritten.update(apply_sharing(pod, plan))

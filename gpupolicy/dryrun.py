@@ -7,6 +7,11 @@ is put back so the patch is relative to the submitted object
 guardrails on the mutated pod, as the API server runs mutating before
 validating webhooks. Pure: the CLI and POST /dry-run parse their input and
 call `dry_run`.
+
+`workload_warnings` is the same evaluation for the validating webhook: a
+workload's CREATE/UPDATE is answered with the warnings its pods would get,
+never a patch or a denial (pods are mutated and checked when they are
+created, where the owner resolution and approvals apply).
 """
 
 from __future__ import annotations
@@ -15,11 +20,12 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpupolicy.admission import AdmissionResult, mutate_pod, validate_pod
+from gpupolicy.admission import AdmissionResult, mutate_pod, short_warning, validate_pod
 from gpupolicy.catalog import DEFAULT_CATALOG, Catalog
 from gpupolicy.cluster import ClusterView, node_from_object
 from gpupolicy.model import GpuPolicy
 from gpupolicy.patch import diff
+from gpupolicy.rewrite import CONTAINER_LISTS, is_gpu_resource
 from gpupolicy.validation import check_policy
 
 # kind -> path of the pod template inside the object
@@ -83,6 +89,69 @@ def view_for_request(body: Mapping[str, Any], base: ClusterView) -> ClusterView:
     return view
 
 
+def pod_template(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The pod template of a workload object (None for other kinds or a missing template)."""
+    path = TEMPLATE_PATHS.get(str(obj.get("kind")))
+    template = _dig(obj, path) if path else None
+    return template if isinstance(template, Mapping) else None
+
+
+def template_asks_for_gpu(template: Mapping[str, Any]) -> bool:
+    """Does any container of a pod template name a GPU resource? Key lookups only, no quantity parsing.
+
+    The admission fast path: a workload that asks for no GPU is answered
+    before anything else is read (most workloads in a cluster).
+    """
+    spec = template.get("spec")
+    if not isinstance(spec, Mapping):
+        return False
+    for key in CONTAINER_LISTS:
+        containers = spec.get(key)
+        if not isinstance(containers, list):
+            continue
+        for container in containers:
+            resources = container.get("resources") if isinstance(container, Mapping) else None
+            if not isinstance(resources, Mapping):
+                continue
+            for section in ("limits", "requests"):
+                values = resources.get(section)
+                if isinstance(values, Mapping) and any(is_gpu_resource(str(name)) for name in values):
+                    return True
+    return False
+
+
+def _template_pod(obj: Mapping[str, Any], template: Mapping[str, Any], ns: str) -> tuple[dict[str, Any], str]:
+    """The pod a workload's template stands for, and the workload as its owner (`Kind/ns/name`)."""
+    metadata = obj.get("metadata") or {}
+    owner = f"{obj.get('kind')}/{ns}/{metadata.get('name', '') if isinstance(metadata, Mapping) else ''}"
+    pod_metadata: dict[str, Any] = {**(template.get("metadata") or {}), "namespace": ns}
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": template.get("spec") or {}}
+    return pod, owner
+
+
+def workload_warnings(obj: Mapping[str, Any], view: ClusterView, namespace: str | None = None) -> AdmissionResult:
+    """What a workload's pods would be told, as warnings on the workload itself; always allowed, no patch.
+
+    Mutation then guardrails on the mutated template pod, with the workload as
+    owner (as `dry_run`); a guardrail denial of the pods becomes a warning.
+    The caller has checked the kind and the template's shape.
+    """
+    template = pod_template(obj)
+    if template is None:
+        return AdmissionResult(object=obj, note="no pod template")
+    metadata = obj.get("metadata")
+    ns = namespace or str((metadata if isinstance(metadata, Mapping) else {}).get("namespace") or "default")
+    pod, owner = _template_pod(obj, template, ns)
+    mutation = mutate_pod(pod, view, ns, owner)
+    validation = validate_pod(mutation.object, view, ns, owner)
+    warnings = mutation.warnings + validation.warnings
+    if not validation.allowed:
+        warnings.append(short_warning(f"kubeon-gpu: pods would be denied: {validation.message}"))
+    decisions = mutation.decisions + [d for d in validation.decisions if d.action != "Allow"]
+    return AdmissionResult(warnings=warnings, decisions=decisions, object=obj,
+                           note=mutation.note or validation.note)
+
+
 def dry_run(obj: Any, view: ClusterView, namespace: str | None = None) -> AdmissionResult:
     """Evaluate a Pod or workload; raises DryRunError for objects it cannot read."""
     if not isinstance(obj, Mapping):
@@ -100,9 +169,7 @@ def dry_run(obj: Any, view: ClusterView, namespace: str | None = None) -> Admiss
     template = _dig(obj, path)
     if not isinstance(template, Mapping):
         raise DryRunError(f"object.{'.'.join(path)}: missing pod template")
-    owner = f"{kind}/{ns}/{metadata.get('name', '')}"
-    pod_metadata: dict[str, Any] = {**(template.get("metadata") or {}), "namespace": ns}
-    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": pod_metadata, "spec": template.get("spec") or {}}
+    pod, owner = _template_pod(obj, template, ns)
     return _combine(obj, mutate_pod(pod, view, ns, owner), view, ns, owner, path)
 
 

@@ -5,6 +5,11 @@ serialise. Protocol errors answer 400 with a JSON message; admission outcomes
 answer 200. If the core itself raises (a bug), the request is allowed
 unchanged with a warning and counted, never a 500: a broken optimizer must
 not block pod creation.
+
+Workloads (Deployment, StatefulSet, Job, CronJob) reach /validate only: they
+are answered with the warnings their pods would get (so `kubectl create -f
+deployment.yaml` shows them), never patched or denied. A template that names
+no GPU resource is answered before anything else is read.
 """
 
 from __future__ import annotations
@@ -17,7 +22,15 @@ from flask import Flask, Response, jsonify
 from prometheus_client import CollectorRegistry
 
 from gpupolicy.admission import AdmissionResult, mutate_pod, validate_pod
-from gpupolicy.dryrun import TEMPLATE_PATHS, DryRunError, dry_run, view_for_request
+from gpupolicy.dryrun import (
+    TEMPLATE_PATHS,
+    DryRunError,
+    dry_run,
+    pod_template,
+    template_asks_for_gpu,
+    view_for_request,
+    workload_warnings,
+)
 from gpupolicy.model import GROUP, KIND
 from gpupolicy.validation import check_policy, kind_label_patch
 from serving.http import install_error_handlers, json_error, read_json
@@ -38,6 +51,15 @@ def _is_pod(review: Review) -> bool:
 
 def _is_policy(review: Review) -> bool:
     return review.group == GROUP and review.kind == KIND
+
+
+# (API group, kind) of the workloads whose pod templates /validate evaluates.
+WORKLOAD_KINDS = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("batch", "Job"),
+                            ("batch", "CronJob")})
+
+
+def _is_workload(review: Review) -> bool:
+    return (review.group, review.kind) in WORKLOAD_KINDS and review.operation in ("CREATE", "UPDATE")
 
 
 def _json_error(status: int, message: str) -> Response:
@@ -99,8 +121,22 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
             return response(review, patch=kind_label_patch(obj))
         return response(review)
 
+    def validate_workload(review: Review) -> dict[str, Any]:
+        obj = review.object
+        template = pod_template(obj) if isinstance(obj, dict) else None
+        if template is None or not template_asks_for_gpu(template):
+            return response(review)
+        shape = pod_shape_error(template, "request.object." + ".".join(TEMPLATE_PATHS[review.kind]))
+        if shape:
+            raise ReviewError(shape)
+        # No metrics: the pods' own reviews count the decisions, once per pod.
+        result = workload_warnings(obj, source.current(), review.namespace)
+        return response(review, warnings=result.warnings)
+
     def validate(review: Review) -> dict[str, Any]:
         obj = review.object
+        if _is_workload(review):
+            return validate_workload(review)
         if _is_pod(review) and review.operation == "CREATE":
             shape = pod_shape_error(obj)
             if shape:

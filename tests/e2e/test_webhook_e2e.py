@@ -9,11 +9,14 @@ the scheduler stand-in that binds them and the kubelet stand-in that makes
 them Ready. Faked: the nodes (GFD-labelled A100 objects, no GPUs) and the
 containers (nothing runs).
 
-Warnings: the webhook sees pods, not Deployments, so a warning reaches the
-user who creates a pod; a Deployment's pods are created by the workload
-controller, whose create shows no terminal. The Recommend case therefore
-checks both: a Deployment's pods stay unchanged, and `kubectl create` of a
-GPU pod prints the webhook's warning.
+Warnings: a Deployment's pods are created by the workload controller, whose
+create shows no terminal, so the chart's ValidatingWebhookConfiguration also
+sends Deployments, StatefulSets, Jobs and CronJobs to /validate, which
+answers with the warnings their pods would get (never a patch). The
+Recommend case checks that `kubectl create -f <deployment>` itself prints
+the warning, that the Deployment's pods stay unchanged, and that a bare GPU
+pod's create prints it too. GpuPolicies go through the mutating webhook,
+which labels them with their kind for the CRD's Kind printer column.
 """
 
 from __future__ import annotations
@@ -74,7 +77,12 @@ def test_recommend_policy_leaves_pods_unchanged_and_warns(e2e_cluster: Cluster, 
     kubectl_create(cluster, mig_policy("e2e-mig-recommend", namespace, "Recommend"))
     wait_for_policy(webhook, "e2e-mig-recommend", make_pod("probe", namespace, gpus=1))
 
-    kubectl_create(cluster, make_deployment("llm", namespace, replicas=1, gpus=1))
+    deployment = kubectl_create(cluster, make_deployment("llm", namespace, replicas=1, gpus=1))
+    assert "deployment.apps/llm created" in deployment.stdout
+    warnings = [line for line in deployment.stderr.splitlines() if line.startswith("Warning:")]
+    assert len(warnings) == 1, deployment.stderr
+    assert "e2e-mig-recommend (Recommend): would use nvidia.com/mig-1g.10gb" in warnings[0]
+    assert len(warnings[0].removeprefix("Warning: ")) < 120
     [pod] = cluster.wait_for(lambda: cluster.pods(namespace, "app=llm", ready=True), timeout=20,
                              message="a Ready llm pod")
     assert gpu_resources(pod)["limits"] == {"nvidia.com/gpu": "1"}
@@ -86,6 +94,26 @@ def test_recommend_policy_leaves_pods_unchanged_and_warns(e2e_cluster: Cluster, 
     assert "e2e-mig-recommend" in created.stderr and "Recommend" in created.stderr
     [solo] = [p for p in cluster.pods(namespace) if p["metadata"]["name"] == "solo"]
     assert gpu_resources(solo)["limits"] == {"nvidia.com/gpu": "1"}
+
+
+def test_non_gpu_deployment_creates_without_warnings(e2e_cluster: Cluster, webhook: Webhook) -> None:
+    cluster, namespace = e2e_cluster, "e2e-plain"
+    cluster.ensure_namespace(namespace)
+    kubectl_create(cluster, mig_policy("e2e-mig-recommend-cpu", namespace, "Recommend"))
+    wait_for_policy(webhook, "e2e-mig-recommend-cpu", make_pod("probe", namespace, gpus=1))
+    created = kubectl_create(cluster, make_deployment("web", namespace, replicas=1))
+    assert "deployment.apps/web created" in created.stdout and "Warning:" not in created.stderr
+
+
+def test_policies_are_labelled_with_their_kind_for_the_printer_column(
+        e2e_cluster: Cluster, webhook: Webhook) -> None:
+    kubectl_create(e2e_cluster, mig_policy("e2e-kind-column", "e2e-kind", "Recommend"))
+    labels = e2e_cluster.kubectl("get", "gpupolicy", "e2e-kind-column", "-o",
+                                 "jsonpath={.metadata.labels}").stdout
+    assert '"gpu.kubeon.io/kind":"sharing"' in labels
+    table = e2e_cluster.kubectl("get", "gpupolicies", "e2e-kind-column").stdout.splitlines()
+    assert table[0].split()[:4] == ["NAME", "KIND", "MODE", "PRIORITY"]
+    assert table[1].split()[:3] == ["e2e-kind-column", "sharing", "Recommend"]
 
 
 def test_policy_with_unknown_mig_profile_is_refused_with_the_field_path(

@@ -191,6 +191,18 @@ def test_webhook_configurations_follow_the_contract(guide: list[dict]) -> None:
     assert "objectSelector" not in policies, "a label must not let a policy skip validation"
     pods = hooks["ValidatingWebhookConfiguration/pods.validate.gpu.kubeon.io"]
     assert pods["rules"][0]["resources"] == ["pods"] and pods["rules"][0]["operations"] == ["CREATE"]
+    labeller = hooks["MutatingWebhookConfiguration/gpupolicies.mutate.gpu.kubeon.io"]  # the Kind column's label
+    assert labeller["rules"] == [{"apiGroups": ["gpu.kubeon.io"], "apiVersions": ["*"],
+                                  "operations": ["CREATE", "UPDATE"], "resources": ["gpupolicies"],
+                                  "scope": "Cluster"}]
+    workloads = hooks["ValidatingWebhookConfiguration/workloads.validate.gpu.kubeon.io"]  # warnings only
+    assert workloads["rules"] == [
+        {"apiGroups": ["apps"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+         "resources": ["deployments", "statefulsets"], "scope": "Namespaced"},
+        {"apiGroups": ["batch"], "apiVersions": ["v1"], "operations": ["CREATE", "UPDATE"],
+         "resources": ["jobs", "cronjobs"], "scope": "Namespaced"}]
+    assert workloads["namespaceSelector"]["matchExpressions"] == [
+        {"key": "kubernetes.io/metadata.name", "operator": "NotIn", "values": ["kube-system", NAMESPACE]}]
     for name, hook in hooks.items():
         assert hook["sideEffects"] == "None", name
         assert hook["admissionReviewVersions"] == ["v1"], name
