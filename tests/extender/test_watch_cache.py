@@ -46,7 +46,7 @@ def watched(api: ApiServer) -> Iterator[tuple[ClusterWatch, ClusterCache, client
         w.stop()
 
 
-def wait(predicate: Callable[[], Any], what: str, timeout: float = 10.0) -> Any:
+def wait(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()
