@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from gpupolicy.catalog import DEFAULT_CATALOG, PRODUCT_LABEL, Catalog, GpuProduct
@@ -51,6 +52,11 @@ class ClusterView:
     default_mode: Mode = Mode.RECOMMEND
     own_namespace: str = DEFAULT_NAMESPACE
     catalog: Catalog = DEFAULT_CATALOG
+
+    @cached_property
+    def ordered_policies(self) -> tuple[GpuPolicy, ...]:
+        """Policies by priority (highest first), then name: sorted once per view, not per review."""
+        return tuple(sorted(self.policies, key=lambda p: (-p.spec.priority, p.name)))
 
     def labels_of_namespace(self, namespace: str) -> Mapping[str, str]:
         """Labels of a namespace; unknown namespaces still carry the automatic name label."""

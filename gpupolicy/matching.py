@@ -49,8 +49,7 @@ def selector_matches(
 def matching_policies(view: ClusterView, namespace: str, pod_labels: Mapping[str, str]) -> list[GpuPolicy]:
     """Every policy whose selector covers the pod, highest priority first, then by name."""
     ns_labels = view.labels_of_namespace(namespace)
-    found = [p for p in view.policies if selector_matches(p.spec.selector, namespace, ns_labels, pod_labels)]
-    return sorted(found, key=lambda p: (-p.spec.priority, p.name))
+    return [p for p in view.ordered_policies if selector_matches(p.spec.selector, namespace, ns_labels, pod_labels)]
 
 
 def winning_policies(

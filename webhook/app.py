@@ -18,7 +18,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from flask import Flask, Response, jsonify
+from flask import Flask, Response
 from prometheus_client import CollectorRegistry
 
 from gpupolicy.admission import AdmissionResult, mutate_pod, validate_pod
@@ -33,10 +33,18 @@ from gpupolicy.dryrun import (
 )
 from gpupolicy.model import GROUP, KIND
 from gpupolicy.validation import check_policy, kind_label_patch
-from serving.http import install_error_handlers, json_error, read_json
+from serving.http import install_error_handlers, json_error, read_body
 from serving.metrics import instrument
 from webhook.metrics import WebhookMetrics
-from webhook.review import Review, ReviewError, parse_review, pod_shape_error, response
+from webhook.review import (
+    Review,
+    ReviewError,
+    decode_json,
+    encode_json,
+    parse_review,
+    pod_shape_error,
+    response,
+)
 from webhook.views import ViewSource
 
 log = logging.getLogger(__name__)
@@ -66,6 +74,16 @@ def _json_error(status: int, message: str) -> Response:
     return json_error(status, message)
 
 
+def _json(body: Any) -> Response:
+    """A JSON answer without Flask's jsonify (which sorts keys and escapes through the json module)."""
+    return Response(encode_json(body), mimetype="application/json")
+
+
+def _read_json() -> Any:
+    """The request body as JSON (413 over the cap from serving.http, 400 ReviewError when malformed)."""
+    return decode_json(read_body(MAX_BODY_BYTES))
+
+
 def _dry_run_shape_error(obj: Any) -> str:
     """Shape-check the pod (or the workload's pod template) before the core reads it."""
     if not isinstance(obj, dict) or obj.get("kind") not in TEMPLATE_PATHS:
@@ -93,17 +111,17 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
 
     def guarded(path: str, handler: Callable[[Review], dict[str, Any]]) -> Any:
         try:
-            review = parse_review(read_json(MAX_BODY_BYTES))
+            review = parse_review(_read_json())
         except ReviewError as exc:
             return _json_error(400, str(exc))
         try:
-            return jsonify(handler(review))
+            return _json(handler(review))
         except ReviewError as exc:
             return _json_error(400, str(exc))
         except Exception:  # a core bug must not become a 500 that blocks admission
             log.exception("%s failed for uid %s", path, review.uid)
             metrics.errors.labels(path).inc()
-            return jsonify(response(review, warnings=[INTERNAL_WARNING]))
+            return _json(response(review, warnings=[INTERNAL_WARNING]))
 
     def answer(review: Review, result: AdmissionResult, code: int = 403) -> dict[str, Any]:
         metrics.record(result.decisions)
@@ -163,7 +181,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
 
     @app.post("/dry-run")
     def _dry_run() -> Any:
-        body = read_json(MAX_BODY_BYTES)
+        body = _read_json()
         if not isinstance(body, dict):
             return _json_error(400, "body must be a JSON object with an `object` field")
         if "object" not in body:
@@ -181,7 +199,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
             log.exception("/dry-run failed")
             metrics.errors.labels("/dry-run").inc()
             return _json_error(422, f"could not evaluate the object ({type(exc).__name__})")
-        return jsonify(result.to_wire())
+        return _json(result.to_wire())
 
     return app
 
