@@ -85,10 +85,16 @@ class DotProdPolicy:
 
 @dataclass(frozen=True)
 class RandomPolicy:
-    """Uniform random integer scores (ties then go to the fixed node order)."""
+    """One feasible node, drawn uniformly from the seeded generator, scores 100; the others 0.
+
+    (As the artifact's RandomScore plugin. Random integer scores per node would
+    not be random placement: their many ties go to the fixed order and pack.)
+    """
 
     name: str = "random"
-    description: str = "Random: a random score per node from the seeded generator"
+    description: str = "Random: a uniformly drawn feasible node"
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
-        return Scored(scores=ctx.rng.integers(0, 101, size=len(candidates)).astype(np.float64))
+        scores = np.zeros(len(candidates))
+        scores[int(ctx.rng.integers(len(candidates)))] = 100.0
+        return Scored(scores=scores)

@@ -96,7 +96,13 @@ class KubeonPolicy:
                 tiebreak = -state.gpu_count[candidates].astype(np.float64)
             elif self.gpu_tiebreak == "big-first":
                 tiebreak = state.gpu_count[candidates].astype(np.float64)
-            elif self.gpu_tiebreak == "used-first":
+            elif self.gpu_tiebreak == "utilised-first":
+                cap = np.maximum(state.gpu_count[candidates] * MILLI, 1)
+                tiebreak = 1.0 - state.gpu_free_total[candidates] / cap
+            elif self.gpu_tiebreak in ("used-first-whole", "used-first-share") and (
+                    demand.is_sharing != (self.gpu_tiebreak == "used-first-share")):
+                tiebreak = None
+            elif self.gpu_tiebreak.startswith("used-first"):
                 used = (state.gpu_free_total[candidates] < state.gpu_count[candidates] * MILLI) | (
                     state.cpu_free[candidates] < state.cpu_cap[candidates])
                 tiebreak = used.astype(np.float64)
