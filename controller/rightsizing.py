@@ -8,12 +8,19 @@ metrics source, size them with the pure core (gpupolicy/rightsizing.py) and
 publish the proposals into the policy's status.
 
 Applying (Approve with the target in spec.approvals, or Automatic): the
-webhook's rewrite already changes the workload's new pods; the controller
-marks the proposal Applied and writes the `gpu.kubeon.io/undo` record on the
-workload. With `rollout: Restart` the same patch also sets the template's
-`kubectl.kubernetes.io/restartedAt`, so running pods move. The record (keyed
-by the proposal's stable id) and the restart are one conditional write, so a
-crash at any point neither loses the record nor restarts twice.
+controller marks the proposal Applied with its `resource`, and the webhook's
+rewrite gives the workload's new pods exactly that resource (the policy status
+is the single source of truth; each rewritten pod carries
+`gpu.kubeon.io/rewritten-from`, its undo record). Without `rollout: Restart`
+the controller does not write the workload at all (an Event on the target
+and the policy says what was applied). With `rollout: Restart` it patches the
+workload once: the `gpu.kubeon.io/undo` record plus the template's
+`kubectl.kubernetes.io/restartedAt`, so running pods move. That write needs
+the scaler RoleBinding in the workload's namespace (controller/workload_access.py),
+ensured at the start of the same pass; where it is missing nothing is written
+and the proposal stays Approved until a later pass. The record (keyed by the
+proposal's stable id) and the restart are one conditional write, so a crash
+at any point neither loses the record nor restarts twice.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from controller.context import ControllerContext
+from controller.workload_access import sync_write_access
 from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, PRODUCT_LABEL, Catalog
 from gpupolicy.effective_mode import effective_mode
 from gpupolicy.matching import selector_matches
@@ -100,8 +108,11 @@ class RightSizingReconciler:
     def __init__(self, catalog: Catalog = DEFAULT_CATALOG, period_seconds: float = 300.0) -> None:
         self.catalog = catalog
         self.period_seconds = period_seconds
+        self._writable: frozenset[str] = frozenset()  # namespaces with the scaler binding, this pass
 
     def reconcile(self, ctx: ControllerContext) -> None:
+        # Restarts write workloads: bind the scaler role where policies allow it first (same pass).
+        self._writable = sync_write_access(ctx)
         policies = ctx.policies.valid(PolicyKind.SHARING)
         if not policies:
             return
@@ -129,7 +140,7 @@ class RightSizingReconciler:
                     notes.append(sizing.reason)
                     missing_data = missing_data or not usage.complete
                     continue
-                proposals.append(self._decide(ctx, policy, mode, obj, sizing))
+                proposals.append(self._decide(ctx, policy, mode, obj, sizing, notes))
             ctx.policies.publish(policy.name, self.name, proposals, [_condition(proposals, notes, missing_data)])
 
     # -- matching and sizing ------------------------------------------------------
@@ -188,9 +199,18 @@ class RightSizingReconciler:
 
     # -- state and application ----------------------------------------------------
     def _decide(self, ctx: ControllerContext, policy: GpuPolicy, mode: Mode, obj: dict[str, Any],
-                sizing: Sizing) -> Proposal:
+                sizing: Sizing, notes: list[str]) -> Proposal:
+        """The proposal's state; applies (marks Applied) and, one pass later, restarts.
+
+        Status first, then act: a restart's new pods are sized by the webhook from
+        the Applied proposal in the policy status, so the restart waits until a
+        previous pass's status (read back from the API server) shows it Applied.
+        The webhook's watch has had a whole period to see it by then.
+        """
+        assert policy.spec.sharing is not None
         target = _target(obj)
-        proposal = make_proposal(policy.name, target.key, sizing.action, sizing.reason, sizing.gpu_hours_per_month)
+        proposal = make_proposal(policy.name, target.key, sizing.action, sizing.reason, sizing.gpu_hours_per_month,
+                                 resource=sizing.resource)
         previous = ctx.policies.previous(policy.name).get(proposal.id)
         undo = read_undo((_meta(obj).get("annotations") or {}).get(UNDO_ANNOTATION))
         decision = decide_state(mode, is_approved(target.key, policy.spec.approvals),
@@ -199,39 +219,65 @@ class RightSizingReconciler:
         if decision.apply:
             state = ProposalState.APPLIED if self._apply(ctx, policy, obj, proposal, sizing) else (
                 ProposalState.APPROVED)
+        elif (state is ProposalState.APPLIED and policy.spec.sharing.rollout is Rollout.RESTART
+              and previous is not None and previous.state is ProposalState.APPLIED and proposal.id not in undo
+              and mode is not Mode.RECOMMEND):
+            if target.namespace not in self._writable:
+                notes.append(f"{target.key}: restart pending, no scaler rolebinding in {target.namespace} yet")
+            elif not self._restart(ctx, policy, obj, proposal, sizing):
+                notes.append(f"{target.key}: restart pending (workload changed or write refused; retried)")
         return proposal.model_copy(update={"state": state})
 
     def _apply(self, ctx: ControllerContext, policy: GpuPolicy, obj: dict[str, Any], proposal: Proposal,
                sizing: Sizing) -> bool:
-        """One conditional patch: the undo record, plus the restart with rollout: Restart."""
+        """Mark applied (no workload write): the webhook gives new pods `proposal.resource`."""
         assert policy.spec.sharing is not None
+        if not ctx.is_leader():
+            return False
+        restart = policy.spec.sharing.rollout is Rollout.RESTART
+        entry = self._undo_entry(ctx, policy, proposal, sizing, restart)
+        ctx.recorder.applied(_target(obj), policy, proposal.action, entry, sizing.reason, action_label="rightsize")
+        return True
+
+    @staticmethod
+    def _undo_entry(ctx: ControllerContext, policy: GpuPolicy, proposal: Proposal, sizing: Sizing,
+                    restart: bool) -> dict[str, Any]:
+        return {
+            "policy": policy.name, "action": proposal.action, "from": f"{GPU_RESOURCE}=1",
+            "to": sizing.resource, "appliedAt": _iso(ctx.clock.now()),
+            "undo": "remove the target from spec.approvals (or set the policy to Recommend)"
+                    + (" and restart the workload" if restart else "; rewritten pods carry "
+                       "gpu.kubeon.io/rewritten-from"),
+        }
+
+    def _restart(self, ctx: ControllerContext, policy: GpuPolicy, obj: dict[str, Any], proposal: Proposal,
+                 sizing: Sizing) -> bool:
+        """rollout: Restart: ONE conditional patch with the undo record and the template's restartedAt.
+
+        The record is keyed by the proposal id, so a crash after the write never
+        restarts twice, and a stale read (409) restarts nothing.
+        """
         if not ctx.is_leader():
             return False
         target = _target(obj)
         meta = _meta(obj)
         now = _iso(ctx.clock.now())
-        restart = policy.spec.sharing.rollout is Rollout.RESTART
-        entry: dict[str, Any] = {
-            "policy": policy.name, "action": proposal.action, "from": f"{GPU_RESOURCE}=1",
-            "to": sizing.resource, "appliedAt": now,
-            "undo": "remove the target from spec.approvals (or set the policy to Recommend)"
-                    + (" and restart the workload" if restart else ""),
+        entry = {**self._undo_entry(ctx, policy, proposal, sizing, True), "restartedAt": now}
+        patch: dict[str, Any] = {
+            "metadata": {
+                "resourceVersion": meta.get("resourceVersion"),
+                "annotations": {UNDO_ANNOTATION: with_undo((meta.get("annotations") or {}).get(UNDO_ANNOTATION),
+                                                           proposal.id, entry)},
+            },
+            "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}},
         }
-        if restart:
-            entry["restartedAt"] = now
-        patch: dict[str, Any] = {"metadata": {
-            "resourceVersion": meta.get("resourceVersion"),
-            "annotations": {UNDO_ANNOTATION: with_undo((meta.get("annotations") or {}).get(UNDO_ANNOTATION),
-                                                       proposal.id, entry)},
-        }}
-        if restart:
-            patch["spec"] = {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}}
         try:
             patch_workload(ctx.api, target.kind, target.namespace, target.name, patch)
         except (Conflict, NotFound, ApiException) as exc:
-            log.info("right-sizing not applied yet target=%s error=%s", target.key, exc)
+            log.info("right-sizing restart not done yet target=%s error=%s", target.key, exc)
             return False
-        ctx.recorder.applied(target, policy, proposal.action, entry, sizing.reason, action_label="rightsize")
+        ctx.recorder.applied(target, policy, f"restart for {proposal.action}", entry, sizing.reason,
+                             action_label="rightsize-restart")
         return True
 
 

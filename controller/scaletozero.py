@@ -5,7 +5,8 @@ workload belongs to the first policy that matches it):
 
 1. Scaler RBAC: the RoleBinding `kubeon-gpu-optimizer-scaler` exists exactly
    in the namespaces named by policies that may act (effective mode Approve
-   or Automatic); Recommend policies get none, since they never write.
+   or Automatic; controller/workload_access.py, shared with right-sizing's
+   `rollout: Restart`); Recommend policies get none, since they never write.
 2. Workloads: Deployments and StatefulSets in `scaleToZero.namespaces`
    matching `workloadSelector`. For each, the pure core
    (gpupolicy/scaletozero.py) decides from the replicas, annotations, its
@@ -39,6 +40,7 @@ from kubernetes.client.rest import ApiException
 
 from controller.context import ControllerContext
 from controller.metrics_source import MetricsError, wake_value, workload_utilization
+from controller.workload_access import DEFAULT_SERVICE_ACCOUNT, sync_write_access
 from gpupolicy import scaletozero as core
 from gpupolicy.effective_mode import effective_mode
 from gpupolicy.matching import label_selector_matches
@@ -51,7 +53,6 @@ log = logging.getLogger(__name__)
 
 SOURCE = "scaletozero"
 HOURS_PER_MONTH = 730.0
-DEFAULT_SERVICE_ACCOUNT = "kubeon-gpu-optimizer"
 
 # Test seam: called with a step name after each write ("recorded", "paused",
 # "parked", "unpaused", "woken"); a test raises from it to simulate a crash there.
@@ -154,7 +155,7 @@ class ScaleToZeroReconciler:
     def reconcile(self, ctx: ControllerContext) -> None:
         policies = ctx.policies.valid(PolicyKind.SCALE_TO_ZERO)
         modes = {p.name: effective_mode(p, ctx.default_mode, ctx.prometheus_configured).mode for p in policies}
-        self._sync_rbac(ctx, policies, modes)
+        sync_write_access(ctx, self.service_account)  # ScaleToZero and rollout: Restart namespaces together
         workloads = list_workloads(ctx.api)
         claimed: set[str] = set()
         keda_cache: dict[str, list[dict[str, Any]]] = {}
@@ -162,20 +163,6 @@ class ScaleToZeroReconciler:
             proposals, conditions = self._policy_pass(ctx, policy, modes[policy.name], workloads, claimed,
                                                       keda_cache)
             ctx.policies.publish(policy.name, SOURCE, proposals, conditions)
-
-    def _sync_rbac(self, ctx: ControllerContext, policies: list[GpuPolicy], modes: Mapping[str, Mode]) -> None:
-        namespaces = {
-            ns for p in policies if modes[p.name] is not Mode.RECOMMEND
-            for ns in (p.spec.scale_to_zero.namespaces if p.spec.scale_to_zero else [])
-        }
-        if not ctx.is_leader():
-            return
-        subject = kscale.ServiceAccountRef(self.service_account, ctx.namespace)
-        created, deleted = kscale.sync_scaler_bindings(ctx.api, namespaces, subject)
-        for ns in created:
-            log.info("scaler rolebinding created namespace=%s", ns)
-        for ns in deleted:
-            log.info("scaler rolebinding deleted namespace=%s", ns)
 
     def _policy_pass(
         self, ctx: ControllerContext, policy: GpuPolicy, mode: Mode, workloads: list[dict[str, Any]],

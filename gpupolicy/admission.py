@@ -21,6 +21,7 @@ from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.owners import is_approved, pod_owner
 from gpupolicy.patch import PatchOp, diff
+from gpupolicy.proposals import applied_resource
 from gpupolicy.rewrite import (
     ANNOTATION_POLICY,
     ANNOTATION_REWRITTEN_FROM,
@@ -137,7 +138,8 @@ def _apply_sharing_policy(
 ) -> Decision:
     sharing = policy.spec.sharing
     assert sharing is not None
-    plan = plan_sharing(pod, sharing, view)
+    right_sized = applied_resource(policy.status.proposals, owner) if policy.status else None
+    plan = plan_sharing(pod, sharing, view, right_sized)
     if plan.resource is None:
         if plan.warning:
             warnings.append(short_warning(f"kubeon-gpu {policy.name}: {plan.warning}"))

@@ -11,8 +11,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from gpupolicy.quantity import QuantityError, parse_duration, parse_quantity
 
@@ -228,6 +229,23 @@ class GpuPolicySpec(_Wire):
             raise ValueError(f"exactly one of {wire} must be set (found: {found})")
         return self
 
+    @model_validator(mode="after")
+    def _restart_names_namespaces(self) -> GpuPolicySpec:
+        """rollout: Restart writes workloads, which the controller may do only in named namespaces.
+
+        The chart grants no cluster-wide workload write; the controller binds its
+        scaler ClusterRole per namespace (docs/designs/install.md), so a policy
+        that restarts workloads must say where. The error names
+        `spec.sharing.rollout` (a ValidationError raised here keeps its loc).
+        """
+        if self.sharing is not None and self.sharing.rollout is Rollout.RESTART and not self.selector.namespaces:
+            message = ("rollout Restart needs selector.namespaces: the controller is granted workload "
+                       "writes only in named namespaces")
+            raise ValidationError.from_exception_data("GpuPolicySpec", [InitErrorDetails(
+                type=PydanticCustomError("value_error", message), loc=("sharing", "rollout"),
+                input=self.sharing.rollout.value)])
+        return self
+
     @field_validator("approvals")
     @classmethod
     def _approvals(cls, values: list[str]) -> list[str]:
@@ -264,6 +282,10 @@ class Proposal(_Wire):
     reason: str = ""
     estimated_gpu_hours_per_month: float = 0.0
     state: ProposalState = ProposalState.PROPOSED
+    # What the target's pods should ask for once applied (right-sizing: "nvidia.com/mig-1g.10gb",
+    # "nvidia.com/gpu.shared"). The webhook reads it from an Applied proposal, so the controller's
+    # measured size and the pods' rewrite can never disagree. None for actions that are not a resource.
+    resource: str | None = None
 
 
 class GpuPolicyStatus(_Wire):

@@ -98,9 +98,13 @@ def decide_state(
 
 def make_proposal(
     policy: str, target: str, action: str, reason: str, gpu_hours_per_month: float,
-    state: ProposalState = ProposalState.PROPOSED,
+    state: ProposalState = ProposalState.PROPOSED, resource: str | None = None,
 ) -> Proposal:
-    """A proposal with its stable id; GPU-hours rounded to 0.1 so status does not churn."""
+    """A proposal with its stable id; GPU-hours rounded to 0.1 so status does not churn.
+
+    `resource` (what the target's pods should ask for) is not part of the id: the
+    action text already names it, and ids must not change when the field is added.
+    """
     return Proposal(
         id=proposal_id(policy, target, action),
         target=target,
@@ -108,7 +112,21 @@ def make_proposal(
         reason=reason,
         estimated_gpu_hours_per_month=round(gpu_hours_per_month, 1),
         state=state,
+        resource=resource or None,
     )
+
+
+def applied_resource(proposals: Iterable[Proposal], target: str) -> Proposal | None:
+    """The Applied proposal that fixes the resource of `target`'s pods (the first one listed), if any.
+
+    Only Applied counts: the controller marks a proposal Applied only when the
+    policy's mode allowed it (Automatic, or Approve with the target approved),
+    so the webhook may trust it without re-deciding. Pure.
+    """
+    for proposal in proposals:
+        if proposal.target == target and proposal.state is ProposalState.APPLIED and proposal.resource:
+            return proposal
+    return None
 
 
 def read_undo(annotation: str | None) -> dict[str, Any]:

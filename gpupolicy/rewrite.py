@@ -26,7 +26,7 @@ from gpupolicy.catalog import (
     profile_memory_mib,
 )
 from gpupolicy.cluster import ClusterView
-from gpupolicy.model import SharingSpec, SharingStrategy, Toleration
+from gpupolicy.model import Proposal, SharingSpec, SharingStrategy, Toleration
 from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity
 
 ANNOTATION_POLICY = "gpu.kubeon.io/policy"
@@ -192,8 +192,15 @@ def declared_need_mib(pod: Mapping[str, Any], sharing: SharingSpec) -> tuple[flo
     return None, ""
 
 
-def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView) -> SharingPlan:
-    """Decide the target resource for a pod under a sharing policy (no change made here)."""
+def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
+                 right_sized: Proposal | None = None) -> SharingPlan:
+    """Decide the target resource for a pod under a sharing policy (no change made here).
+
+    `right_sized`: the policy's Applied right-sizing proposal for the pod's owner.
+    Its resource wins over the policy's own sizing (annotation, gpuMemory, fixed
+    profile): the policy status is the single source of truth, so the pods get
+    exactly the size the controller measured and applied.
+    """
     single: list[str] = []
     multi: list[str] = []
     for container in iter_containers(pod):
@@ -209,6 +216,9 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
         if multi:
             return SharingPlan(None, skip_reason=f"container {multi[0]} asks for more than one GPU")
         return SharingPlan(None, skip_reason="no container asks for nvidia.com/gpu: 1")
+    if right_sized is not None and right_sized.resource and is_sliced_resource(right_sized.resource):
+        return SharingPlan(right_sized.resource, tuple(single),
+                           detail=f"right-sized from measured peak (proposal {right_sized.id} Applied)")
     if sharing.strategy == SharingStrategy.TIME_SLICING:
         return SharingPlan(SHARED_GPU_RESOURCE, tuple(single), detail="time-sliced share")
     if sharing.mig_profile != "auto":

@@ -8,10 +8,11 @@ need:
   the `autoscaling.keda.sh/paused-replicas` annotation that pauses one.
 - RoleBindings named `kubeon-gpu-optimizer-scaler` to the ClusterRole of the
   same name (shipped by the chart, bound nowhere): the controller binds it
-  for its own ServiceAccount only in namespaces a ScaleToZero policy names,
-  and deletes the binding when no policy names the namespace any more. RBAC
-  allows this without escalation because the chart grants `bind` on that
-  one ClusterRole only.
+  for its own ServiceAccount only in namespaces an acting policy names
+  (ScaleToZero, and sharing with `rollout: Restart`: controller/workload_access.py
+  decides which), and deletes the binding when no policy names the namespace
+  any more. RBAC allows this without escalation because the chart grants
+  `bind` on that one ClusterRole only.
 """
 
 from __future__ import annotations
@@ -148,7 +149,7 @@ def scaler_binding(namespace: str, subject: ServiceAccountRef) -> dict[str, Any]
         "metadata": {
             "name": SCALER_ROLE,
             "namespace": namespace,
-            "labels": {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "scale-to-zero"},
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY, COMPONENT_LABEL: "workload-writes"},
         },
         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": SCALER_ROLE},
         "subjects": [{"kind": "ServiceAccount", "name": subject.name, "namespace": subject.namespace}],
@@ -203,18 +204,28 @@ def delete_scaler_binding(api: client.ApiClient, namespace: str) -> bool:
     return True
 
 
+@dataclass(frozen=True)
+class BindingSync:
+    """What one sync did, and where the binding exists afterwards (`bound`)."""
+
+    created: list[str]
+    deleted: list[str]
+    bound: frozenset[str]
+
+
 def sync_scaler_bindings(api: client.ApiClient, namespaces: Iterable[str],
-                         subject: ServiceAccountRef) -> tuple[list[str], list[str]]:
-    """Make the scaler bindings exist exactly in `namespaces`. Returns (created, deleted).
+                         subject: ServiceAccountRef) -> BindingSync:
+    """Make the scaler bindings exist exactly in `namespaces`.
 
     Idempotent: a pass after a crash finds what the last one wrote. Only
     bindings carrying our managed-by label are ever deleted. A namespace that
-    does not exist (yet) is skipped and retried on the next pass.
+    does not exist (yet) is skipped (not in `bound`) and retried on the next pass.
     """
     wanted = set(namespaces)
     have = list_scaler_bindings(api)
     created: list[str] = []
     deleted: list[str] = []
+    bound: set[str] = set()
     for namespace in sorted(wanted):
         try:
             if ensure_scaler_binding(api, namespace, subject, have.get(namespace)):
@@ -222,7 +233,9 @@ def sync_scaler_bindings(api: client.ApiClient, namespaces: Iterable[str],
         except ApiException as exc:
             if exc.status != 404:
                 raise
+            continue
+        bound.add(namespace)
     for namespace in sorted(set(have) - wanted):
         if delete_scaler_binding(api, namespace):
             deleted.append(namespace)
-    return created, deleted
+    return BindingSync(created, deleted, frozenset(bound))

@@ -54,6 +54,11 @@ def deployment(api: client.ApiClient, name: str, ns: str = "inference") -> dict[
         client.AppsV1Api(api).read_namespaced_deployment(name, ns))
 
 
+def scaler_binding_namespaces(api: client.ApiClient) -> set[str]:
+    bindings = client.RbacAuthorizationV1Api(api).list_role_binding_for_all_namespaces().items
+    return {b.metadata.namespace for b in bindings if b.metadata.name == "kubeon-gpu-optimizer-scaler"}
+
+
 def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in status.get("conditions", []) if c["type"] == kind)
 
@@ -166,7 +171,10 @@ def test_only_the_leader_reconciles(api: client.ApiClient, clock: FakeClock) -> 
     leaders = [r for r in (one, two) if r.elector.is_leader()]
     assert len(leaders) == 1 and leaders[0] is one
     assert two.runner.passes == {}, "the standby replica must not reconcile"
-    assert len(one.ctx.recorder.applied_log) == 1 and not two.ctx.recorder.applied_log
+    # one apply (pass 1: status says Applied), then one restart (pass 2, after that status was read back)
+    assert [a["action"] for a in one.ctx.recorder.applied_log] == [
+        "nvidia.com/gpu=1 → nvidia.com/mig-1g.10gb", "restart for nvidia.com/gpu=1 → nvidia.com/mig-1g.10gb"]
+    assert not two.ctx.recorder.applied_log
     template = deployment(api, "llm")["spec"]["template"]["metadata"]
     assert "kubectl.kubernetes.io/restartedAt" in template.get("annotations", {})
 
@@ -270,6 +278,26 @@ def test_recommend_writes_nothing_to_any_workload(api: client.ApiClient, clock: 
     assert states == {"Deployment/inference/llm": "Approved", "Deployment/inference/embed": "Proposed",
                       "Deployment/inference/rerank": "Proposed"}
     assert not r.ctx.recorder.applied_log
+    assert scaler_binding_namespaces(api) == set(), "Recommend never writes, so it is granted nothing"
+
+
+def test_automatic_without_restart_never_writes_the_workload(api: client.ApiClient, clock: FakeClock) -> None:
+    """Without rollout: Restart the webhook does the change on new pods; the controller only records it."""
+    metrics = ScriptedMetrics()
+    versions = _three_workloads(api, metrics, clock)
+    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}, mode="Automatic"))
+    r = replica(api, clock, metrics, "one")
+    for _ in range(3):
+        r.elector.step()
+        r.runner.run_all()
+        clock.advance(600)
+    assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
+    proposals = policy_status(api, "share")["proposals"]
+    assert {(p["state"], p["resource"]) for p in proposals} == {("Applied", "nvidia.com/mig-1g.10gb")}
+    assert scaler_binding_namespaces(api) == set(), "no Restart: no workload write access needed"
+    assert len(r.ctx.recorder.applied_log) == 3, "one applied action per workload, never repeated"
+    events = client.CoreV1Api(api).list_namespaced_event("inference").items
+    assert {e.involved_object.name for e in events if e.reason == "GpuPolicyApplied"} == set(versions)
 
 
 def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock: FakeClock) -> None:
@@ -278,6 +306,17 @@ def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock
     create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Approve",
                             approvals=["Deployment/inference/llm"]))
     r = replica(api, clock, metrics, "one")
+    r.elector.step()
+    r.runner.run_all()
+    # pass 1: status first (Applied, with the resource the webhook will use); no workload written yet
+    assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
+    first = {p["target"]: p for p in policy_status(api, "share")["proposals"]}
+    assert first["Deployment/inference/llm"]["state"] == "Applied"
+    assert first["Deployment/inference/llm"]["resource"] == "nvidia.com/mig-1g.10gb"
+    assert first["Deployment/inference/embed"]["resource"] == "nvidia.com/mig-1g.10gb"
+    assert scaler_binding_namespaces(api) == {"inference"}, "Restart needs the scaler binding, made this pass"
+    # pass 2: the status was read back Applied: now the one restart
+    clock.advance(600)
     r.elector.step()
     r.runner.run_all()
     after = {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions}
