@@ -15,6 +15,7 @@ import os
 import signal
 import socket
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -85,14 +86,24 @@ class ControllerProcess:
         self._threads.append(thread)
         return thread
 
-    def stop(self, release: bool = True) -> None:
+    def request_stop(self) -> None:
+        """Ask every loop to stop now (signal-handler safe: sets Events only)."""
         self.stop_event.set()
-        if self._watch is not None:
-            self._watch.stop()
+        self.runner.wake()
+
+    def stop(self, release: bool = True) -> None:
+        """Stop promptly: loops first (no more writes), then give the lease up, then the rest.
+
+        The lease is released only after the reconcile loop and the lease loop
+        have ended, so a successor can never act while this replica still does.
+        """
+        self.request_stop()
         for thread in self._threads:
             thread.join(timeout=10)
         if release:
             self.elector.release()
+        if self._watch is not None:
+            self._watch.stop(timeout=0.2)  # a daemon thread blocked on a watch read: do not wait for it
         if self.health:
             self.health.stop()
 
@@ -192,12 +203,13 @@ def run(args: argparse.Namespace) -> int:
 
     def terminate(signum: int, _frame: object) -> None:
         log.info("signal %d: stopping", signum)
-        process.stop_event.set()
+        process.request_stop()
 
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
     process.start()
     process.run()
+    started = time.monotonic()
     process.stop(release=True)
-    log.info("controller stopped")
+    log.info("controller stopped in %.2fs", time.monotonic() - started)
     return 0

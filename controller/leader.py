@@ -143,16 +143,23 @@ class LeaderElector:
             stop.wait(self.renew_interval)
 
     def release(self) -> None:
-        """On clean shutdown, give the lease up so another replica need not wait for expiry."""
-        if not self.is_leader():
+        """On clean shutdown, give the lease up so another replica need not wait for expiry.
+
+        As client-go's ReleaseOnCancel: holderIdentity empty, leaseDurationSeconds 1,
+        renewTime now (an empty holder counts as free at once). Conditional on the
+        resourceVersion read, so a lease someone else already took is left alone.
+        Never trips `on_lost` (a shutdown is not a lost lease).
+        """
+        with self._lock:
+            was_leader = self._leader and not self._lost
+            self._leader = False
+        if not was_leader:
             return
         try:
             current = get_lease(self.api, self.namespace, self.name)
             if current and current.holder == self.identity:
                 now = self.clock.now()
-                replace_lease(self.api, current, "", self.lease_duration, current.acquire_time or now,
-                              now - self.lease_duration - 1, current.transitions)
+                replace_lease(self.api, current, "", 1, current.acquire_time or now, now, current.transitions)
+                log.info("lease released identity=%s lease=%s/%s", self.identity, self.namespace, self.name)
         except (ApiException, LeaseConflict, OSError) as exc:
             log.warning("lease release failed error=%s", exc)
-        with self._lock:
-            self._leader = False

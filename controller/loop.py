@@ -136,13 +136,23 @@ class ReconcileRunner:
         soonest = min(self._due.get(r.name, 0.0) for r in self.reconcilers)
         return max(0.05, min(soonest - now, 5.0))
 
+    def wake(self) -> None:
+        """Interrupt the current wait (shutdown, or a trigger) without making anything due."""
+        self._wake.set()
+
     def run_forever(self, stop: threading.Event, idle_poll: float = 0.5) -> None:
-        """Loop until `stop` is set; idles (polling leadership) while not leader."""
+        """Loop until `stop` is set; idles (polling leadership) while not leader.
+
+        Whoever sets `stop` should call `wake()` too, so the loop leaves its wait
+        at once instead of after up to five seconds (prompt SIGTERM handling).
+        """
         while not stop.is_set():
             if self.ctx.is_leader():
                 self.run_due()
                 wait = self.next_wait()
             else:
                 wait = idle_poll
+            if stop.is_set():
+                return
             self._wake.wait(wait)
             self._wake.clear()

@@ -1,7 +1,8 @@
 """`kubeon-gpu controller` as real processes: two replicas, one leader, takeover, a stolen lease exits.
 
 Real: the controller command (`python -m cli.main controller`) in subprocesses,
-its Lease loop on the real clock (short lease: 2 s, renew every 0.4 s), the
+its Lease loop on the real clock (short lease: 2 s, renew every 0.4 s; the
+SIGTERM test uses a 30 s lease so only a release explains a quick takeover), the
 health server, the test API server (tests/kubeapi). Faked: nothing; no
 Prometheus is configured (policies stay Recommend, which these tests do not
 depend on).
@@ -37,14 +38,15 @@ def free_port() -> int:
 
 
 class Replica:
-    def __init__(self, kubeconfig: str, identity: str, tmp: Path) -> None:
+    def __init__(self, kubeconfig: str, identity: str, tmp: Path, lease_duration: int = 2) -> None:
         self.identity = identity
         self.port = free_port()
         self.log_path = tmp / f"{identity}.log"
         env = {**os.environ, "PYTHONPATH": str(REPO)}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "controller", "--kubeconfig", kubeconfig, "--identity", identity,
-             "--health-port", str(self.port), "--health-bind", "127.0.0.1", "--lease-duration-seconds", "2",
+             "--health-port", str(self.port), "--health-bind", "127.0.0.1",
+             "--lease-duration-seconds", str(lease_duration),
              "--renew-seconds", "0.4", "--resync-seconds", "1"],
             cwd=REPO, env=env, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT,
         )
@@ -142,3 +144,38 @@ def test_a_process_whose_lease_is_stolen_exits(frame_api: Any, replicas: list[Re
     assert "leadership lost" in leader.log
     assert "intruder" in leader.log or "changed under us" in leader.log
     assert holder(api) == "intruder"
+
+
+def test_sigterm_exits_promptly_and_releases_the_lease(frame_api: Any, tmp_path: Path) -> None:
+    """A SIGTERM'd leader exits within ~2 s and gives the lease up; the standby takes over at once.
+
+    The lease lasts 30 s here: without the release the standby would wait for expiry.
+    """
+    api = frame_api.api
+    started = [Replica(frame_api.kubeconfig, name, tmp_path, lease_duration=30) for name in ("gamma", "delta")]
+    try:
+        leader_name = wait_for(lambda: holder(api), what="a lease holder")
+        leader = next(r for r in started if r.identity == leader_name)
+        standby = next(r for r in started if r is not leader)
+        wait_for(lambda: "policies synced" in leader.log, what="the leader's first sync")
+        wait_for(lambda: standby.get("/readyz")[0] == 200, what="the standby up")
+        before = get_lease(api, "kubeon-gpu", LEASE)
+        assert before is not None and before.lease_duration_seconds == 30
+
+        t0 = time.monotonic()
+        leader.proc.send_signal(signal.SIGTERM)
+        assert leader.proc.wait(timeout=5) == 0, leader.log
+        exited = time.monotonic() - t0
+        assert exited < 2.0, f"SIGTERM to exit took {exited:.2f}s\n{leader.log}"
+        assert "lease released" in leader.log and "leadership lost" not in leader.log
+
+        wait_for(lambda: holder(api) == standby.identity, timeout=3, what="takeover after the release")
+        took_over = time.monotonic() - t0
+        assert took_over < 3.0, f"takeover took {took_over:.2f}s (a 30 s lease: expiry was not awaited)"
+        after = get_lease(api, "kubeon-gpu", LEASE)
+        assert after is not None and after.transitions == before.transitions + 1
+        assert after.lease_duration_seconds == 30, "the new holder writes its own duration"
+        wait_for(lambda: "policies synced" in standby.log, what="the new leader syncing")
+    finally:
+        for r in started:
+            r.stop()
