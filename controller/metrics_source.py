@@ -27,6 +27,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from prometheus_api_client import PrometheusConnect
+from urllib3.util.retry import Retry
 
 from controller.context import MetricsSource
 from gpupolicy.autoscale import workload_max_utilization_query
@@ -55,8 +56,13 @@ class PrometheusMetricsSource:
                  disable_ssl: bool = False) -> None:
         self.url = url.rstrip("/")
         self.timeout = timeout
+        # One quick retry, not the client's default 3 with 1 s backoff (~6 s per failing query):
+        # a reconcile pass must not stall on a Prometheus outage; the next pass asks again.
+        retry = Retry(total=1, backoff_factor=0.1, status_forcelist=(429, 502, 503, 504),
+                      allowed_methods=("GET", "POST"))
         self._client = PrometheusConnect(
             url=self.url, headers=dict(headers or {}), disable_ssl=disable_ssl, timeout=math.ceil(timeout),
+            retry=retry,
         )
 
     def query_range(self, promql: str, start: float, end: float, step: float) -> list[Series]:
