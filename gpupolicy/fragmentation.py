@@ -26,7 +26,7 @@ import numpy as np
 
 from gpupolicy.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.placement import FloatArray, PackingContext, Scored
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.typicalmix import COVERAGE, TypicalMix
 
 
 class FragModel:
@@ -169,9 +169,16 @@ class FgdPolicy:
     name: str = "fgd"
     description: str = "FGD: least growth of fragmentation against the typical mix, rounded sigmoid score"
     exact: bool = False  # True: raw (F_before - F_after) without the integer rounding (ablation)
+    coverage: float = COVERAGE  # the paper keeps the most common types covering 95% of pods
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
-        model = frag_model(state, ctx)
+        if ctx.mix is None:
+            raise ValueError("this policy needs a typical pod mix (PackingContext.mix)")
+        cached = ctx.caches.get("fgd-mix")
+        if cached is None or cached[0] is not ctx.mix:
+            cached = (ctx.mix, ctx.mix.truncated(self.coverage))
+            ctx.caches["fgd-mix"] = cached
+        model = frag_model(state, ctx, cached[1])
         f_after, pos, gpu = model.after(demand, candidates)
         delta = model.frag[candidates][pos] - f_after
         value = delta if self.exact else sigmoid_score(delta)

@@ -18,7 +18,7 @@ import numpy.typing as npt
 
 from gpupolicy.nodemodel import PodDemand
 
-COVERAGE = 0.95
+COVERAGE = 0.95  # FGD's cut; contexts carry the full mix (coverage 1.0) and FGD truncates
 
 PodKey = tuple[int, int, int, frozenset[str] | None]
 
@@ -57,6 +57,33 @@ class TypicalMix:
             if allowed is not None:
                 out[m] = [model in allowed for model in models]
         return out
+
+    def select(self, keep: npt.NDArray[np.bool_]) -> TypicalMix:
+        """The types where `keep` is true, weights renormalised."""
+        w = self.weight[keep]
+        return TypicalMix(self.cpu_milli[keep], self.gpu_milli[keep], self.num_gpu[keep],
+                          tuple(a for a, k in zip(self.allowed, keep, strict=True) if k), w / w.sum(),
+                          None if self.memory_mib is None else self.memory_mib[keep])
+
+    def prefix_for(self, coverage: float) -> int:
+        """How many of the most common types cover `coverage` of pods."""
+        cum = np.cumsum(self.weight)
+        return min(int(np.searchsorted(cum, coverage - 1e-9, side="left")) + 1, len(self))
+
+    def truncated(self, coverage: float) -> TypicalMix:
+        """The most common types covering `coverage` of pods, renormalised (FGD's 95% cut).
+
+        Types are stored most common first, so this is a prefix: the same
+        groups `from_pods(pods, coverage)` keeps.
+        """
+        if len(self) == 0:
+            return self
+        keep = self.prefix_for(coverage)
+        if keep == len(self):
+            return self
+        w = self.weight[:keep]
+        return TypicalMix(self.cpu_milli[:keep], self.gpu_milli[:keep], self.num_gpu[:keep], self.allowed[:keep],
+                          w / w.sum(), None if self.memory_mib is None else self.memory_mib[:keep])
 
     @classmethod
     def from_counts(cls, counts: dict[PodKey, float], coverage: float = COVERAGE,
@@ -117,7 +144,7 @@ class OnlineMix:
     `mix()` is cached until the next observation.
     """
 
-    def __init__(self, decay: float = 0.999, coverage: float = COVERAGE, seed: TypicalMix | None = None) -> None:
+    def __init__(self, decay: float = 0.999, coverage: float = 1.0, seed: TypicalMix | None = None) -> None:
         if not 0.0 < decay <= 1.0:
             raise ValueError("decay must be in (0, 1]")
         self.decay = decay

@@ -85,8 +85,13 @@ def replay(
     seed: int = 42,
     tune: float = 1.3,
     keep_placements: bool = False,
+    mix_coverage: float = 1.0,
 ) -> ReplayResult:
-    """Run one replay (a policy name or object); raises `UnknownPolicyError` for a bad name."""
+    """Run one replay (a policy name or object); raises `UnknownPolicyError` for a bad name.
+
+    The context carries the trace's full typical mix (`mix_coverage` 1.0);
+    FGD cuts it to the paper's 95% itself, kubeon uses every group.
+    """
     policy = policy_name if policy_name is not None and not isinstance(policy_name, str) else get_policy(policy_name)
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
@@ -94,7 +99,7 @@ def replay(
     state = NodeState.build(by_name)
     tie_rank = rng.permutation(len(by_name)).astype(np.int64)
     arrivals = arrival_order(pods, state.gpu_capacity_milli, tune, rng)
-    ctx = PackingContext(mix=TypicalMix.from_pods(pods), rng=rng, tie_rank=tie_rank)
+    ctx = PackingContext(mix=TypicalMix.from_pods(pods, mix_coverage), rng=rng, tie_rank=tie_rank)
 
     capacity = float(state.gpu_capacity_milli) or 1.0
     arrived = 0

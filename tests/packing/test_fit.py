@@ -88,3 +88,14 @@ def test_online_mix_follows_recent_pods() -> None:
         online.observe(make_pod(gpus=2))
     mix = online.mix()
     assert mix.num_gpu[0] == 2 and mix.weight[0] > 0.95
+
+
+def test_truncated_mix_matches_a_mix_built_with_that_coverage() -> None:
+    pods = [make_pod(gpus=1)] * 60 + [make_pod(gpus=0)] * 36 + [make_pod(gpus=8)] * 4
+    full = TypicalMix.from_pods(pods, coverage=1.0)
+    assert len(full) == 3  # the context carries every group ...
+    cut = full.truncated(0.95)  # ... and FGD keeps the paper's 95%
+    direct = TypicalMix.from_pods(pods)
+    assert cut.num_gpu.tolist() == direct.num_gpu.tolist() == [1, 0]
+    assert cut.weight.tolist() == pytest.approx(direct.weight.tolist())
+    assert full.truncated(1.0) is full
