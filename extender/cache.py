@@ -44,7 +44,7 @@ from gpupolicy.kubemodel import (
     node_spec,
     occupy,
 )
-from gpupolicy.nodemodel import MILLI, NodeSpec, NodeState, PodDemand
+from gpupolicy.nodemodel import NodeSpec, NodeState, PodDemand
 from gpupolicy.placement import PackingContext
 from gpupolicy.typicalmix import OnlineMix, TypicalMix
 
@@ -244,15 +244,11 @@ class ClusterCache:
                 occupy(state, index, assumed.demand)
 
     def _recompute_row(self, index: int, name: str) -> None:
-        """Reset one row to capacity, then take every bound and assumed pod of the node off it."""
-        st = self._state
-        st.cpu_free[index] = st.cpu_cap[index]
-        st.mem_free[index] = st.mem_cap[index]
-        st.gpu_free[index] = np.where(st.gpu_present[index], MILLI, 0)
-        st.mig_free[index] = st.mig_cap[index]
-        st.shared_free[index] = st.shared_cap[index]
+        """Reset one row to capacity (the engine's `reset_row`), then take every bound and assumed pod off it."""
         node = self._nodes.get(name)
-        st.schedulable[index] = bool(node.schedulable) if node is not None else False
-        self._occupy_all(st, index, name)
-        st.refresh(index)
+        if node is None:
+            self._state.reset_row(index, schedulable=False)
+        else:
+            self._state.reset_row(index, node.spec, schedulable=node.schedulable)
+        self._occupy_all(self._state, index, name)
         self.row_updates += 1

@@ -22,14 +22,11 @@ from extender.watch import ViewSource
 from gpupolicy.kubemodel import demand_from_pod
 from gpupolicy.nodemodel import NodeState, PodDemand
 from gpupolicy.packing import DEFAULT_POLICY, Decision, decide, explain, get_policy
-from gpupolicy.placement import REASON_BY_CODE, Policy, RejectReason, fit
+from gpupolicy.placement import REASON_BY_CODE, RejectReason, fit
 from gpupolicy.scheduling import (
-    COUNT_POLICY,
-    CountBestFitPolicy,
     Plan,
     constrain,
     extender_scores,
-    is_count_only,
     plan_for_pod,
     unresolvable_mask,
     used_first_rank,
@@ -69,7 +66,6 @@ class ExtenderService:
         self.cache = cache
         self.source = source
         self.default_policy = default_policy
-        self._count_policy = CountBestFitPolicy()
 
     def ready(self) -> bool:
         return self.source.ready()
@@ -79,12 +75,7 @@ class ExtenderService:
         for note in plan.notes:
             log.info("%s: %s", _pod_name(pod), note)
         demand = constrain(demand_from_pod(pod), plan.allowed_models)  # ObjectError names the field
-        if is_count_only(demand):
-            plan = Plan(COUNT_POLICY, plan.source, plan.recommended, plan.allowed_models, plan.notes)
         return demand, plan
-
-    def _policy(self, name: str) -> Policy:
-        return self._count_policy if name == COUNT_POLICY else get_policy(name)
 
     def filter(self, pod: Mapping[str, Any], names: list[str]) -> FilterOutcome:
         """Which of `names` can take the pod, and why not the others."""
@@ -141,7 +132,7 @@ class ExtenderService:
         ctx = self.cache.ctx
         ctx.mix = self.cache.mix(fallback=demand)
         ctx.tie_rank = used_first_rank(state)
-        return decide(state, demand, self._policy(strategy), ctx, restrict=idx)
+        return decide(state, demand, get_policy(strategy), ctx, restrict=idx)
 
 
 def _pod_name(pod: Mapping[str, Any]) -> str:

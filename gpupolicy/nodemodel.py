@@ -95,7 +95,7 @@ class NodeSpec:
 
 
 class NodeState:
-    """Free resources of N nodes as arrays; mutable only through `place` and `remove`.
+    """Free resources of N nodes as arrays; mutable only through `place`, `remove` and `reset_row`.
 
     Arrays (length N unless said): `cpu_free`, `mem_free`, `cpu_cap`, `mem_cap`,
     `model_idx` (into `models`), `gpu_count`, `gpu_memory_mib`,
@@ -230,6 +230,38 @@ class NodeState:
         self.max_partial[node] = int(partial.max()) if partial.size else 0
         self.gpu_free_total[node] = int(row.sum())
         self.row_version[node] += 1
+
+    def reset_row(self, node: int, spec: NodeSpec | None = None, *, schedulable: bool | None = None) -> None:
+        """Give one node back all of its capacity (no pods on it), optionally set `schedulable`.
+
+        The extender's cache recomputes a node's row this way (reset, then
+        `occupy` each bound or assumed pod) instead of writing the arrays
+        itself. `spec`, when given, must describe the capacity this row was
+        built with: a node whose capacity, GPU product or MIG layout changed
+        needs a new state (`NodeState.build`), because derived caches (e.g.
+        fragmentation terms per GPU model) were built for the old layout.
+        Bumps the row's `row_version`.
+        """
+        if spec is not None:
+            self._check_layout(node, spec)
+        self.cpu_free[node] = self.cpu_cap[node]
+        self.mem_free[node] = self.mem_cap[node]
+        self.gpu_free[node] = np.where(self.gpu_present[node], MILLI, 0)
+        self.mig_free[node] = self.mig_cap[node]
+        self.shared_free[node] = self.shared_cap[node]
+        if schedulable is not None:
+            self.schedulable[node] = schedulable
+        self.refresh(node)
+
+    def _check_layout(self, node: int, spec: NodeSpec) -> None:
+        mig = {r: int(self.mig_cap[node, i]) for i, r in enumerate(self.mig_resources) if self.mig_cap[node, i]}
+        same = (spec.name == self.names[node] and spec.cpu_milli == self.cpu_cap[node]
+                and spec.memory_mib == self.mem_cap[node] and spec.gpu_count == self.gpu_count[node]
+                and spec.model == self.models[self.model_idx[node]]
+                and spec.gpu_memory_mib == self.gpu_memory_mib[node]
+                and {r: c for r, c in spec.mig.items() if c} == mig and spec.shared == self.shared_cap[node])
+        if not same:
+            raise ValueError(f"node {self.names[node]}: capacity or layout changed; build a new NodeState")
 
     def set_gpu_free(self, node: int, values: Sequence[int]) -> None:
         """Overwrite one node's per-GPU free milli (the extender's resync of a node). """

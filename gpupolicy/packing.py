@@ -2,14 +2,18 @@
 
 `decide(state, demand, policy, ctx)` fits the pod against every node, asks
 the policy to score the feasible ones, and returns a `Decision` (node, GPU
-indices, and per-node scores and reasons for explanations). It never
+indices, and per-node scores and reasons for explanations). MIG and
+time-sliced demands are packed by count for every policy here
+(`placement.with_device_counts`), so the extender, the simulator and the
+consolidation planner share that rule too; policies only see milli-GPUs. It never
 mutates the state: the caller commits with `commit(state, demand, decision)`
 (Solve, then Record). Ties in score go to the lowest `ctx.tie_rank`.
 
-`POLICIES` is the ordered registry of scoring strategies, selectable by
-name (`get_policy`). Order: the project's default first (what `--policy`
-and the extender fall back to), then the paper's policies from strongest to
-weakest, then ablations.
+`POLICIES` is the one ordered registry of scoring strategies, selectable by
+name (`get_policy`); there is no separate policy for MIG/time-sliced pods
+(the count term above applies to all). Order: the project's default first
+(what `--policy` and the extender fall back to), then the paper's policies
+from strongest to weakest, then ablations.
 """
 
 from __future__ import annotations
@@ -32,8 +36,12 @@ from gpupolicy.placement import (
     RejectReason,
     fit,
     to_gpu_indices,
+    with_device_counts,
 )
 
+# Order: default first (the fallback of --policy and the extender), then the paper's policies
+# strongest to weakest, then ablations. Every entry gets the engine's count term for MIG and
+# time-sliced demands in `decide` (placement.with_device_counts).
 POLICIES: dict[str, Policy] = {
     p.name: p
     for p in (
@@ -102,7 +110,7 @@ def decide(
     scores = np.full(len(state), -np.inf)
     if candidates.size == 0:
         return Decision(None, (), scores, fitted, policy.name)
-    scored = policy.score(state, demand, candidates, ctx)
+    scored = with_device_counts(state, demand, candidates, policy.score(state, demand, candidates, ctx))
     scores[candidates] = scored.scores
     rank = ctx.rank(state)[candidates]
     top = scored.scores == scored.scores.max()

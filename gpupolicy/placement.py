@@ -187,6 +187,57 @@ class Policy(Protocol):
         ...
 
 
+def uses_devices(demand: PodDemand) -> bool:
+    """The pod asks for MIG devices and/or time-sliced replicas (fitted and packed by count)."""
+    return bool(demand.mig) or demand.shared > 0
+
+
+def device_count_left(state: NodeState, demand: PodDemand, nodes: IntArray) -> IntArray:
+    """Free units of the demand's MIG/shared resources left on `nodes` after placing it."""
+    left = np.zeros(len(nodes), dtype=np.int64)
+    for resource, count in demand.mig.items():
+        if resource in state.mig_resources:
+            left += state.mig_free[nodes, state.mig_resources.index(resource)] - count
+    if demand.shared:
+        left += state.shared_free[nodes] - demand.shared
+    return left
+
+
+def lexicographic(first: FloatArray, then: FloatArray | None) -> FloatArray:
+    """One array ordering like the pair (first, then), higher better; exact (dense ranks, not weights)."""
+    if then is None:
+        return first
+    _, r1 = np.unique(first, return_inverse=True)
+    _, r2 = np.unique(then, return_inverse=True)
+    out: FloatArray = (r1.astype(np.float64) * (float(r2.max()) + 1.0) + r2).reshape(first.shape)
+    return out
+
+
+def with_device_counts(state: NodeState, demand: PodDemand, candidates: IntArray, scored: Scored) -> Scored:
+    """Add the count-based best-fit term for MIG and time-sliced demands to any policy's answer.
+
+    The milli-GPU policies see MIG devices (`nvidia.com/mig-<profile>`) and
+    time-sliced replicas (`nvidia.com/gpu.shared`) not at all: node-level
+    free counts are all that is real for them (the device plugin picks the
+    device), so the engine packs them by count for every policy, in
+    `packing.decide`:
+    - a pod asking only for such devices: the node left with the fewest free
+      units of the requested resources wins (fills partly used nodes before
+      fresh ones); the policy's own order (score, then its tie-break) breaks
+      ties among equal counts;
+    - a pod asking for whole GPUs too: the policy's score stays first, the
+      count best fit breaks its ties, then the policy's tie-break.
+    Other demands pass through unchanged (the simulator's milli-GPU pods).
+    """
+    if not uses_devices(demand):
+        return scored
+    by_count = -device_count_left(state, demand, candidates).astype(np.float64)
+    if not demand.needs_gpu:
+        return Scored(scores=by_count, gpu=scored.gpu,
+                      tiebreak=lexicographic(scored.scores, scored.tiebreak))
+    return Scored(scores=scored.scores, gpu=scored.gpu, tiebreak=lexicographic(by_count, scored.tiebreak))
+
+
 def to_gpu_indices(state: NodeState, node: int, demand: PodDemand, chosen_gpu: int) -> tuple[int, ...]:
     """The GPU indices a placement on `node` uses, given a policy's choice for sharing pods."""
     if not demand.needs_gpu:

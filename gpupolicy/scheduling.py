@@ -15,12 +15,8 @@ keeps here so it is testable without HTTP:
 - `unresolvable`: whether a rejection is one preemption cannot fix (wrong
   GPU product, node cordoned or draining, the node's capacity is below the
   request), which the extender returns in `FailedAndUnresolvableNodes`.
-- `CountBestFitPolicy`: scoring for pods that ask only for MIG devices or
-  time-sliced replicas. The engine's milli-GPU policies see those as CPU
-  pods (node-level counts are all that is real for them: the device plugin
-  picks the device), so the extender packs them by count: the node left with
-  the fewest free units of the requested resources wins, which fills partly
-  used nodes before fresh ones.
+- MIG and time-sliced pods are no special case here: the engine's `decide`
+  packs them by count for every policy (`placement.with_device_counts`).
 - `extender_scores`: the 0..10 prioritize scores: the engine's chosen node
   gets 10 alone, the other feasible nodes 0..9 by score, infeasible ones 0,
   so kube-scheduler (which breaks ties at random) lands where the engine says.
@@ -41,11 +37,10 @@ from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.nodemodel import BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.owners import is_approved, pod_owner
 from gpupolicy.packing import POLICIES, Decision
-from gpupolicy.placement import REASON_BY_CODE, PackingContext, RejectReason, Scored
+from gpupolicy.placement import REASON_BY_CODE, RejectReason
 
 MAX_EXTENDER_SCORE = 10  # upstream MaxExtenderPriority
 DEFAULT_STRATEGY = "default"  # PackingSpec.strategy meaning "the install's default policy"
-COUNT_POLICY = "count-bestfit"
 
 # Rejections no eviction can cure, whatever runs on the node.
 ALWAYS_UNRESOLVABLE = frozenset({
@@ -58,7 +53,7 @@ ALWAYS_UNRESOLVABLE = frozenset({
 class Plan:
     """How one pod is scheduled: the strategy that scores it and the products it may use.
 
-    `strategy`: a name in `packing.POLICIES` (or `COUNT_POLICY`).
+    `strategy`: a name in `packing.POLICIES`.
     `recommended`: the strategy a Recommend/Approve packing policy would use
     (logged, not applied). `allowed_models`: products allowed by an enforced
     typeFit policy (None: no policy constraint). `notes`: why, for logs.
@@ -138,11 +133,6 @@ def constrain(demand: PodDemand, allowed: frozenset[str] | None) -> PodDemand:
     return replace(demand, allowed_models=allowed if own is None else own & allowed)
 
 
-def is_count_only(demand: PodDemand) -> bool:
-    """A pod asking only for MIG devices and/or time-sliced replicas (no whole GPUs)."""
-    return not demand.needs_gpu and (bool(demand.mig) or demand.shared > 0)
-
-
 def unresolvable_mask(state: NodeState, demand: PodDemand, codes: np.ndarray[Any, Any]) -> BoolArray:
     """Per node: True when its rejection (`codes`, from `placement.fit`) is one evicting pods cannot cure.
 
@@ -176,28 +166,6 @@ def unresolvable(state: NodeState, demand: PodDemand, node: int, reason: RejectR
     if reason is RejectReason.UNKNOWN_NODE:
         return True
     return bool(unresolvable_mask(state, demand, codes)[node])
-
-
-def count_left(state: NodeState, demand: PodDemand, nodes: IntArray) -> IntArray:
-    """Free units of the demand's MIG/shared resources left on `nodes` after placing it."""
-    left = np.zeros(len(nodes), dtype=np.int64)
-    for resource, count in demand.mig.items():
-        if resource in state.mig_resources:
-            left += state.mig_free[nodes, state.mig_resources.index(resource)] - count
-    if demand.shared:
-        left += state.shared_free[nodes] - demand.shared
-    return left
-
-
-@dataclass(frozen=True)
-class CountBestFitPolicy:
-    """MIG/time-sliced pods: fewest free units of the requested resources left wins (packs by count)."""
-
-    name: str = COUNT_POLICY
-    description: str = "MIG/time-sliced pods: least free device count left after placing"
-
-    def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
-        return Scored(scores=-count_left(state, demand, candidates).astype(np.float64))
 
 
 def used_first_rank(state: NodeState) -> IntArray:
