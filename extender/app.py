@@ -25,7 +25,7 @@ from flask import Flask, Response
 from prometheus_client import CollectorRegistry, Counter
 
 from extender.service import ExtenderService
-from extender.wire import ArgsError, HostPriority, filter_error, filter_result, parse_args
+from extender.wire import ArgsError, filter_error, filter_result, parse_args
 from gpupolicy.kubemodel import ObjectError
 from serving.http import HttpError, install_error_handlers, json_error, read_body
 from serving.metrics import instrument
@@ -69,7 +69,12 @@ def read_args(max_bytes: int = 0) -> Any:
 
 
 def _json(body: Any, started: float, status: int = 200) -> Response:
-    resp = Response(_dumps(body), status=status, mimetype="application/json")
+    return _raw(_dumps(body), started, status)
+
+
+def _raw(data: bytes, started: float, status: int = 200) -> Response:
+    """A JSON answer already serialised (the service's answers are assembled as bytes)."""
+    resp = Response(data, status=status, mimetype="application/json")
     resp.headers[TIMING_HEADER] = f"{time.perf_counter() - started:.6f}"
     return resp
 
@@ -99,8 +104,10 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             log.exception("/filter failed")
             metrics.decisions.labels("filter", "", "error").inc()
             return _json(filter_error(f"kubeon-gpu extender internal error ({type(exc).__name__})"), started)
-        metrics.decisions.labels("filter", outcome.plan.strategy, "fit" if outcome.passed else "none").inc()
-        return _json(filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable), started)
+        metrics.decisions.labels("filter", outcome.plan.strategy, "fit" if outcome.any_passed else "none").inc()
+        if args.node_objects is not None:  # not nodeCacheCapable: the answer carries Node objects
+            return _json(filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable), started)
+        return _raw(outcome.body(), started)
 
     @app.post("/prioritize")
     def _prioritize() -> Response:
@@ -120,7 +127,6 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             return _json([{"Host": n, "Score": 0} for n in args.names], started)
         metrics.decisions.labels("prioritize", outcome.plan.strategy,
                                  "placed" if outcome.chosen else "none").inc()
-        result: list[HostPriority] = [{"Host": n, "Score": s} for n, s in outcome.scores]
-        return _json(result, started)
+        return _raw(outcome.body(), started)
 
     return app

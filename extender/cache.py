@@ -90,7 +90,8 @@ class ClusterCache:
         self._nodes: dict[str, _Node] = {}
         self._pods: dict[str, tuple[str, PodDemand]] = {}  # bound pods: key -> (node, demand)
         self._by_node: dict[str, dict[str, PodDemand]] = {}
-        self._assumed: dict[str, _Assumed] = {}
+        self._assumed: dict[str, _Assumed] = {}  # insertion order = expiry order (constant assume_seconds)
+        self._assumed_on: dict[str, dict[str, PodDemand]] = {}  # node -> assumed pods there
         self._structure_dirty = True
         self._dirty_nodes: set[str] = set()
         self._state: NodeState = NodeState.build([])
@@ -98,6 +99,7 @@ class ClusterCache:
         self._online = OnlineMix()
         self._mix: TypicalMix | None = None
         self._mix_at = -np.inf
+        self.version = 0  # bumped whenever fresh_state applies a change; equal versions = same free resources
         self.rebuilds = 0  # full rebuilds (tests and the benchmark read it)
         self.row_updates = 0
 
@@ -166,6 +168,10 @@ class ClusterCache:
     def _drop_assumption(self, key: str) -> None:
         assumed = self._assumed.pop(key, None)
         if assumed is not None:
+            on_node = self._assumed_on.get(assumed.node, {})
+            on_node.pop(key, None)
+            if not on_node:
+                self._assumed_on.pop(assumed.node, None)
             self._dirty_nodes.add(assumed.node)
 
     # ---- request side -------------------------------------------------------------------------
@@ -177,6 +183,7 @@ class ClusterCache:
                 return
             self._drop_assumption(key)
             self._assumed[key] = _Assumed(node, demand, self._clock() + self.assume_seconds)
+            self._assumed_on.setdefault(node, {})[key] = demand
             self._dirty_nodes.add(node)
 
     def forget_assumption(self, pod: Mapping[str, Any]) -> None:
@@ -196,17 +203,24 @@ class ClusterCache:
     def fresh_state(self) -> NodeState:
         """The node model with every recorded event applied. Call with `self.lock` held."""
         now = self._clock()
-        for key in [k for k, a in self._assumed.items() if a.expires <= now]:
+        expired = []
+        for key, assumed in self._assumed.items():  # oldest first: stop at the first still valid
+            if assumed.expires > now:
+                break
+            expired.append(key)
+        for key in expired:
             log.debug("assumption for %s on %s expired", key, self._assumed[key].node)
             self._drop_assumption(key)
         if self._structure_dirty:
             self._rebuild()
+            self.version += 1
         elif self._dirty_nodes:
             for name in self._dirty_nodes:
                 index = self._state.index.get(name)
                 if index is not None:
                     self._recompute_row(index, name)
             self._dirty_nodes.clear()
+            self.version += 1
         self._refresh_mix(now)
         return self._state
 
@@ -239,9 +253,8 @@ class ClusterCache:
     def _occupy_all(self, state: NodeState, index: int, name: str) -> None:
         for demand in self._by_node.get(name, {}).values():
             occupy(state, index, demand)
-        for assumed in self._assumed.values():
-            if assumed.node == name:
-                occupy(state, index, assumed.demand)
+        for demand in self._assumed_on.get(name, {}).values():
+            occupy(state, index, demand)
 
     def _recompute_row(self, index: int, name: str) -> None:
         """Reset one row to capacity (the engine's `reset_row`), then take every bound and assumed pod off it."""

@@ -5,6 +5,15 @@ without side effects; only `prioritize` records an assumption (the pod on
 the node the engine chose) so the next pod sees that capacity as taken.
 Every per-node verdict comes from the engine's `RejectReason` enum, which is
 what `FailedNodes` carries and what is logged at debug level.
+
+The hot path is array-based (docs/benchmarks/extender.md): NodeNames map to
+rows through `NodeNameRows` (the same list for consecutive pods is found,
+not re-mapped), verdicts and scores stay numpy arrays per input name, and
+`AnswerWriter` turns them into the JSON answer from per-node fragments.
+/prioritize of the pod /filter just saw (same uid and demand, model version
+unchanged) reuses the filter's fit verdicts and the rows of the names it
+passed. Scores are computed in /prioritize only: kube-scheduler skips it
+when a single node passes, and the per-pod total is the same either way.
 """
 
 from __future__ import annotations
@@ -12,17 +21,19 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from itertools import repeat
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 
+from extender.answers import REASONS, UNKNOWN, AnswerWriter
 from extender.cache import ClusterCache
+from extender.nodenames import NodeNameRows
 from extender.watch import ViewSource
 from gpupolicy.kubemodel import demand_from_pod
-from gpupolicy.nodemodel import NodeState, PodDemand
+from gpupolicy.nodemodel import BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.packing import DEFAULT_POLICY, Decision, decide, explain, get_policy
-from gpupolicy.placement import REASON_BY_CODE, RejectReason, fit
+from gpupolicy.placement import FitResult, fit
 from gpupolicy.scheduling import (
     Plan,
     constrain,
@@ -34,38 +45,87 @@ from gpupolicy.scheduling import (
 
 log = logging.getLogger(__name__)
 
+__all__ = ["REASONS", "UNKNOWN", "ExtenderService", "FilterOutcome", "PrioritizeOutcome"]
+
 
 @dataclass(frozen=True)
 class FilterOutcome:
-    passed: list[str]
-    failed: dict[str, str]
-    unresolvable: dict[str, str]
+    """Per input name (in order): `codes` (0 passes, else a reason code; `UNKNOWN` for unknown names),
+    `hopeless` (preemption cannot help), `rows` in the state. Answers and dicts are built on demand."""
+
+    names: list[str]
+    rows: IntArray
+    codes: npt.NDArray[np.int64]
+    hopeless: BoolArray
     plan: Plan
+    writer: AnswerWriter
+
+    @property
+    def any_passed(self) -> bool:
+        return bool((self.codes == 0).any())
+
+    @property
+    def passed(self) -> list[str]:
+        return [self.names[i] for i in np.flatnonzero(self.codes == 0).tolist()]
+
+    def _reasons(self, mask: BoolArray) -> dict[str, str]:
+        return {self.names[i]: REASONS[int(self.codes[i])] for i in np.flatnonzero(mask).tolist()}
+
+    @property
+    def failed(self) -> dict[str, str]:
+        return self._reasons((self.codes != 0) & ~self.hopeless)
+
+    @property
+    def unresolvable(self) -> dict[str, str]:
+        return self._reasons((self.codes != 0) & self.hopeless)
+
+    def body(self) -> bytes:
+        """The ExtenderFilterResult JSON (NodeNames form)."""
+        return self.writer.filter_answer(self.names, self.rows, self.codes, self.hopeless)
 
 
 @dataclass(frozen=True)
 class PrioritizeOutcome:
-    scores: list[tuple[str, int]]
+    """`points[i]`: 0..10 for input name i; `chosen`: the engine's node (None when nothing fits)."""
+
+    names: list[str]
+    rows: IntArray
+    points: IntArray
     chosen: str | None
     plan: Plan
+    writer: AnswerWriter
+
+    @property
+    def scores(self) -> list[tuple[str, int]]:
+        return list(zip(self.names, self.points.tolist(), strict=True))
+
+    def body(self) -> bytes:
+        """The HostPriorityList JSON."""
+        return self.writer.prioritize_answer(self.names, self.rows, self.points)
 
 
-def _reason(reason: RejectReason) -> str:
-    return f"kubeon-gpu: {reason.value}"
+@dataclass(frozen=True)
+class _FitMemo:
+    """The last /filter's fit verdicts, valid for the same pod, demand, state object and model version."""
 
-
-UNKNOWN = -1  # code for a name the model does not know; REASONS[-1] is its message
-REASONS: tuple[str, ...] = (*(_reason(r) for r in REASON_BY_CODE), _reason(RejectReason.UNKNOWN_NODE))
+    pod: str
+    demand: PodDemand
+    state: NodeState
+    version: int
+    fitted: FitResult
 
 
 class ExtenderService:
-    """The extender's decisions; thread-safe (one lock around the node model)."""
+    """The extender's decisions; thread-safe (one lock around the node model and the lookups)."""
 
     def __init__(self, cache: ClusterCache, source: ViewSource, default_policy: str = DEFAULT_POLICY) -> None:
         get_policy(default_policy)  # raises UnknownPolicyError naming the choices
         self.cache = cache
         self.source = source
         self.default_policy = default_policy
+        self.rows = NodeNameRows()
+        self._writer = AnswerWriter(())
+        self._memo: _FitMemo | None = None
 
     def ready(self) -> bool:
         return self.source.ready()
@@ -77,44 +137,53 @@ class ExtenderService:
         demand = constrain(demand_from_pod(pod), plan.allowed_models)  # ObjectError names the field
         return demand, plan
 
+    def _writer_for(self, state: NodeState) -> AnswerWriter:
+        if self._writer.names is not state.names:
+            self._writer = AnswerWriter(state.names)
+        return self._writer
+
     def filter(self, pod: Mapping[str, Any], names: list[str]) -> FilterOutcome:
         """Which of `names` can take the pod, and why not the others."""
         demand, plan = self._demand(pod)
         self.cache.forget_assumption(pod)  # scheduled again: an old assumption is stale
         with self.cache.lock:
             state = self.cache.fresh_state()
-            codes = fit(state, demand).codes
-            hopeless_mask = unresolvable_mask(state, demand, codes)
-            get = state.index.get
-            idx = np.fromiter(map(get, names, repeat(-1)), dtype=np.int64, count=len(names))  # C loop
-        known = idx >= 0
-        safe = np.where(known, idx, 0)
-        node_codes = np.where(known, codes[safe], UNKNOWN).tolist()
-        node_hopeless = (known & hopeless_mask[safe]).tolist()
-        passed = [n for n, c in zip(names, node_codes, strict=True) if c == 0]
-        failed = {n: REASONS[c] for n, c, h in zip(names, node_codes, node_hopeless, strict=True) if c and not h}
-        hopeless = {n: REASONS[c] for n, c, h in zip(names, node_codes, node_hopeless, strict=True) if c and h}
+            fitted = fit(state, demand)
+            rows = self.rows.rows(state, names)
+            known = rows >= 0
+            safe = np.where(known, rows, 0)
+            codes = np.where(known, fitted.codes[safe], UNKNOWN)
+            hopeless = known & unresolvable_mask(state, demand, fitted.codes)[safe]
+            passed = np.flatnonzero(codes == 0)
+            if passed.size:  # what /prioritize will send next: remember its rows
+                self.rows.remember(state, list(map(names.__getitem__, passed.tolist())), rows[passed])
+            self._memo = _FitMemo(_pod_key(pod), demand, state, self.cache.version, fitted)
+            outcome = FilterOutcome(names, rows, codes, hopeless, plan, self._writer_for(state))
         if log.isEnabledFor(logging.DEBUG):
             log.debug("filter %s (%s): %d passed, failed %s, unresolvable %s", _pod_name(pod), plan.strategy,
-                      len(passed), failed, hopeless)
-        return FilterOutcome(passed, failed, hopeless, plan)
+                      passed.size, outcome.failed, outcome.unresolvable)
+        return outcome
 
     def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> PrioritizeOutcome:
         """0..10 for every name (unknown or infeasible: 0); the engine's pick alone gets 10 and is assumed."""
         demand, plan = self._demand(pod)
         self.cache.forget_assumption(pod)
+        key = _pod_key(pod)
         with self.cache.lock:
             state = self.cache.fresh_state()
-            get = state.index.get
-            all_idx = np.fromiter(map(get, names, repeat(-1)), dtype=np.int64, count=len(names))  # C loop
-            known = all_idx >= 0
-            idx = all_idx[known]
-            decision = self._decide(state, demand, plan.strategy, idx)
-            scores = np.zeros(len(names), dtype=np.int64)
-            scores[known] = extender_scores(decision, idx)
+            rows = self.rows.rows(state, names)
+            known = rows >= 0
+            all_known = bool(known.all())
+            idx = rows if all_known else rows[known]
+            memo = self._memo
+            fitted = (memo.fitted if memo is not None and memo.pod == key and memo.state is state
+                      and memo.version == self.cache.version and memo.demand == demand else None)
+            decision = self._decide(state, demand, plan.strategy, idx, fitted)
+            points = np.zeros(len(names), dtype=np.int64)
+            points[known] = extender_scores(decision, idx)
             chosen = state.names[decision.node] if decision.node is not None else None
             if plan.recommended and log.isEnabledFor(logging.INFO):
-                would = self._decide(state, demand, plan.recommended, idx)
+                would = self._decide(state, demand, plan.recommended, idx, decision.fit)
                 log.info("%s: scored with %s -> %s; %s would pick %s", _pod_name(pod), plan.strategy, chosen,
                          plan.recommended, state.names[would.node] if would.node is not None else None)
             if log.isEnabledFor(logging.DEBUG):
@@ -123,16 +192,23 @@ class ExtenderService:
                               verdict.score)
             if chosen is not None:
                 self.cache.assume(pod, chosen, demand)
-        if not known.all():
+            outcome = PrioritizeOutcome(names, rows, points, chosen, plan, self._writer_for(state))
+        if not all_known:
             log.info("prioritize %s: unknown nodes scored 0: %s", _pod_name(pod),
                      [n for n, k in zip(names, known.tolist(), strict=True) if not k][:10])
-        return PrioritizeOutcome(list(zip(names, scores.tolist(), strict=True)), chosen, plan)
+        return outcome
 
-    def _decide(self, state: NodeState, demand: PodDemand, strategy: str, idx: np.ndarray[Any, Any]) -> Decision:
+    def _decide(self, state: NodeState, demand: PodDemand, strategy: str, idx: IntArray,
+                fitted: FitResult | None = None) -> Decision:
         ctx = self.cache.ctx
         ctx.mix = self.cache.mix(fallback=demand)
         ctx.tie_rank = used_first_rank(state)
-        return decide(state, demand, get_policy(strategy), ctx, restrict=idx)
+        return decide(state, demand, get_policy(strategy), ctx, restrict=idx, fitted=fitted)
+
+
+def _pod_key(pod: Mapping[str, Any]) -> str:
+    meta = pod.get("metadata") or {}
+    return str(meta.get("uid") or _pod_name(pod))
 
 
 def _pod_name(pod: Mapping[str, Any]) -> str:

@@ -98,9 +98,16 @@ def decide(
     policy: Policy,
     ctx: PackingContext,
     restrict: IntArray | None = None,
+    fitted: FitResult | None = None,
 ) -> Decision:
-    """Score `demand` against all nodes (or only `restrict`) and pick the best. Does not mutate."""
-    fitted = fit(state, demand)
+    """Score `demand` against all nodes (or only `restrict`) and pick the best. Does not mutate.
+
+    `fitted`: `fit(state, demand)` when the caller already has it for this
+    very state and demand (the extender's /filter for the same pod), to
+    skip checking the fit rules twice.
+    """
+    if fitted is None:
+        fitted = fit(state, demand)
     feasible = fitted.feasible
     if restrict is not None:
         allowed = np.zeros(len(state), dtype=bool)

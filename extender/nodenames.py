@@ -1,0 +1,74 @@
+"""NodeNames lists -> rows of the engine's `NodeState`, remembered for the lists seen last.
+
+kube-scheduler sends the same NodeNames list (every node that passed its own
+filters, in the same order) for consecutive pods, and /prioritize gets the
+list /filter answered. Mapping 5,000 names through a dict per request was a
+fifth of a request's time; comparing a list with one seen before is a C
+loop over string comparisons (tens of microseconds), so this keeps the last
+few lists with their rows.
+
+A remembered list is found by a cheap key (length, first and last name),
+then confirmed by full equality, so a different list never gets stale rows.
+Rows belong to one state object: after a rebuild (node added or removed)
+every entry is stale and is recomputed. Not thread-safe: the service calls
+it with the cache lock held.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from itertools import repeat
+
+import numpy as np
+
+from gpupolicy.nodemodel import IntArray, NodeState
+
+UNKNOWN_ROW = -1  # a name the state does not know
+
+_Key = tuple[int, str, str]
+
+
+def _key(names: list[str]) -> _Key:
+    return (len(names), names[0], names[-1]) if names else (0, "", "")
+
+
+class NodeNameRows:
+    """`rows(state, names)`: the state's row per name (`UNKNOWN_ROW` when absent), cached per list."""
+
+    def __init__(self, size: int = 4) -> None:
+        self.size = size
+        self._state: NodeState | None = None
+        self._entries: OrderedDict[_Key, list[tuple[list[str], IntArray]]] = OrderedDict()
+        self.hits = 0
+        self.misses = 0
+
+    def rows(self, state: NodeState, names: list[str]) -> IntArray:
+        """Rows for `names` in order. The returned array is shared: do not modify it."""
+        if state is not self._state:
+            self._state = state
+            self._entries.clear()
+        key = _key(names)
+        for seen, rows in self._entries.get(key, ()):
+            if seen is names or seen == names:  # identity, else a C-level element comparison
+                self._entries.move_to_end(key)
+                self.hits += 1
+                return rows
+        self.misses += 1
+        get = state.index.get
+        rows = np.fromiter(map(get, names, repeat(UNKNOWN_ROW)), dtype=np.int64, count=len(names))
+        self.remember(state, names, rows)
+        return rows
+
+    def remember(self, state: NodeState, names: list[str], rows: IntArray) -> None:
+        """Record rows computed elsewhere (e.g. the names /filter passed, which /prioritize will send)."""
+        if state is not self._state:
+            self._state = state
+            self._entries.clear()
+        rows.setflags(write=False)
+        key = _key(names)
+        bucket = self._entries.setdefault(key, [])
+        bucket[:] = [(seen, r) for seen, r in bucket if seen != names][-1:]
+        bucket.append((names, rows))
+        self._entries.move_to_end(key)
+        while len(self._entries) > self.size:
+            self._entries.popitem(last=False)

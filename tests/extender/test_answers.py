@@ -1,0 +1,97 @@
+"""The extender's array-based hot path: answers from fragments, cached NodeNames rows, fit reuse.
+
+Real: `AnswerWriter`, `NodeNameRows`, the engine's `NodeState`, and (for the
+reuse cases) the Flask app, `ExtenderService` and `ClusterCache`.
+Faked: the watch (events fed by hand) and the HTTP transport (Flask's test client).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import orjson
+import pytest
+
+from extender.answers import REASONS, UNKNOWN, AnswerWriter
+from extender.nodenames import UNKNOWN_ROW, NodeNameRows
+from gpupolicy.nodemodel import NodeSpec, NodeState
+from tests.extender.payloads import Harness, bound, wire_pod
+from tests.kubeapi.fixtures import make_node
+
+STATE_NAMES = ("n-a", 'n-"quoted"', "n-ü", "n-d")
+
+
+def expected_filter(names: list[str], codes: list[int], hopeless: list[bool]) -> bytes:
+    return orjson.dumps({
+        "Nodes": None, "NodeNames": [n for n, c in zip(names, codes, strict=True) if c == 0],
+        "FailedNodes": {n: REASONS[c] for n, c, h in zip(names, codes, hopeless, strict=True) if c and not h},
+        "FailedAndUnresolvableNodes": {n: REASONS[c] for n, c, h in zip(names, codes, hopeless, strict=True)
+                                       if c and h},
+        "Error": ""})
+
+
+@pytest.mark.parametrize(("names", "codes", "hopeless"), [
+    pytest.param(["n-a", 'n-"quoted"', "n-ü", "n-d"], [0, 3, 1, 0], [False, False, True, False], id="mixed"),
+    pytest.param(["n-d", "ghost", "n-a"], [0, UNKNOWN, 6], [False, False, False], id="unknown-name"),
+    pytest.param(["n-a", "n-d"], [0, 0], [False, False], id="all-pass"),
+    pytest.param(["n-a", "n-d"], [4, 2], [False, True], id="none-pass"),
+    pytest.param([], [], [], id="empty"),
+])
+def test_filter_answer_is_byte_equal_to_serialising_the_dicts(names: list[str], codes: list[int],
+                                                              hopeless: list[bool]) -> None:
+    writer = AnswerWriter(STATE_NAMES)
+    index = {n: i for i, n in enumerate(STATE_NAMES)}
+    rows = np.array([index.get(n, UNKNOWN_ROW) for n in names], dtype=np.int64)
+    got = writer.filter_answer(names, rows, np.array(codes, dtype=np.int64), np.array(hopeless, dtype=bool))
+    assert got == expected_filter(names, codes, hopeless)
+    assert writer.filter_answer(names, rows, np.array(codes, dtype=np.int64),
+                                np.array(hopeless, dtype=bool)) == got  # again, from the rendered tables
+
+
+def test_prioritize_answer_is_byte_equal_to_serialising_the_list() -> None:
+    writer = AnswerWriter(STATE_NAMES)
+    names = ["n-d", "ghost", 'n-"quoted"', "n-a", "n-ü"]
+    rows = np.array([3, UNKNOWN_ROW, 1, 0, 2], dtype=np.int64)
+    scores = np.array([10, 0, 9, 0, 3], dtype=np.int64)
+    expected = orjson.dumps([{"Host": n, "Score": int(s)} for n, s in zip(names, scores, strict=True)])
+    assert writer.prioritize_answer(names, rows, scores) == expected
+    assert writer.prioritize_answer([], rows[:0], scores[:0]) == b"[]"
+
+
+def test_node_name_rows_are_reused_only_for_the_same_list_and_state() -> None:
+    state = NodeState.build([NodeSpec(n, 1000, 1024) for n in ("a", "b", "c", "d")])
+    lookup = NodeNameRows()
+    first = lookup.rows(state, ["a", "b", "d"])
+    assert first.tolist() == [0, 1, 3] and lookup.misses == 1
+    assert lookup.rows(state, ["a", "b", "d"]) is first and lookup.hits == 1  # equal list, new object
+    # same length, first and last name, different middle: not the cached rows
+    assert lookup.rows(state, ["a", "c", "d"]).tolist() == [0, 2, 3]
+    assert lookup.rows(state, ["a", "ghost"]).tolist() == [0, UNKNOWN_ROW]
+    rebuilt = NodeState.build([NodeSpec(n, 1000, 1024) for n in ("d", "a", "b")])
+    assert lookup.rows(rebuilt, ["a", "b", "d"]).tolist() == [1, 2, 0]  # a new state: rows recomputed
+
+
+def nodes() -> list[dict]:
+    return [make_node(f"a100-{i}", "NVIDIA-A100-SXM4-80GB", 8) for i in range(3)]
+
+
+def test_prioritize_after_filter_sees_a_pod_bound_in_between() -> None:
+    # The filter passes all three nodes; then the watch shows a pod taking all 8 GPUs of a100-1 (the
+    # node the engine would otherwise pick: used first). Prioritize must not reuse the stale fit.
+    h = Harness(nodes(), [bound(wire_pod("small", gpus=1, cpu="1"), "a100-1")])
+    pod = wire_pod("p", gpus=4)
+    names = h.filter(pod, ["a100-0", "a100-1", "a100-2"])["NodeNames"]
+    assert names == ["a100-0", "a100-1", "a100-2"]
+    h.cache.on_pod("ADDED", bound(wire_pod("big", gpus=7, cpu="1"), "a100-1"))
+    scores = h.prioritize(pod, names)
+    assert scores["a100-1"] == 0 and max(scores.values()) == 10
+
+
+def test_prioritize_after_filter_matches_a_fresh_service() -> None:
+    # Same pod, same names, nothing changed: the reused fit gives what a service without memo gives.
+    busy = [bound(wire_pod("small", gpus=3, cpu="1"), "a100-2")]
+    pod = wire_pod("p", gpus=2)
+    h = Harness(nodes(), busy)
+    passed = h.filter(pod, ["a100-0", "a100-1", "a100-2"])["NodeNames"]
+    with_memo = h.prioritize(pod, passed)
+    assert with_memo == Harness(nodes(), busy).prioritize(pod, passed)
+    assert with_memo["a100-2"] == 10  # the used node first
