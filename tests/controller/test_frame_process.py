@@ -61,6 +61,8 @@ class Replica:
                 return answer.status, answer.read().decode()
         except urllib.error.HTTPError as exc:
             return exc.code, ""
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            return 0, ""  # not listening yet (a process still starting): callers poll
 
     def stop(self) -> None:
         if self.proc.poll() is None:
