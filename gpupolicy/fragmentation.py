@@ -32,10 +32,12 @@ from gpupolicy.typicalmix import COVERAGE, TypicalMix
 class FragModel:
     """Per-node fragmentation terms for one state and one mix, kept in step incrementally."""
 
-    def __init__(self, state: NodeState, mix: TypicalMix, use_memory: bool = False, copies: bool = False) -> None:
+    def __init__(self, state: NodeState, mix: TypicalMix, use_memory: bool = False, copies: bool = False,
+                 modular: bool = False) -> None:
         self.state = state
         self.mix = mix
         self.copies = copies
+        self.modular = modular
         self.use_memory = use_memory and mix.memory_mib is not None
         self.mem = mix.memory_mib if mix.memory_mib is not None else np.zeros(len(mix), dtype=np.int64)
         self.gm = mix.gpu_milli  # (M,)
@@ -43,6 +45,9 @@ class FragModel:
         self.cpu = mix.cpu_milli
         self.p = mix.weight
         self.gpu_type = self.gm > 0
+        self.gm_safe = np.maximum(self.gm, 1)
+        # free milli a whole-GPU pod takes away from a fully free GPU's remainder (modular look-ahead)
+        self.full_rem = np.where(self.gpu_type, MILLI % self.gm_safe, 0)
         allowed = mix.allowed_matrix(state.models)  # (M, models)
         self.model_ok: BoolArray = allowed[:, state.model_idx].T if len(state.models) else np.zeros(
             (len(state), len(mix)), dtype=bool)  # (N, M)
@@ -63,7 +68,12 @@ class FragModel:
         present = self.state.gpu_present[dirty]
         at_least = (free[:, :, None] >= self.gm[None, None, :]) & present[:, :, None]  # (D, G, M)
         self.ge[dirty] = at_least.sum(axis=1)
-        self.small[dirty] = np.where(at_least, 0, free[:, :, None]).sum(axis=1)
+        if self.modular:
+            # look-ahead: what stays free on each GPU once it is filled with type-m pods only
+            self.small[dirty] = np.where(present[:, :, None], free[:, :, None] % self.gm_safe[None, None, :],
+                                         0).sum(axis=1)
+        else:
+            self.small[dirty] = np.where(at_least, 0, free[:, :, None]).sum(axis=1)
         self.frag[dirty] = self.fragment(
             dirty, self.state.cpu_free[dirty], self.state.mem_free[dirty], self.state.gpu_free_total[dirty],
             self.ge[dirty], self.small[dirty])
@@ -111,7 +121,8 @@ class FragModel:
             k = demand.num_gpu if demand.needs_gpu else 0
             total = st.gpu_free_total[nodes] - k * MILLI
             ge = self.ge[nodes] - np.where(self.gpu_type, k, 0)[None, :]
-            f_after = self.fragment(nodes, cpu_after, mem_after, total, ge, self.small[nodes])
+            small = self.small[nodes] - (k * self.full_rem)[None, :] if self.modular else self.small[nodes]
+            f_after = self.fragment(nodes, cpu_after, mem_after, total, ge, small)
             return f_after, np.arange(len(nodes)), np.full(len(nodes), -1, dtype=np.int64)
         d = demand.gpu_milli
         free = st.gpu_free[nodes]
@@ -124,21 +135,26 @@ class FragModel:
         f2 = f - d
         gm = self.gm[None, :]
         ge = self.ge[nodes[pos]] - (f >= gm) + (f2 >= gm)
-        small = self.small[nodes[pos]] - np.where(f < gm, f, 0) + np.where(f2 < gm, f2, 0)
+        if self.modular:
+            gs = self.gm_safe[None, :]
+            small = self.small[nodes[pos]] - f % gs + f2 % gs
+        else:
+            small = self.small[nodes[pos]] - np.where(f < gm, f, 0) + np.where(f2 < gm, f2, 0)
         total = st.gpu_free_total[nodes[pos]] - d
         f_after = self.fragment(nodes[pos], cpu_after[pos], mem_after[pos], total, ge, small)
         return f_after, pos, gpu.astype(np.int64)
 
 
 def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = None,
-               key: str = "frag", use_memory: bool = False, copies: bool = False) -> FragModel:
+               key: str = "frag", use_memory: bool = False, copies: bool = False,
+               modular: bool = False) -> FragModel:
     """The context's FragModel for this state and mix (default: `ctx.mix`), built once, then synced."""
     mix = mix if mix is not None else ctx.mix
     if mix is None:
         raise ValueError("this policy needs a typical pod mix (PackingContext.mix)")
     model = ctx.caches.get(key)
     if not isinstance(model, FragModel) or model.state is not state or model.mix.key != mix.key:
-        model = FragModel(state, mix, use_memory, copies)
+        model = FragModel(state, mix, use_memory, copies, modular)
         ctx.caches[key] = model
     model.sync()
     return model

@@ -16,6 +16,10 @@ ablations can be re-run (`KubeonPolicy(memory=False, ...)`):
 - `gpu_tiebreak="used-first"`: among equally scored nodes a GPU pod goes to
   a node already in use before an untouched one, which keeps empty nodes
   whole for 4- and 8-GPU pods, while the fixed order still packs.
+Ablation knobs that lost (docs/designs/packing.md): `modular` (look-ahead
+fragment: what a GPU keeps free once filled with pods of one type),
+`share_tiebreak` (tightest GPU or least modular growth among ties),
+`share_types` / `single_types` (keep every sharing or <= 1-GPU type).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import numpy as np
 
 from gpupolicy.fragmentation import best_per_node, frag_model, sigmoid_score
 from gpupolicy.nodemodel import MILLI, IntArray, NodeState, PodDemand
-from gpupolicy.placement import PackingContext, Scored, best_fit_gpu
+from gpupolicy.placement import FloatArray, PackingContext, Scored, best_fit_gpu
 from gpupolicy.typicalmix import TypicalMix
 
 
@@ -53,6 +57,12 @@ class KubeonPolicy:
     tight_gpu: bool = False  # sharing pods: among equally scored GPUs of a node, the one with least free
     coverage: float = 0.95  # share of pods the typical types cover (1.0: see packing.md, cpu250 loses)
     all_gpu_types: bool = False  # with coverage < 1: keep every GPU type, cut only CPU-only types
+    spec_types: bool = True  # with coverage < 1: keep every type restricted to GPU models (rare but picky)
+    single_types: bool = False  # with coverage < 1: keep every type of at most one GPU, cut multi-GPU types
+    share_types: bool = False  # with coverage < 1: keep every sharing type (the sliver fillers), cut the rest
+    modular: bool = False  # fragment of a GPU for type m: what stays free once filled with m pods (look-ahead)
+    share_tiebreak: str = "none"  # sharing pods, after used-first: none | tightest | lookahead
+    exact_tiebreak: bool = False  # GPU pods, after used-first: the unrounded fragment change
     share_mode: str = "fgd"  # sharing pods: fgd | bestfit (cluster-wide best-fit GPU) | fgd+bestfit (tie-break)
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
@@ -65,13 +75,20 @@ class KubeonPolicy:
                     keep = np.arange(len(mix)) < mix.prefix_for(self.coverage)
                     if self.all_gpu_types:
                         keep |= mix.gpu_milli > 0
+                    if self.spec_types:
+                        keep |= np.array([a is not None for a in mix.allowed], dtype=bool)
+                    if self.single_types:
+                        keep |= mix.num_gpu <= 1
+                    if self.share_types:
+                        keep |= (mix.gpu_milli > 0) & (mix.gpu_milli < MILLI)
                     derived = mix.select(keep)
                 if self.mix_power:
                     derived = gpu_weighted(derived, self.mix_power)
                 cached = (mix, derived)
                 ctx.caches["kubeon-mix"] = cached
             mix = cached[1]
-        model = frag_model(state, ctx, mix, key="kubeon-frag", use_memory=self.memory, copies=self.copies)
+        model = frag_model(state, ctx, mix, key="kubeon-frag", use_memory=self.memory, copies=self.copies,
+                           modular=self.modular)
         f_after, pos, gpu = model.after(demand, candidates)
         delta = model.frag[candidates][pos] - f_after
         value = sigmoid_score(delta, self.temperature, self.levels)
@@ -119,4 +136,31 @@ class KubeonPolicy:
                 used = (state.gpu_free_total[candidates] < state.gpu_count[candidates] * MILLI) | (
                     state.cpu_free[candidates] < state.cpu_cap[candidates])
                 tiebreak = used.astype(np.float64)
+                if demand.is_sharing and self.share_tiebreak not in ("none", "exact"):
+                    tiebreak = tiebreak * 1e9 + self._share_key(state, demand, candidates, choice, mix, ctx)
+                elif self.share_tiebreak == "exact" or (self.exact_tiebreak and demand.needs_gpu):
+                    # the unrounded fragment change, below the score's resolution (~40 milli a level)
+                    exact = np.full(len(candidates), -np.inf)
+                    np.maximum.at(exact, pos, delta)
+                    if self.share_tiebreak == "exact" and not demand.is_sharing and not self.exact_tiebreak:
+                        exact[:] = 0.0
+                    tiebreak = tiebreak * 1e9 + exact
         return Scored(scores=scores, gpu=choice, tiebreak=tiebreak)
+
+    def _share_key(self, state: NodeState, demand: PodDemand, candidates: IntArray, choice: IntArray,
+                   mix: TypicalMix | None, ctx: PackingContext) -> FloatArray:
+        """Secondary key for a sharing pod among equally scored nodes (higher is better).
+
+        `tightest`: least free milli left on the GPU it takes. `lookahead`: least
+        growth of the modular fragment (what stays free once each GPU is filled
+        with typical pods of one type), a look-ahead FGD's threshold measure lacks.
+        """
+        left = (state.gpu_free[candidates, choice] - demand.gpu_milli).astype(np.float64)
+        if self.share_tiebreak == "tightest":
+            return -left
+        look = frag_model(state, ctx, mix, key="kubeon-modular", use_memory=self.memory, modular=True)
+        f_after, pos, gpu = look.after(demand, candidates)
+        hit = gpu == choice[pos]
+        growth = np.zeros(len(candidates))
+        growth[pos[hit]] = f_after[hit] - look.frag[candidates][pos[hit]]
+        return -growth
