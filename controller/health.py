@@ -26,7 +26,9 @@ class HealthServer:
         self.server = ThreadingHTTPServer((bind, port), handler)
         self.server.daemon_threads = True
         self.port = int(self.server.server_address[1])
-        self._thread = threading.Thread(target=self.server.serve_forever, name="health", daemon=True)
+        # A short poll interval: shutdown() waits for the serve loop's next poll (0.5 s by default).
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="health", daemon=True)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         outer = self
