@@ -13,7 +13,10 @@ pod at a time).
 
 Measured per request:
 - server: the `X-Kubeon-Handler-Seconds` header (parse -> decide -> serialise
-  inside the handler);
+  inside the handler, wall clock);
+- server CPU: the `X-Kubeon-Handler-Cpu-Seconds` header (the handling
+  thread's CPU time over the same span: the cost without CPU contention,
+  which matters on a shared machine);
 - client: the HTTP round trip seen by the caller (adds gunicorn, the socket
   and the client's own JSON work; client and server share the 2 cores).
 
@@ -101,7 +104,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
             "mean": statistics.fmean(ordered) * 1000}
 
 
-def post(conn: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> tuple[Any, float, float]:
+def post(conn: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> tuple[Any, float, float, float]:
     data = json.dumps(body).encode()
     started = time.perf_counter()
     conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
@@ -110,7 +113,8 @@ def post(conn: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> t
     elapsed = time.perf_counter() - started
     if resp.status != 200:
         raise RuntimeError(f"{path}: HTTP {resp.status}: {payload[:200]!r}")
-    return json.loads(payload), elapsed, float(resp.getheader("X-Kubeon-Handler-Seconds") or "nan")
+    return (json.loads(payload), elapsed, float(resp.getheader("X-Kubeon-Handler-Seconds") or "nan"),
+            float(resp.getheader("X-Kubeon-Handler-Cpu-Seconds") or "nan"))
 
 
 def run_size(size: int, requests: int, warmup: int, seed: int) -> dict[str, Any]:
@@ -147,27 +151,30 @@ def run_size(size: int, requests: int, warmup: int, seed: int) -> dict[str, Any]
                     raise RuntimeError("extender not ready:\n" + log.read_text())
                 time.sleep(0.2)
             conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            server_f, server_p, server_sum, client_sum = [], [], [], []
+            server_f, server_p, server_sum, client_sum, cpu_sum = [], [], [], [], []
             placed = 0
             for i in range(warmup + requests):
                 gpus = rng.choice(GPU_CHOICES)
                 pod = make_pod(f"bench-{i}", "default", gpus=gpus, cpu=f"{gpus * 4}", memory=f"{gpus * 16}Gi")
                 pod["metadata"]["uid"] = f"uid-{i}"
-                result, c_f, s_f = post(conn, "/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
+                result, c_f, s_f, u_f = post(conn, "/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
                 passed = result["NodeNames"] or []
-                c_p = s_p = 0.0
+                c_p = s_p = u_p = 0.0
                 if passed:
-                    scores, c_p, s_p = post(conn, "/prioritize", {"Pod": pod, "Nodes": None, "NodeNames": passed})
+                    scores, c_p, s_p, u_p = post(conn, "/prioritize",
+                                                 {"Pod": pod, "Nodes": None, "NodeNames": passed})
                     placed += i >= warmup and any(e["Score"] == 10 for e in scores)
                 if i >= warmup:
                     server_f.append(s_f)
                     server_p.append(s_p)
                     server_sum.append(s_f + s_p)
                     client_sum.append(c_f + c_p)
+                    cpu_sum.append(u_f + u_p)
             return {"nodes": size, "bound_pods": bound, "setup_s": round(setup, 1), "requests": requests,
                     "placed": placed, "server_filter_ms": percentiles(server_f),
                     "server_prioritize_ms": percentiles(server_p), "server_total_ms": percentiles(server_sum),
-                    "client_total_ms": percentiles(client_sum)}
+                    "server_cpu_total_ms": percentiles(cpu_sum), "client_total_ms": percentiles(client_sum),
+                    "load_average": os.getloadavg()[0]}
         finally:
             proc.terminate()
             proc.wait(timeout=15)
@@ -183,7 +190,8 @@ def main() -> int:
     for size in args.sizes:
         result = run_size(size, args.requests, args.warmup, args.seed)
         print(json.dumps(result, default=lambda v: round(v, 3)))
-        for key in ("server_filter_ms", "server_prioritize_ms", "server_total_ms", "client_total_ms"):
+        for key in ("server_filter_ms", "server_prioritize_ms", "server_total_ms", "server_cpu_total_ms",
+                    "client_total_ms"):
             p = result[key]
             print(f"  {size:>5} nodes {key:<22} p50 {p['p50']:7.2f}  p90 {p['p90']:7.2f}  p99 {p['p99']:7.2f}"
                   f"  max {p['max']:7.2f}")

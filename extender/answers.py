@@ -1,22 +1,29 @@
-"""The extender's answers as JSON bytes, assembled from per-node fragments, without a loop over nodes.
+"""The extender's answers as JSON bytes, assembled from per-node pieces, without a loop over nodes.
 
 At 5,000 nodes, building a 5,000-entry FailedNodes dict or prioritize list
-in Python and serialising it took close to half of a request. Every piece
-of those answers depends only on a node's name and one small code (a
-rejection reason, a score 0..10), so `AnswerWriter` renders each
-(node, code) fragment once, on first use, into numpy object arrays over the
-state's rows; an answer is then fancy indexing plus one `b"".join` (both
-C loops). The bytes are exactly what `orjson.dumps` would write for the
-same dict/list (tests/extender/test_answers.py checks it).
+in Python and serialising it took close to half of a request. An answer's
+entries are a per-node prefix (`,"name"`, `,"name":` or
+`,{"Host":"name","Score":`) followed, for failed nodes and scores, by one of
+a dozen shared suffixes (a reason's JSON string, `7}`). `AnswerWriter`
+renders the three prefixes of every node once per state, on first use, into
+numpy object arrays over the state's rows; an answer is then fancy indexing,
+an interleave by slice assignment and one `b"".join` (all C loops), one
+allocation of the answer's size. The bytes are exactly what `orjson.dumps`
+writes for the same dict/list (tests/extender/test_answers.py).
 
-Names not in the state (rows < 0) get their fragments rendered on the spot
+Why prefixes and shared suffixes rather than one fragment per (node, code):
+that table is 11-12 times larger, and picking 5,000 random objects from it
+touched megabytes of memory per answer; measured in the gunicorn worker on a
+shared 2-core machine, cache misses made it the largest cost of a request.
+
+Names not in the state (rows < 0) get their prefix rendered on the spot
 (rare: a node the watch has not shown yet). One writer belongs to one
 state's row order; the service makes a new one when the state is rebuilt.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,8 +33,8 @@ import orjson
 from gpupolicy.placement import REASON_BY_CODE, RejectReason
 
 ObjArray = npt.NDArray[np.object_]
-MAX_SCORE = 10  # prioritize scores are 0..MAX_SCORE
 UNKNOWN = -1  # reason code of a name the model does not know; REASONS[UNKNOWN] is its message
+MAX_SCORE = 10  # prioritize scores are 0..MAX_SCORE
 
 
 def _reason(reason: RejectReason) -> str:
@@ -35,22 +42,23 @@ def _reason(reason: RejectReason) -> str:
 
 
 REASONS: tuple[str, ...] = (*(_reason(r) for r in REASON_BY_CODE), _reason(RejectReason.UNKNOWN_NODE))
-_REASON_JSON = tuple(orjson.dumps(r) for r in REASONS)
 
 
-# Fragments carry their leading comma; a section drops the first one. The answer is then one
-# b"".join over all fragments: one allocation of the answer's size (joining sections first and
-# concatenating them cost as much again, in page faults on fresh 100+ KiB buffers).
-def _passed(quoted: bytes, _code: int) -> bytes:
-    return b"," + quoted
+def _objects(items: Sequence[bytes]) -> ObjArray:
+    out = np.empty(len(items), dtype=object)
+    out[:] = list(items)
+    return out
 
 
-def _failed(quoted: bytes, code: int) -> bytes:
-    return b"," + quoted + b":" + _REASON_JSON[code]
+_REASON_JSON = _objects([orjson.dumps(r) for r in REASONS])  # index: code (UNKNOWN = last)
+_SCORE_END = _objects([f"{s}}}".encode() for s in range(MAX_SCORE + 1)])
 
-
-def _scored(quoted: bytes, score: int) -> bytes:
-    return b',{"Host":' + quoted + b',"Score":' + str(score).encode() + b"}"
+# Each prefix carries its leading comma; a section drops the first one.
+_PREFIXES: dict[str, Callable[[bytes], bytes]] = {
+    "name": lambda quoted: b"," + quoted,
+    "key": lambda quoted: b"," + quoted + b":",
+    "host": lambda quoted: b',{"Host":' + quoted + b',"Score":',
+}
 
 
 class AnswerWriter:
@@ -58,38 +66,35 @@ class AnswerWriter:
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = names
-        self._quoted: list[bytes] | None = None
-        self._tables: dict[Any, tuple[ObjArray, npt.NDArray[np.bool_]]] = {}
+        self._prefixes: dict[str, ObjArray] = {}
 
-    def _table(self, render: Any, width: int, codes: npt.NDArray[Any]) -> ObjArray:
-        """(rows x codes) fragments for `render`, with the columns `codes` use rendered (lazily, once)."""
-        table, built = self._tables.get(render, (None, None))
-        if table is None or built is None:
-            table = np.empty((len(self.names), width), dtype=object)
-            built = np.zeros(width, dtype=bool)
-            self._tables[render] = (table, built)
-        wanted = np.bincount(codes, minlength=width) > 0
-        for code in np.flatnonzero(wanted & ~built).tolist():
-            if self._quoted is None:
-                self._quoted = [orjson.dumps(n) for n in self.names]
-            table[:, code] = [render(q, code) for q in self._quoted]
-            built[code] = True
-        return table
+    def _prefix_array(self, kind: str) -> ObjArray:
+        arr = self._prefixes.get(kind)
+        if arr is None:
+            render = _PREFIXES[kind]
+            arr = _objects([render(orjson.dumps(n)) for n in self.names])
+            self._prefixes[kind] = arr
+        return arr
 
-    def _section(self, render: Any, width: int, names: Sequence[str], rows: npt.NDArray[np.int64],
-                 codes: npt.NDArray[Any], pos: npt.NDArray[np.intp] | None = None) -> list[bytes]:
-        """Fragments for input positions `pos` (all when None, in order), each for its code."""
-        at_rows, at_codes = (rows, codes) if pos is None else (rows[pos], codes[pos])
+    def _section(self, kind: str, names: Sequence[str], rows: npt.NDArray[np.int64],
+                 pos: npt.NDArray[np.intp] | None, ends: ObjArray | None = None,
+                 codes: npt.NDArray[Any] | None = None) -> list[bytes]:
+        """Entries for input positions `pos` (all when None), in order: prefix, then `ends[code]` if given."""
+        at_rows = rows if pos is None else rows[pos]
         if at_rows.size == 0:
             return []
-        at_codes = at_codes % width  # UNKNOWN (-1) -> the last column
-        table = self._table(render, width, at_codes)
-        out = table[np.maximum(at_rows, 0), at_codes]
+        picked = self._prefix_array(kind)[np.maximum(at_rows, 0)]
         for i in np.flatnonzero(at_rows < 0).tolist():  # names the state does not know
-            out[i] = render(orjson.dumps(names[i if pos is None else int(pos[i])]), int(at_codes[i]))
-        fragments: list[bytes] = out.tolist()
-        fragments[0] = fragments[0][1:]  # no comma before the first
-        return fragments
+            picked[i] = _PREFIXES[kind](orjson.dumps(names[i if pos is None else int(pos[i])]))
+        prefixes: list[bytes] = picked.tolist()
+        prefixes[0] = prefixes[0][1:]  # no comma before the first entry
+        if ends is None or codes is None:
+            return prefixes
+        at_codes = codes if pos is None else codes[pos]
+        parts: list[bytes] = [b""] * (2 * len(prefixes))
+        parts[0::2] = prefixes
+        parts[1::2] = ends[at_codes].tolist()
+        return parts
 
     def filter_answer(self, names: Sequence[str], rows: npt.NDArray[np.int64], codes: npt.NDArray[Any],
                       hopeless: npt.NDArray[np.bool_]) -> bytes:
@@ -97,11 +102,11 @@ class AnswerWriter:
         FailedNodes / FailedAndUnresolvableNodes with the reason of each other name."""
         rejected = codes != 0
         parts = [b'{"Nodes":null,"NodeNames":[']
-        parts += self._section(_passed, 1, names, rows, codes, np.flatnonzero(~rejected))
+        parts += self._section("name", names, rows, np.flatnonzero(~rejected))
         parts.append(b'],"FailedNodes":{')
-        parts += self._section(_failed, len(REASONS), names, rows, codes, np.flatnonzero(rejected & ~hopeless))
+        parts += self._section("key", names, rows, np.flatnonzero(rejected & ~hopeless), _REASON_JSON, codes)
         parts.append(b'},"FailedAndUnresolvableNodes":{')
-        parts += self._section(_failed, len(REASONS), names, rows, codes, np.flatnonzero(rejected & hopeless))
+        parts += self._section("key", names, rows, np.flatnonzero(rejected & hopeless), _REASON_JSON, codes)
         parts.append(b'},"Error":""}')
         return b"".join(parts)
 
@@ -109,6 +114,6 @@ class AnswerWriter:
                           scores: npt.NDArray[np.int64]) -> bytes:
         """The bare HostPriorityList: one {"Host", "Score"} per input name, in order."""
         parts = [b"["]
-        parts += self._section(_scored, MAX_SCORE + 1, names, rows, scores)
+        parts += self._section("host", names, rows, None, _SCORE_END, scores)
         parts.append(b"]")
         return b"".join(parts)

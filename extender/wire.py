@@ -57,9 +57,13 @@ def parse_args(body: Any) -> ExtenderArgs:
     names = body.get("NodeNames")
     nodes = body.get("Nodes")
     if names is not None:
-        if not isinstance(names, list) or not set(map(type, names)) <= {str}:  # map/set run in C
+        if not isinstance(names, list):
             raise ArgsError("NodeNames: expected a list of node names")
-        return ExtenderArgs(pod, list(names))
+        try:
+            "".join(names)  # a C loop that raises TypeError on any non-string item
+        except TypeError:
+            raise ArgsError("NodeNames: expected a list of node names") from None
+        return ExtenderArgs(pod, names)
     if nodes is not None:
         items = nodes.get("items") if isinstance(nodes, dict) else None
         if not isinstance(items, list) or not all(isinstance(n, dict) for n in items):

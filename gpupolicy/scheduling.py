@@ -49,6 +49,10 @@ ALWAYS_UNRESOLVABLE = frozenset({
 })
 
 
+_CODE = {r: i for i, r in enumerate(REASON_BY_CODE)}
+_ALWAYS_BY_CODE: BoolArray = np.array([r in ALWAYS_UNRESOLVABLE for r in REASON_BY_CODE], dtype=bool)
+
+
 @dataclass(frozen=True)
 class Plan:
     """How one pod is scheduled: the strategy that scores it and the products it may use.
@@ -140,9 +144,8 @@ def unresolvable_mask(state: NodeState, demand: PodDemand, codes: np.ndarray[Any
     memory; for a resource shortfall, when the node's capacity (not just
     what is free) is below the request. Vectorised over nodes.
     """
-    reasons = np.array([REASON_BY_CODE.index(r) for r in ALWAYS_UNRESOLVABLE if r in REASON_BY_CODE])
-    out: BoolArray = np.isin(codes, reasons)
-    code = {r: REASON_BY_CODE.index(r) for r in REASON_BY_CODE}
+    out: BoolArray = _ALWAYS_BY_CODE[codes]
+    code = _CODE
     out |= (codes == code[RejectReason.INSUFFICIENT_CPU]) & (state.cpu_cap < demand.cpu_milli)
     out |= (codes == code[RejectReason.INSUFFICIENT_MEMORY]) & (state.mem_cap < demand.memory_mib)
     short_gpus = state.gpu_count < max(demand.num_gpu, 1)
