@@ -95,3 +95,19 @@ def test_prioritize_after_filter_matches_a_fresh_service() -> None:
     with_memo = h.prioritize(pod, passed)
     assert with_memo == Harness(nodes(), busy).prioritize(pod, passed)
     assert with_memo["a100-2"] == 10  # the used node first
+
+
+def test_answers_carry_wall_and_cpu_handler_times() -> None:
+    h = Harness(nodes())
+    resp = h.client.post("/filter", json={"Pod": wire_pod("p", gpus=1), "Nodes": None, "NodeNames": ["a100-0"]})
+    assert resp.status_code == 200
+    wall = float(resp.headers["X-Kubeon-Handler-Seconds"])
+    cpu = float(resp.headers["X-Kubeon-Handler-Cpu-Seconds"])
+    assert 0 < wall < 5 and 0 <= cpu < 5
+
+
+def test_node_names_with_a_non_string_item_are_an_error_naming_the_field() -> None:
+    h = Harness(nodes())
+    resp = h.client.post("/filter", json={"Pod": wire_pod("p", gpus=1), "Nodes": None, "NodeNames": ["a100-0", 7]})
+    assert resp.status_code == 200
+    assert resp.get_json()["Error"] == "NodeNames: expected a list of node names"
