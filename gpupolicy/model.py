@@ -8,6 +8,7 @@ Python attributes are snake_case.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -332,3 +333,22 @@ class GpuPolicy(BaseModel):
 def parse_policy(obj: dict[str, Any]) -> GpuPolicy:
     """Parse a GpuPolicy object from the API (raises pydantic.ValidationError)."""
     return GpuPolicy.model_validate(obj)
+
+
+def parse_valid_policies(objects: Iterable[Mapping[str, Any]]) -> tuple[list[GpuPolicy], list[tuple[str, str]]]:
+    """Parse what a watch cache holds: the valid policies, and (name, first error) for the rest.
+
+    An invalid object must never stop the others from applying; the caller
+    logs or reports the errors (the controller puts them in the policy's status).
+    """
+    valid: list[GpuPolicy] = []
+    invalid: list[tuple[str, str]] = []
+    for obj in objects:
+        try:
+            valid.append(parse_policy(dict(obj)))
+        except ValidationError as exc:
+            name = str((obj.get("metadata") or {}).get("name", "?"))
+            first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
+            where = ".".join(str(part) for part in first["loc"])
+            invalid.append((name, f"{where}: {first['msg']}" if where else str(first["msg"])))
+    return valid, invalid

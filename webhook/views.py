@@ -15,10 +15,8 @@ import threading
 from collections.abc import Iterable
 from typing import Any, Protocol
 
-from pydantic import ValidationError
-
 from gpupolicy.cluster import ClusterView, node_from_object
-from gpupolicy.model import GROUP, PLURAL, VERSION, GpuPolicy, Mode, parse_policy
+from gpupolicy.model import GROUP, PLURAL, VERSION, GpuPolicy, Mode, parse_valid_policies
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +41,10 @@ class StaticView:
 
 
 def parse_policies_leniently(objects: Iterable[dict[str, Any]]) -> list[GpuPolicy]:
-    policies = []
-    for obj in objects:
-        try:
-            policies.append(parse_policy(obj))
-        except ValidationError as exc:
-            name = (obj.get("metadata") or {}).get("name", "?")
-            log.warning("ignoring invalid GpuPolicy %s: %s", name, exc.errors()[:1])
+    """The valid policies; each invalid one is logged and left out (the controller reports it in status)."""
+    policies, invalid = parse_valid_policies(objects)
+    for name, error in invalid:
+        log.warning("ignoring invalid GpuPolicy %s: %s", name, error)
     return policies
 
 

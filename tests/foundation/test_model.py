@@ -5,7 +5,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from gpupolicy.model import Mode, PolicyKind, parse_policy
+from gpupolicy.model import Mode, PolicyKind, parse_policy, parse_valid_policies
 
 
 def make_policy(spec: dict[str, Any], name: str = "p") -> dict[str, Any]:
@@ -86,3 +86,14 @@ def test_two_bodies_message_names_both() -> None:
 )
 def test_every_body_is_a_typed_section(body: dict[str, Any], kind: PolicyKind) -> None:
     assert parse_policy(make_policy(body)).spec.kind is kind
+
+
+def test_an_invalid_policy_never_hides_the_valid_ones() -> None:
+    valid, invalid = parse_valid_policies([
+        make_policy({"guardrail": {"maxGpusPerPod": 2}}, name="good"),
+        make_policy({"mode": "Sometimes", "guardrail": {}}, name="bad"),
+        {"metadata": {}, "spec": {}},
+    ])
+    assert [p.name for p in valid] == ["good"]
+    assert invalid[0][0] == "bad" and invalid[0][1].startswith("spec.mode: ")
+    assert invalid[1][0] == "?"
