@@ -16,6 +16,7 @@ keeps new ones out; older objects may predate it).
 from __future__ import annotations
 
 import functools
+import gc
 import logging
 import threading
 from collections.abc import Iterable
@@ -88,7 +89,21 @@ class ClusterWatch:
     def start(self) -> ClusterWatch:
         for reflector in self._reflectors:
             reflector.start()
+        threading.Thread(target=self._freeze_after_sync, name="gc-freeze", daemon=True).start()
         return self
+
+    def _freeze_after_sync(self) -> None:
+        """Move the initial lists (most of the process's objects) out of the collector's sight.
+
+        A full collection walks every object: with 5,000 nodes and their pods
+        that is tens of milliseconds inside some unlucky request. The cached
+        objects live as long as the process, so the collector gains nothing
+        from them.
+        """
+        if all(r.wait_for_sync(600) for r in self._reflectors):
+            gc.collect()
+            gc.freeze()
+            log.info("caches synced; %d objects frozen out of garbage collection", gc.get_freeze_count())
 
     def stop(self) -> None:
         for reflector in self._reflectors:
