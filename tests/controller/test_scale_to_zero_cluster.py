@@ -4,8 +4,11 @@ Real: /usr/bin/prometheus scraping the scripted DCGM exporter every 1 s, with
 idle/busy history backfilled by promtool (so a 60 s idleFor window is full at
 once); the test API server (tests/kubeapi) with the GpuPolicy and KEDA CRDs;
 the frame's PolicySync, PolicyStore, Recorder and ReconcileRunner; the
-ScaleToZeroReconciler. Faked: the GPUs (scripted series), leadership (always
-leader), and a crash (a checkpoint hook raising after a write).
+ScaleToZeroReconciler. Applied actions are also checked as the core/v1 Events
+read back from the API server (on the Deployment in its namespace, on the
+GpuPolicy in `default`, where kubectl looks for a cluster-scoped object's).
+Faked: the GPUs (scripted series), leadership (always leader), and a crash (a
+checkpoint hook raising after a write).
 """
 
 from __future__ import annotations
@@ -95,6 +98,44 @@ def bindings(api: client.ApiClient) -> set[str]:
     return set(kscale.list_scaler_bindings(api))
 
 
+POLICY_EVENT_NAMESPACE = "default"  # cluster-scoped GpuPolicy: its Events live where kubectl describe looks
+
+
+def events_about(api: client.ApiClient, namespace: str, kind: str, name: str) -> list[tuple[str, str, str]]:
+    """(reason, message, involvedObject.uid) of the Events in `namespace` about `kind/name`."""
+    items = client.CoreV1Api(api).list_namespaced_event(namespace).items
+    return [(e.reason, e.message, e.involved_object.uid) for e in items
+            if e.involved_object.kind == kind and e.involved_object.name == name]
+
+
+def messages(api: client.ApiClient, name: str, ns: str = NS) -> list[str]:
+    """Messages of the Events on Deployment `ns/name`."""
+    return [message for _, message, _ in events_about(api, ns, "Deployment", name)]
+
+
+def assert_applied_events(api: client.ApiClient, deployment: dict[str, Any], policy_name: str,
+                          actions: list[str]) -> None:
+    """Exactly one GpuPolicyApplied Event per action on the Deployment and on the policy, naming both.
+
+    Compared as multisets: two Events written in the same second have no defined list order.
+    """
+    meta = deployment["metadata"]
+    key = f"Deployment/{meta['namespace']}/{meta['name']}"
+    policy_uid = client.CustomObjectsApi(api).get_cluster_custom_object(
+        "gpu.kubeon.io", "v1alpha1", "gpupolicies", policy_name)["metadata"]["uid"]
+    on_target = events_about(api, meta["namespace"], "Deployment", meta["name"])
+    on_policy = [e for e in events_about(api, POLICY_EVENT_NAMESPACE, "GpuPolicy", policy_name)
+                 if e[1].startswith(f"{key}: ")]
+    checks = ((on_target, f"policy {policy_name}: ", meta["uid"]), (on_policy, f"{key}: ", policy_uid))
+    for found, prefix, uid in checks:
+        assert {reason for reason, _, _ in found} == {"GpuPolicyApplied"}, found
+        assert all(message.startswith(prefix) for _, message, _ in found), found
+        assert all(found_uid == uid for _, _, found_uid in found), found
+        named = sorted(message[len(prefix):].split(": ", 1)[0] for _, message, _ in found)
+        assert named == sorted(actions), found
+        assert all(f": {key} " in message for _, message, _ in found), found
+
+
 # -- tests ----------------------------------------------------------------------------
 def test_idle_goes_to_zero_then_wakes_by_query(
     scale_api: Any, dcgm_exporter: DcgmExporter, prometheus_factory: Callable[..., PrometheusServer],
@@ -117,6 +158,8 @@ def test_idle_goes_to_zero_then_wakes_by_query(
     assert core.SCALED_FROM not in annotations(workload(api, "nodata"))
     assert bindings(api) == {NS}
     assert [e["action"].split(":")[0] for e in runner.ctx.recorder.applied_log] == ["ScaleToZero"]
+    assert_applied_events(api, parked, "idle-gpus", ["ScaleToZero"])
+    assert any(": ScaleToZero: " in m and " from 3 to 0 replicas" in m for m in messages(api, "llm"))
     status = policy_status(api)
     assert any(p["target"] == f"Deployment/{NS}/llm" and p["state"] == "Applied" for p in status["proposals"])
 
@@ -130,6 +173,9 @@ def test_idle_goes_to_zero_then_wakes_by_query(
     assert woken["spec"]["replicas"] == 3
     assert core.SCALED_FROM not in annotations(woken) and core.SCALED_AT not in annotations(woken)
     assert "Wake" in runner.ctx.recorder.applied_log[-1]["action"]
+    assert_applied_events(api, woken, "idle-gpus", ["ScaleToZero", "Wake"])
+    assert any(": Wake: " in m and " to 3 replicas" in m for m in messages(api, "llm"))
+    assert events_about(api, NS, "Deployment", "nodata") == []
 
 
 def test_wake_by_annotation_and_policy_without_wake_signal_warns(
@@ -152,6 +198,8 @@ def test_wake_by_annotation_and_policy_without_wake_signal_warns(
     woken = workload(api, "llm")
     assert woken["spec"]["replicas"] == 2
     assert core.WAKE not in annotations(woken) and core.SCALED_FROM not in annotations(woken)
+    assert_applied_events(api, woken, "idle-gpus", ["ScaleToZero", "Wake"])
+    assert any(": Wake: " in m and " to 2 replicas" in m for m in messages(api, "llm"))
 
 
 def test_bursty_real_trace_is_not_idle_and_do_not_scale_is_skipped(
