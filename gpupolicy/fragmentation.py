@@ -33,8 +33,9 @@ class FragModel:
     """Per-node fragmentation terms for one state and one mix, kept in step incrementally."""
 
     def __init__(self, state: NodeState, mix: TypicalMix, use_memory: bool = False, copies: bool = False,
-                 modular: bool = False) -> None:
+                 modular: bool = False, copies_weight: float = 1.0) -> None:
         self.state = state
+        self.copies_weight = copies_weight
         self.mix = mix
         self.copies = copies
         self.modular = modular
@@ -105,6 +106,9 @@ class FragModel:
                 usable = np.minimum(usable, mem_copies * per_copy)
         stranded = total[:, None] - np.nan_to_num(usable, nan=0.0, posinf=0.0)
         out = stranded @ self.p
+        if self.copies_weight < 1.0:  # blend with FGD's fragment
+            plain = np.where(host, small, total[:, None]).astype(np.float64) @ self.p
+            out = self.copies_weight * out + (1.0 - self.copies_weight) * plain
         return out
 
     def after(self, demand: PodDemand, nodes: IntArray) -> tuple[FloatArray, IntArray, IntArray]:
@@ -147,14 +151,16 @@ class FragModel:
 
 def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = None,
                key: str = "frag", use_memory: bool = False, copies: bool = False,
-               modular: bool = False) -> FragModel:
+               modular: bool = False, copies_weight: float = 1.0) -> FragModel:
     """The context's FragModel for this state and mix (default: `ctx.mix`), built once, then synced."""
     mix = mix if mix is not None else ctx.mix
     if mix is None:
         raise ValueError("this policy needs a typical pod mix (PackingContext.mix)")
     model = ctx.caches.get(key)
-    if not isinstance(model, FragModel) or model.state is not state or model.mix.key != mix.key:
-        model = FragModel(state, mix, use_memory, copies, modular)
+    flags = (use_memory and mix.memory_mib is not None, copies, modular, copies_weight)
+    if (not isinstance(model, FragModel) or model.state is not state or model.mix.key != mix.key
+            or (model.use_memory, model.copies, model.modular, model.copies_weight) != flags):
+        model = FragModel(state, mix, use_memory, copies, modular, copies_weight)
         ctx.caches[key] = model
     model.sync()
     return model

@@ -61,3 +61,32 @@ def test_modular_after_matches_a_fresh_model_of_the_placed_state(pod: object) ->
             :pod.num_gpu if pod.gpu_total_milli else 0])  # type: ignore[attr-defined]
         placed.place(int(p), pod, indices)  # type: ignore[arg-type]
         assert FragModel(placed, mix, modular=True).frag[p] == pytest.approx(f)
+
+
+def test_kubeon_keeps_cpu_next_to_free_gpus_for_the_pods_that_need_it() -> None:
+    # Mix: 1-GPU pods asking 4 cores. A and B each have 2 free GPUs; A has 8 cores, B 16.
+    # A CPU-only pod of 4 cores: FGD sees no fragment change on either (both can still host
+    # a typical pod) -> 50 and 50, A first in the order. kubeon blends in (weight 0.25) the
+    # GPUs the node's CPU can no longer feed: on A only one 4-core pod fits afterwards, so one
+    # GPU (1000m) is stranded -> delta -250 -> int(100*sigmoid(-0.25)) = 43; B can still feed
+    # three -> 50. kubeon takes B and leaves A's cores to A's GPUs.
+    mix = [make_pod(gpus=1, cpu=4000)]
+    state = make_state([("A", 8000, 8192, [1000, 1000], "T4"), ("B", 16000, 8192, [1000, 1000], "T4")])
+    pod = make_pod(gpus=0, cpu=4000)
+    full = TypicalMix.from_pods(mix, coverage=1.0)
+    fgd = decide(state, pod, get_policy("fgd"), PackingContext(mix=full))
+    ours = decide(state, pod, get_policy("kubeon"), PackingContext(mix=full))
+    assert state.names[fgd.node] == "A" and fgd.scores.tolist() == [50.0, 50.0]
+    assert state.names[ours.node] == "B" and ours.scores.tolist() == [43.0, 50.0]
+
+
+def test_policies_with_different_fragment_knobs_do_not_share_a_cached_model() -> None:
+    # Same context, same mix: the plain and the copies-blended kubeon must each score with
+    # their own fragment model (the scores of the CPU test above, in either order).
+    mix = TypicalMix.from_pods([make_pod(gpus=1, cpu=4000)], coverage=1.0)
+    state = make_state([("A", 8000, 8192, [1000, 1000], "T4"), ("B", 16000, 8192, [1000, 1000], "T4")])
+    ctx = PackingContext(mix=mix)
+    pod = make_pod(gpus=0, cpu=4000)
+    assert decide(state, pod, KubeonPolicy(copies=False), ctx).scores.tolist() == [50.0, 50.0]
+    assert decide(state, pod, KubeonPolicy(), ctx).scores.tolist() == [43.0, 50.0]
+    assert decide(state, pod, KubeonPolicy(copies=False), ctx).scores.tolist() == [50.0, 50.0]
