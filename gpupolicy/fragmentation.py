@@ -53,6 +53,15 @@ class FragModel:
         self.model_ok: BoolArray = allowed[:, state.model_idx].T if len(state.models) else np.zeros(
             (len(state), len(mix)), dtype=bool)  # (N, M)
         self.static_ok: BoolArray = self.model_ok & self.gpu_type[None, :]  # (N, M)
+        # per-type constants of the copies term, computed once instead of per call
+        self.per_copy = (self.k * self.gm).astype(np.float64)  # (M,)
+        self.cpu_div = np.maximum(self.cpu, 1).astype(np.float64)
+        self.mem_div = np.maximum(self.mem, 1).astype(np.float64)
+        self.cpu_free_types = np.flatnonzero(self.cpu <= 0)  # their CPU never limits copies (inf)
+        self.mem_free_types = np.flatnonzero(self.mem <= 0)
+        # inf * 0 is NaN (then 0 after nan_to_num): only types needing no CPU/memory and no GPU
+        self.cpu_nan_types = np.flatnonzero((self.cpu <= 0) & (self.per_copy == 0))
+        self.mem_nan_types = np.flatnonzero((self.mem <= 0) & (self.per_copy == 0))
         n, m = len(state), len(mix)
         self.ge = np.zeros((n, m), dtype=np.int64)
         self.small = np.zeros((n, m), dtype=np.int64)
@@ -82,33 +91,52 @@ class FragModel:
 
     def fragment(self, nodes: IntArray, cpu_free: IntArray, mem_free: IntArray, total: IntArray, ge: IntArray,
                  small: IntArray) -> FloatArray:
-        """F for hypothetical node rows (candidates x M inputs) -> (candidates,)."""
+        """F for hypothetical node rows (candidates x M inputs) -> (candidates,).
+
+        The hot path of every decision (candidates x M, once per pod): the
+        temporaries are reused in place and per-type constants precomputed;
+        every element equals the plain formula's, so scores are bit-identical.
+        """
         host = self.static_ok[nodes]
-        host &= cpu_free[:, None] >= self.cpu[None, :]
-        host &= ge >= self.k[None, :]
+        tmp = np.greater_equal(cpu_free[:, None], self.cpu[None, :])
+        host &= tmp
+        host &= np.greater_equal(ge, self.k[None, :], out=tmp)
         if self.use_memory:
-            host &= mem_free[:, None] >= self.mem[None, :]
+            host &= np.greater_equal(mem_free[:, None], self.mem[None, :], out=tmp)
+        # where(host, small, total) as total - host * (total - small): exact on these integers, and
+        # without where's data-dependent branches (the host mask is irregular)
+        total_col = total.astype(np.float64)[:, None]
+        masked = np.subtract(total_col, small)  # float64: total - small
+        masked *= host  # where(host, total - small, 0)
         out: FloatArray
         if not self.copies:
-            per_type = np.where(host, small, total[:, None]).astype(np.float64)
-            out = per_type @ self.p
+            out = np.subtract(total_col, masked, out=masked) @ self.p
             return out
+        plain = np.subtract(total_col, masked) if self.copies_weight < 1.0 else None
         # CPU/memory-limited copies: a node with 8 free GPUs and CPU for 2 typical pods strands 6
-        usable = np.where(host, total[:, None] - small, 0).astype(np.float64)
-        per_copy = (self.k * self.gm).astype(np.float64)[None, :]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            cpu_copies = np.where(self.cpu > 0, np.floor(cpu_free[:, None] / np.maximum(self.cpu, 1)[None, :]),
-                                  np.inf)
-            usable = np.minimum(usable, cpu_copies * per_copy)
-            if self.use_memory:
-                mem_copies = np.where(self.mem > 0, np.floor(mem_free[:, None] / np.maximum(self.mem, 1)[None, :]),
-                                      np.inf)
-                usable = np.minimum(usable, mem_copies * per_copy)
-        stranded = total[:, None] - np.nan_to_num(usable, nan=0.0, posinf=0.0)
+        # usable = min(where(host, total - small, 0), cpu copies * per copy, memory copies * per copy)
+        usable = masked
+        cap = np.divide(cpu_free.astype(np.float64)[:, None], self.cpu_div[None, :])
+        np.floor(cap, out=cap)
+        cap *= self.per_copy[None, :]
+        if self.cpu_free_types.size:
+            cap[:, self.cpu_free_types] = np.inf * self.per_copy[self.cpu_free_types]
+        np.minimum(usable, cap, out=usable)
+        if self.use_memory:
+            np.divide(mem_free.astype(np.float64)[:, None], self.mem_div[None, :], out=cap)
+            np.floor(cap, out=cap)
+            cap *= self.per_copy[None, :]
+            if self.mem_free_types.size:
+                cap[:, self.mem_free_types] = np.inf * self.per_copy[self.mem_free_types]
+            np.minimum(usable, cap, out=usable)
+        # NaN only in the inf * 0 columns; every cap is finite elsewhere, so usable never holds +-inf
+        for cols in (self.cpu_nan_types, self.mem_nan_types if self.use_memory else self.mem_nan_types[:0]):
+            if cols.size:
+                usable[:, cols] = np.nan_to_num(usable[:, cols], nan=0.0, posinf=0.0)
+        stranded = np.subtract(total_col, usable, out=usable)
         out = stranded @ self.p
-        if self.copies_weight < 1.0:  # blend with FGD's fragment
-            plain = np.where(host, small, total[:, None]).astype(np.float64) @ self.p
-            out = self.copies_weight * out + (1.0 - self.copies_weight) * plain
+        if plain is not None:  # blend with FGD's fragment
+            out = self.copies_weight * out + (1.0 - self.copies_weight) * (plain @ self.p)
         return out
 
     def after(self, demand: PodDemand, nodes: IntArray) -> tuple[FloatArray, IntArray, IntArray]:
