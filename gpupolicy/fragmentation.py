@@ -67,6 +67,7 @@ class FragModel:
         self.small = np.zeros((n, m), dtype=np.int64)
         self.frag = np.zeros(n, dtype=np.float64)
         self.seen = np.full(n, -1, dtype=np.int64)
+        self._slots: IntArray | None = None
         self.sync()
 
     def sync(self) -> None:
@@ -90,8 +91,11 @@ class FragModel:
         self.seen[dirty] = self.state.row_version[dirty]
 
     def fragment(self, nodes: IntArray, cpu_free: IntArray, mem_free: IntArray, total: IntArray, ge: IntArray,
-                 small: IntArray) -> FloatArray:
+                 small: IntArray, need: IntArray | None = None) -> FloatArray:
         """F for hypothetical node rows (candidates x M inputs) -> (candidates,).
+
+        `need`: GPUs (>= gpu_milli) a type needs in `ge` (default its count `k`);
+        a whole-GPU pod passes `k` plus its own GPUs instead of lowering `ge`.
 
         The hot path of every decision (candidates x M, once per pod): the
         temporaries are reused in place and per-type constants precomputed;
@@ -100,7 +104,7 @@ class FragModel:
         host = self.static_ok[nodes]
         tmp = np.greater_equal(cpu_free[:, None], self.cpu[None, :])
         host &= tmp
-        host &= np.greater_equal(ge, self.k[None, :], out=tmp)
+        host &= np.greater_equal(ge, (self.k if need is None else need)[None, :], out=tmp)
         if self.use_memory:
             host &= np.greater_equal(mem_free[:, None], self.mem[None, :], out=tmp)
         # where(host, small, total) as total - host * (total - small): exact on these integers, and
@@ -139,6 +143,13 @@ class FragModel:
             out = self.copies_weight * out + (1.0 - self.copies_weight) * (plain @ self.p)
         return out
 
+    def _gpu_slots(self, g: int) -> IntArray:
+        """0..g-1 as a row, cached (GPU slot index)."""
+        slots = self._slots
+        if slots is None or slots.shape[1] != g:
+            slots = self._slots = np.arange(g, dtype=np.int64)[None, :]
+        return slots
+
     def after(self, demand: PodDemand, nodes: IntArray) -> tuple[FloatArray, IntArray, IntArray]:
         """Candidate placements: (F_after, node position in `nodes`, GPU index or -1).
 
@@ -152,28 +163,36 @@ class FragModel:
         if not demand.is_sharing:
             k = demand.num_gpu if demand.needs_gpu else 0
             total = st.gpu_free_total[nodes] - k * MILLI
-            ge = self.ge[nodes] - np.where(self.gpu_type, k, 0)[None, :]
+            # ge - k >= k_m as ge >= k_m + k (types without GPU never host: static_ok)
+            need = self.k + np.where(self.gpu_type, k, 0)
             small = self.small[nodes] - (k * self.full_rem)[None, :] if self.modular else self.small[nodes]
-            f_after = self.fragment(nodes, cpu_after, mem_after, total, ge, small)
+            f_after = self.fragment(nodes, cpu_after, mem_after, total, self.ge[nodes], small, need)
             return f_after, np.arange(len(nodes)), np.full(len(nodes), -1, dtype=np.int64)
         d = demand.gpu_milli
         free = st.gpu_free[nodes]
         usable = st.gpu_present[nodes] & (free >= d)
         full = free == MILLI
-        first_full = full & (np.cumsum(full, axis=1) == 1)
-        usable &= ~full | first_full
+        # drop every fully free GPU but the row's first (argmax: first True; cheaper than a row cumsum)
+        usable &= ~full | (self._gpu_slots(full.shape[1]) == full.argmax(axis=1)[:, None])
         pos, gpu = np.nonzero(usable)  # row-major: sorted by node, then GPU index
         f = free[pos, gpu][:, None]
         f2 = f - d
         gm = self.gm[None, :]
-        ge = self.ge[nodes[pos]] - (f >= gm) + (f2 >= gm)
+        rows = nodes[pos]
+        # d > 0, so f2 < f: the GPU leaves ge[m] exactly when f2 < gm_m <= f; indicator products, not where
+        below = f < gm
+        below2 = f2 < gm
+        ge = self.ge[rows]
+        ge -= below2 > below  # ge - (f >= gm) + (f2 >= gm)
         if self.modular:
             gs = self.gm_safe[None, :]
-            small = self.small[nodes[pos]] - f % gs + f2 % gs
+            small = self.small[rows] - f % gs + f2 % gs
         else:
-            small = self.small[nodes[pos]] - np.where(f < gm, f, 0) + np.where(f2 < gm, f2, 0)
-        total = st.gpu_free_total[nodes[pos]] - d
-        f_after = self.fragment(nodes[pos], cpu_after[pos], mem_after[pos], total, ge, small)
+            small = self.small[rows]
+            small -= f * below  # - where(f < gm, f, 0)
+            small += f2 * below2  # + where(f2 < gm, f2, 0)
+        total = st.gpu_free_total[rows] - d
+        f_after = self.fragment(rows, cpu_after[pos], mem_after[pos], total, ge, small)
         return f_after, pos, gpu.astype(np.int64)
 
 
