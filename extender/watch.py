@@ -19,12 +19,11 @@ import functools
 import gc
 import logging
 import threading
-from collections.abc import Iterable
 from typing import Any, Protocol
 
 from extender.cache import ClusterCache
-from gpupolicy.cluster import ClusterView
-from gpupolicy.model import GROUP, PLURAL, VERSION, GpuPolicy, Mode, parse_valid_policies
+from gpupolicy.cluster import ClusterView, view_from_objects
+from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
 
 log = logging.getLogger(__name__)
 
@@ -53,12 +52,6 @@ class StaticSource:
         self._view = view
 
 
-def parse_policies_leniently(objects: Iterable[dict[str, Any]]) -> list[GpuPolicy]:
-    """The valid policies; each invalid one is logged and left out (the controller reports it in status)."""
-    policies, invalid = parse_valid_policies(objects)
-    for name, error in invalid:
-        log.warning("ignoring invalid GpuPolicy %s: %s", name, error)
-    return policies
 
 
 class ClusterWatch:
@@ -121,11 +114,9 @@ class ClusterWatch:
         with self._lock:
             if self._dirty:
                 self._dirty = False  # cleared first: an event during the rebuild marks it again
-                namespaces = {}
-                for obj in self.namespaces.snapshot().values():
-                    meta = obj.get("metadata") or {}
-                    namespaces[str(meta.get("name"))] = dict(meta.get("labels") or {})
-                self._view = ClusterView(
-                    policies=tuple(parse_policies_leniently(self.policies.snapshot().values())),
-                    namespace_labels=namespaces, default_mode=self._default_mode)
+                self._view, invalid = view_from_objects(
+                    self.policies.snapshot().values(), self.namespaces.snapshot().values(),
+                    default_mode=self._default_mode)
+                for name, error in invalid:
+                    log.warning("ignoring invalid GpuPolicy %s: %s", name, error)
             return self._view

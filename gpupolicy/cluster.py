@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from gpupolicy.catalog import DEFAULT_CATALOG, PRODUCT_LABEL, Catalog, GpuProduct
-from gpupolicy.model import GpuPolicy, Mode
+from gpupolicy.model import GpuPolicy, Mode, parse_valid_policies
 
 DEFAULT_NAMESPACE = "kubeon-gpu"
 PROTECTED_NAMESPACES = frozenset({"kube-system"})
@@ -98,3 +98,28 @@ class ClusterView:
         merged = {**self.namespace_labels, name: dict(labels)}
         return ClusterView(self.policies, merged, self.nodes, self.default_mode, self.own_namespace,
                            self.catalog)
+
+
+def view_from_objects(
+    policies: Iterable[Mapping[str, Any]],
+    namespaces: Iterable[Mapping[str, Any]],
+    nodes: Iterable[Mapping[str, Any]] = (),
+    *,
+    default_mode: Mode = Mode.RECOMMEND,
+    own_namespace: str = DEFAULT_NAMESPACE,
+) -> tuple[ClusterView, list[tuple[str, str]]]:
+    """Assemble a view from watch-cache objects (plain API dicts). Pure.
+
+    Returns the view and the (name, error) of each GpuPolicy the model refused,
+    for the caller to log: one invalid policy never hides the others.
+    """
+    valid, invalid = parse_valid_policies(policies)
+    labels: dict[str, dict[str, str]] = {}
+    for obj in namespaces:
+        meta = obj.get("metadata") or {}
+        labels[str(meta.get("name"))] = dict(meta.get("labels") or {})
+    view = ClusterView(
+        policies=tuple(valid), namespace_labels=labels, nodes=tuple(node_from_object(n) for n in nodes),
+        default_mode=default_mode, own_namespace=own_namespace,
+    )
+    return view, invalid

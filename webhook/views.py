@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
 from typing import Any, Protocol
 
-from gpupolicy.cluster import ClusterView, node_from_object
-from gpupolicy.model import GROUP, PLURAL, VERSION, GpuPolicy, Mode, parse_valid_policies
+from gpupolicy.cluster import ClusterView, view_from_objects
+from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
 
 log = logging.getLogger(__name__)
 
@@ -39,13 +38,6 @@ class StaticView:
     def ready(self) -> bool:
         return True
 
-
-def parse_policies_leniently(objects: Iterable[dict[str, Any]]) -> list[GpuPolicy]:
-    """The valid policies; each invalid one is logged and left out (the controller reports it in status)."""
-    policies, invalid = parse_valid_policies(objects)
-    for name, error in invalid:
-        log.warning("ignoring invalid GpuPolicy %s: %s", name, error)
-    return policies
 
 
 class WatchedView:
@@ -89,14 +81,10 @@ class WatchedView:
         with self._lock:
             if self._dirty:
                 self._dirty = False  # cleared first: an event during the rebuild marks it again
-                namespaces = {}
-                for obj in self.namespaces.snapshot().values():
-                    meta = obj.get("metadata") or {}
-                    namespaces[str(meta.get("name"))] = dict(meta.get("labels") or {})
-                self._view = ClusterView(
-                    policies=tuple(parse_policies_leniently(self.policies.snapshot().values())),
-                    namespace_labels=namespaces,
-                    nodes=tuple(node_from_object(n) for n in self.nodes.snapshot().values()),
-                    default_mode=self._default_mode, own_namespace=self._own_namespace,
-                )
+                self._view, invalid = view_from_objects(
+                    self.policies.snapshot().values(), self.namespaces.snapshot().values(),
+                    self.nodes.snapshot().values(), default_mode=self._default_mode,
+                    own_namespace=self._own_namespace)
+                for name, error in invalid:
+                    log.warning("ignoring invalid GpuPolicy %s: %s", name, error)
             return self._view

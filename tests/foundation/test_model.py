@@ -97,3 +97,18 @@ def test_an_invalid_policy_never_hides_the_valid_ones() -> None:
     assert [p.name for p in valid] == ["good"]
     assert invalid[0][0] == "bad" and invalid[0][1].startswith("spec.mode: ")
     assert invalid[1][0] == "?"
+
+
+def test_a_view_from_watch_cache_objects() -> None:
+    from gpupolicy.cluster import view_from_objects
+
+    view, invalid = view_from_objects(
+        [make_policy({"guardrail": {}}, name="good"), make_policy({"colour": "red"}, name="bad")],
+        [{"metadata": {"name": "ml", "labels": {"team": "ml"}}}],
+        [{"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA-H200"}}}],
+        default_mode=Mode.APPROVE, own_namespace="kubeon-gpu",
+    )
+    assert [p.name for p in view.policies] == ["good"] and [name for name, _ in invalid] == ["bad"]
+    assert view.labels_of_namespace("ml") == {"team": "ml", "kubernetes.io/metadata.name": "ml"}
+    assert [n.gpu_product for n in view.nodes] == ["NVIDIA-H200"]
+    assert view.default_mode is Mode.APPROVE and view.is_protected("kubeon-gpu")
