@@ -12,12 +12,11 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,15 +25,10 @@ from kubernetes import client
 
 from kube.leases import LeaseConflict, get_lease, replace_lease
 from tests.controller.conftest import make_policy
+from tests.loopback import free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 LEASE = "kubeon-gpu-optimizer"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Replica:
@@ -72,16 +66,6 @@ class Replica:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what or check}")
 
 
 @pytest.fixture

@@ -18,7 +18,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -41,6 +40,7 @@ from tests.controller.test_scale_to_zero_cluster import (
     script_gpu,
     workload,
 )
+from tests.loopback import wait_for
 from tests.promharness import DcgmExporter, PrometheusServer, constant, gpu_labels
 
 REPO = Path(__file__).resolve().parents[2]
@@ -88,16 +88,6 @@ class Controller:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait()
-
-
-def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what or check}")
 
 
 @pytest.fixture

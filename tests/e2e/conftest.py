@@ -27,7 +27,6 @@ import base64
 import copy
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -44,6 +43,7 @@ from kubernetes import client
 from tests.kubeapi.cluster import Cluster
 from tests.kubeapi.fixtures import make_node
 from tests.kubeapi.scheduler import ExtenderConfig
+from tests.loopback import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CHART = REPO / "manifests" / "chart" / "kubeon-gpu-optimizer"
@@ -59,12 +59,6 @@ def require(path: Path, what: str) -> None:
     """Skip (not fail) when a component of a parallel issue is not in the tree yet."""
     if not path.exists():
         pytest.skip(f"{what} not built yet ({path.relative_to(REPO)} absent)")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def kubeon_gpu(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:

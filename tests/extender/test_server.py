@@ -8,7 +8,6 @@ CRD, and HTTP from `requests`. Faked: nothing (the test plays kube-scheduler).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -22,15 +21,10 @@ from kubernetes import client
 from tests.extender.payloads import args, policy, wire_pod
 from tests.kubeapi.fixtures import make_node
 from tests.kubeapi.server import ApiServer
+from tests.loopback import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 CRD = REPO / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @pytest.fixture(scope="module")

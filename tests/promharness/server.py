@@ -16,7 +16,6 @@ targets on a 5 s tick), so tests that only read history pass
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -25,17 +24,12 @@ from typing import Any
 
 import requests
 
+from tests.loopback import free_port
 from tests.promharness.exporter import DcgmExporter, escape, format_labels
 
 PROMETHEUS = shutil.which("prometheus") or "/usr/bin/prometheus"
 PROMTOOL = shutil.which("promtool") or "/usr/bin/promtool"
 JOB = "dcgm"
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def available() -> str | None:

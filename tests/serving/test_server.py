@@ -26,14 +26,9 @@ import requests
 from cryptography import x509
 
 from certs.material import generate, load_ca
+from tests.loopback import free_port
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass

@@ -19,7 +19,6 @@ import base64
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -36,17 +35,12 @@ from certs.material import generate
 from gpupolicy.model import GROUP, PLURAL, VERSION
 from tests.kubeapi import ApiServer
 from tests.kubeapi.fixtures import make_node, make_pod
+from tests.loopback import free_port
 from tests.webhook.payloads import api_pod, review
 
 REPO = Path(__file__).resolve().parents[2]
 GPUPOLICY_CRD = REPO / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
 T = TypeVar("T")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def eventually(probe: Callable[[], T], what: str, timeout: float = 30.0) -> T:
