@@ -38,7 +38,7 @@ from kubernetes.client.rest import ApiException
 
 from tests.kubeapi.fixtures import make_node
 from tests.kubeapi.scheduler import MERGE_PATCH, read_items, record_event
-from tests.kubeapi.workloads import PassLoop
+from tests.kubeapi.workloads import InBackground, PassLoop
 
 log = logging.getLogger(__name__)
 
@@ -131,7 +131,7 @@ def drainable(pod: Mapping[str, Any]) -> bool:
     return (pod.get("status") or {}).get("phase") not in ("Succeeded", "Failed")
 
 
-class Karpenter:
+class Karpenter(InBackground):
     """Launches and terminates NodeClaims; `reconcile_once()` is one pass, `start()` runs passes."""
 
     def __init__(self, api_client: client.ApiClient, *, launch_delay: float = 0.2, evict_retry: float = 0.2,
@@ -147,13 +147,6 @@ class Karpenter:
         self._next_eviction: dict[str, float] = {}
         self._lock = threading.Lock()
         self._loop = PassLoop("test-karpenter", self.reconcile_once)
-
-    def start(self) -> Karpenter:
-        self._loop.start()
-        return self
-
-    def stop(self) -> None:
-        self._loop.stop()
 
     def reconcile_once(self) -> int:
         """One pass over every NodeClaim; returns how many writes it made."""

@@ -29,7 +29,7 @@ import random
 import threading
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Self
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
@@ -142,7 +142,20 @@ class PassLoop:
             self._thread = None
 
 
-class WorkloadController:
+class InBackground:
+    """`start()`/`stop()` for a stand-in whose passes run in its PassLoop (`self._loop`)."""
+
+    _loop: PassLoop
+
+    def start(self) -> Self:
+        self._loop.start()
+        return self
+
+    def stop(self) -> None:
+        self._loop.stop()
+
+
+class WorkloadController(InBackground):
     """Deployment, ReplicaSet and StatefulSet controllers; `reconcile_once()` is one deterministic pass."""
 
     def __init__(self, api_client: client.ApiClient, *, seed: int = 0) -> None:
@@ -152,13 +165,6 @@ class WorkloadController:
         self._reported: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
         self._loop = PassLoop("test-workloads", self.reconcile_once)
-
-    def start(self) -> WorkloadController:
-        self._loop.start()
-        return self
-
-    def stop(self) -> None:
-        self._loop.stop()
 
     def reconcile_once(self) -> int:
         """One pass over Deployments, then ReplicaSets, then StatefulSets; returns how many writes it made."""
@@ -395,20 +401,13 @@ def _status_message(exc: ApiException) -> str:
         return str(exc.reason)
 
 
-class Kubelet:
+class Kubelet(InBackground):
     """Every node's kubelet at once: a bound pod starts, turns Running and Ready (no containers run)."""
 
     def __init__(self, api_client: client.ApiClient) -> None:
         self.core = client.CoreV1Api(api_client)
         self._lock = threading.Lock()
         self._loop = PassLoop("test-kubelet", self.sync_once)
-
-    def start(self) -> Kubelet:
-        self._loop.start()
-        return self
-
-    def stop(self) -> None:
-        self._loop.stop()
 
     def sync_once(self) -> int:
         """Mark every bound, not yet Running pod Running + Ready; returns how many it started."""
