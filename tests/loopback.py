@@ -15,12 +15,12 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+def wait_for(check: Callable[[], Any], timeout: float = 15.0, what: str = "", interval: float = 0.1) -> Any:
     """Poll `check` until it returns something truthy; fail naming `what` after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = check()
         if value:
             return value
-        time.sleep(0.1)
+        time.sleep(interval)
     raise AssertionError(f"timed out waiting for {what or check}")

@@ -22,6 +22,7 @@ from gpupolicy.nodemodel import NodeState
 from tests.kubeapi.fixtures import make_node, make_pod
 from tests.kubeapi.pytest_fixtures import kube_api  # noqa: F401 - the fixture behind `api`
 from tests.kubeapi.server import ApiServer
+from tests.loopback import wait_for
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 CRD = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
@@ -47,13 +48,7 @@ def watched(api: ApiServer) -> Iterator[tuple[ClusterWatch, ClusterCache, client
 
 
 def wait(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.02)
-    raise AssertionError(f"timed out waiting for {what}")
+    return wait_for(predicate, timeout, what, interval=0.02)  # watch events land within milliseconds
 
 
 def state(cache: ClusterCache) -> NodeState:
