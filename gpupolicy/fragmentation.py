@@ -20,6 +20,7 @@ array operations; the per-node terms are recomputed only for rows whose
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,6 +28,8 @@ import numpy as np
 from gpupolicy.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.placement import FloatArray, PackingContext, Scored
 from gpupolicy.typicalmix import COVERAGE, TypicalMix
+
+SHAPES_KEPT = 32  # whole-GPU/CPU-only pod shapes whose F_after per node is kept (FragModel._after_by_node)
 
 
 class FragModel:
@@ -68,6 +71,8 @@ class FragModel:
         self.frag = np.zeros(n, dtype=np.float64)
         self.seen = np.full(n, -1, dtype=np.int64)
         self._slots: IntArray | None = None
+        # F_after per node for each recent whole-GPU/CPU-only pod shape, valid while the row's version holds
+        self._after_by_shape: OrderedDict[tuple[int, int, int], tuple[FloatArray, IntArray]] = OrderedDict()
         self.sync()
 
     def sync(self) -> None:
@@ -158,16 +163,10 @@ class FragModel:
         only the lowest-indexed one is tried.
         """
         st = self.state
+        if not demand.is_sharing:
+            return self._after_by_node(demand, nodes), np.arange(len(nodes)), np.full(len(nodes), -1, dtype=np.int64)
         cpu_after = st.cpu_free[nodes] - demand.cpu_milli
         mem_after = st.mem_free[nodes] - demand.memory_mib
-        if not demand.is_sharing:
-            k = demand.num_gpu if demand.needs_gpu else 0
-            total = st.gpu_free_total[nodes] - k * MILLI
-            # ge - k >= k_m as ge >= k_m + k (types without GPU never host: static_ok)
-            need = self.k + np.where(self.gpu_type, k, 0)
-            small = self.small[nodes] - (k * self.full_rem)[None, :] if self.modular else self.small[nodes]
-            f_after = self.fragment(nodes, cpu_after, mem_after, total, self.ge[nodes], small, need)
-            return f_after, np.arange(len(nodes)), np.full(len(nodes), -1, dtype=np.int64)
         d = demand.gpu_milli
         free = st.gpu_free[nodes]
         usable = st.gpu_present[nodes] & (free >= d)
@@ -194,6 +193,40 @@ class FragModel:
         total = st.gpu_free_total[rows] - d
         f_after = self.fragment(rows, cpu_after[pos], mem_after[pos], total, ge, small)
         return f_after, pos, gpu.astype(np.int64)
+
+
+    def _after_by_node(self, demand: PodDemand, nodes: IntArray) -> FloatArray:
+        """F_after of a whole-GPU or CPU-only pod on each of `nodes`, recomputed only for changed rows.
+
+        Such a pod's F_after on node n depends on n's row and the pod's shape
+        (CPU, memory, GPU count) alone, and a live cluster schedules the same
+        few shapes (replicas of one workload) over nodes of which one changes
+        per pod: keeping the last values per shape turns the (candidates x M)
+        work of every decision into work on the rows that moved.
+        """
+        st = self.state
+        k = demand.num_gpu if demand.needs_gpu else 0
+        shape = (demand.cpu_milli, demand.memory_mib, k)
+        cached = self._after_by_shape.get(shape)
+        if cached is None:
+            cached = (np.zeros(len(st), dtype=np.float64), np.full(len(st), -1, dtype=np.int64))
+            self._after_by_shape[shape] = cached
+            while len(self._after_by_shape) > SHAPES_KEPT:
+                self._after_by_shape.popitem(last=False)
+        else:
+            self._after_by_shape.move_to_end(shape)
+        values, versions = cached
+        stale = nodes[versions[nodes] != st.row_version[nodes]]
+        if stale.size:
+            total = st.gpu_free_total[stale] - k * MILLI
+            # ge - k >= k_m as ge >= k_m + k (types without GPU never host: static_ok)
+            need = self.k + np.where(self.gpu_type, k, 0)
+            small = self.small[stale] - (k * self.full_rem)[None, :] if self.modular else self.small[stale]
+            values[stale] = self.fragment(stale, st.cpu_free[stale] - demand.cpu_milli,
+                                          st.mem_free[stale] - demand.memory_mib, total, self.ge[stale], small, need)
+            versions[stale] = st.row_version[stale]
+        out: FloatArray = values[nodes]
+        return out
 
 
 def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = None,

@@ -1,0 +1,43 @@
+"""FragModel keeps F_after per pod shape and recomputes only the rows that moved: same values as a fresh model."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpupolicy.fragmentation import SHAPES_KEPT, FragModel
+from gpupolicy.placement import to_gpu_indices
+from gpupolicy.typicalmix import TypicalMix
+from tests.packing.builders import make_pod, make_state
+
+
+def _cluster() -> tuple:
+    state = make_state([(f"n{i}", 32_000 + 1000 * i, 256_000, [1000] * 8, "A100") for i in range(6)])
+    mix = TypicalMix.from_pods([make_pod(1), make_pod(2, cpu=8000), make_pod(1, milli=500), make_pod(0, cpu=4000)])
+    return state, mix
+
+
+def test_cached_f_after_follows_placements_and_matches_a_fresh_model() -> None:
+    state, mix = _cluster()
+    model = FragModel(state, mix, use_memory=True, copies=True, copies_weight=0.25)
+    nodes = np.arange(len(state))
+    pod = make_pod(2, cpu=8000)
+    first, _, _ = model.after(pod, nodes)
+    # the pod lands on node 3: its F_after for the same shape must change, the others must not
+    state.place(3, pod, to_gpu_indices(state, 3, pod, -1))
+    model.sync()
+    second, _, _ = model.after(pod, nodes)
+    assert second[3] != first[3]
+    np.testing.assert_array_equal(np.delete(second, 3), np.delete(first, 3))
+    fresh, _, _ = FragModel(state, mix, use_memory=True, copies=True, copies_weight=0.25).after(pod, nodes)
+    np.testing.assert_allclose(second, fresh, rtol=0, atol=1e-9)
+
+
+def test_a_subset_of_nodes_reads_the_same_values_and_shapes_are_bounded() -> None:
+    state, mix = _cluster()
+    model = FragModel(state, mix)
+    all_nodes, _, _ = model.after(make_pod(1), np.arange(len(state)))
+    some, _, _ = model.after(make_pod(1), np.array([4, 1]))
+    np.testing.assert_array_equal(some, all_nodes[[4, 1]])
+    for cpu in range(1, SHAPES_KEPT + 10):
+        model.after(make_pod(1, cpu=cpu), np.arange(len(state)))
+    assert len(model._after_by_shape) == SHAPES_KEPT
