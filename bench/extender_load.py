@@ -105,7 +105,7 @@ def percentiles(values: list[float]) -> dict[str, float]:
 
 
 def post(conn: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> tuple[Any, float, float, float]:
-    data = json.dumps(body).encode()
+    data = json.dumps(body, separators=(",", ":")).encode()  # compact, as Go's encoding/json writes it
     started = time.perf_counter()
     conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
     resp = conn.getresponse()

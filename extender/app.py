@@ -26,6 +26,7 @@ from typing import Any
 from flask import Flask, Response
 from prometheus_client import CollectorRegistry, Counter
 
+from extender.argsreader import ArgsReader
 from extender.service import ExtenderService
 from extender.wire import ArgsError, filter_error, filter_result, parse_args
 from gpupolicy.kubemodel import ObjectError
@@ -60,13 +61,13 @@ class ExtenderMetrics:
                                  ["verb", "strategy", "outcome"], registry=registry)
 
 
-def read_args(max_bytes: int = 0) -> Any:
+def read_args(reader: ArgsReader, max_bytes: int = 0) -> Any:
     """The body as JSON: 400 when empty or malformed, 413 over the cap (serving.http.read_body)."""
     data = read_body(max_bytes or MAX_BODY_BYTES)
     if not data.strip():
         raise HttpError(400, "empty request body: expected JSON")
     try:
-        return _loads(data)
+        return reader.read(data)
     except ValueError as exc:  # json.JSONDecodeError and orjson.JSONDecodeError are ValueErrors
         raise HttpError(400, f"malformed JSON: {exc}") from None
 
@@ -97,12 +98,14 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     install_error_handlers(app)
     instrument(app, prefix="kubeon_extender", registry=registry)
     metrics = ExtenderMetrics(registry)
+    reader = ArgsReader(loads=_loads)
     app.extensions["kubeon_extender"] = service
+    app.extensions["kubeon_extender_args"] = reader
 
     @app.post("/filter")
     def _filter() -> Response:
         started = _start()
-        body = read_args()  # HttpError -> 400/413 JSON
+        body = read_args(reader)  # HttpError -> 400/413 JSON
         if not isinstance(body, dict):
             return json_error(400, "body: expected an ExtenderArgs JSON object")
         try:
@@ -118,12 +121,14 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
         metrics.decisions.labels("filter", outcome.plan.strategy, "fit" if outcome.any_passed else "none").inc()
         if args.node_objects is not None:  # not nodeCacheCapable: the answer carries Node objects
             return _json(filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable), started)
+        if outcome.passed:
+            reader.expect(outcome.passed)  # the NodeNames /prioritize will get: no need to parse them again
         return _raw(outcome.body(), started)
 
     @app.post("/prioritize")
     def _prioritize() -> Response:
         started = _start()
-        body = read_args()
+        body = read_args(reader)
         try:
             args = parse_args(body)
         except ArgsError as exc:

@@ -59,14 +59,11 @@ class FilterOutcome:
     hopeless: BoolArray
     plan: Plan
     writer: AnswerWriter
+    passed: list[str]  # the names that pass, in order: one list object, remembered with its rows
 
     @property
     def any_passed(self) -> bool:
-        return bool((self.codes == 0).any())
-
-    @property
-    def passed(self) -> list[str]:
-        return [self.names[i] for i in np.flatnonzero(self.codes == 0).tolist()]
+        return bool(self.passed)
 
     def _reasons(self, mask: BoolArray) -> dict[str, str]:
         return {self.names[i]: REASONS[int(self.codes[i])] for i in np.flatnonzero(mask).tolist()}
@@ -155,13 +152,14 @@ class ExtenderService:
             codes = np.where(known, fitted.codes[safe], UNKNOWN)
             hopeless = known & unresolvable_mask(state, demand, fitted.codes)[safe]
             passed = np.flatnonzero(codes == 0)
-            if passed.size:  # what /prioritize will send next: remember its rows
-                self.rows.remember(state, list(map(names.__getitem__, passed.tolist())), rows[passed])
+            passed_names = list(map(names.__getitem__, passed.tolist()))
+            if passed_names:  # what /prioritize will send next: remember its rows
+                self.rows.remember(state, passed_names, rows[passed])
             self._memo = _FitMemo(_pod_key(pod), demand, state, self.cache.version, fitted)
-            outcome = FilterOutcome(names, rows, codes, hopeless, plan, self._writer_for(state))
+            outcome = FilterOutcome(names, rows, codes, hopeless, plan, self._writer_for(state), passed_names)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("filter %s (%s): %d passed, failed %s, unresolvable %s", _pod_name(pod), plan.strategy,
-                      passed.size, outcome.failed, outcome.unresolvable)
+                      len(passed_names), outcome.failed, outcome.unresolvable)
         return outcome
 
     def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> PrioritizeOutcome:

@@ -57,6 +57,17 @@ def test_prioritize_answer_is_byte_equal_to_serialising_the_list() -> None:
     assert writer.prioritize_answer([], rows[:0], scores[:0]) == b"[]"
 
 
+def test_prioritize_answer_of_known_names_writes_digits_into_zero_entries_byte_equal() -> None:
+    writer = AnswerWriter(STATE_NAMES)
+    names = ["n-d", 'n-"quoted"', "n-a", "n-ü"]
+    rows = np.array([3, 1, 0, 2], dtype=np.int64)
+    for scores in ([10, 0, 9, 3], [0, 7, 1, 10], [4, 4, 4, 4], [10, 10, 0, 0], [1, 2, 3, 4]):
+        expected = orjson.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)])
+        assert writer.prioritize_answer(names, rows, np.array(scores, dtype=np.int64)) == expected
+    one = orjson.dumps([{"Host": "n-ü", "Score": 10}])
+    assert writer.prioritize_answer(["n-ü"], np.array([2]), np.array([10])) == one
+
+
 def test_node_name_rows_are_reused_only_for_the_same_list_and_state() -> None:
     state = NodeState.build([NodeSpec(n, 1000, 1024) for n in ("a", "b", "c", "d")])
     lookup = NodeNameRows()
