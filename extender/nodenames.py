@@ -20,6 +20,7 @@ from collections import OrderedDict
 from itertools import repeat
 
 import numpy as np
+import numpy.typing as npt
 
 from gpupolicy.nodemodel import IntArray, NodeState
 
@@ -39,8 +40,19 @@ class NodeNameRows:
         self.size = size
         self._state: NodeState | None = None
         self._entries: OrderedDict[_Key, list[tuple[list[str], IntArray]]] = OrderedDict()
+        self._objects: tuple[list[str], npt.NDArray[np.object_]] | None = None  # the last list picked from
         self.hits = 0
         self.misses = 0
+
+    def pick(self, names: list[str], positions: IntArray) -> list[str]:
+        """`[names[i] for i in positions]`, through an object array kept for the last list (half the time)."""
+        held = self._objects
+        if held is None or held[0] is not names:
+            arr = np.empty(len(names), dtype=object)
+            arr[:] = names
+            held = self._objects = (names, arr)
+        picked: list[str] = held[1][positions].tolist()
+        return picked
 
     def rows(self, state: NodeState, names: list[str]) -> IntArray:
         """Rows for `names` in order. The returned array is shared: do not modify it."""

@@ -152,7 +152,7 @@ class ExtenderService:
             codes = np.where(known, fitted.codes[safe], UNKNOWN)
             hopeless = known & unresolvable_mask(state, demand, fitted.codes)[safe]
             passed = np.flatnonzero(codes == 0)
-            passed_names = list(map(names.__getitem__, passed.tolist()))
+            passed_names = self.rows.pick(names, passed)
             if passed_names:  # what /prioritize will send next: remember its rows
                 self.rows.remember(state, passed_names, rows[passed])
             self._memo = _FitMemo(_pod_key(pod), demand, state, self.cache.version, fitted)

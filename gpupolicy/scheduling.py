@@ -180,9 +180,8 @@ def used_first_rank(state: NodeState) -> IntArray:
     """
     used = (state.gpu_free_total < state.gpu_count * 1000) | (state.cpu_free < state.cpu_cap) | (
         state.shared_free < state.shared_cap) | (state.mig_free < state.mig_cap).any(axis=1)
-    order = np.lexsort((np.arange(len(state)), ~used))
-    rank = np.empty(len(state), dtype=np.int64)
-    rank[order] = np.arange(len(state))
+    # only the order matters (the lowest rank wins a tie): row index, offset past every row when unused
+    rank: IntArray = np.arange(len(state), dtype=np.int64) + np.where(used, 0, len(state))
     return rank
 
 

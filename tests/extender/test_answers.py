@@ -122,3 +122,12 @@ def test_node_names_with_a_non_string_item_are_an_error_naming_the_field() -> No
     resp = h.client.post("/filter", json={"Pod": wire_pod("p", gpus=1), "Nodes": None, "NodeNames": ["a100-0", 7]})
     assert resp.status_code == 200
     assert resp.get_json()["Error"] == "NodeNames: expected a list of node names"
+
+
+def test_node_name_rows_pick_follows_the_list_it_is_given() -> None:
+    rows = NodeNameRows()
+    first = ["a", "b", "c", "d"]
+    assert rows.pick(first, np.array([3, 0])) == ["d", "a"]
+    second = ["x", "y"]
+    assert rows.pick(second, np.array([1])) == ["y"]  # a new list object: not the old one's names
+    assert rows.pick(first, np.array([], dtype=np.int64)) == []
