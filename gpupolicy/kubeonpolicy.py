@@ -26,6 +26,16 @@ ablations can be re-run (`KubeonPolicy(memory=False, ...)`):
 - `gpu_tiebreak="used-first"`: among equally scored nodes a GPU pod goes to
   a node already in use before an untouched one, which keeps empty nodes
   whole for 4- and 8-GPU pods, while the fixed order still packs.
+- `stranding_weight=1.0`, `share_stranding_weight=8.0` (gpupolicy/stranding.py):
+  a GPU pod's fragment change also counts how much free GPU it leaves (or
+  stops leaving) beyond what the node's free CPU and memory can feed at the
+  mix's rate. Zero on nodes that are not short, so ties survive; heaviest
+  for sharing pods, which ask the most CPU per GPU milli; off for CPU-only
+  pods (cpu250 loses);
+- `sliver_weight=1.0` (gpupolicy/slivers.py): a sharing pod's change loses
+  the part of the slice it leaves that no sum of typical sharing sizes the
+  node can still host would fill. With both terms the default trace gains
+  +0.29 over the second-round default (docs/designs/packing.md, third round).
 Ablation knobs that lost (docs/designs/packing.md): `modular` (look-ahead
 fragment: what a GPU keeps free once filled with pods of one type),
 `share_tiebreak` (tightest GPU or least modular growth among ties),
@@ -38,9 +48,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpupolicy.fragmentation import best_per_node, frag_model, sigmoid_score
+from gpupolicy.fragmentation import FragModel, best_per_node, frag_model, sigmoid_score
 from gpupolicy.nodemodel import MILLI, IntArray, NodeState, PodDemand
 from gpupolicy.placement import FloatArray, PackingContext, Scored, best_fit_gpu
+from gpupolicy.slivers import sliver_waste
+from gpupolicy.stranding import FeedRate, stranding_relief
 from gpupolicy.typicalmix import TypicalMix
 
 
@@ -75,6 +87,9 @@ class KubeonPolicy:
     share_tiebreak: str = "none"  # sharing pods, after used-first: none | tightest | lookahead
     exact_tiebreak: bool = False  # GPU pods, after used-first: the unrounded fragment change
     share_mode: str = "fgd"  # sharing pods: fgd | bestfit (cluster-wide best-fit GPU) | fgd+bestfit (tie-break)
+    stranding_weight: float = 1.0  # whole-GPU pods: weight of the GPU milli they strand (gpupolicy/stranding.py)
+    share_stranding_weight: float = 8.0  # sharing pods: the same weight (they ask most CPU per GPU milli)
+    sliver_weight: float = 1.0  # sharing pods: weight of the slice they leave that nothing can fill (slivers.py)
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
         mix = ctx.mix
@@ -102,6 +117,7 @@ class KubeonPolicy:
                            modular=self.modular, copies_weight=self.copies_weight)
         f_after, pos, gpu = model.after(demand, candidates)
         delta = model.frag[candidates][pos] - f_after
+        delta = self._refined_delta(state, demand, candidates, pos, gpu, model, mix, ctx, delta)
         value = sigmoid_score(delta, self.temperature, self.levels)
         if self.tight_gpu and demand.is_sharing:
             free = state.gpu_free[candidates[pos], gpu]
@@ -160,6 +176,25 @@ class KubeonPolicy:
                         exact[:] = 0.0
                     tiebreak = tiebreak * 1e9 + exact
         return Scored(scores=scores, gpu=choice, tiebreak=tiebreak)
+
+    def _refined_delta(self, state: NodeState, demand: PodDemand, candidates: IntArray, pos: IntArray, gpu: IntArray,
+                     model: FragModel, mix: TypicalMix | None, ctx: PackingContext, delta: FloatArray) -> FloatArray:
+        """FGD's fragment change plus the stranding relief and minus the sliver waste, before rounding."""
+        weight = 0.0  # CPU-only pods: the term would push them onto GPU-poor nodes (cpu250 loses)
+        if demand.needs_gpu:
+            weight = self.share_stranding_weight if demand.is_sharing else self.stranding_weight
+        rows = candidates[pos]
+        if weight and mix is not None:
+            cached = ctx.caches.get("kubeon-feed")
+            if cached is None or cached[0] is not mix:
+                cached = (mix, FeedRate.of(mix, use_memory=self.memory))
+                ctx.caches["kubeon-feed"] = cached
+            delta = delta + weight * stranding_relief(state, demand, rows, cached[1])
+        if self.sliver_weight and demand.is_sharing:
+            left = state.gpu_free[rows, gpu] - demand.gpu_milli
+            delta = delta - self.sliver_weight * sliver_waste(
+                model, left, state.cpu_free[rows] - demand.cpu_milli, state.mem_free[rows] - demand.memory_mib, rows)
+        return delta
 
     def _share_key(self, state: NodeState, demand: PodDemand, candidates: IntArray, choice: IntArray,
                    mix: TypicalMix | None, ctx: PackingContext) -> FloatArray:

@@ -1,0 +1,74 @@
+"""The third-round terms of kubeon: sliver waste and CPU stranding, on hand-worked numbers.
+
+Real: the packing engine (FragModel, KubeonPolicy, decide) and the two
+terms' modules. Faked: nothing; states and mixes are built by hand.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpupolicy.fragmentation import FragModel
+from gpupolicy.kubeonpolicy import KubeonPolicy
+from gpupolicy.packing import decide, get_policy
+from gpupolicy.placement import PackingContext
+from gpupolicy.slivers import sliver_waste, waste_table
+from gpupolicy.stranding import FeedRate, stranding_relief
+from gpupolicy.typicalmix import TypicalMix
+from tests.packing.builders import make_pod, make_state
+
+
+def test_waste_table_is_what_no_sum_of_sizes_fills() -> None:
+    table = waste_table((320, 470))
+    # sums <= 1000: 320, 470, 640, 790, 940, 960
+    assert table[210] == 210  # nothing fits
+    assert table[790] == 0  # 470 + 320
+    assert table[650] == 10  # 320 + 320
+    assert table[1000] == 40  # 960
+    assert waste_table(())[300] == 300
+
+
+def test_a_slice_counts_only_the_fillers_the_node_can_still_host() -> None:
+    # Mix: 160m pods asking 4 cores, 810m pods asking 3. After an 810m pod, a 190m slice holds
+    # one 160m pod (30m waste) on a node with 4 cores left, nothing (190m waste) on one with 1.
+    mix = TypicalMix.from_pods([make_pod(1, milli=160, cpu=4000)] * 3 + [make_pod(1, milli=810, cpu=3000)] * 7)
+    state = make_state([("rich", 8000, 65536, [1000], "A100"), ("poor", 8000, 65536, [1000], "A100")])
+    model = FragModel(state, mix, use_memory=True)
+    waste = sliver_waste(model, np.array([190, 190]), np.array([4000, 1000]), np.array([60000, 60000]),
+                         np.array([0, 1]))
+    assert waste.tolist() == [30.0, 190.0]
+
+
+def test_kubeon_leaves_the_slice_a_typical_pod_fills_where_fgd_takes_a_fresh_gpu() -> None:
+    # Mix: nine 320m pods for one 470m pod. A 470m pod on A (790m free) leaves 320m: exactly one
+    # 320m pod, waste 0; FGD counts it as fragment for the 470m type only: delta -0.1 x 320 = -32,
+    # score int(100 sigmoid(-0.032)) = 49. On C (fresh GPU) it leaves 530m: FGD sees no fragment
+    # (score 50) but 320 + 320 does not fit, so 470 is the best fill: 60m waste, 49 - 1 = 48.
+    mix = TypicalMix.from_pods([make_pod(1, milli=320)] * 9 + [make_pod(1, milli=470)])
+    state = make_state([("A", 64000, 65536, [790], "A100"), ("C", 64000, 65536, [1000], "A100")])
+    pod = make_pod(1, milli=470)
+    fgd = decide(state, pod, get_policy("fgd"), PackingContext(mix=mix))
+    kubeon = decide(state, pod, get_policy("kubeon"), PackingContext(mix=mix))
+    without = decide(state, pod, KubeonPolicy(sliver_weight=0.0), PackingContext(mix=mix))
+    assert state.names[fgd.node] == "C" and fgd.scores.tolist() == [49.0, 50.0]
+    assert state.names[without.node] == "C"
+    assert state.names[kubeon.node] == "A" and kubeon.scores.tolist() == [49.0, 48.0]
+
+
+def test_feed_rate_strands_the_gpus_free_cpu_cannot_feed() -> None:
+    # The mix's GPU pods ask 10 cores per GPU: 0.1 GPU milli per CPU milli.
+    mix = TypicalMix.from_pods([make_pod(1, cpu=10_000, mem=0), make_pod(0, cpu=2000, mem=0)])
+    rate = FeedRate.of(mix, use_memory=False)
+    assert rate.per_cpu == 0.1 and rate.per_mib == np.inf
+    # 4 free GPUs, 20 cores: 2 fed, 2000 milli stranded
+    state = make_state([("n", 20_000, 65536, [1000] * 4, "A100")])
+    assert rate.stranded(state.gpu_free_total, state.cpu_free, state.mem_free).tolist() == [2000.0]
+    rows = np.array([0])
+    assert stranding_relief(state, make_pod(1, cpu=10_000), rows, rate).tolist() == [0.0]  # in step
+    assert stranding_relief(state, make_pod(1, cpu=2000), rows, rate).tolist() == [800.0]  # GPU-heavy: relieves
+    assert stranding_relief(state, make_pod(0, cpu=10_000), rows, rate).tolist() == [-1000.0]  # CPU only: strands
+
+
+def test_a_mix_without_cpu_never_strands() -> None:
+    rate = FeedRate.of(TypicalMix.from_pods([make_pod(1, cpu=0, mem=0)]))
+    assert rate.stranded(np.array([8000]), np.array([0]), np.array([0])).tolist() == [0.0]
