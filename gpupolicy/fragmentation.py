@@ -194,7 +194,6 @@ class FragModel:
         f_after = self.fragment(rows, cpu_after[pos], mem_after[pos], total, ge, small)
         return f_after, pos, gpu.astype(np.int64)
 
-
     def _after_by_node(self, demand: PodDemand, nodes: IntArray) -> FloatArray:
         """F_after of a whole-GPU or CPU-only pod on each of `nodes`, recomputed only for changed rows.
 

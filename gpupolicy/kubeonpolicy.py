@@ -35,7 +35,7 @@ ablations can be re-run (`KubeonPolicy(memory=False, ...)`):
 - `sliver_weight=1.0` (gpupolicy/slivers.py): a sharing pod's change loses
   the part of the slice it leaves that no sum of typical sharing sizes the
   node can still host would fill. With both terms the default trace gains
-  +0.29 over the second-round default (docs/designs/packing.md, third round).
+  +0.28 over the second-round default (docs/designs/packing.md, third round).
 Ablation knobs that lost (docs/designs/packing.md): `modular` (look-ahead
 fragment: what a GPU keeps free once filled with pods of one type),
 `share_tiebreak` (tightest GPU or least modular growth among ties),
@@ -178,7 +178,7 @@ class KubeonPolicy:
         return Scored(scores=scores, gpu=choice, tiebreak=tiebreak)
 
     def _refined_delta(self, state: NodeState, demand: PodDemand, candidates: IntArray, pos: IntArray, gpu: IntArray,
-                     model: FragModel, mix: TypicalMix | None, ctx: PackingContext, delta: FloatArray) -> FloatArray:
+                       model: FragModel, mix: TypicalMix | None, ctx: PackingContext, delta: FloatArray) -> FloatArray:
         """FGD's fragment change plus the stranding relief and minus the sliver waste, before rounding."""
         weight = 0.0  # CPU-only pods: the term would push them onto GPU-poor nodes (cpu250 loses)
         if demand.needs_gpu:
