@@ -217,6 +217,9 @@ class FakeKubeApi:
                 with fake._cond:
                     fake.watch_requests.append(query.get("resourceVersion"))
                     too_old = since < fake.floor
+                    # the generations this watch answers to, read with `too_old`: an expiry or drop that
+                    # lands while the headers go out must still end this watch (it raced the test before)
+                    started = (fake.generation, fake.expire_generation)
                 if too_old and fake.gone_as_http:
                     self._json(410, gone["object"])
                     return
@@ -226,7 +229,7 @@ class FakeKubeApi:
                 self.end_headers()
                 self.close_connection = True
                 try:
-                    self._stream(coll, since, timeout, gone, too_old)
+                    self._stream(coll, since, timeout, gone, too_old, started)
                     self.wfile.write(b"0\r\n\r\n")
                 except OSError:
                     pass  # the client went away
@@ -235,9 +238,9 @@ class FakeKubeApi:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
 
-            def _stream(self, coll: str, since: int, timeout: float, gone: dict, too_old: bool) -> None:
-                with fake._cond:
-                    generation, expire_gen = fake.generation, fake.expire_generation
+            def _stream(self, coll: str, since: int, timeout: float, gone: dict, too_old: bool,
+                        started: tuple[int, int]) -> None:
+                generation, expire_gen = started
                 if too_old:
                     self._chunk(json.dumps(gone).encode() + b"\n")
                     return
