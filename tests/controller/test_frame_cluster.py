@@ -76,6 +76,14 @@ def script_usage(metrics: ScriptedMetrics, clock: FakeClock, deploy: str, peak_m
     metrics.add("DCGM_FI_DEV_GPU_UTIL", labels, lambda t: util, start, end, every=600)
 
 
+def run_passes(r: ControllerProcess, clock: FakeClock, passes: int, seconds: float) -> None:
+    """`passes` rounds of: campaign for the lease, run every due reconcile, let `seconds` pass."""
+    for _ in range(passes):
+        r.elector.step()
+        r.runner.run_all()
+        clock.advance(seconds)
+
+
 def replica(api: client.ApiClient, clock: FakeClock, metrics: ScriptedMetrics | None, identity: str,
             lost: list[str] | None = None, mode: Mode = Mode.RECOMMEND) -> ControllerProcess:
     return build(
@@ -269,10 +277,7 @@ def test_recommend_writes_nothing_to_any_workload(api: client.ApiClient, clock: 
     create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Recommend",
                             approvals=["Deployment/inference/llm"]))
     r = replica(api, clock, metrics, "one")
-    for _ in range(2):
-        r.elector.step()
-        r.runner.run_all()
-        clock.advance(60)
+    run_passes(r, clock, passes=2, seconds=60)
     assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
     states = {p["target"]: p["state"] for p in policy_status(api, "share")["proposals"]}
     assert states == {"Deployment/inference/llm": "Approved", "Deployment/inference/embed": "Proposed",
@@ -287,10 +292,7 @@ def test_automatic_without_restart_never_writes_the_workload(api: client.ApiClie
     versions = _three_workloads(api, metrics, clock)
     create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}, mode="Automatic"))
     r = replica(api, clock, metrics, "one")
-    for _ in range(3):
-        r.elector.step()
-        r.runner.run_all()
-        clock.advance(600)
+    run_passes(r, clock, passes=3, seconds=600)
     assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
     proposals = policy_status(api, "share")["proposals"]
     assert {(p["state"], p["resource"]) for p in proposals} == {("Applied", "nvidia.com/mig-1g.10gb")}
