@@ -32,10 +32,14 @@ ablations can be re-run (`KubeonPolicy(memory=False, ...)`):
   mix's rate. Zero on nodes that are not short, so ties survive; heaviest
   for sharing pods, which ask the most CPU per GPU milli; off for CPU-only
   pods (cpu250 loses);
-- `sliver_weight=1.0` (gpupolicy/slivers.py): a sharing pod's change loses
-  the part of the slice it leaves that no sum of typical sharing sizes the
-  node can still host would fill. With both terms the default trace gains
-  +0.28 over the second-round default (docs/designs/packing.md, third round).
+- `sliver_weight=1.0`, `sliver_scarcity=0.4` (gpupolicy/slivers.py): a
+  sharing pod's change loses the part of the slice it leaves that no sum of
+  typical sharing sizes the node can still host would fill, counting only
+  filler sizes that are not scarce (pods at least 0.4x as common as the
+  slices waiting for them: 160m pods are not, against 810m pods' 190m
+  slices). The two terms gained +0.28 on the default trace over the
+  second-round default, the scarcity rule another +0.07 (docs/designs/packing.md,
+  third and fourth rounds).
 Ablation knobs that lost (docs/designs/packing.md): `modular` (look-ahead
 fragment: what a GPU keeps free once filled with pods of one type),
 `share_tiebreak` (tightest GPU or least modular growth among ties),
@@ -90,6 +94,7 @@ class KubeonPolicy:
     stranding_weight: float = 1.0  # whole-GPU pods: weight of the GPU milli they strand (gpupolicy/stranding.py)
     share_stranding_weight: float = 8.0  # sharing pods: the same weight (they ask most CPU per GPU milli)
     sliver_weight: float = 1.0  # sharing pods: weight of the slice they leave that nothing can fill (slivers.py)
+    sliver_scarcity: float = 0.4  # filler sizes rarer than this x the slices they fill do not count (0: all)
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
         mix = ctx.mix
@@ -193,7 +198,8 @@ class KubeonPolicy:
         if self.sliver_weight and demand.is_sharing:
             left = state.gpu_free[rows, gpu] - demand.gpu_milli
             delta = delta - self.sliver_weight * sliver_waste(
-                model, left, state.cpu_free[rows] - demand.cpu_milli, state.mem_free[rows] - demand.memory_mib, rows)
+                model, left, state.cpu_free[rows] - demand.cpu_milli, state.mem_free[rows] - demand.memory_mib, rows,
+                self.sliver_scarcity)
         return delta
 
     def _share_key(self, state: NodeState, demand: PodDemand, candidates: IntArray, choice: IntArray,

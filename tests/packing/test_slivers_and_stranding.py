@@ -12,7 +12,7 @@ from gpupolicy.fragmentation import FragModel
 from gpupolicy.kubeonpolicy import KubeonPolicy
 from gpupolicy.packing import decide, get_policy
 from gpupolicy.placement import PackingContext
-from gpupolicy.slivers import sliver_waste, waste_table
+from gpupolicy.slivers import plentiful, sliver_waste, waste_table
 from gpupolicy.stranding import FeedRate, stranding_relief
 from gpupolicy.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
@@ -53,6 +53,32 @@ def test_kubeon_leaves_the_slice_a_typical_pod_fills_where_fgd_takes_a_fresh_gpu
     assert state.names[fgd.node] == "C" and fgd.scores.tolist() == [49.0, 50.0]
     assert state.names[without.node] == "C"
     assert state.names[kubeon.node] == "A" and kubeon.scores.tolist() == [49.0, 48.0]
+
+
+def test_a_filler_rarer_than_the_slices_waiting_for_it_is_scarce() -> None:
+    # openb default: 810m pods (13.9% of pods) leave 190m, which 160m pods (0.7%) fill best;
+    # 590m and 550m pods (1.9%) leave 410m / 450m, which 370m pods (0.58%) fill best (the rest
+    # spill to 320m); 650m pods (3.05%) leave 350m for 320m pods (3.9%): enough. Pods of <= 500m
+    # wait for nobody (470m + 470m).
+    sizes = (160, 320, 370, 470, 550, 590, 650, 810)
+    weights = (0.007, 0.039, 0.0058, 0.096, 0.0093, 0.0097, 0.0305, 0.139)
+    kept = dict(zip(sizes, plentiful(sizes, weights, 0.4), strict=True))
+    assert [s for s, ok in kept.items() if not ok] == [160, 370]
+    assert all(plentiful(sizes, weights, 0.0))  # ratio 0: every size counts
+    # below 160m the 190m slices wait for 110m and 50m pods: scarce too
+    assert plentiful((50, 110, 160, 810), (0.01, 0.01, 0.01, 0.97), 0.4) == (False, False, False, True)
+
+
+def test_a_slice_only_scarce_fillers_fit_is_waste() -> None:
+    # Six 810m pods for one 160m and three 320m: a 470m + 320m GPU's 210m would hold a 160m pod,
+    # but 160m pods are spoken for by the 190m slices beside 810m pods.
+    mix = TypicalMix.from_pods([make_pod(1, milli=810)] * 6 + [make_pod(1, milli=320)] * 3
+                               + [make_pod(1, milli=160)])
+    state = make_state([("n", 64000, 65536, [1000], "A100")])
+    model = FragModel(state, mix, use_memory=True)
+    args = (np.array([210, 680]), np.array([60000, 60000]), np.array([60000, 60000]), np.array([0, 0]))
+    assert sliver_waste(model, *args).tolist() == [50.0, 40.0]  # 160; 320 + 320 (or 320 + 160 + 160)
+    assert sliver_waste(model, *args, scarcity=0.4).tolist() == [210.0, 40.0]  # 320 + 320 only
 
 
 def test_feed_rate_strands_the_gpus_free_cpu_cannot_feed() -> None:
