@@ -53,11 +53,11 @@ def plentiful(sizes: tuple[int, ...], weights: tuple[float, ...], ratio: float) 
     largest size that fits it; once that size's pods are all spoken for, for
     the next smaller one. Slices are served smallest first (they have the
     fewest fillers). Pods of 500m or less are left out: their slices hold
-    another pod like them. On openb's default trace 810m pods (14% of pods) leave 190m
-    that 160m pods (0.7%) fill: counting 160m as a filler calls a (470m +
-    320m) GPU's 210m "filled" when almost every 160m pod is long gone into an
-    810m slice. Below 160m the same slices wait for 110m and 50m pods (where
-    a mix has them), so those are scarce too.
+    another pod like them. On openb's default trace 810m pods (14% of pods)
+    leave 190m that 160m pods (0.7%) fill: counting 160m as a filler calls a
+    (470m + 320m) GPU's 210m "filled" when almost every 160m pod is long gone
+    into an 810m slice. Below 160m the same slices wait for 110m and 50m pods
+    (where a mix has them), so those are scarce too.
     """
     left = list(weights)  # pods of each size not yet spoken for
     wanted = [0.0] * len(sizes)
