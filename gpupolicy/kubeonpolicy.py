@@ -55,7 +55,7 @@ import numpy as np
 from gpupolicy.fragmentation import FragModel, best_per_node, frag_model, sigmoid_score
 from gpupolicy.nodemodel import MILLI, IntArray, NodeState, PodDemand
 from gpupolicy.placement import FloatArray, PackingContext, Scored, best_fit_gpu
-from gpupolicy.slivers import sliver_waste
+from gpupolicy.slivers import filler_types, sliver_waste
 from gpupolicy.stranding import FeedRate, stranding_relief
 from gpupolicy.typicalmix import TypicalMix
 
@@ -196,10 +196,14 @@ class KubeonPolicy:
                 ctx.caches["kubeon-feed"] = cached
             delta = delta + weight * stranding_relief(state, demand, rows, cached[1])
         if self.sliver_weight and demand.is_sharing:
+            fillers = ctx.caches.get("kubeon-fillers")
+            if fillers is None or fillers[0] is not model:
+                fillers = (model, filler_types(model, self.sliver_scarcity))
+                ctx.caches["kubeon-fillers"] = fillers
             left = state.gpu_free[rows, gpu] - demand.gpu_milli
             delta = delta - self.sliver_weight * sliver_waste(
                 model, left, state.cpu_free[rows] - demand.cpu_milli, state.mem_free[rows] - demand.memory_mib, rows,
-                self.sliver_scarcity)
+                fillers[1])
         return delta
 
     def _share_key(self, state: NodeState, demand: PodDemand, candidates: IntArray, choice: IntArray,

@@ -87,12 +87,13 @@ def filler_types(model: FragModel, scarcity: float) -> IntArray:
 
 
 def sliver_waste(model: FragModel, left: IntArray, cpu_left: IntArray, mem_left: IntArray,
-                 nodes: IntArray, scarcity: float = 0.0) -> FloatArray:
+                 nodes: IntArray, fillers: IntArray | None = None) -> FloatArray:
     """Waste of a slice of `left` milli on each of `nodes` with `cpu_left` / `mem_left` free after the pod.
 
-    `scarcity` > 0 leaves out the filler sizes that `plentiful` finds scarce.
+    `fillers`: the typical types that may fill it (`filler_types`; default
+    every sharing type). A caller keeps them per mix: this runs per decision.
     """
-    share = filler_types(model, scarcity)  # typical sharing types
+    share = filler_types(model, 0.0) if fillers is None else fillers
     idx = np.clip(left, 0, MILLI)
     if share.size == 0:
         return idx.astype(np.float64)

@@ -12,7 +12,7 @@ from gpupolicy.fragmentation import FragModel
 from gpupolicy.kubeonpolicy import KubeonPolicy
 from gpupolicy.packing import decide, get_policy
 from gpupolicy.placement import PackingContext
-from gpupolicy.slivers import plentiful, sliver_waste, waste_table
+from gpupolicy.slivers import filler_types, plentiful, sliver_waste, waste_table
 from gpupolicy.stranding import FeedRate, stranding_relief
 from gpupolicy.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
@@ -78,7 +78,7 @@ def test_a_slice_only_scarce_fillers_fit_is_waste() -> None:
     model = FragModel(state, mix, use_memory=True)
     args = (np.array([210, 680]), np.array([60000, 60000]), np.array([60000, 60000]), np.array([0, 0]))
     assert sliver_waste(model, *args).tolist() == [50.0, 40.0]  # 160; 320 + 320 (or 320 + 160 + 160)
-    assert sliver_waste(model, *args, scarcity=0.4).tolist() == [210.0, 40.0]  # 320 + 320 only
+    assert sliver_waste(model, *args, filler_types(model, 0.4)).tolist() == [210.0, 40.0]  # 320 + 320 only
 
 
 def test_feed_rate_strands_the_gpus_free_cpu_cannot_feed() -> None:
