@@ -53,6 +53,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupolicy.fragmentation import FragModel, best_per_node, frag_model, sigmoid_score
+from gpupolicy.modelpressure import model_pressure
 from gpupolicy.nodemodel import MILLI, IntArray, NodeState, PodDemand
 from gpupolicy.placement import FloatArray, PackingContext, Scored, best_fit_gpu
 from gpupolicy.slivers import filler_types, sliver_waste
@@ -93,7 +94,8 @@ class KubeonPolicy:
     share_mode: str = "fgd"  # sharing pods: fgd | bestfit (cluster-wide best-fit GPU) | fgd+bestfit (tie-break)
     stranding_weight: float = 1.0  # whole-GPU pods: weight of the GPU milli they strand (gpupolicy/stranding.py)
     share_stranding_weight: float = 8.0  # sharing pods: the same weight (they ask most CPU per GPU milli)
-    sliver_weight: float = 1.0  # sharing pods: weight of the slice they leave that nothing can fill (slivers.py)
+    sliver_weight: float = 3.0  # sharing pods: weight of the slice they leave that nothing can fill (slivers.py)
+    reserve_weight: float = 0.3  # unrestricted GPU pods: weight of the pressure on a model (modelpressure.py)
     sliver_scarcity: float = 0.4  # filler sizes rarer than this x the slices they fill do not count (0: all)
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
@@ -195,6 +197,12 @@ class KubeonPolicy:
                 cached = (mix, FeedRate.of(mix, use_memory=self.memory))
                 ctx.caches["kubeon-feed"] = cached
             delta = delta + weight * stranding_relief(state, demand, rows, cached[1])
+        if self.reserve_weight and demand.needs_gpu and demand.allowed_models is None and mix is not None:
+            cached = ctx.caches.get("kubeon-pressure")
+            if cached is None or cached[0] is not mix:
+                cached = (mix, model_pressure(state, mix))
+                ctx.caches["kubeon-pressure"] = cached
+            delta = delta - self.reserve_weight * demand.gpu_total_milli * cached[1][state.model_idx[rows]]
         if self.sliver_weight and demand.is_sharing:
             fillers = ctx.caches.get("kubeon-fillers")
             if fillers is None or fillers[0] is not model:

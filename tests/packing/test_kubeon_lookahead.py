@@ -24,6 +24,9 @@ def test_kubeon_keeps_rare_model_restricted_types_and_spares_their_gpus() -> Non
     # With the V100-only type kept, B's free GPUs are all fragment for it (it cannot run on a
     # T4), so taking one of B's lowers F by 1000/21: score int(100*sigmoid(0.048)) = 51 on B
     # against 50 on A. kubeon takes B and leaves the V100s to the pod that can only use them.
+    # (Its model pressure agrees: the V100 type wants 1000/21 from 2 V100 GPUs, 23.8 per GPU,
+    # against the mix's 1000 over 4 GPUs, 250 per GPU: pressure 0.095, and A's change loses
+    # 0.3 x 1000 x 0.095 = 29: 49.)
     mix = [make_pod(gpus=1, cpu=0, name=f"u{i}") for i in range(20)] + [make_pod(gpus=1, cpu=0, spec="V100")]
     state = make_state([("A", 8000, 8192, [1000, 1000], "V100"), ("B", 8000, 8192, [1000, 1000], "T4")])
     pod = make_pod(gpus=1)
@@ -32,7 +35,7 @@ def test_kubeon_keeps_rare_model_restricted_types_and_spares_their_gpus() -> Non
     old = decide(state, pod, KubeonPolicy(spec_types=False), PackingContext(mix=full))
     new = decide(state, pod, get_policy("kubeon"), PackingContext(mix=full))
     assert state.names[old.node] == "A" and old.scores.tolist() == [50.0, 50.0]
-    assert state.names[new.node] == "B" and new.scores.tolist() == [50.0, 51.0]
+    assert state.names[new.node] == "B" and new.scores.tolist() == [49.0, 51.0]
 
 
 def test_modular_fragment_counts_what_one_type_leaves_unfilled() -> None:

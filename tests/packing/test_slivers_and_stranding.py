@@ -43,7 +43,8 @@ def test_kubeon_leaves_the_slice_a_typical_pod_fills_where_fgd_takes_a_fresh_gpu
     # Mix: nine 320m pods for one 470m pod. A 470m pod on A (790m free) leaves 320m: exactly one
     # 320m pod, waste 0; FGD counts it as fragment for the 470m type only: delta -0.1 x 320 = -32,
     # score int(100 sigmoid(-0.032)) = 49. On C (fresh GPU) it leaves 530m: FGD sees no fragment
-    # (score 50) but 320 + 320 does not fit, so 470 is the best fill: 60m waste, 49 - 1 = 48.
+    # (score 50) but 320 + 320 does not fit, so 470 is the best fill: 60m waste x weight 3,
+    # int(100 sigmoid(-0.18)) = 45.
     mix = TypicalMix.from_pods([make_pod(1, milli=320)] * 9 + [make_pod(1, milli=470)])
     state = make_state([("A", 64000, 65536, [790], "A100"), ("C", 64000, 65536, [1000], "A100")])
     pod = make_pod(1, milli=470)
@@ -52,7 +53,7 @@ def test_kubeon_leaves_the_slice_a_typical_pod_fills_where_fgd_takes_a_fresh_gpu
     without = decide(state, pod, KubeonPolicy(sliver_weight=0.0), PackingContext(mix=mix))
     assert state.names[fgd.node] == "C" and fgd.scores.tolist() == [49.0, 50.0]
     assert state.names[without.node] == "C"
-    assert state.names[kubeon.node] == "A" and kubeon.scores.tolist() == [49.0, 48.0]
+    assert state.names[kubeon.node] == "A" and kubeon.scores.tolist() == [49.0, 45.0]
 
 
 def test_a_filler_rarer_than_the_slices_waiting_for_it_is_scarce() -> None:

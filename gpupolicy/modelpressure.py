@@ -1,0 +1,39 @@
+"""How much of each GPU model the model-restricted pods of the mix will want. Pure.
+
+A pod restricted to P100 GPUs can run on a few nodes only; a pod that any
+GPU will do can run anywhere. FGD keeps the restricted types in its mix, but
+a fragment counts free GPU, not whose GPU it is: on openb's gpuspec20 trace
+the replay ends with G2 GPUs free (no restricted type wants them) while
+pods restricted to P100, V100 and G3 fail, because unrestricted pods took
+those GPUs first.
+
+`model_pressure(m)` = the GPU milli that restricted types want from model m
+(each type's demand spread over its allowed models by their GPU count)
+per GPU of m, divided by the mix's whole GPU demand per GPU of the cluster:
+0 where no restricted type asks for m, 1 where restricted pods alone would
+take m's fair share. KubeonPolicy takes `weight x pressure x the pod's GPU
+milli` off an unrestricted GPU pod's fragment change. One number per model,
+so nodes of one model keep their ties and FGD's fixed-order packing; a mix
+without restricted types changes nothing.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from gpupolicy.nodemodel import NodeState
+from gpupolicy.placement import FloatArray
+from gpupolicy.typicalmix import TypicalMix
+
+
+def model_pressure(state: NodeState, mix: TypicalMix) -> FloatArray:
+    """Per GPU model of `state`: restricted types' demand per GPU of the model, against the mix's per GPU."""
+    caps = np.bincount(state.model_idx, weights=state.gpu_count, minlength=len(state.models)).astype(np.float64)
+    demand = mix.weight * mix.gpu_milli * np.maximum(mix.num_gpu, 1)  # (M,), 0 for CPU-only types
+    restricted = np.array([a is not None for a in mix.allowed], dtype=bool) & (mix.gpu_milli > 0)
+    spread = mix.allowed_matrix(state.models)[restricted] * caps[None, :]  # (restricted, models)
+    spread /= np.maximum(spread.sum(axis=1, keepdims=True), 1e-9)
+    wanted = demand[restricted] @ spread  # (models,)
+    overall = demand.sum() / max(float(caps.sum()), 1.0)
+    out: FloatArray = wanted / np.maximum(caps, 1e-9) / max(overall, 1e-12)
+    return out
