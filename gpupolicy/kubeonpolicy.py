@@ -32,14 +32,17 @@ ablations can be re-run (`KubeonPolicy(memory=False, ...)`):
   mix's rate. Zero on nodes that are not short, so ties survive; heaviest
   for sharing pods, which ask the most CPU per GPU milli; off for CPU-only
   pods (cpu250 loses);
-- `sliver_weight=1.0`, `sliver_scarcity=0.4` (gpupolicy/slivers.py): a
-  sharing pod's change loses the part of the slice it leaves that no sum of
-  typical sharing sizes the node can still host would fill, counting only
-  filler sizes that are not scarce (pods at least 0.4x as common as the
+- `sliver_weight=3.0`, `sliver_scarcity=0.4` (gpupolicy/slivers.py): a
+  sharing pod's change loses 3x the part of the slice it leaves that no sum
+  of typical sharing sizes the node can still host would fill, counting
+  only filler sizes that are not scarce (pods at least 0.4x as common as the
   slices waiting for them: 160m pods are not, against 810m pods' 190m
-  slices). The two terms gained +0.28 on the default trace over the
-  second-round default, the scarcity rule another +0.07 (docs/designs/packing.md,
-  third and fourth rounds).
+  slices);
+- `reserve_weight=0.3` (gpupolicy/modelpressure.py): an unrestricted GPU
+  pod's change loses 0.3 x its GPU milli x the pressure model-restricted
+  types put on the node's GPU model (0 where no pod is restricted).
+  The fourth round (scarcity, weight 3, pressure) gained +0.16 on the
+  default trace (96.13) and +1.42 on gpuspec20 (docs/designs/packing.md).
 Ablation knobs that lost (docs/designs/packing.md): `modular` (look-ahead
 fragment: what a GPU keeps free once filled with pods of one type),
 `share_tiebreak` (tightest GPU or least modular growth among ties),
