@@ -189,7 +189,7 @@ class KubeonPolicy:
 
     def _refined_delta(self, state: NodeState, demand: PodDemand, candidates: IntArray, pos: IntArray, gpu: IntArray,
                        model: FragModel, mix: TypicalMix | None, ctx: PackingContext, delta: FloatArray) -> FloatArray:
-        """FGD's fragment change plus the stranding relief and minus the sliver waste, before rounding."""
+        """FGD's fragment change plus the stranding relief, minus the model pressure and the sliver waste, unrounded."""
         weight = 0.0  # CPU-only pods: the term would push them onto GPU-poor nodes (cpu250 loses)
         if demand.needs_gpu:
             weight = self.share_stranding_weight if demand.is_sharing else self.stranding_weight
@@ -201,11 +201,11 @@ class KubeonPolicy:
                 ctx.caches["kubeon-feed"] = cached
             delta = delta + weight * stranding_relief(state, demand, rows, cached[1])
         if self.reserve_weight and demand.needs_gpu and demand.allowed_models is None and mix is not None:
-            cached = ctx.caches.get("kubeon-pressure")
-            if cached is None or cached[0] is not mix:
-                cached = (mix, model_pressure(state, mix))
-                ctx.caches["kubeon-pressure"] = cached
-            delta = delta - self.reserve_weight * demand.gpu_total_milli * cached[1][state.model_idx[rows]]
+            pressure = ctx.caches.get("kubeon-pressure")
+            if pressure is None or pressure[0] is not mix or pressure[1] is not state or pressure[2] != state.models:
+                pressure = (mix, state, state.models, model_pressure(state, mix))
+                ctx.caches["kubeon-pressure"] = pressure
+            delta = delta - self.reserve_weight * demand.gpu_total_milli * pressure[3][state.model_idx[rows]]
         if self.sliver_weight and demand.is_sharing:
             fillers = ctx.caches.get("kubeon-fillers")
             if fillers is None or fillers[0] is not model:
