@@ -275,11 +275,9 @@ class FgdPolicy:
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
         if ctx.mix is None:
             raise ValueError("this policy needs a typical pod mix (PackingContext.mix)")
-        cached = ctx.caches.get("fgd-mix")
-        if cached is None or cached[0] is not ctx.mix:
-            cached = (ctx.mix, ctx.mix.truncated(self.coverage))
-            ctx.caches["fgd-mix"] = cached
-        model = frag_model(state, ctx, cached[1])
+        mix = ctx.mix
+        cut = ctx.derived(f"fgd-mix-{self.coverage}", (mix,), lambda: mix.truncated(self.coverage))
+        model = frag_model(state, ctx, cut)
         f_after, pos, gpu = model.after(demand, candidates)
         delta = model.frag[candidates][pos] - f_after
         value = delta if self.exact else sigmoid_score(delta)

@@ -104,25 +104,10 @@ class KubeonPolicy:
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
         mix = ctx.mix
         if mix is not None and (self.mix_power or self.coverage < 1.0):
-            cached = ctx.caches.get("kubeon-mix")
-            if cached is None or cached[0] is not mix:
-                derived = mix
-                if self.coverage < 1.0:
-                    keep = np.arange(len(mix)) < mix.prefix_for(self.coverage)
-                    if self.all_gpu_types:
-                        keep |= mix.gpu_milli > 0
-                    if self.spec_types:
-                        keep |= np.array([a is not None for a in mix.allowed], dtype=bool)
-                    if self.single_types:
-                        keep |= mix.num_gpu <= 1
-                    if self.share_types:
-                        keep |= (mix.gpu_milli > 0) & (mix.gpu_milli < MILLI)
-                    derived = mix.select(keep)
-                if self.mix_power:
-                    derived = gpu_weighted(derived, self.mix_power)
-                cached = (mix, derived)
-                ctx.caches["kubeon-mix"] = cached
-            mix = cached[1]
+            full = mix
+            knobs = (self.coverage, self.all_gpu_types, self.spec_types, self.single_types, self.share_types,
+                     self.mix_power)
+            mix = ctx.derived(f"kubeon-mix-{knobs}", (full,), lambda: self._cut_mix(full))
         model = frag_model(state, ctx, mix, key="kubeon-frag", use_memory=self.memory, copies=self.copies,
                            modular=self.modular, copies_weight=self.copies_weight)
         f_after, pos, gpu = model.after(demand, candidates)
@@ -187,6 +172,23 @@ class KubeonPolicy:
                     tiebreak = tiebreak * 1e9 + exact
         return Scored(scores=scores, gpu=choice, tiebreak=tiebreak)
 
+    def _cut_mix(self, mix: TypicalMix) -> TypicalMix:
+        """The typical types this policy scores against (`coverage` and the keep-knobs), re-weighted by `mix_power`."""
+        if self.coverage < 1.0:
+            keep = np.arange(len(mix)) < mix.prefix_for(self.coverage)
+            if self.all_gpu_types:
+                keep |= mix.gpu_milli > 0
+            if self.spec_types:
+                keep |= np.array([a is not None for a in mix.allowed], dtype=bool)
+            if self.single_types:
+                keep |= mix.num_gpu <= 1
+            if self.share_types:
+                keep |= (mix.gpu_milli > 0) & (mix.gpu_milli < MILLI)
+            mix = mix.select(keep)
+        if self.mix_power:
+            mix = gpu_weighted(mix, self.mix_power)
+        return mix
+
     def _refined_delta(self, state: NodeState, demand: PodDemand, candidates: IntArray, pos: IntArray, gpu: IntArray,
                        model: FragModel, mix: TypicalMix | None, ctx: PackingContext, delta: FloatArray) -> FloatArray:
         """FGD's fragment change plus the stranding relief, minus the model pressure and the sliver waste, unrounded."""
@@ -195,26 +197,18 @@ class KubeonPolicy:
             weight = self.share_stranding_weight if demand.is_sharing else self.stranding_weight
         rows = candidates[pos]
         if weight and mix is not None:
-            cached = ctx.caches.get("kubeon-feed")
-            if cached is None or cached[0] is not mix:
-                cached = (mix, FeedRate.of(mix, use_memory=self.memory))
-                ctx.caches["kubeon-feed"] = cached
-            delta = delta + weight * stranding_relief(state, demand, rows, cached[1])
+            rate = ctx.derived(f"kubeon-feed-{self.memory}", (mix,), lambda: FeedRate.of(mix, use_memory=self.memory))
+            delta = delta + weight * stranding_relief(state, demand, rows, rate)
         if self.reserve_weight and demand.needs_gpu and demand.allowed_models is None and mix is not None:
-            pressure = ctx.caches.get("kubeon-pressure")
-            if pressure is None or pressure[0] is not mix or pressure[1] is not state or pressure[2] != state.models:
-                pressure = (mix, state, state.models, model_pressure(state, mix))
-                ctx.caches["kubeon-pressure"] = pressure
-            delta = delta - self.reserve_weight * demand.gpu_total_milli * pressure[3][state.model_idx[rows]]
+            pressure = ctx.derived("kubeon-pressure", (mix, state, state.models), lambda: model_pressure(state, mix))
+            delta = delta - self.reserve_weight * demand.gpu_total_milli * pressure[state.model_idx[rows]]
         if self.sliver_weight and demand.is_sharing:
-            fillers = ctx.caches.get("kubeon-fillers")
-            if fillers is None or fillers[0] is not model:
-                fillers = (model, filler_types(model, self.sliver_scarcity))
-                ctx.caches["kubeon-fillers"] = fillers
+            fillers = ctx.derived(f"kubeon-fillers-{self.sliver_scarcity}", (model,),
+                                  lambda: filler_types(model, self.sliver_scarcity))
             left = state.gpu_free[rows, gpu] - demand.gpu_milli
             delta = delta - self.sliver_weight * sliver_waste(
                 model, left, state.cpu_free[rows] - demand.cpu_milli, state.mem_free[rows] - demand.memory_mib, rows,
-                fillers[1])
+                fillers)
         return delta
 
     def _share_key(self, state: NodeState, demand: PodDemand, candidates: IntArray, choice: IntArray,

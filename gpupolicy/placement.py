@@ -13,10 +13,10 @@ dry-run, logs) explain decisions with the same words.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -152,6 +152,9 @@ class Scored:
     tiebreak: FloatArray | None = None
 
 
+T = TypeVar("T")
+
+
 @dataclass
 class PackingContext:
     """What a policy may read besides the state: the typical mix, randomness, tie order, caches.
@@ -167,6 +170,22 @@ class PackingContext:
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     tie_rank: IntArray | None = None
     caches: dict[str, Any] = field(default_factory=dict)
+
+    def derived(self, key: str, inputs: tuple[object, ...], build: Callable[[], T]) -> T:
+        """`build()`'s value, kept under `key` until one of `inputs` is another object.
+
+        For what a policy works out once per mix or state (a cut mix, feed
+        rates, per-model pressure): a decision must not redo it, and a new
+        mix or state must not see an old one. Knobs the value depends on go in
+        `key`.
+        """
+        entry = self.caches.get(key)
+        if (entry is None or len(entry[0]) != len(inputs)
+                or any(a is not b for a, b in zip(entry[0], inputs, strict=True))):
+            entry = (inputs, build())
+            self.caches[key] = entry
+        value: T = entry[1]
+        return value
 
     def rank(self, state: NodeState) -> IntArray:
         if self.tie_rank is None or len(self.tie_rank) != len(state):

@@ -50,3 +50,12 @@ def test_an_unrestricted_pod_leaves_the_gpus_restricted_pods_need() -> None:
 def test_a_mix_without_restricted_types_puts_no_pressure_anywhere() -> None:
     mix = TypicalMix.from_pods([make_pod(1), make_pod(1, milli=500)])
     assert model_pressure(two_models(), mix).tolist() == [0.0, 0.0]
+
+
+def test_context_keeps_a_derived_value_until_an_input_is_another_object() -> None:
+    ctx = PackingContext()
+    builds: list[int] = []
+    first, second = two_models(), two_models()
+    for state in (first, first, second, first):
+        ctx.derived("pressure", (MIX, state), lambda: builds.append(1) or len(builds))
+    assert len(builds) == 3  # first, second, first again: the equal twin still counts as new
