@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpupolicy.packing import POLICIES
+from gpupolicy.packing.engine import POLICIES
 from simulator.replay import replay
 from simulator.trace import load_nodes, load_pods
 

@@ -20,10 +20,10 @@ from typing import Any
 
 import yaml
 
-import gpupolicy.dryrun
-from gpupolicy.admission import AdmissionResult
+import gpupolicy.admission.dryrun
+from gpupolicy.admission.dryrun import DryRunError, dry_run, parse_policies
+from gpupolicy.admission.mutate import AdmissionResult
 from gpupolicy.cluster import ClusterView, node_from_object
-from gpupolicy.dryrun import DryRunError, dry_run, parse_policies
 from gpupolicy.model import Mode
 
 EXAMPLE_FILES = ("policies.yaml", "nodes.yaml", "workloads.yaml")
@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         inputs = Inputs()
         if args.example:
-            folder = Path(gpupolicy.dryrun.__file__).parent / "examples"  # works for namespace installs too
+            folder = Path(gpupolicy.admission.dryrun.__file__).parent.parent / "examples"
             for name in EXAMPLE_FILES:
                 inputs.add(_documents((folder / name).read_text(encoding="utf-8"), f"example {name}"), name)
         elif not args.filename:

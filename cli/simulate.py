@@ -11,7 +11,7 @@ import csv
 import json
 import sys
 
-from gpupolicy.packing import DEFAULT_POLICY, POLICIES, UnknownPolicyError
+from gpupolicy.packing.engine import DEFAULT_POLICY, POLICIES, UnknownPolicyError
 from simulator.replay import ReplayResult, replay
 from simulator.trace import TraceError, load_nodes, load_pods
 

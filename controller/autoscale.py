@@ -2,7 +2,7 @@
 
 For every workload a ScaleToZero policy with `autoscale` matches (same
 matching and the same one-policy-per-workload rule as scale to zero), the
-desired ScaledObject comes from gpupolicy/autoscale.py. Then, by mode:
+desired ScaledObject comes from gpupolicy/scaling/autoscale.py. Then, by mode:
 - Recommend: the object is the proposal (its JSON in the reason); nothing written.
 - Approve: created/updated only for targets listed in spec.approvals.
 - Automatic: created when missing, patched when its spec or our labels differ.
@@ -23,10 +23,10 @@ import logging
 
 from controller.context import ControllerContext
 from controller.scaletozero import matched_targets
-from gpupolicy import autoscale as core
-from gpupolicy.effective_mode import effective_mode
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind, Proposal, ProposalState
+from gpupolicy.modes import effective_mode
 from gpupolicy.proposals import TargetRef, decide_state, is_approved, make_proposal
+from gpupolicy.scaling import autoscale as core
 from kube import scale as kscale
 from kube.workloads import list_workloads
 

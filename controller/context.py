@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING, Protocol
 
 import kubernetes.client
 
-from gpupolicy.metrics import Sample, Series
 from gpupolicy.model import Mode
+from gpupolicy.scaling.metrics import Sample, Series
 
 if TYPE_CHECKING:
     from controller.policies import PolicyStore

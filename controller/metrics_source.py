@@ -13,7 +13,7 @@ The functions below it ask the questions scale to zero needs, against any
 - `wake_value`: the wake query's value (sum over its result vector).
 
 Series are found by `namespace` and a `pod` name regex of the workload's
-pods (gpupolicy/autoscale.py), as dcgm-exporter labels them in Kubernetes
+pods (gpupolicy/scaling/autoscale.py), as dcgm-exporter labels them in Kubernetes
 mode. MIG slices report `DCGM_FI_PROF_GR_ENGINE_ACTIVE` (0..1) instead of
 `DCGM_FI_DEV_GPU_UTIL`; the query takes both. The node label is `Hostname`
 on older exporters and `hostname` on newer ones: `gpu_host` reads either.
@@ -30,8 +30,8 @@ from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
 from controller.context import MetricsSource
-from gpupolicy.autoscale import workload_max_utilization_query
-from gpupolicy.metrics import Sample, Series
+from gpupolicy.scaling.autoscale import workload_max_utilization_query
+from gpupolicy.scaling.metrics import Sample, Series
 
 HOST_LABELS = ("Hostname", "hostname")
 MAX_POINTS = 10_000  # Prometheus refuses > 11,000 points per series

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from gpupolicy.effective_mode import effective_mode
 from gpupolicy.model import Condition, GpuPolicy, GpuPolicyStatus, Mode, PolicyKind, Proposal, parse_policy
+from gpupolicy.modes import effective_mode
 from kube.policies import list_policies, write_status
 
 if TYPE_CHECKING:

@@ -4,7 +4,7 @@ Per pass, for each valid sharing policy (highest priority first; a workload
 is claimed by the first policy that matches it): find the Deployments and
 StatefulSets whose pod template asks `nvidia.com/gpu: 1` and matches the
 policy's selector, read their GPU memory and utilisation history from the
-metrics source, size them with the pure core (gpupolicy/rightsizing.py) and
+metrics source, size them with the pure core (gpupolicy/scaling/rightsizing.py) and
 publish the proposals into the policy's status.
 
 Applying (Approve with the target in spec.approvals, or Automatic): the
@@ -34,9 +34,9 @@ from kubernetes.client.exceptions import ApiException
 from controller.context import ControllerContext
 from controller.workload_access import sync_write_access
 from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, PRODUCT_LABEL, Catalog
-from gpupolicy.effective_mode import effective_mode
 from gpupolicy.matching import selector_matches
 from gpupolicy.model import Condition, GpuPolicy, Mode, PolicyKind, Proposal, ProposalState, Rollout
+from gpupolicy.modes import effective_mode
 from gpupolicy.proposals import (
     UNDO_ANNOTATION,
     TargetRef,
@@ -46,7 +46,7 @@ from gpupolicy.proposals import (
     read_undo,
     with_undo,
 )
-from gpupolicy.rightsizing import (
+from gpupolicy.scaling.rightsizing import (
     Sizing,
     Usage,
     Workload,

@@ -9,7 +9,7 @@ workload belongs to the first policy that matches it):
    `rollout: Restart`); Recommend policies get none, since they never write.
 2. Workloads: Deployments and StatefulSets in `scaleToZero.namespaces`
    matching `workloadSelector`. For each, the pure core
-   (gpupolicy/scaletozero.py) decides from the replicas, annotations, its
+   (gpupolicy/scaling/scaletozero.py) decides from the replicas, annotations, its
    KEDA ScaledObject (if any), its GPU utilisation over `idleFor` and the
    wake query.
 3. Mode gating (gpupolicy/proposals.py): Recommend publishes proposals and
@@ -42,11 +42,11 @@ from kubernetes.client.rest import ApiException
 from controller.context import ControllerContext
 from controller.metrics_source import MetricsError, wake_value, workload_utilization
 from controller.workload_access import DEFAULT_SERVICE_ACCOUNT, sync_write_access
-from gpupolicy import scaletozero as core
-from gpupolicy.effective_mode import effective_mode
 from gpupolicy.matching import label_selector_matches
 from gpupolicy.model import Condition, GpuPolicy, Mode, PolicyKind, Proposal, ProposalState, ScaleToZeroSpec
+from gpupolicy.modes import effective_mode
 from gpupolicy.proposals import TargetRef, decide_state, is_approved, make_proposal, with_undo
+from gpupolicy.scaling import scaletozero as core
 from kube import scale as kscale
 from kube.workloads import Conflict, NotFound, list_workloads, patch_workload
 

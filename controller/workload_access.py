@@ -25,8 +25,8 @@ import logging
 from collections.abc import Iterable
 
 from controller.context import ControllerContext
-from gpupolicy.effective_mode import effective_mode
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind, Rollout
+from gpupolicy.modes import effective_mode
 from kube import scale as kscale
 
 log = logging.getLogger(__name__)

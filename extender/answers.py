@@ -36,7 +36,7 @@ import numpy as np
 import numpy.typing as npt
 import orjson
 
-from gpupolicy.placement import REASON_BY_CODE, RejectReason
+from gpupolicy.packing.placement import REASON_BY_CODE, RejectReason
 
 ObjArray = npt.NDArray[np.object_]
 UNKNOWN = -1  # reason code of a name the model does not know; REASONS[UNKNOWN] is its message

@@ -29,7 +29,7 @@ from prometheus_client import CollectorRegistry, Counter
 from extender.argsreader import ArgsReader
 from extender.service import ExtenderService
 from extender.wire import ArgsError, filter_error, filter_result, parse_args
-from gpupolicy.kubemodel import ObjectError
+from gpupolicy.packing.kubemodel import ObjectError
 from serving.http import HttpError, install_error_handlers, json_error, read_body
 from serving.metrics import instrument
 

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from gpupolicy.kubemodel import (
+from gpupolicy.packing.kubemodel import (
     FINISHED_PHASES,
     ObjectError,
     demand_from_pod,
@@ -44,9 +44,9 @@ from gpupolicy.kubemodel import (
     node_spec,
     occupy,
 )
-from gpupolicy.nodemodel import NodeSpec, NodeState, PodDemand
-from gpupolicy.placement import PackingContext
-from gpupolicy.typicalmix import OnlineMix, TypicalMix
+from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
+from gpupolicy.packing.placement import PackingContext
+from gpupolicy.packing.typicalmix import OnlineMix, TypicalMix
 
 log = logging.getLogger(__name__)
 

@@ -27,7 +27,7 @@ from typing import Any
 from flask import Flask
 
 from gpupolicy.model import Mode
-from gpupolicy.packing import DEFAULT_POLICY, POLICIES
+from gpupolicy.packing.engine import DEFAULT_POLICY, POLICIES
 
 log = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from itertools import repeat
 import numpy as np
 import numpy.typing as npt
 
-from gpupolicy.nodemodel import IntArray, NodeState
+from gpupolicy.packing.nodemodel import IntArray, NodeState
 
 UNKNOWN_ROW = -1  # a name the state does not know
 

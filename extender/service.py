@@ -30,11 +30,11 @@ from extender.answers import REASONS, UNKNOWN, AnswerWriter
 from extender.cache import ClusterCache
 from extender.nodenames import NodeNameRows
 from extender.watch import ViewSource
-from gpupolicy.kubemodel import demand_from_pod
-from gpupolicy.nodemodel import BoolArray, IntArray, NodeState, PodDemand
-from gpupolicy.packing import DEFAULT_POLICY, Decision, decide, explain, get_policy
-from gpupolicy.placement import FitResult, fit
-from gpupolicy.scheduling import (
+from gpupolicy.packing.engine import DEFAULT_POLICY, Decision, decide, explain, get_policy
+from gpupolicy.packing.kubemodel import demand_from_pod
+from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
+from gpupolicy.packing.placement import FitResult, fit
+from gpupolicy.packing.scheduling import (
     Plan,
     constrain,
     extender_scores,

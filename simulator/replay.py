@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupolicy.nodemodel import NodeSpec, NodeState, PodDemand
-from gpupolicy.packing import commit, decide, get_policy
-from gpupolicy.placement import PackingContext, Policy
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.packing.engine import commit, decide, get_policy
+from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
+from gpupolicy.packing.placement import PackingContext, Policy
+from gpupolicy.packing.typicalmix import TypicalMix
 
 
 @dataclass(frozen=True)

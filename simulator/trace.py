@@ -11,7 +11,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
-from gpupolicy.nodemodel import NodeSpec, PodDemand, parse_gpu_spec
+from gpupolicy.packing.nodemodel import NodeSpec, PodDemand, parse_gpu_spec
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")

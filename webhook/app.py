@@ -21,8 +21,7 @@ from typing import Any
 from flask import Flask, Response
 from prometheus_client import CollectorRegistry
 
-from gpupolicy.admission import AdmissionResult, mutate_pod, validate_pod
-from gpupolicy.dryrun import (
+from gpupolicy.admission.dryrun import (
     TEMPLATE_PATHS,
     DryRunError,
     dry_run,
@@ -31,8 +30,9 @@ from gpupolicy.dryrun import (
     view_for_request,
     workload_warnings,
 )
+from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, validate_pod
+from gpupolicy.admission.validation import check_policy, kind_label_patch
 from gpupolicy.model import GROUP, KIND
-from gpupolicy.validation import check_policy, kind_label_patch
 from serving.http import install_error_handlers, json_error, read_body
 from serving.metrics import instrument
 from webhook.metrics import WebhookMetrics

@@ -24,8 +24,8 @@ from typing import Any
 import yaml
 from flask import Flask
 
+from gpupolicy.admission.dryrun import DryRunError, parse_policies
 from gpupolicy.cluster import ClusterView
-from gpupolicy.dryrun import DryRunError, parse_policies
 from gpupolicy.model import Mode
 from webhook.app import create_app
 from webhook.views import StaticView, ViewSource, WatchedView

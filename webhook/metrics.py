@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from prometheus_client import CollectorRegistry, Counter
 
-from gpupolicy.admission import Decision
+from gpupolicy.admission.mutate import Decision
 
 
 class WebhookMetrics:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 
-from gpupolicy.metrics import Sample, Series
+from gpupolicy.scaling.metrics import Sample, Series
 
 try:
     from tests.controller.conftest_scale import *  # noqa: F403

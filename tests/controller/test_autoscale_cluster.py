@@ -16,7 +16,7 @@ from kubernetes import client
 from controller.autoscale import AutoscaleReconciler
 from controller.loop import ReconcileRunner
 from controller.policies import PolicySync
-from gpupolicy import autoscale as core
+from gpupolicy.scaling import autoscale as core
 from kube import scale as kscale
 from tests.controller.conftest import make_deployment
 from tests.controller.conftest_scale import scale_context

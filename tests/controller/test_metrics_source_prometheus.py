@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 
 from controller.metrics_source import PrometheusMetricsSource, gpu_host, wake_value, workload_utilization
-from gpupolicy import scaletozero as core
+from gpupolicy.scaling import scaletozero as core
 from tests.promharness import DcgmExporter, PrometheusServer, constant, gpu_labels, replay
 
 UTIL = "DCGM_FI_DEV_GPU_UTIL"

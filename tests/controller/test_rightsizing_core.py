@@ -1,4 +1,4 @@
-"""Right-sizing math and proposal rules, pure (gpupolicy/rightsizing.py, proposals.py, effective_mode.py).
+"""Right-sizing math and proposal rules, pure (gpupolicy/scaling/rightsizing.py, proposals.py, effective_mode.py).
 
 Real: the catalog (real MIG memory), the sizing and state functions. Faked:
 nothing; metric series are built by hand (scripted memory peaks).
@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 
 from gpupolicy.catalog import DEFAULT_CATALOG, GIB
-from gpupolicy.effective_mode import effective_mode
-from gpupolicy.metrics import Series
 from gpupolicy.model import Mode, ProposalState, SharingSpec, parse_policy
+from gpupolicy.modes import effective_mode
 from gpupolicy.proposals import decide_state, is_approved, proposal_id, read_undo, with_undo
-from gpupolicy.rightsizing import (
+from gpupolicy.scaling.metrics import Series
+from gpupolicy.scaling.rightsizing import (
     Usage,
     Workload,
     coverage_gap,

@@ -26,7 +26,7 @@ import pytest
 from kubernetes import client
 
 from controller.scaletozero import CRASH_ENV, CRASH_EXIT_CODE
-from gpupolicy import scaletozero as core
+from gpupolicy.scaling import scaletozero as core
 from kube import scale as kscale
 from tests.controller.test_scale_to_zero_cluster import (
     NS,

@@ -1,4 +1,4 @@
-"""The pure scale-to-zero and autoscale decisions (gpupolicy/scaletozero.py, gpupolicy/autoscale.py).
+"""The pure scale-to-zero and autoscale decisions (gpupolicy/scaling/scaletozero.py, gpupolicy/scaling/autoscale.py).
 
 Real: the decision functions, the KEDA ScaledObject CRD's openAPIV3Schema
 (/work/shared/crds/keda.sh_scaledobjects.yaml) checked with jsonschema, the
@@ -14,9 +14,9 @@ import jsonschema
 import pytest
 import yaml
 
-from gpupolicy import autoscale
-from gpupolicy import scaletozero as core
 from gpupolicy.model import AutoscaleSpec, ScaleToZeroSpec
+from gpupolicy.scaling import autoscale
+from gpupolicy.scaling import scaletozero as core
 from tests.promharness import replay
 
 NOW = 1_800_000_000.0

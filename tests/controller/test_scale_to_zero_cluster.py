@@ -23,7 +23,7 @@ from kubernetes import client
 from controller.loop import ReconcileRunner
 from controller.policies import PolicySync
 from controller.scaletozero import ScaleToZeroReconciler
-from gpupolicy import scaletozero as core
+from gpupolicy.scaling import scaletozero as core
 from kube import scale as kscale
 from tests.controller.conftest import make_deployment
 from tests.controller.conftest_scale import scale_context

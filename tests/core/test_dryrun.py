@@ -1,6 +1,6 @@
 """Dry-run over Pods and workloads (core) and the `kubeon-gpu dry-run` CLI.
 
-Real: gpupolicy.dryrun, the CLI entry point (cli.main.main) run in-process on
+Real: gpupolicy.admission.dryrun, the CLI entry point (cli.main.main) run in-process on
 real YAML files in a temp directory, the embedded examples; patches applied
 with the `jsonpatch` library. Faked: nothing.
 """
@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from cli.main import main
-from gpupolicy.dryrun import DryRunError, dry_run, view_for_request
+from gpupolicy.admission.dryrun import DryRunError, dry_run, view_for_request
 from tests.core.builders import apply, make_pod, make_policy, make_view
 
 CONTAINER = {"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": "1"}}}

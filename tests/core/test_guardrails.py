@@ -1,10 +1,10 @@
-"""Pod guardrails (maxGpusPerPod, allowedGpuResources) in each mode: real gpupolicy.admission.validate_pod."""
+"""Pod guardrails (maxGpusPerPod, allowedGpuResources) in each mode: real gpupolicy.admission.mutate.validate_pod."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpupolicy.admission import Action, validate_pod
+from gpupolicy.admission.mutate import Action, validate_pod
 from tests.core.builders import make_pod, make_policy, make_view
 
 GUARD = {"maxGpusPerPod": 2, "allowedGpuResources": ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]}

@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from gpupolicy.admission import Action, mutate_pod
+from gpupolicy.admission.mutate import Action, mutate_pod
 from gpupolicy.model import Mode
 from tests.core.builders import apply, limits, make_node, make_pod, make_policy, make_view, owner_ref
 

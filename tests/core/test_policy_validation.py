@@ -1,11 +1,11 @@
-"""GpuPolicy validation messages name the field path: real model + gpupolicy.validation, real catalog."""
+"""GpuPolicy validation messages name the field path: real model + gpupolicy.admission.validation, real catalog."""
 
 from __future__ import annotations
 
 import pytest
 
+from gpupolicy.admission.validation import check_policy, kind_label_patch
 from gpupolicy.catalog import DEFAULT_CATALOG
-from gpupolicy.validation import check_policy, kind_label_patch
 
 
 def policy(spec: dict) -> dict:

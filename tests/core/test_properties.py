@@ -13,7 +13,7 @@ import copy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gpupolicy.admission import mutate_pod
+from gpupolicy.admission.mutate import mutate_pod
 from gpupolicy.patch import diff
 from tests.core.builders import apply, make_node, make_policy, make_view
 

@@ -2,7 +2,7 @@
 
 Real: gpupolicy.admission.mutate_pod / dryrun over a real parsed GpuPolicy
 carrying a status with proposals (as the controller writes it and the
-webhook's watch delivers it), the real catalog, gpupolicy.validation for the
+webhook's watch delivers it), the real catalog, gpupolicy.admission.validation for the
 `rollout: Restart` rule, controller.workload_access.write_namespaces (pure).
 Faked: nothing (objects are built in memory); patches are applied with the
 independent `jsonpatch` library.
@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 
 from controller.workload_access import write_namespaces
-from gpupolicy.admission import Action, mutate_pod
+from gpupolicy.admission.mutate import Action, mutate_pod
+from gpupolicy.admission.validation import check_policy
 from gpupolicy.catalog import DEFAULT_CATALOG
 from gpupolicy.model import GpuPolicy, Mode, parse_policy
 from gpupolicy.proposals import make_proposal
-from gpupolicy.validation import check_policy
 from tests.core.builders import apply, limits, make_node, make_pod, make_view, owner_ref
 
 OWNER = "Deployment/ml/llm"

@@ -13,7 +13,7 @@ import pytest
 
 from extender.answers import REASONS, UNKNOWN, AnswerWriter
 from extender.nodenames import UNKNOWN_ROW, NodeNameRows
-from gpupolicy.nodemodel import NodeSpec, NodeState
+from gpupolicy.packing.nodemodel import NodeSpec, NodeState
 from tests.extender.payloads import Harness, bound, wire_pod
 from tests.kubeapi.fixtures import make_node
 

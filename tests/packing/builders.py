@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpupolicy.nodemodel import NodeSpec, NodeState, PodDemand, parse_gpu_spec
-from gpupolicy.placement import PackingContext
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand, parse_gpu_spec
+from gpupolicy.packing.placement import PackingContext
+from gpupolicy.packing.typicalmix import TypicalMix
 
 
 def make_pod(gpus: int = 0, milli: int = 1000, cpu: int = 1000, mem: int = 1024, spec: str = "",

@@ -14,9 +14,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpupolicy.nodemodel import NodeSpec, NodeState, PodDemand
-from gpupolicy.packing import POLICIES, decide, get_policy
-from gpupolicy.placement import PackingContext, lexicographic
+from gpupolicy.packing.engine import POLICIES, decide, get_policy
+from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
+from gpupolicy.packing.placement import PackingContext, lexicographic
 from tests.packing.builders import make_ctx, make_pod
 
 MIG = "nvidia.com/mig-1g.10gb"

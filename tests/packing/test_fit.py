@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpupolicy.nodemodel import NodeSpec, NodeState, PodDemand
-from gpupolicy.placement import RejectReason, fit
-from gpupolicy.typicalmix import OnlineMix, TypicalMix
+from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
+from gpupolicy.packing.placement import RejectReason, fit
+from gpupolicy.packing.typicalmix import OnlineMix, TypicalMix
 from tests.packing.builders import make_pod, make_state
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpupolicy.fragmentation import SHAPES_KEPT, FragModel
-from gpupolicy.placement import to_gpu_indices
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.packing.fragmentation import SHAPES_KEPT, FragModel
+from gpupolicy.packing.placement import to_gpu_indices
+from gpupolicy.packing.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
 
 

@@ -1,6 +1,6 @@
 """Kubernetes Node/Pod dicts to the packing model (the extender's input path).
 
-Real: gpupolicy.kubemodel parsing and the packing engine. Faked: the API
+Real: gpupolicy.packing.kubemodel parsing and the packing engine. Faked: the API
 objects are literal dicts shaped like `kubectl get -o json` output.
 """
 
@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from gpupolicy.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
-from gpupolicy.packing import decide, get_policy
-from gpupolicy.placement import PackingContext, RejectReason
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.packing.engine import decide, get_policy
+from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
+from gpupolicy.packing.placement import PackingContext, RejectReason
+from gpupolicy.packing.typicalmix import TypicalMix
 
 
 def node(name: str, gpus: int = 4, product: str = "NVIDIA-A100-SXM4-80GB", **extra: Any) -> dict[str, Any]:

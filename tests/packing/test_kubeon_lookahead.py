@@ -9,11 +9,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpupolicy.fragmentation import FragModel
-from gpupolicy.kubeonpolicy import KubeonPolicy
-from gpupolicy.packing import decide, get_policy
-from gpupolicy.placement import PackingContext
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.packing.engine import decide, get_policy
+from gpupolicy.packing.fragmentation import FragModel
+from gpupolicy.packing.placement import PackingContext
+from gpupolicy.packing.strategies.kubeon import KubeonPolicy
+from gpupolicy.packing.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
 
 

@@ -1,17 +1,17 @@
 """kubeon's model pressure: unrestricted pods leave the GPUs that model-restricted pods need.
 
-Real: the packing engine (KubeonPolicy, decide) and gpupolicy/modelpressure.py.
+Real: the packing engine (KubeonPolicy, decide) and gpupolicy/packing/strategies/modelpressure.py.
 Faked: nothing; states and mixes are built by hand.
 """
 
 from __future__ import annotations
 
-from gpupolicy.kubeonpolicy import KubeonPolicy
-from gpupolicy.modelpressure import model_pressure
-from gpupolicy.nodemodel import NodeState
-from gpupolicy.packing import decide
-from gpupolicy.placement import PackingContext
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.packing.engine import decide
+from gpupolicy.packing.nodemodel import NodeState
+from gpupolicy.packing.placement import PackingContext
+from gpupolicy.packing.strategies.kubeon import KubeonPolicy
+from gpupolicy.packing.strategies.modelpressure import model_pressure
+from gpupolicy.packing.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
 
 

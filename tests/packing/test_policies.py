@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpupolicy.fragmentation import sigmoid_score
-from gpupolicy.packing import DEFAULT_POLICY, POLICIES, UnknownPolicyError, commit, decide, explain, get_policy
-from gpupolicy.placement import PackingContext, RejectReason
+from gpupolicy.packing.engine import DEFAULT_POLICY, POLICIES, UnknownPolicyError, commit, decide, explain, get_policy
+from gpupolicy.packing.fragmentation import sigmoid_score
+from gpupolicy.packing.placement import PackingContext, RejectReason
 from tests.packing.builders import make_ctx, make_pod, make_state
 
 
@@ -119,7 +119,7 @@ def test_fgd_needs_a_mix() -> None:
 
 
 def test_scores_for_5000_nodes_are_vectorised_and_normalised() -> None:
-    from gpupolicy.packing import normalise_scores
+    from gpupolicy.packing.engine import normalise_scores
 
     rng = np.random.default_rng(3)
     nodes = [(f"n{i}", 64000, 262144, list(rng.choice([0, 300, 700, 1000], size=8)), "G2") for i in range(5000)]

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cli.main import main
-from gpupolicy.nodemodel import PodDemand
+from gpupolicy.packing.nodemodel import PodDemand
 from simulator.replay import arrival_order, replay
 from simulator.trace import load_nodes, load_pods
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpupolicy.fragmentation import FragModel
-from gpupolicy.kubeonpolicy import KubeonPolicy
-from gpupolicy.packing import decide, get_policy
-from gpupolicy.placement import PackingContext
-from gpupolicy.slivers import filler_types, plentiful, sliver_waste, waste_table
-from gpupolicy.stranding import FeedRate, stranding_relief
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.packing.engine import decide, get_policy
+from gpupolicy.packing.fragmentation import FragModel
+from gpupolicy.packing.placement import PackingContext
+from gpupolicy.packing.strategies.kubeon import KubeonPolicy
+from gpupolicy.packing.strategies.slivers import filler_types, plentiful, sliver_waste, waste_table
+from gpupolicy.packing.strategies.stranding import FeedRate, stranding_relief
+from gpupolicy.packing.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
 
 

@@ -42,9 +42,9 @@ from gpupolicy.catalog import (
     normalise_profile_name,
     profile_memory_mib,
 )
-from gpupolicy.metrics import Series
 from gpupolicy.model import SharingSpec, SharingStrategy
 from gpupolicy.quantity import parse_duration
+from gpupolicy.scaling.metrics import Series
 
 HOURS_PER_MONTH = 730.0
 MEMORY_METRIC = "DCGM_FI_DEV_FB_USED"

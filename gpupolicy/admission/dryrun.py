@@ -20,13 +20,13 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpupolicy.admission import AdmissionResult, mutate_pod, short_warning, validate_pod
+from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, short_warning, validate_pod
+from gpupolicy.admission.rewrite import CONTAINER_LISTS, is_gpu_resource
+from gpupolicy.admission.validation import check_policy
 from gpupolicy.catalog import DEFAULT_CATALOG, Catalog
 from gpupolicy.cluster import ClusterView, node_from_object
 from gpupolicy.model import GpuPolicy
 from gpupolicy.patch import diff
-from gpupolicy.rewrite import CONTAINER_LISTS, is_gpu_resource
-from gpupolicy.validation import check_policy
 
 # kind -> path of the pod template inside the object
 TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {

@@ -23,11 +23,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpupolicy.baselines import BestFitPolicy, DotProdPolicy, GpuPackingPolicy, RandomPolicy
-from gpupolicy.fragmentation import FgdPolicy
-from gpupolicy.kubeonpolicy import KubeonPolicy
-from gpupolicy.nodemodel import IntArray, NodeState, PodDemand
-from gpupolicy.placement import (
+from gpupolicy.packing.fragmentation import FgdPolicy
+from gpupolicy.packing.nodemodel import IntArray, NodeState, PodDemand
+from gpupolicy.packing.placement import (
     REASON_BY_CODE,
     FitResult,
     FloatArray,
@@ -38,6 +36,8 @@ from gpupolicy.placement import (
     to_gpu_indices,
     with_device_counts,
 )
+from gpupolicy.packing.strategies.baselines import BestFitPolicy, DotProdPolicy, GpuPackingPolicy, RandomPolicy
+from gpupolicy.packing.strategies.kubeon import KubeonPolicy
 
 # Order: default first (the fallback of --policy and the extender), then the paper's policies
 # strongest to weakest, then ablations. Every entry gets the engine's count term for MIG and

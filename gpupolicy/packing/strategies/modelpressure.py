@@ -21,9 +21,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpupolicy.nodemodel import NodeState
-from gpupolicy.placement import FloatArray
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.packing.nodemodel import NodeState
+from gpupolicy.packing.placement import FloatArray
+from gpupolicy.packing.typicalmix import TypicalMix
 
 
 def model_pressure(state: NodeState, mix: TypicalMix) -> FloatArray:

@@ -24,9 +24,9 @@ from functools import lru_cache
 
 import numpy as np
 
-from gpupolicy.fragmentation import FragModel
-from gpupolicy.nodemodel import MILLI, IntArray
-from gpupolicy.placement import FloatArray
+from gpupolicy.packing.fragmentation import FragModel
+from gpupolicy.packing.nodemodel import MILLI, IntArray
+from gpupolicy.packing.placement import FloatArray
 
 MAX_SIZES = 62  # distinct typical sharing sizes tracked per node as bits of an int64
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from gpupolicy.nodemodel import PodDemand
+from gpupolicy.packing.nodemodel import PodDemand
 
 COVERAGE = 0.95  # FGD's cut; contexts carry the full mix (coverage 1.0) and FGD truncates
 

@@ -15,14 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE
-from gpupolicy.cluster import ClusterView
-from gpupolicy.matching import winning_policies
-from gpupolicy.model import GpuPolicy, Mode, PolicyKind
-from gpupolicy.owners import is_approved, pod_owner
-from gpupolicy.patch import PatchOp, diff
-from gpupolicy.proposals import applied_resource
-from gpupolicy.rewrite import (
+from gpupolicy.admission.rewrite import (
     ANNOTATION_POLICY,
     ANNOTATION_REWRITTEN_FROM,
     apply_sharing,
@@ -37,6 +30,13 @@ from gpupolicy.rewrite import (
     toleration_dict,
     writable_copy,
 )
+from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE
+from gpupolicy.cluster import ClusterView
+from gpupolicy.matching import winning_policies
+from gpupolicy.model import GpuPolicy, Mode, PolicyKind
+from gpupolicy.owners import is_approved, pod_owner
+from gpupolicy.patch import PatchOp, diff
+from gpupolicy.proposals import applied_resource
 
 WARNING_LIMIT = 120
 

@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from gpupolicy.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand, model_mask
+from gpupolicy.packing.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand, model_mask
 
 FloatArray = npt.NDArray[np.float64]
 
@@ -166,7 +166,7 @@ class PackingContext:
     in step with the state through `NodeState.row_version`.
     """
 
-    mix: Any = None  # gpupolicy.typicalmix.TypicalMix; Any keeps this module free of that import
+    mix: Any = None  # gpupolicy.packing.typicalmix.TypicalMix; Any keeps this module free of that import
     rng: np.random.Generator = field(default_factory=lambda: np.random.default_rng(0))
     tie_rank: IntArray | None = None
     caches: dict[str, Any] = field(default_factory=dict)

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpupolicy.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand
-from gpupolicy.placement import FloatArray, PackingContext, Scored
-from gpupolicy.typicalmix import COVERAGE, TypicalMix
+from gpupolicy.packing.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand
+from gpupolicy.packing.placement import FloatArray, PackingContext, Scored
+from gpupolicy.packing.typicalmix import COVERAGE, TypicalMix
 
 SHAPES_KEPT = 32  # whole-GPU/CPU-only pod shapes whose F_after per node is kept (FragModel._after_by_node)
 

@@ -30,7 +30,7 @@ from gpupolicy.catalog import (
     SHARED_GPU_RESOURCE,
     normalise_product_label,
 )
-from gpupolicy.nodemodel import MILLI, NodeSpec, NodeState, PodDemand
+from gpupolicy.packing.nodemodel import MILLI, NodeSpec, NodeState, PodDemand
 from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity
 
 DRAINING_KEY = "gpu.kubeon.io/draining"

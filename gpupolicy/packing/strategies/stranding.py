@@ -21,9 +21,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpupolicy.nodemodel import IntArray, NodeState, PodDemand
-from gpupolicy.placement import FloatArray
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.packing.nodemodel import IntArray, NodeState, PodDemand
+from gpupolicy.packing.placement import FloatArray
+from gpupolicy.packing.typicalmix import TypicalMix
 
 
 @dataclass(frozen=True)

@@ -26,19 +26,19 @@ ablations can be re-run (`KubeonPolicy(memory=False, ...)`):
 - `gpu_tiebreak="used-first"`: among equally scored nodes a GPU pod goes to
   a node already in use before an untouched one, which keeps empty nodes
   whole for 4- and 8-GPU pods, while the fixed order still packs.
-- `stranding_weight=1.0`, `share_stranding_weight=8.0` (gpupolicy/stranding.py):
+- `stranding_weight=1.0`, `share_stranding_weight=8.0` (strategies/stranding.py):
   a GPU pod's fragment change also counts how much free GPU it leaves (or
   stops leaving) beyond what the node's free CPU and memory can feed at the
   mix's rate. Zero on nodes that are not short, so ties survive; heaviest
   for sharing pods, which ask the most CPU per GPU milli; off for CPU-only
   pods (cpu250 loses);
-- `sliver_weight=3.0`, `sliver_scarcity=0.4` (gpupolicy/slivers.py): a
+- `sliver_weight=3.0`, `sliver_scarcity=0.4` (gpupolicy/packing/strategies/slivers.py): a
   sharing pod's change loses 3x the part of the slice it leaves that no sum
   of typical sharing sizes the node can still host would fill, counting
   only filler sizes that are not scarce (pods at least 0.4x as common as the
   slices waiting for them: 160m pods are not, against 810m pods' 190m
   slices);
-- `reserve_weight=0.3` (gpupolicy/modelpressure.py): an unrestricted GPU
+- `reserve_weight=0.3` (gpupolicy/packing/strategies/modelpressure.py): an unrestricted GPU
   pod's change loses 0.3 x its GPU milli x the pressure model-restricted
   types put on the node's GPU model (0 where no pod is restricted).
   The fourth round (scarcity, weight 3, pressure) gained +0.16 on the
@@ -55,13 +55,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpupolicy.fragmentation import FragModel, best_per_node, frag_model, sigmoid_score
-from gpupolicy.modelpressure import model_pressure
-from gpupolicy.nodemodel import MILLI, IntArray, NodeState, PodDemand
-from gpupolicy.placement import FloatArray, PackingContext, Scored, best_fit_gpu
-from gpupolicy.slivers import filler_types, sliver_waste
-from gpupolicy.stranding import FeedRate, stranding_relief
-from gpupolicy.typicalmix import TypicalMix
+from gpupolicy.packing.fragmentation import FragModel, best_per_node, frag_model, sigmoid_score
+from gpupolicy.packing.nodemodel import MILLI, IntArray, NodeState, PodDemand
+from gpupolicy.packing.placement import FloatArray, PackingContext, Scored, best_fit_gpu
+from gpupolicy.packing.strategies.modelpressure import model_pressure
+from gpupolicy.packing.strategies.slivers import filler_types, sliver_waste
+from gpupolicy.packing.strategies.stranding import FeedRate, stranding_relief
+from gpupolicy.packing.typicalmix import TypicalMix
 
 
 def gpu_weighted(mix: TypicalMix, power: float) -> TypicalMix:
@@ -95,7 +95,7 @@ class KubeonPolicy:
     share_tiebreak: str = "none"  # sharing pods, after used-first: none | tightest | lookahead
     exact_tiebreak: bool = False  # GPU pods, after used-first: the unrounded fragment change
     share_mode: str = "fgd"  # sharing pods: fgd | bestfit (cluster-wide best-fit GPU) | fgd+bestfit (tie-break)
-    stranding_weight: float = 1.0  # whole-GPU pods: weight of the GPU milli they strand (gpupolicy/stranding.py)
+    stranding_weight: float = 1.0  # whole-GPU pods: weight of the GPU milli they strand (strategies/stranding.py)
     share_stranding_weight: float = 8.0  # sharing pods: the same weight (they ask most CPU per GPU milli)
     sliver_weight: float = 3.0  # sharing pods: weight of the slice they leave that nothing can fill (slivers.py)
     reserve_weight: float = 0.3  # unrestricted GPU pods: weight of the pressure on a model (modelpressure.py)

@@ -34,10 +34,10 @@ from gpupolicy.catalog import DEFAULT_CATALOG, Catalog, normalise_product_label
 from gpupolicy.cluster import ClusterView
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
-from gpupolicy.nodemodel import BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.owners import is_approved, pod_owner
-from gpupolicy.packing import POLICIES, Decision
-from gpupolicy.placement import REASON_BY_CODE, RejectReason
+from gpupolicy.packing.engine import POLICIES, Decision
+from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
+from gpupolicy.packing.placement import REASON_BY_CODE, RejectReason
 
 MAX_EXTENDER_SCORE = 10  # upstream MaxExtenderPriority
 DEFAULT_STRATEGY = "default"  # PackingSpec.strategy meaning "the install's default policy"

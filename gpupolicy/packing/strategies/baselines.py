@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpupolicy.nodemodel import MILLI, IntArray, NodeState, PodDemand
-from gpupolicy.placement import PackingContext, Scored
+from gpupolicy.packing.nodemodel import MILLI, IntArray, NodeState, PodDemand
+from gpupolicy.packing.placement import PackingContext, Scored
 
 MAX_SPEC_CPU = 128_000.0  # milli-CPU: normalisation of BestFit (128 cores)
 MAX_SPEC_GPU = 8_000.0  # milli-GPU: 8 GPUs
