@@ -10,7 +10,9 @@ nothing offered their slice: `gpu.kubeon.io/wanted-resource`) and the nodes.
 The rule, in order:
 1. Demand that what nodes offer (or were told to offer) can hold is not
    demand for a change: it is matched there first, and a node that holds any
-   of it is left alone.
+   of it is left alone. A time-sliced share matches only a node sliced into
+   the replicas its policy asks for: an edited policy moves empty nodes to
+   a new key, and nodes with running pods keep theirs.
 2. Only a node with no GPU pod is changed (no running pod is disturbed, and
    the MIG manager needs the GPUs empty), never one that is cordoned by
    someone else or in the middle of a re-layout.
@@ -363,7 +365,7 @@ def plan_layout(nodes: Iterable[GpuNode], demands: Iterable[Demand]) -> LayoutPl
         if node.unschedulable or not waiting:
             continue
         free = {r: node.free(r) for r in node.offers}
-        taken = _take(waiting, node, free)
+        taken = _take(waiting, node, free, node.layout.replicas if node.layout.kind == TIME_SLICING else None)
         if taken:
             held.add(node.name)
             matched += len(taken)
