@@ -40,8 +40,8 @@ from gpupolicy.capacity.layout import (
     TIME_SLICING,
     WHOLE,
     LayoutPlan,
-    current_layout,
     NodeTarget,
+    current_layout,
     read_demand,
     read_nodes,
 )

@@ -65,7 +65,7 @@ class Step:
     message: str = ""
 
 
-def _patch(labels: Mapping[str, str | None] | None = None, record: Record | None | bool = False,
+def _patch(labels: Mapping[str, str | None] | None = None, record: Record | bool | None = False,
            unschedulable: bool | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {}
     if labels:
