@@ -33,6 +33,7 @@ from gpupolicy.admission.dryrun import (
 from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, validate_pod
 from gpupolicy.admission.validation import check_policy, kind_label_patch
 from gpupolicy.model import GROUP, KIND
+from kube.views import ViewSource
 from serving.http import install_error_handlers, json_error, read_body
 from serving.metrics import instrument
 from webhook.metrics import WebhookMetrics
@@ -45,7 +46,6 @@ from webhook.review import (
     pod_shape_error,
     response,
 )
-from webhook.views import ViewSource
 
 log = logging.getLogger(__name__)
 
