@@ -116,13 +116,13 @@ def _ceil_nanos(digits: str, k: int, b2: int) -> int:
     whole nano are dropped (j of them); they only decide whether to round up.
     """
     if k >= 0:
-        return int(digits) * (2**b2) * 10**k
+        return int(digits) * (1 << b2) * int(10**k)
     drop = max(0, -k - b2)
     if drop >= len(digits):
         return 1  # below 1n: rounded up
     head, tail = digits[: len(digits) - drop], digits[len(digits) - drop:]
     scale = -(k + drop)  # 0 <= scale <= b2
-    whole, rest = divmod(int(head) * (2**b2), 10**scale)
+    whole, rest = divmod(int(head) * (1 << b2), int(10**scale))
     return whole + (1 if rest or tail.strip("0") else 0)
 
 
