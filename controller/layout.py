@@ -46,8 +46,8 @@ from gpupolicy.capacity.layout import (
     read_nodes,
 )
 from gpupolicy.capacity.layout import plan_layout as plan_nodes
-from gpupolicy.capacity.timeslicing import PLUGIN_CONFIG_LABEL, ConfigMapChange, key_replicas, plan_configmap
-from gpupolicy.catalog import DEFAULT_CATALOG
+from gpupolicy.capacity.timeslicing import ConfigMapChange, key_replicas, plan_configmap
+from gpupolicy.catalog import DEFAULT_CATALOG, PLUGIN_CONFIG_LABEL
 from gpupolicy.model import API_VERSION, KIND, Condition, GpuPolicy, Mode, PolicyKind, Proposal, ProposalState
 from gpupolicy.modes import effective_mode
 from gpupolicy.proposals import TargetRef, decide_state, make_proposal

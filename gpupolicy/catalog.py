@@ -18,6 +18,14 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+# What the GPU Operator is told per node, and what GFD reports back.
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+# On a pod the webhook left on whole GPUs because no node offers its slice yet: the slice it
+# wanted. The layout planner counts it as demand, so a node comes to offer it.
+WANTED_RESOURCE_ANNOTATION = "gpu.kubeon.io/wanted-resource"
 
 GIB = 1024  # MiB
 

@@ -29,14 +29,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupolicy.capacity.timeslicing import PLUGIN_CONFIG_LABEL, config_key
+from gpupolicy.capacity.timeslicing import config_key
 from gpupolicy.catalog import (
     DEFAULT_CATALOG,
     DISABLED_LAYOUT,
+    GPU_REPLICAS_LABEL,
     GPU_RESOURCE,
+    MIG_CONFIG_LABEL,
     MIG_RESOURCE_PREFIX,
+    PLUGIN_CONFIG_LABEL,
     PRODUCT_LABEL,
     SHARED_GPU_RESOURCE,
+    WANTED_RESOURCE_ANNOTATION,
     Catalog,
     GpuProduct,
     normalise_product_label,
@@ -44,12 +48,9 @@ from gpupolicy.catalog import (
 from gpupolicy.model import GpuPolicy, SharingStrategy
 from gpupolicy.packing.kubemodel import ObjectError, pod_requests
 
-MIG_CONFIG_LABEL = "nvidia.com/mig.config"
-MIG_STATE_LABEL = "nvidia.com/mig.config.state"
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
 POLICY_ANNOTATION = "gpu.kubeon.io/policy"
-WANTED_ANNOTATION = "gpu.kubeon.io/wanted-resource"
+WANTED_ANNOTATION = WANTED_RESOURCE_ANNOTATION
 RELAYOUT_ANNOTATION = "gpu.kubeon.io/mig-relayout"
 
 WHOLE, TIME_SLICING, MIG = "whole", "time-slicing", "mig"

@@ -19,9 +19,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupolicy.capacity.layout import MIG_CONFIG_LABEL, MIG_STATE_LABEL, RELAYOUT_ANNOTATION
-from gpupolicy.capacity.timeslicing import PLUGIN_CONFIG_LABEL
-from gpupolicy.catalog import GpuProduct
+from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION
+from gpupolicy.catalog import MIG_CONFIG_LABEL, MIG_STATE_LABEL, PLUGIN_CONFIG_LABEL, GpuProduct
 
 CORDONED, LABELLED, ROLLBACK, STUCK = "cordoned", "labelled", "rollback", "stuck"
 DEFAULT_TIMEOUT_SECONDS = 900.0

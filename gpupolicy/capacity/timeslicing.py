@@ -20,7 +20,6 @@ import yaml
 
 from gpupolicy.catalog import GPU_RESOURCE
 
-PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
 KEY_PREFIX = "kubeon-ts-"
 
 
