@@ -21,7 +21,7 @@ from typing import Any
 import yaml
 
 import gpupolicy.admission.dryrun
-from cli.dryrun import Inputs, InputError, _documents, _read
+from cli.dryrun import InputError, Inputs, _documents, _read
 from gpupolicy.capacity.layout import MIG, LayoutPlan, NodeTarget, plan_layout, read_demand, read_nodes
 from gpupolicy.capacity.timeslicing import config_text
 from gpupolicy.model import GpuPolicy, Mode
