@@ -105,23 +105,28 @@ class ClusterView:
             return set(layout.resources(1)) if layout else set()
         return {SHARED_GPU_RESOURCE} if node.labels.get(PLUGIN_CONFIG_LABEL) else set()
 
-    def offers(self, resource: str) -> bool:
-        """Whether a node offers `resource`, was told to, or an applied/approved node layout proposal
-        (the controller's planner, in a policy status) offers it. A view that knows no nodes cannot
-        tell and says yes (a dry-run without nodes)."""
-        if not self.nodes:
-            return True
+    @cached_property
+    def offered(self) -> frozenset[str]:
+        """Resources some node offers (allocatable), was told to offer, or an applied/approved node
+        layout proposal (the controller's planner, in a policy status) offers. Worked out once per view."""
+        found: set[str] = set()
         for node in self.nodes:
-            try:
-                if float(node.allocatable.get(resource, "0")) > 0:
-                    return True
-            except ValueError:
-                pass
-            if resource in self.told_to_offer(node):
-                return True
+            for name, value in node.allocatable.items():
+                try:
+                    if float(value) > 0:
+                        found.add(name)
+                except ValueError:
+                    continue
+            found |= self.told_to_offer(node)
         going = (ProposalState.APPROVED, ProposalState.APPLIED)
-        return any(p.resource == resource and p.target.startswith("Node/") and p.state in going
-                   for policy in self.policies if policy.status for p in policy.status.proposals)
+        found |= {p.resource for policy in self.policies if policy.status for p in policy.status.proposals
+                  if p.resource and p.target.startswith("Node/") and p.state in going}
+        return frozenset(found)
+
+    def offers(self, resource: str) -> bool:
+        """Whether `resource` is in `offered`. A view that knows no nodes cannot tell and says yes
+        (a dry-run without nodes)."""
+        return not self.nodes or resource in self.offered
 
     def shared_replicas(self) -> int | None:
         """Shares per GPU on the nodes time-slicing (GFD's `nvidia.com/gpu.replicas`, from the
