@@ -92,6 +92,12 @@ class Inputs:
             else:
                 self.objects.append((source, doc))
 
+    def add_example(self, names: Iterable[str]) -> None:
+        """The embedded example files (gpupolicy/examples/)."""
+        folder = Path(gpupolicy.admission.dryrun.__file__).parent.parent / "examples"
+        for name in names:
+            self.add(_documents((folder / name).read_text(encoding="utf-8"), f"example {name}"), name)
+
     def view(self, default_mode: Mode) -> ClusterView:
         policies = []
         for source, doc in self.policies:
@@ -140,9 +146,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         inputs = Inputs()
         if args.example:
-            folder = Path(gpupolicy.admission.dryrun.__file__).parent.parent / "examples"
-            for name in EXAMPLE_FILES:
-                inputs.add(_documents((folder / name).read_text(encoding="utf-8"), f"example {name}"), name)
+            inputs.add_example(EXAMPLE_FILES)
         elif not args.filename:
             raise InputError("give -f FILE (pods or workloads) or --example")
         for path in (args.filename, args.policies, args.nodes):

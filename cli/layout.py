@@ -15,12 +15,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-import gpupolicy.admission.dryrun
 from cli.dryrun import InputError, Inputs, _documents, _read
 from gpupolicy.capacity.layout import MIG, LayoutPlan, NodeTarget, plan_layout, read_demand, read_nodes
 from gpupolicy.capacity.timeslicing import config_text
@@ -76,9 +74,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         inputs = Inputs()
         if args.example:
-            folder = Path(gpupolicy.admission.dryrun.__file__).parent.parent / "examples"
-            for name in EXAMPLE_FILES:
-                inputs.add(_documents((folder / name).read_text(encoding="utf-8"), f"example {name}"), name)
+            inputs.add_example(EXAMPLE_FILES)
         elif not (args.nodes and args.pods and args.policies):
             raise InputError("give --nodes FILE, --pods FILE and --policies FILE, or --example")
         for path in (args.nodes, args.pods, args.policies):
