@@ -33,6 +33,7 @@ from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, validate_pod
 from gpupolicy.admission.shape import dry_run_body_error, pod_shape_error, template_shape_error
 from gpupolicy.admission.validation import check_policy, kind_label_patch
 from gpupolicy.model import GROUP, KIND
+from kube.views import ViewSource
 from serving.http import HttpError, encode_json, install_error_handlers, json_error, read_json
 from serving.metrics import instrument
 from webhook.metrics import WebhookMetrics
@@ -42,7 +43,6 @@ from webhook.review import (
     parse_review,
     response,
 )
-from webhook.views import ViewSource
 
 log = logging.getLogger(__name__)
 
