@@ -14,7 +14,7 @@ from functools import cached_property
 from typing import Any
 
 from gpupolicy.catalog import DEFAULT_CATALOG, PRODUCT_LABEL, Catalog, GpuProduct
-from gpupolicy.model import GpuPolicy, Mode, parse_valid_policies
+from gpupolicy.model import HUB_DISCONNECTED, HUB_STATE_LABEL, GpuPolicy, Mode, parse_valid_policies
 
 DEFAULT_NAMESPACE = "kubeon-gpu"
 PROTECTED_NAMESPACES = frozenset({"kube-system"})
@@ -100,6 +100,13 @@ class ClusterView:
                            self.catalog)
 
 
+def in_force(obj: Mapping[str, Any]) -> bool:
+    """False for a policy the controller labelled hub-Disconnected: its cluster token was refused, so
+    nothing acts on it (the webhook admits pods unchanged, the extender stays neutral). Pure."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(HUB_STATE_LABEL) != HUB_DISCONNECTED
+
+
 def view_from_objects(
     policies: Iterable[Mapping[str, Any]],
     namespaces: Iterable[Mapping[str, Any]],
@@ -113,7 +120,7 @@ def view_from_objects(
     Returns the view and the (name, error) of each GpuPolicy the model refused,
     for the caller to log: one invalid policy never hides the others.
     """
-    valid, invalid = parse_valid_policies(policies)
+    valid, invalid = parse_valid_policies(p for p in policies if in_force(p))
     labels: dict[str, dict[str, str]] = {}
     for obj in namespaces:
         meta = obj.get("metadata") or {}
