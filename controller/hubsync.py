@@ -198,9 +198,9 @@ class HubClient:
 
     def post_actions(self, token: str | None, key: str, actions: list[dict[str, Any]]) -> int:
         try:
-            response = self.session.post(self.base + "/actions", json={"actions": actions}, timeout=self.settings.timeout,
-                                         verify=self.verify,
-                                         headers={"Authorization": f"Bearer {token or ''}", "Idempotency-Key": key})
+            headers = {"Authorization": f"Bearer {token or ''}", "Idempotency-Key": key}
+            response = self.session.post(self.base + "/actions", json={"actions": actions}, headers=headers,
+                                         timeout=self.settings.timeout, verify=self.verify)
         except requests.RequestException:
             return 0
         return response.status_code

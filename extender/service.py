@@ -140,8 +140,9 @@ class ExtenderService:
         return self._writer
 
     def filter(self, pod: Mapping[str, Any], names: list[str]) -> FilterOutcome:
-        """Which of `names` can take the pod, and why not the others."""
+        """Which of `names` can take the pod, and why not the others (all of them while hub-disconnected)."""
         demand, plan = self._demand(pod)
+        neutral = self.source.current().hub_disconnected
         self.cache.forget_assumption(pod)  # scheduled again: an old assumption is stale
         with self.cache.lock:
             state = self.cache.fresh_state()
@@ -151,6 +152,9 @@ class ExtenderService:
             safe = np.where(known, rows, 0)
             codes = np.where(known, fitted.codes[safe], UNKNOWN)
             hopeless = known & unresolvable_mask(state, demand, fitted.codes)[safe]
+            if neutral:  # the hub refused the token: no opinion, kube-scheduler decides alone
+                codes = np.where(known, 0, UNKNOWN).astype(codes.dtype)
+                hopeless = np.zeros(len(names), dtype=bool)
             passed = np.flatnonzero(codes == 0)
             passed_names = self.rows.pick(names, passed)
             if passed_names:  # what /prioritize will send next: remember its rows
@@ -180,6 +184,9 @@ class ExtenderService:
             points = np.zeros(len(names), dtype=np.int64)
             points[known] = extender_scores(decision, idx)
             chosen = state.names[decision.node] if decision.node is not None else None
+            if self.source.current().hub_disconnected:  # neutral: every node 0, nothing assumed
+                points[:] = 0
+                chosen = None
             if plan.recommended and log.isEnabledFor(logging.INFO):
                 would = self._decide(state, demand, plan.recommended, idx, decision.fit)
                 log.info("%s: scored with %s -> %s; %s would pick %s", _pod_name(pod), plan.strategy, chosen,

@@ -52,6 +52,8 @@ class ClusterView:
     default_mode: Mode = Mode.RECOMMEND
     own_namespace: str = DEFAULT_NAMESPACE
     catalog: Catalog = DEFAULT_CATALOG
+    # The hub refused this cluster's token (policies labelled Disconnected): nothing may act.
+    hub_disconnected: bool = False
 
     @cached_property
     def ordered_policies(self) -> tuple[GpuPolicy, ...]:
@@ -120,6 +122,7 @@ def view_from_objects(
     Returns the view and the (name, error) of each GpuPolicy the model refused,
     for the caller to log: one invalid policy never hides the others.
     """
+    policies = list(policies)
     valid, invalid = parse_valid_policies(p for p in policies if in_force(p))
     labels: dict[str, dict[str, str]] = {}
     for obj in namespaces:
@@ -128,5 +131,6 @@ def view_from_objects(
     view = ClusterView(
         policies=tuple(valid), namespace_labels=labels, nodes=tuple(node_from_object(n) for n in nodes),
         default_mode=default_mode, own_namespace=own_namespace,
+        hub_disconnected=any(not in_force(p) for p in policies),
     )
     return view, invalid
