@@ -35,6 +35,7 @@ import uuid
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import requests
 from prometheus_client import CollectorRegistry, Counter, Gauge
@@ -175,7 +176,7 @@ class HubClient:
 
     def __init__(self, settings: HubSettings) -> None:
         self.settings = settings
-        self.base = settings.url.rstrip("/") + "/api/v1/clusters/" + requests.utils.quote(settings.cluster, safe="")
+        self.base = settings.url.rstrip("/") + "/api/v1/clusters/" + quote(settings.cluster, safe="")
         self.session = requests.Session()
         # Per request, not on the session: requests lets $REQUESTS_CA_BUNDLE override session.verify.
         self.verify: str | bool = settings.ca_file or True

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import logging
 import secrets
+from typing import Any
 
-from flask import Flask, Response, request
+from flask import Flask, Response, redirect, request, url_for
 from werkzeug.exceptions import HTTPException
 
 from hub.api import api, error_response
+from hub.console import console
 from hub.store import Hub, HubError
 
 log = logging.getLogger(__name__)
@@ -28,12 +30,11 @@ def create_app(hub: Hub, admin_token: str, *, secret_key: str | None = None, sec
         MAX_CONTENT_LENGTH=None,
     )
     app.register_blueprint(api)
-    try:
-        from hub.console import console
-    except ImportError:  # pragma: no cover - the console is part of the package
-        console = None
-    if console is not None:
-        app.register_blueprint(console)
+    app.register_blueprint(console)
+
+    @app.get("/")
+    def root() -> Any:
+        return redirect(url_for("console.clusters"))
 
     @app.get("/healthz")
     def healthz() -> Response:

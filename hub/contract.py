@@ -29,7 +29,8 @@ def document() -> dict[str, Any]:
 @functools.cache
 def _registry() -> Registry[Any]:
     resource: Resource[Any] = Resource.from_contents(document(), default_specification=_spec())
-    return Registry().with_resource(DOC_URI, resource)
+    registry: Registry[Any] = Registry().with_resource(DOC_URI, resource)
+    return registry
 
 
 def _spec() -> Any:
