@@ -262,3 +262,57 @@ def test_another_clusters_token_is_refused_and_disconnects(cluster_api: Any, tmp
         assert _policies(cluster_api.api) == {}
     finally:
         hub.stop()
+
+
+def test_approve_mode_applies_only_live_hub_approvals(cluster_api: Any, tmp_path: Path) -> None:
+    api = cluster_api.api
+    hub = start_hub(f"sqlite:///{tmp_path}/hub.db")
+    try:
+        token_file = tmp_path / "token"
+        token_file.write_text(_token(hub, "create"))
+        _put(hub, "idle-research", {**PARK, "mode": "Approve"})
+        for name in ("kept", "withdrawn", "expired", "unapproved"):
+            client.AppsV1Api(api).create_namespaced_deployment("research",
+                                                               make_deployment(name, "research", replicas=1))
+        admin = hub.client()
+
+        def approve(name: str, expires: float | None = None) -> str:
+            body: dict[str, Any] = {"policy": "idle-research", "target": f"Deployment/research/{name}"}
+            if expires is not None:
+                body["expiresInSeconds"] = expires
+            answer = admin.admin("POST", "/clusters/prod/approvals", json=body)
+            assert answer.status_code == 201
+            return str(answer.json()["id"])
+
+        approve("kept")
+        withdrawn = approve("withdrawn")
+        approve("expired", expires=1)
+        assert admin.admin("DELETE", f"/clusters/prod/approvals/{withdrawn}").status_code == 200
+        time.sleep(1.5)
+        clock = FakeClock(time.time())
+        process = _controller(api, hub, token_file, clock)
+        process.runner.run_all()
+        _poll(process, clock)
+        assert _policies(api)["idle-research"]["spec"]["approvals"] == ["Deployment/research/kept"]
+        assert {n: _replicas(api, n) for n in ("kept", "withdrawn", "expired", "unapproved")} == {
+            "kept": 0, "withdrawn": 1, "expired": 1, "unapproved": 1}
+        # proposals shown for the others reach the hub once each, for the console's Approve buttons
+        _poll(process, clock)
+        _poll(process, clock)
+        proposed = [a for a in admin.admin("GET", "/clusters/prod/actions").json()["actions"]
+                    if a["result"] == "proposed"]
+        assert sorted(a["target"] for a in proposed) == [
+            "Deployment/research/expired", "Deployment/research/unapproved", "Deployment/research/withdrawn"]
+    finally:
+        hub.stop()
+
+
+def test_an_approval_that_expires_between_polls_is_dropped_locally() -> None:
+    from controller.hubsync import desired_objects
+
+    body = {"revision": 3, "policies": [{"name": "p", "spec": {"mode": "Approve", "packing": {}}}],
+            "approvals": [{"policy": "p", "target": "Deployment/a/b", "id": "1", "expires": "2030-01-01T00:00:00Z"}]}
+    before = desired_objects(body, 1_893_455_000.0)["p"]
+    after = desired_objects(body, 1_893_456_001.0)["p"]
+    assert before["spec"]["approvals"] == ["Deployment/a/b"]
+    assert "approvals" not in after["spec"]
