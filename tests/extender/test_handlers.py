@@ -218,7 +218,8 @@ def test_protocol_errors_are_400_json(path: str, body: bytes, needle: str) -> No
     ({"Pod": wire_pod("p", gpus=1), "NodeNames": [1, 2]}, "NodeNames: expected a list"),
     ({"Pod": wire_pod("p", gpus=1), "NodeNames": None, "Nodes": None}, "NodeNames: missing"),
     ({"Pod": wire_pod("p", gpus=1), "Nodes": {"items": [{"metadata": {}}]}}, "Nodes.items[0].metadata.name"),
-    ({"Pod": wire_pod("p", cpu="lots"), "NodeNames": ["a100-fresh"]}, "spec.containers[0].resources.cpu"),
+    ({"Pod": wire_pod("p", cpu="lots"), "NodeNames": ["a100-fresh"]},
+     "Pod.spec.containers[0].resources.requests.cpu: 'lots' is not a quantity"),
 ])
 def test_bad_arguments_are_a_filter_error_and_a_prioritize_400(body: dict, field: str) -> None:
     h = Harness(cluster())
@@ -245,8 +246,10 @@ def test_a_hub_disconnected_cluster_gets_a_neutral_extender() -> None:
 
     cut = policy("pack", {"packing": {"strategy": "bestfit"}})
     cut["metadata"]["labels"] = {"gpu.kubeon.io/hub": "Disconnected"}
+    from kube.views import StaticView
+
     h = Harness(cluster(), [used_pod("busy", "a100-used", 7)])
-    h.source.set_view(view_from_objects([cut], [])[0])
+    h.service.source = StaticView(view_from_objects([cut], [])[0])
     result = h.filter(wire_pod("p", gpus=2), NAMES)
     assert result["NodeNames"] == NAMES and result["FailedNodes"] == {} and not result["FailedAndUnresolvableNodes"]
     assert set(h.prioritize(wire_pod("p", gpus=1), NAMES).values()) == {0}

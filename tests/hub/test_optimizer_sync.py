@@ -170,11 +170,11 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
 
     # revocation: within one poll every writer stops; the webhook admits unchanged; the hub shows disconnected
     from webhook.app import create_app
-    from webhook.views import WatchedView
+    from kube.views import WatchedView
 
     _put(hub, "idle-research", PARK)
     client.AppsV1Api(api).create_namespaced_deployment("research", make_deployment("trainer", "research", replicas=2))
-    view = WatchedView(api, default_mode=Mode.RECOMMEND, own_namespace="kubeon-gpu").start()
+    view = WatchedView(api, default_mode=Mode.RECOMMEND, own_namespace="kubeon-gpu", with_nodes=True).start()
     webhook = create_app(view).test_client()
 
     def mutated() -> bool:
