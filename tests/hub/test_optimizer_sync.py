@@ -169,8 +169,8 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
                         verify=hub.ca_file or True, timeout=5).status_code == 401
 
     # revocation: within one poll every writer stops; the webhook admits unchanged; the hub shows disconnected
-    from webhook.app import create_app
     from kube.views import WatchedView
+    from webhook.app import create_app
 
     _put(hub, "idle-research", PARK)
     client.AppsV1Api(api).create_namespaced_deployment("research", make_deployment("trainer", "research", replicas=2))
