@@ -31,6 +31,14 @@ API_VERSION: Literal["gpu.kubeon.io/v1alpha1"] = "gpu.kubeon.io/v1alpha1"
 KIND: Literal["GpuPolicy"] = "GpuPolicy"
 PLURAL = "gpupolicies"
 
+# Hub sync (docs/hub-api.md): objects the hub owns, the hub revision they came from, and whether the
+# cluster's token still works. A policy labelled Disconnected is not in force anywhere.
+MANAGED_BY_LABEL = "gpu.kubeon.io/managed-by"
+MANAGED_BY_HUB = "hub"
+HUB_STATE_LABEL = "gpu.kubeon.io/hub"
+HUB_CONNECTED, HUB_DISCONNECTED = "Connected", "Disconnected"
+HUB_REVISION_ANNOTATION = "gpu.kubeon.io/hub-revision"
+
 BODY_FIELDS = ("sharing", "scale_to_zero", "packing", "type_fit", "capacity", "guardrail")
 
 
