@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.kubeapi import defaults, eviction, schema, status
+from tests.kubeapi import defaults, eviction, protobuf, schema, status
 from tests.kubeapi.admission import Admission, Attributes
 from tests.kubeapi.patching import apply_patch
 from tests.kubeapi.resources import Catalog, Resource, from_crd
@@ -439,8 +439,11 @@ class Registry:
                                    f"because it is being terminated")
 
     def _prepare(self, res: Resource, obj: Obj, old: Obj | None, opts: Options) -> Obj:
-        """CR pruning and defaulting (with fieldValidation for the pruned fields)."""
-        if not res.custom or res.schema is None:
+        """Built-in types: Go zero values (what decoding into the Go type gives). CRs: pruning
+        and defaulting (with fieldValidation for the pruned fields)."""
+        if not res.custom:
+            return protobuf.zero_values(obj)
+        if res.schema is None:
             return obj
         pruned_obj, pruned = schema.prune(obj, res.schema, root=True)
         if pruned and opts.field_validation == "Strict":

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.kubeapi import discovery, openapi, status
+from tests.kubeapi import discovery, openapi, protobuf, status
 from tests.kubeapi.admission import Admission
 from tests.kubeapi.registry import Options, Registry, present
 from tests.kubeapi.resources import Catalog, Resource
@@ -120,7 +120,7 @@ class _Handler(BaseHTTPRequestHandler):
                 (ns is not None and not res.namespaced) or (name is not None and res.namespaced and ns is None):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         reg = srv.registry
-        body = _json(raw) if raw and method in ("POST", "PUT", "DELETE") else None
+        body = self._body(raw, res, sub) if raw and method in ("POST", "PUT", "DELETE") else None
         nsname = ns or ""
         if method == "GET":
             if name is None and watch:
@@ -157,6 +157,18 @@ class _Handler(BaseHTTPRequestHandler):
             return 200, listed
         raise status.method_not_allowed()
 
+    def _body(self, raw: bytes, res: Resource, sub: str) -> Any:
+        """The request body as a JSON value: JSON, or the protobuf envelope typed clients send."""
+        ctype = self.headers.get("Content-Type", "").split(";")[0].strip()
+        if ctype != protobuf.MEDIA:
+            return _json(raw)
+        api_version, kind = res.api_version, res.kind
+        if self.command == "DELETE":
+            api_version, kind = "meta.k8s.io/v1", "DeleteOptions"
+        elif sub in _SUB_KINDS:
+            api_version, kind = _SUB_KINDS[sub]
+        return protobuf.decode(raw, api_version, kind)
+
     def _discovery(self, parts: list[str]) -> Any:
         catalog = self.server.catalog
         if parts == ["version"]:
@@ -192,9 +204,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     # responses ----------------------------------------------------------------------------------
     def _send(self, code: int, body: Any, warnings: list[str]) -> None:
-        data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        ctype, data = "application/json", None
+        if isinstance(body, str):
+            ctype, data = "text/plain", body.encode()
+        elif isinstance(body, dict) and protobuf.wants_protobuf(self.headers.get("Accept", "")):
+            data = protobuf.encode(body)
+            ctype = protobuf.MEDIA if data is not None else ctype
+        if data is None:
+            data = json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
         for text in dict.fromkeys(warnings):
@@ -220,8 +239,10 @@ class _Handler(BaseHTTPRequestHandler):
             return obj is not None and match_requirements(labels, obj["metadata"].get("labels")) \
                 and match_fields(fields, obj)
 
+        proto = protobuf.wants_protobuf(self.headers.get("Accept", "")) and \
+            protobuf.message_name(res.api_version, res.kind) is not None
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", protobuf.WATCH_MEDIA if proto else "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
@@ -229,15 +250,15 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             for obj in initial:
                 if matches(obj):
-                    self._chunk({"type": "ADDED", "object": present(res, obj)})
+                    self._chunk({"type": "ADDED", "object": present(res, obj)}, proto)
             for event in store.events_since(res.key, ns, since, timeout, lambda: not self.server.stopping):
                 kind = _transition(event, matches)
                 if kind:
-                    self._chunk({"type": kind, "object": present(res, event.obj)})
+                    self._chunk({"type": kind, "object": present(res, event.obj)}, proto)
         except Gone as gone:
             self._chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
                                                      "status": "Failure", "message": str(gone),
-                                                     "reason": "Expired", "code": 410}})
+                                                     "reason": "Expired", "code": 410}}, proto)
         except OSError:
             return
         try:
@@ -246,10 +267,18 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def _chunk(self, event: dict[str, Any]) -> None:
-        data = json.dumps(event).encode() + b"\n"
+    def _chunk(self, event: dict[str, Any], proto: bool = False) -> None:
+        envelope = protobuf.encode(event["object"]) if proto else None
+        if envelope is not None:
+            data = protobuf.watch_frame(event["type"], envelope)
+        else:
+            data = json.dumps(event).encode() + b"\n"
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
+
+
+# Bodies of the POST subresources, by subresource.
+_SUB_KINDS = {"eviction": ("policy/v1", "Eviction"), "binding": ("v1", "Binding"), "scale": ("autoscaling/v1", "Scale")}
 
 
 def _transition(event: Event, matches: Any) -> str | None:
