@@ -80,6 +80,9 @@ class _Handler(BaseHTTPRequestHandler):
             if query.get("dryRun") not in (None, "", "All"):
                 raise status.bad_request(f'dryRun: Unsupported value: "{query["dryRun"]}": supported values: "All"')
             opts.field_validation = query.get("fieldValidation") or "Warn"
+            opts.field_manager = query.get("fieldManager", "")
+            opts.force = query.get("force") in ("true", "1")
+            opts.user_agent = self.headers.get("User-Agent", "")
             code, body = self._route(method, url.path, query, raw, opts)
             if body is not None:
                 self._send(code, body, opts.warnings)
@@ -147,7 +150,8 @@ class _Handler(BaseHTTPRequestHandler):
             ctype = self.headers.get("Content-Type", "")
             if sub == "scale":
                 return 200, reg.update_scale(res, nsname, name, raw, ctype, opts)
-            return 200, reg.patch(res, nsname, name, raw, ctype, opts, sub)
+            patched = reg.patch(res, nsname, name, raw, ctype, opts, sub)
+            return (201 if opts.created else 200), patched
         if method == "DELETE" and name is not None and not sub:
             return reg.delete(res, nsname, name, body, opts)[::-1]
         if method == "DELETE" and name is None:
