@@ -25,6 +25,7 @@ _SUBRESOURCES: dict[str, tuple[str | None, str | None, str | None, list[str]]] =
     "binding": ("Binding", "", "v1", ["create"]),
     "eviction": ("Eviction", "policy", "v1", ["create"]),
     "finalize": (None, None, None, ["update"]),
+    "log": ("Pod", "", "v1", ["get"]),
 }
 
 

@@ -24,6 +24,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.kubeapi import discovery, openapi, protobuf, status
 from tests.kubeapi.admission import Admission
+from tests.kubeapi.logs import PodLogs
 from tests.kubeapi.registry import Options, Registry, present
 from tests.kubeapi.resources import Catalog, Resource
 from tests.kubeapi.selectors import match_fields, match_requirements, parse_fields, parse_labels
@@ -133,6 +134,8 @@ class _Handler(BaseHTTPRequestHandler):
                 result = reg.list(res, ns, query.get("labelSelector"), query.get("fieldSelector"))
             elif sub == "scale":
                 return 200, reg.get_scale(res, nsname, name)
+            elif sub == "log":
+                return 200, srv.logs.read(reg.get(res, nsname, name), query)
             else:
                 result = reg.get(res, nsname, name)
             return 200, self._maybe_table(res, result, query)
@@ -232,7 +235,8 @@ class _Handler(BaseHTTPRequestHandler):
         rv = query.get("resourceVersion") or ""
         timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
         initial: list[dict[str, Any]] = []
-        if rv in ("", "0"):
+        send_initial = query.get("sendInitialEvents") == "true"
+        if rv in ("", "0") or send_initial:
             initial, since = store.list(res.key, ns)
         elif rv.isdigit():
             since = int(rv)
@@ -255,6 +259,11 @@ class _Handler(BaseHTTPRequestHandler):
             for obj in initial:
                 if matches(obj):
                     self._chunk({"type": "ADDED", "object": present(res, obj)}, proto)
+            if send_initial:  # watch-list (client-go's WatchListClient): a bookmark ends the initial events
+                self._chunk({"type": "BOOKMARK", "object": {
+                    "apiVersion": res.api_version, "kind": res.kind, "metadata": {
+                        "resourceVersion": str(since), "annotations": {"k8s.io/initial-events-end": "true"}}}},
+                    proto)
             for event in store.events_since(res.key, ns, since, timeout, lambda: not self.server.stopping):
                 kind = _transition(event, matches)
                 if kind:
@@ -320,7 +329,14 @@ class _HttpServer(ThreadingHTTPServer):
         self.catalog = registry.catalog
         self.connections: set[socket.socket] = set()
         self.stopping = False
+        self.logs = PodLogs()
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client dropping its keep-alive connection is not an error worth a traceback."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class ApiServer:
@@ -395,6 +411,11 @@ class ApiServer:
     def map_service(self, namespace: str, name: str, url: str, port: int = 443) -> None:
         """Resolve webhook `clientConfig.service` {namespace, name, port} to a local base URL."""
         self.services[(namespace, name, port)] = url
+
+    @property
+    def logs(self) -> PodLogs:
+        """Pod logs: `api.logs.write(namespace, pod, text_or_path, container="")`."""
+        return self._http.logs
 
     def compact(self) -> None:
         """Forget the watch history: watches from older resourceVersions get 410 Gone."""
