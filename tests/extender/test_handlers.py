@@ -218,7 +218,8 @@ def test_protocol_errors_are_400_json(path: str, body: bytes, needle: str) -> No
     ({"Pod": wire_pod("p", gpus=1), "NodeNames": [1, 2]}, "NodeNames: expected a list"),
     ({"Pod": wire_pod("p", gpus=1), "NodeNames": None, "Nodes": None}, "NodeNames: missing"),
     ({"Pod": wire_pod("p", gpus=1), "Nodes": {"items": [{"metadata": {}}]}}, "Nodes.items[0].metadata.name"),
-    ({"Pod": wire_pod("p", cpu="lots"), "NodeNames": ["a100-fresh"]}, "spec.containers[0].resources.cpu"),
+    ({"Pod": wire_pod("p", cpu="lots"), "NodeNames": ["a100-fresh"]},
+     "Pod.spec.containers[0].resources.requests.cpu: 'lots' is not a quantity"),
 ])
 def test_bad_arguments_are_a_filter_error_and_a_prioritize_400(body: dict, field: str) -> None:
     h = Harness(cluster())

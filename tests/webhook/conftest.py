@@ -6,9 +6,9 @@ import pytest
 
 from gpupolicy.cluster import ClusterView, NodeInfo
 from gpupolicy.model import parse_policy
+from kube.views import StaticView
 from tests.webhook.payloads import POLICIES
 from webhook.app import create_app
-from webhook.views import StaticView
 
 NODES = (NodeInfo("gpu-a100-1", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}, {"nvidia.com/gpu": "8"}),)
 

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kube.views import StaticView
 from tests.webhook.conftest import example_view
 from tests.webhook.payloads import GUARD, SHARE, api_pod, policy_review, review
 from webhook.app import create_app
-from webhook.views import StaticView
 
 
 def decoded_patch(resp: dict) -> list:

@@ -1,4 +1,4 @@
-"""The watch-fed ClusterView (webhook/views.py) through the real webhook process and the test API server.
+"""The watch-fed ClusterView (kube/views.py) through the real webhook process and the test API server.
 
 Real: `kubeon-gpu webhook --kubeconfig <api.kubeconfig>` (gunicorn gthread
 over TLS with a CA from certs/, one worker) whose Reflectors list and watch
