@@ -323,14 +323,14 @@ class _HttpServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, port: int = 0) -> None:
         self.registry = registry
         self.store = registry.store
         self.catalog = registry.catalog
         self.connections: set[socket.socket] = set()
         self.stopping = False
         self.logs = PodLogs()
-        super().__init__(("127.0.0.1", 0), _Handler)
+        super().__init__(("127.0.0.1", port), _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client dropping its keep-alive connection is not an error worth a traceback."""
@@ -342,13 +342,13 @@ class _HttpServer(ThreadingHTTPServer):
 class ApiServer:
     """An in-process Kubernetes API server for tests. Start with `ApiServer.start()`."""
 
-    def __init__(self, history: int = 2000) -> None:
+    def __init__(self, history: int = 2000, port: int = 0) -> None:
         self.store = Store(history=history)
         self.catalog = Catalog()
         self.services: dict[tuple[str, str, int], str] = {}
         self.admission = Admission(self.store, lambda ns, name, port: self.services.get((ns, name, port)))
         self.registry = Registry(self.store, self.catalog, self.admission)
-        self._http = _HttpServer(self.registry)
+        self._http = _HttpServer(self.registry, port)
         self._thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=f"kubeapi-{self.port}", daemon=True)
         self._dir = Path(tempfile.mkdtemp(prefix="kubeapi-"))
@@ -358,9 +358,10 @@ class ApiServer:
             self.registry.create(self._res("", "v1", "namespaces"), "", {"metadata": {"name": ns}}, Options())
 
     @classmethod
-    def start(cls, crd_files: list[str | Path] | tuple[str | Path, ...] = (), history: int = 2000) -> ApiServer:
-        """Bind 127.0.0.1 on a free port, serve in a background thread, install the given CRDs."""
-        server = cls(history=history)
+    def start(cls, crd_files: list[str | Path] | tuple[str | Path, ...] = (), history: int = 2000,
+              port: int = 0) -> ApiServer:
+        """Bind 127.0.0.1 on `port` (0: a free one), serve in a background thread, install the given CRDs."""
+        server = cls(history=history, port=port)
         server._thread.start()
         for path in crd_files:
             server.install_crd(path)
