@@ -162,6 +162,9 @@ class Toleration(_Wire):
     toleration_seconds: int | None = None
 
 
+DEFAULT_TIME_SLICING_REPLICAS = 2
+
+
 class SharingSpec(_Wire):
     """Give GPU pods a MIG slice or a time-sliced share instead of a whole GPU."""
 
@@ -184,6 +187,11 @@ class SharingSpec(_Wire):
         if value is not None and value < 2:
             raise ValueError("replicas must be at least 2 (one replica is a whole GPU)")
         return value
+
+    @property
+    def time_slicing_replicas(self) -> int:
+        """Shares per GPU under TimeSlicing: `replicas`, else 2 (right-sizing and the layout agree)."""
+        return self.replicas or DEFAULT_TIME_SLICING_REPLICAS
 
 
 class WakeSpec(_Wire):
