@@ -22,6 +22,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "simulate": ("cli.simulate", "replay an openb-format trace through a packing policy"),
     "certs": ("certs.command", "generate TLS material and patch caBundle into webhook configs"),
     "crd": ("cli.crd", "print the GpuPolicy CRD generated from the model"),
+    "hub": ("hub.command", "the self-hostable hub: serve it, manage tokens, policies and approvals"),
 }
 
 

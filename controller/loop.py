@@ -101,8 +101,10 @@ class ReconcileRunner:
         """Run every reconciler whose time has come, in registry order. Returns how many ran."""
         ran = 0
         for reconciler in self.reconcilers:
-            if not self.ctx.is_leader():
+            if not self.ctx.lease_held():
                 return ran
+            if not self.ctx.is_leader() and not getattr(reconciler, "runs_while_paused", False):
+                continue  # writers paused (hub disconnected): only the hub poll runs
             now = self.ctx.clock.now()
             if self._due.get(reconciler.name, 0.0) > now:
                 continue
@@ -150,7 +152,7 @@ class ReconcileRunner:
         at once instead of after up to five seconds (prompt SIGTERM handling).
         """
         while not stop.is_set():
-            if self.ctx.is_leader():
+            if self.ctx.lease_held():
                 self.run_due()
                 wait = self.next_wait()
             else:

@@ -24,7 +24,7 @@ from gpupolicy.catalog import (
     Catalog,
     GpuProduct,
 )
-from gpupolicy.model import GpuPolicy, Mode, ProposalState, parse_valid_policies
+from gpupolicy.model import HUB_DISCONNECTED, HUB_STATE_LABEL, GpuPolicy, Mode, ProposalState, parse_valid_policies
 
 DEFAULT_NAMESPACE = "kubeon-gpu"
 PROTECTED_NAMESPACES = frozenset({"kube-system"})
@@ -62,6 +62,8 @@ class ClusterView:
     default_mode: Mode = Mode.RECOMMEND
     own_namespace: str = DEFAULT_NAMESPACE
     catalog: Catalog = DEFAULT_CATALOG
+    # The hub refused this cluster's token (policies labelled Disconnected): nothing may act.
+    hub_disconnected: bool = False
 
     @cached_property
     def ordered_policies(self) -> tuple[GpuPolicy, ...]:
@@ -150,6 +152,13 @@ class ClusterView:
                            self.catalog)
 
 
+def in_force(obj: Mapping[str, Any]) -> bool:
+    """False for a policy the controller labelled hub-Disconnected: its cluster token was refused, so
+    nothing acts on it (the webhook admits pods unchanged, the extender stays neutral). Pure."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(HUB_STATE_LABEL) != HUB_DISCONNECTED
+
+
 def view_from_objects(
     policies: Iterable[Mapping[str, Any]],
     namespaces: Iterable[Mapping[str, Any]],
@@ -163,7 +172,8 @@ def view_from_objects(
     Returns the view and the (name, error) of each GpuPolicy the model refused,
     for the caller to log: one invalid policy never hides the others.
     """
-    valid, invalid = parse_valid_policies(policies)
+    policies = list(policies)
+    valid, invalid = parse_valid_policies(p for p in policies if in_force(p))
     labels: dict[str, dict[str, str]] = {}
     for obj in namespaces:
         meta = obj.get("metadata") or {}
@@ -171,5 +181,6 @@ def view_from_objects(
     view = ClusterView(
         policies=tuple(valid), namespace_labels=labels, nodes=tuple(node_from_object(n) for n in nodes),
         default_mode=default_mode, own_namespace=own_namespace,
+        hub_disconnected=any(not in_force(p) for p in policies),
     )
     return view, invalid
