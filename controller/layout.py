@@ -122,8 +122,8 @@ class LayoutReconciler:
                 proposals.append(self._target(ctx, policy, modes[policy.name], target, seen))
             proposals += self._kept(ctx, policy, proposals, seen, replicas)
             conditions = [self._planned_condition(mine, change, plan)]
-            if seen.missing and (any(t.target.kind == TIME_SLICING for t in mine) or
-                                 (policy.spec.sharing and policy.spec.sharing.strategy is SharingStrategy.TIME_SLICING)):
+            slicing = policy.spec.sharing is not None and policy.spec.sharing.strategy is SharingStrategy.TIME_SLICING
+            if seen.missing and (slicing or any(t.target.kind == TIME_SLICING for t in mine)):
                 conditions.append(self._missing_condition(ctx, policy, seen.missing))
             ctx.policies.publish(policy.name, SOURCE, proposals, conditions)
         if seen.configmap is not None and any(m is not Mode.RECOMMEND for m in modes.values()):
