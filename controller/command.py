@@ -25,7 +25,7 @@ from kubernetes import client
 from controller.context import Clock, ControllerContext, MetricsSource, SystemClock
 from controller.health import HealthServer
 from controller.leader import LeaderElector, exit_process
-from controller.loop import Reconciler, ReconcileRunner, load_reconcilers
+from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
@@ -146,6 +146,7 @@ def build(
     reconcilers: list[Reconciler] | None = None,
 ) -> ControllerProcess:
     """Wire one replica. Tests pass a fake clock, scripted metrics and their own `on_lost`."""
+    chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
     clock = clock or SystemClock()
     identity = identity or f"{socket.gethostname()}_{os.getpid()}"
     if metrics is None and prometheus_url:
@@ -161,7 +162,6 @@ def build(
         api=api, namespace=namespace, default_mode=default_mode, prometheus_url=prometheus_url,
         metrics=metrics, clock=clock, recorder=recorder, policies=store, is_leader=elector.is_leader,
     )
-    chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
     runner = ReconcileRunner(ctx, chosen)
 
     def acquired() -> None:
@@ -191,12 +191,16 @@ def run(args: argparse.Namespace) -> int:
     if args.renew_seconds >= args.lease_duration_seconds:
         log.error("--renew-seconds must be shorter than --lease-duration-seconds")
         return 2
-    process = build(
-        api, namespace=args.namespace, identity=args.identity, default_mode=Mode(args.default_mode),
-        prometheus_url=args.prometheus_url, lease_name=args.lease_name,
-        lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
-        resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind,
-    )
+    try:
+        process = build(
+            api, namespace=args.namespace, identity=args.identity, default_mode=Mode(args.default_mode),
+            prometheus_url=args.prometheus_url, lease_name=args.lease_name,
+            lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
+            resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind,
+        )
+    except ReconcilerLoadError as exc:
+        log.error("%s", exc)
+        return 1
     log.info("controller starting identity=%s namespace=%s lease=%s prometheus=%s reconcilers=%s",
              process.elector.identity, args.namespace, args.lease_name, bool(args.prometheus_url),
              ",".join(r.name for r in process.runner.reconcilers))

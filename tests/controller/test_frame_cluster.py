@@ -18,7 +18,7 @@ from kubernetes import client
 
 from controller.command import ControllerProcess, build
 from controller.leader import LeaderElector
-from controller.policies import PolicySync
+from controller.policysync import PolicySync
 from controller.rightsizing import RightSizingReconciler
 from gpupolicy.model import Mode
 from kube.leases import LeaseConflict, get_lease, replace_lease
@@ -200,7 +200,7 @@ def test_status_has_stable_proposals_and_is_written_only_on_change(
     script_usage(metrics, clock, "llm", 7.1 * GIB)
     r = replica(api, clock, metrics, "one")
     assert r.elector.step()
-    with caplog.at_level(logging.INFO, logger="controller.policies"):
+    with caplog.at_level(logging.INFO, logger="controller.policysync"):
         r.runner.run_all()
     assert "policies synced count=3" in caplog.text
     status = policy_status(api, "share")
