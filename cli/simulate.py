@@ -1,6 +1,6 @@
-"""`kubeon-gpu simulate`: replay an openb-format trace through a packing policy, print one JSON line.
+"""`kubeon-gpu simulate`: replay an openb-format trace through a packing strategy, print one JSON line.
 
-Bad input (missing file or column, bad value, unknown policy) prints one
+Bad input (missing file or column, bad value, unknown strategy) prints one
 line naming it on stderr and exits 2.
 """
 
@@ -11,7 +11,7 @@ import csv
 import json
 import sys
 
-from gpupolicy.packing.engine import DEFAULT_POLICY, POLICIES, UnknownPolicyError
+from gpupolicy.packing.engine import DEFAULT_STRATEGY, STRATEGIES, UnknownStrategyError
 from simulator.replay import ReplayResult, replay
 from simulator.trace import TraceError, load_nodes, load_pods
 
@@ -22,7 +22,8 @@ PLACEMENT_COLUMNS = ("seq", "pod", "node", "gpu_indices", "cpu_milli", "memory_m
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", required=True, help="nodes CSV (sn,cpu_milli,memory_mib,gpu,model)")
     parser.add_argument("--pods", required=True, help="pods CSV (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec)")
-    parser.add_argument("--policy", default=DEFAULT_POLICY, help=f"one of {', '.join(POLICIES)}")
+    parser.add_argument("--strategy", "--policy", dest="strategy", default=DEFAULT_STRATEGY,
+                        help=f"packing strategy, one of {', '.join(STRATEGIES)} (--policy: the old name)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--tune", type=float, default=1.3, help="arrived GPU demand target, x capacity")
     parser.add_argument("--placements", help="write every placement to this CSV, in arrival order")
@@ -39,8 +40,8 @@ def write_placements(path: str, result: ReplayResult) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.policy not in POLICIES:
-        print(f"error: unknown policy {args.policy!r}; choose from {', '.join(POLICIES)}", file=sys.stderr)
+    if args.strategy not in STRATEGIES:
+        print(f"error: unknown strategy {args.strategy!r}; choose from {', '.join(STRATEGIES)}", file=sys.stderr)
         return 2
     if not args.tune > 0:
         print(f"error: --tune must be positive, got {args.tune}", file=sys.stderr)
@@ -48,8 +49,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         nodes = load_nodes(args.nodes)
         pods = load_pods(args.pods)
-        result = replay(nodes, pods, args.policy, args.seed, args.tune, keep_placements=bool(args.placements))
-    except (TraceError, UnknownPolicyError, ValueError) as exc:
+        result = replay(nodes, pods, args.strategy, args.seed, args.tune, keep_placements=bool(args.placements))
+    except (TraceError, UnknownStrategyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.placements:

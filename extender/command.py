@@ -27,7 +27,7 @@ from typing import Any
 from flask import Flask
 
 from gpupolicy.model import Mode
-from gpupolicy.packing.engine import DEFAULT_POLICY, POLICIES
+from gpupolicy.packing.engine import DEFAULT_STRATEGY, STRATEGIES
 
 log = logging.getLogger(__name__)
 
@@ -38,8 +38,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cert-dir", metavar="DIR", help="serve HTTPS with DIR/tls.crt and DIR/tls.key")
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (in-cluster config when unset)")
     parser.add_argument("--no-watch", action="store_true", help="do not watch the cluster (empty node model)")
-    parser.add_argument("--default-policy", default=DEFAULT_POLICY, choices=list(POLICIES),
-                        help=f"packing policy when no GpuPolicy chooses one (default: {DEFAULT_POLICY})")
+    parser.add_argument("--default-strategy", "--default-policy", dest="default_strategy", default=DEFAULT_STRATEGY,
+                        choices=list(STRATEGIES),
+                        help=f"packing strategy when no GpuPolicy chooses one (default: {DEFAULT_STRATEGY}; "
+                             "--default-policy: the old name)")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
                         help="mode of GpuPolicies that set none (default: Recommend, as the webhook)")
     parser.add_argument("--assume-seconds", type=float, default=30.0,
@@ -78,7 +80,7 @@ def make_app_factory(args: argparse.Namespace) -> Any:
         else:
             log.warning("extender running without a cluster watch: every node is unknown")
             source = StaticView()
-        service = ExtenderService(cache, source, default_policy=args.default_policy)
+        service = ExtenderService(cache, source, default_strategy=args.default_strategy)
         app = create_app(service)
         probes.register(app, service.ready)
         return app

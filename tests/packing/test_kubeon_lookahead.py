@@ -1,6 +1,6 @@
 """kubeon's typical-mix rules and the modular look-ahead fragment, on hand-worked node states.
 
-Real: the packing engine (fit rules, FragModel, KubeonPolicy, decide). Faked:
+Real: the packing engine (fit rules, FragModel, Kubeon, decide). Faked:
 nothing; node states and the typical mix are built by hand with the builders.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpupolicy.packing.engine import decide, get_policy
+from gpupolicy.packing.engine import decide, get_strategy
 from gpupolicy.packing.fragmentation import FragModel
 from gpupolicy.packing.placement import PackingContext
-from gpupolicy.packing.strategies.kubeon import KubeonPolicy
+from gpupolicy.packing.strategies.kubeon import Kubeon
 from gpupolicy.packing.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
 
@@ -32,8 +32,8 @@ def test_kubeon_keeps_rare_model_restricted_types_and_spares_their_gpus() -> Non
     pod = make_pod(gpus=1)
     assert len(TypicalMix.from_pods(mix).truncated(0.95)) == 1
     full = TypicalMix.from_pods(mix, coverage=1.0)  # contexts carry the full mix; policies cut it
-    old = decide(state, pod, KubeonPolicy(spec_types=False), PackingContext(mix=full))
-    new = decide(state, pod, get_policy("kubeon"), PackingContext(mix=full))
+    old = decide(state, pod, Kubeon().without("spec-types"), PackingContext(mix=full))
+    new = decide(state, pod, get_strategy("kubeon"), PackingContext(mix=full))
     assert state.names[old.node] == "A" and old.scores.tolist() == [50.0, 50.0]
     assert state.names[new.node] == "B" and new.scores.tolist() == [49.0, 51.0]
 
@@ -77,8 +77,8 @@ def test_kubeon_keeps_cpu_next_to_free_gpus_for_the_pods_that_need_it() -> None:
     state = make_state([("A", 8000, 8192, [1000, 1000], "T4"), ("B", 16000, 8192, [1000, 1000], "T4")])
     pod = make_pod(gpus=0, cpu=4000)
     full = TypicalMix.from_pods(mix, coverage=1.0)
-    fgd = decide(state, pod, get_policy("fgd"), PackingContext(mix=full))
-    ours = decide(state, pod, get_policy("kubeon"), PackingContext(mix=full))
+    fgd = decide(state, pod, get_strategy("fgd"), PackingContext(mix=full))
+    ours = decide(state, pod, get_strategy("kubeon"), PackingContext(mix=full))
     assert state.names[fgd.node] == "A" and fgd.scores.tolist() == [50.0, 50.0]
     assert state.names[ours.node] == "B" and ours.scores.tolist() == [43.0, 50.0]
 
@@ -90,6 +90,6 @@ def test_policies_with_different_fragment_knobs_do_not_share_a_cached_model() ->
     state = make_state([("A", 8000, 8192, [1000, 1000], "T4"), ("B", 16000, 8192, [1000, 1000], "T4")])
     ctx = PackingContext(mix=mix)
     pod = make_pod(gpus=0, cpu=4000)
-    assert decide(state, pod, KubeonPolicy(copies=False), ctx).scores.tolist() == [50.0, 50.0]
-    assert decide(state, pod, KubeonPolicy(), ctx).scores.tolist() == [43.0, 50.0]
-    assert decide(state, pod, KubeonPolicy(copies=False), ctx).scores.tolist() == [50.0, 50.0]
+    assert decide(state, pod, Kubeon().without("copies"), ctx).scores.tolist() == [50.0, 50.0]
+    assert decide(state, pod, Kubeon(), ctx).scores.tolist() == [43.0, 50.0]
+    assert decide(state, pod, Kubeon().without("copies"), ctx).scores.tolist() == [50.0, 50.0]
