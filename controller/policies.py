@@ -148,10 +148,6 @@ class PolicyStore:
         with self._lock:
             self._contrib.setdefault(policy, {})[source] = _Contribution(list(proposals), list(conditions))
 
-    def published(self, policy: str) -> list[Proposal]:
-        with self._lock:
-            return [p for c in self._contrib.get(policy, {}).values() for p in c.proposals]
-
     # -- status ---------------------------------------------------------------
     def desired_status(self, entry: PolicyEntry, default_mode: Mode, prometheus_configured: bool,
                        now: float) -> dict[str, Any]:

@@ -17,7 +17,7 @@ import base64
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 _fast_loads: Callable[[bytes], Any] | None
 _dumps: Callable[[Any], bytes]
@@ -32,12 +32,6 @@ except ImportError:  # pragma: no cover - the stdlib is the fallback
         return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
 
 ADMISSION_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
-
-
-class GroupVersionKind(TypedDict, total=False):
-    group: str
-    version: str
-    kind: str
 
 
 class ReviewError(ValueError):

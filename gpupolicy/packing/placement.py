@@ -13,7 +13,7 @@ dry-run, logs) explain decisions with the same words.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any, Protocol, TypeVar
@@ -266,10 +266,3 @@ def to_gpu_indices(state: NodeState, node: int, demand: PodDemand, chosen_gpu: i
             chosen_gpu = int(best_fit_gpu(state, np.array([node]), demand.gpu_milli)[0])
         return (chosen_gpu,)
     return first_full_gpus(state, node, demand.num_gpu)
-
-
-def names_to_indices(state: NodeState, names: Sequence[str]) -> tuple[IntArray, list[str]]:
-    """Indices of known node names, and the unknown ones (the extender reports those)."""
-    known = [state.index[n] for n in names if n in state.index]
-    unknown = [n for n in names if n not in state.index]
-    return np.array(known, dtype=np.int64), unknown

@@ -3,7 +3,7 @@
 How `Kubeon` scores a node for a pod:
 1. `Fragment`: FGD's fragment change against the typical pod mix (how much
    free GPU the placement turns into GPU no typical pod can use), with the
-   typical pods' memory and CPU/memory-limited copies counted;
+   the copies of typical pods the node's free CPU can still feed counted;
 2. plus each term (`ShareStranding`, `ModelPressure`, `SliverWaste`), in
    milli-GPU, before rounding;
 3. FGD's rounding, int(100 * sigmoid(delta / 1000)): it creates ties, and
@@ -42,7 +42,7 @@ from gpupolicy.packing.typicalmix import COVERAGE, TypicalMix
 class Weights:
     """The default strategy's weights: set here and nowhere else, chosen on the default trace seeds 42..51."""
 
-    copies: float = 0.25  # share of the fragment that counts copies the free CPU/memory can feed
+    copies: float = 0.25  # share of the fragment that counts the copies the free CPU can feed
     share_stranding: float = 8.0  # per milli-GPU a sharing pod strands (or stops stranding)
     sliver: float = 3.0  # per milli-GPU of a GPU slice no typical sharing size can fill
     sliver_scarcity: float = 0.4  # a filler size rarer than this x the slices waiting for it does not count
@@ -76,7 +76,7 @@ class Term(Protocol):
 
 @dataclass(frozen=True)
 class Fragment:
-    """FGD's fragment (fragmentation.py) against the typical mix, with three refinements.
+    """FGD's fragment (fragmentation.py) against the typical mix, with two refinements.
 
     - `coverage`: the most common types covering 95% of pods, as FGD;
       `spec_types` also keeps every type restricted to GPU models however
@@ -84,17 +84,17 @@ class Fragment:
       placements stop fragmenting exactly those nodes). Inert on the
       default trace (no pod there is restricted: 0.00); gpuspec20 +0.40,
       gpuspec10 +0.19 when it was added.
-    - `memory`: a node cannot host a typical pod whose mean memory it lacks
-      (FGD looks at CPU and GPU only; memory blocks real placements).
     - `copies` (weight `WEIGHTS.copies`): that share of the fragment counts
-      the free GPU milli the node's free CPU and memory can no longer feed
-      (a node with 8 free GPUs and cores for 2 typical pods strands 6). Every
-      pod the replay fails before the 100% point fails on CPU, not GPU.
+      the free GPU milli the node's free CPU can no longer feed (a node with
+      8 free GPUs and cores for 2 typical pods strands 6). Every pod the
+      replay fails before the 100% point fails on CPU, not GPU.
+
+    Typical pods' memory is not counted (FGD looks at CPU and GPU only):
+    counting it changed nothing that earned its keep on the default trace.
     """
 
     coverage: float = COVERAGE
     spec_types: bool = True
-    memory: bool = True
     copies: float = WEIGHTS.copies
 
     def typical(self, mix: TypicalMix) -> TypicalMix:
@@ -105,7 +105,7 @@ class Fragment:
         return mix.select(keep)
 
     def model(self, state: NodeState, ctx: PackingContext, mix: TypicalMix) -> FragModel:
-        return frag_model(state, ctx, mix, key="kubeon-frag", use_memory=self.memory, copies=self.copies > 0,
+        return frag_model(state, ctx, mix, key="kubeon-frag", copies=self.copies > 0,
                           copies_weight=self.copies if self.copies > 0 else 1.0)
 
 
@@ -113,8 +113,8 @@ class Fragment:
 class ShareStranding:
     """A sharing pod's change gains `weight` x the free GPU milli it stops stranding (loses what it strands).
 
-    Stranded = free GPU milli beyond what the node's free CPU and memory can
-    feed at the mix's rate (strategies/stranding.py); 0 on nodes that are not
+    Stranded = free GPU milli beyond what the node's free CPU can feed at the
+    mix's rate (strategies/stranding.py); 0 on nodes that are not
     short, so ties survive there. Sharing pods ask the most CPU per GPU milli
     (an 11.9-core pod for 470m on a 12-cores-per-GPU node), hence the weight.
     """
@@ -189,11 +189,11 @@ class Kubeon:
     """The default strategy: `fragment` + `terms`, then FGD's rounding; ties go to the engine's node order."""
 
     name: str = "kubeon"
-    description: str = "FGD's fragment + CPU/memory copies, sharing-pod stranding, slivers, model pressure (default)"
+    description: str = "FGD's fragment + CPU-fed copies, sharing-pod stranding, slivers, model pressure (default)"
     fragment: Fragment = field(default_factory=Fragment)
     terms: tuple[Term, ...] = DEFAULT_TERMS
 
-    PARTS = ("spec-types", "memory", "copies", "share-stranding", "model-pressure", "slivers", "scarcity")
+    PARTS = ("spec-types", "copies", "share-stranding", "model-pressure", "slivers", "scarcity")
 
     def without(self, *parts: str) -> Kubeon:
         """This strategy minus the named parts (`PARTS`): the ablations of docs/benchmarks.md."""
@@ -203,8 +203,6 @@ class Kubeon:
         frag, terms = self.fragment, self.terms
         if "spec-types" in parts:
             frag = replace(frag, spec_types=False)
-        if "memory" in parts:
-            frag = replace(frag, memory=False)
         if "copies" in parts:
             frag = replace(frag, copies=0.0)
         if "scarcity" in parts:
