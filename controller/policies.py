@@ -2,8 +2,10 @@
 
 `PolicySync` (controller/policysync.py, first in the reconciler registry)
 lists every GpuPolicy and parses it here (`parse_entry`: an invalid one is
-kept with its error and gets `Valid=False`, never a crash). `PolicyStore`
-holds the latest parse; reconcilers publish their
+kept with its error and gets `Valid=False`, never a crash); without a hub it
+logs `policies read count=N` after each full resync (with a hub,
+controller/hubsync.py logs `policies synced` when it pulls a set).
+`PolicyStore` holds the latest parse; reconcilers publish their
 proposals and conditions for a policy into it, and `write_status` writes a
 policy's status (effectiveMode, observedGeneration, conditions, proposals)
 through the status subresource only when it changed.
@@ -67,6 +69,8 @@ def parse_entry(obj: dict[str, Any]) -> PolicyEntry:
             where = ".".join(str(p) for p in err["loc"])
             parts.append(f"{where}: {err['msg']}" if where else err["msg"])
         return PolicyEntry(name, obj, None, "; ".join(parts))
+    except (ValueError, TypeError) as exc:  # nothing one policy holds may stop the sync of the others
+        return PolicyEntry(name, obj, None, f"not a GpuPolicy ({type(exc).__name__})")
     return PolicyEntry(name, obj, policy)
 
 
