@@ -21,7 +21,6 @@ from controller.leader import LeaderElector
 from controller.policysync import PolicySync
 from controller.rightsizing import RightSizingReconciler
 from gpupolicy.model import Mode
-from kube.events import list_events
 from kube.leases import LeaseConflict, get_lease, replace_lease
 from tests.controller.conftest import FakeClock, ScriptedMetrics, make_deployment, make_node, make_policy
 
@@ -51,7 +50,7 @@ def policy_status(api: client.ApiClient, name: str) -> dict[str, Any]:
 
 
 def invalid_events(api: client.ApiClient) -> list[client.CoreV1Event]:
-    return [e for e in list_events(api, "default")
+    return [e for e in client.CoreV1Api(api).list_namespaced_event("default").items
             if e.reason == "InvalidSpec" and e.involved_object.name == "broken" and e.type == "Warning"]
 
 
