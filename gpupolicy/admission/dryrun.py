@@ -28,6 +28,7 @@ from gpupolicy.catalog import DEFAULT_CATALOG, Catalog
 from gpupolicy.cluster import ClusterView, node_from_object
 from gpupolicy.model import GpuPolicy
 from gpupolicy.patch import diff
+from gpupolicy.quantity import shown
 
 SUPPORTED_KINDS = ("Pod", *TEMPLATE_PATHS)
 
@@ -150,7 +151,7 @@ def dry_run(obj: Any, view: ClusterView, namespace: str | None = None) -> Admiss
         raise DryRunError("object: must be a Kubernetes object")
     kind = obj.get("kind")
     if kind not in SUPPORTED_KINDS:
-        raise DryRunError(f"object.kind: {kind!r} is not one of {', '.join(SUPPORTED_KINDS)}")
+        raise DryRunError(f"object.kind: {shown(kind)} is not one of {', '.join(SUPPORTED_KINDS)}")
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise DryRunError("object.metadata: must be an object")

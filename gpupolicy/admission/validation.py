@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from gpupolicy.catalog import Catalog, normalise_profile_name
 from gpupolicy.model import GpuPolicy, SharingStrategy, parse_policy
 from gpupolicy.patch import diff
+from gpupolicy.quantity import shown
 
 KIND_LABEL = "gpu.kubeon.io/kind"
 
@@ -63,7 +64,7 @@ def catalog_errors(policy: GpuPolicy, catalog: Catalog) -> list[str]:
     for i, model in enumerate(sharing.gpu_models):
         product = catalog.product(model)
         if product is None:
-            errors.append(f"spec.sharing.gpuModels[{i}]: unknown GPU product {model!r}")
+            errors.append(f"spec.sharing.gpuModels[{i}]: unknown GPU product {shown(model)}")
         else:
             known.append(product)
     if sharing.strategy == SharingStrategy.MIG and sharing.mig_profile != "auto":
@@ -71,10 +72,10 @@ def catalog_errors(policy: GpuPolicy, catalog: Catalog) -> list[str]:
         if known:
             missing = [p.product for p in known if p.profile(wanted) is None]
             if missing:
-                errors.append(f"spec.sharing.migProfile: {sharing.mig_profile!r} is not a MIG profile of "
+                errors.append(f"spec.sharing.migProfile: {shown(sharing.mig_profile)} is not a MIG profile of "
                               f"gpuModels {', '.join(missing)}")
         elif not any(p.profile(wanted) for p in catalog.products):
-            errors.append(f"spec.sharing.migProfile: unknown MIG profile {sharing.mig_profile!r}")
+            errors.append(f"spec.sharing.migProfile: unknown MIG profile {shown(sharing.mig_profile)}")
     return errors
 
 
