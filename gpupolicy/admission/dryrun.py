@@ -16,7 +16,6 @@ created, where the owner resolution and approvals apply).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -174,9 +173,13 @@ def _combine(
     pod = mutation.object
     validation = validate_pod(pod, view, ns, owner)
     if path:
-        result_obj = copy.deepcopy(dict(obj))
+        # Copy only the levels down to the template (the rest stays shared, so `diff` skips it by
+        # identity): a deep copy of the whole workload was slower and recursed past Python's limit
+        # on objects nested a few hundred levels deep (issue 15).
+        result_obj = dict(obj)
         parent: Any = result_obj
         for key in path[:-1]:
+            parent[key] = dict(parent[key])
             parent = parent[key]
         template = dict(parent[path[-1]])
         template["spec"] = pod["spec"]

@@ -10,7 +10,6 @@ CRD's Kind printer column has a plain field to read. Pure.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -96,8 +95,8 @@ def kind_label_patch(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
         policy = parse_policy(dict(obj))
     except ValidationError:
         return []
-    labelled = copy.deepcopy(dict(obj))
-    metadata = labelled.setdefault("metadata", {})
+    labelled = dict(obj)  # copies of the levels written only: a deep copy recursed on deep objects
+    metadata = labelled["metadata"] = dict(labelled.get("metadata") or {})
     labels = metadata.get("labels")
     labels = dict(labels) if isinstance(labels, Mapping) else {}
     labels[KIND_LABEL] = str(policy.spec.kind)
