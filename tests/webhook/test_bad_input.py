@@ -137,3 +137,12 @@ def test_a_policy_nested_600_levels_is_labelled_not_an_internal_error(client) ->
     policy["metadata"]["x"] = json.loads(_deep(600))
     status, body = _post(client, "/mutate", json.dumps(policy_review(policy)).encode())
     assert status == 200 and "internal error" not in json.dumps(body), body
+
+
+@pytest.mark.parametrize("field", ["metadata", "spec"])
+def test_a_pod_with_null_metadata_or_spec_is_reviewed(client, field: str) -> None:
+    """Found by the 10,000-example run: `metadata: null` reached the core, which wrote into None."""
+    pod = copy.deepcopy(POD)
+    pod[field] = None
+    status, body = _post(client, "/mutate", _with_object(pod))
+    assert status == 200 and "internal error" not in json.dumps(body), body
