@@ -21,6 +21,7 @@ COPY serving ./serving
 COPY simulator ./simulator
 COPY kube ./kube
 COPY cli ./cli
+COPY hub ./hub
 RUN python -m pip wheel --wheel-dir /wheels .
 
 # --- 2. runtime: a venv from those wheels, no compiler, no pip in the venv ---

@@ -2,8 +2,9 @@
 
 `PolicySync` (first in the reconciler registry) lists every GpuPolicy, parses
 it with the pydantic model (an invalid one is kept with its error and gets
-`Valid=False`, never a crash) and logs `policies synced count=N` after each
-full resync. `PolicyStore` holds the latest parse; reconcilers publish their
+`Valid=False`, never a crash) and, without a hub, logs `policies read count=N`
+after each full resync (with a hub, controller/hubsync.py logs `policies synced`
+when it pulls a set). `PolicyStore` holds the latest parse; reconcilers publish their
 proposals and conditions for a policy into it, and `write_status` writes a
 policy's status (effectiveMode, observedGeneration, conditions, proposals)
 through the status subresource only when it changed.
@@ -271,7 +272,11 @@ class PolicySync:
         self._report(ctx, invalid)
         ctx.recorder.metrics.policies.labels(valid="true").set(len(entries) - len(invalid))
         ctx.recorder.metrics.policies.labels(valid="false").set(len(invalid))
-        log.info("policies synced count=%d invalid=%d", len(entries), len(invalid))
+        if ctx.hub_configured:  # the hub sync logs `policies synced` when it pulls a set
+            log.debug("policies read count=%d invalid=%d", len(entries), len(invalid))
+        else:
+            log.info("policies read count=%d invalid=%d: no hub.url, the GpuPolicy objects in the cluster are "
+                     "the source of truth", len(entries), len(invalid))
 
     def _report(self, ctx: ControllerContext, invalid: list[PolicyEntry]) -> None:
         """A Warning Event on each invalid policy, once per error (not once per resync); the leader only.

@@ -31,6 +31,14 @@ API_VERSION: Literal["gpu.kubeon.io/v1alpha1"] = "gpu.kubeon.io/v1alpha1"
 KIND: Literal["GpuPolicy"] = "GpuPolicy"
 PLURAL = "gpupolicies"
 
+# Hub sync (docs/hub-api.md): objects the hub owns, the hub revision they came from, and whether the
+# cluster's token still works. A policy labelled Disconnected is not in force anywhere.
+MANAGED_BY_LABEL = "gpu.kubeon.io/managed-by"
+MANAGED_BY_HUB = "hub"
+HUB_STATE_LABEL = "gpu.kubeon.io/hub"
+HUB_CONNECTED, HUB_DISCONNECTED = "Connected", "Disconnected"
+HUB_REVISION_ANNOTATION = "gpu.kubeon.io/hub-revision"
+
 BODY_FIELDS = ("sharing", "scale_to_zero", "packing", "type_fit", "capacity", "guardrail")
 
 
@@ -154,6 +162,9 @@ class Toleration(_Wire):
     toleration_seconds: int | None = None
 
 
+DEFAULT_TIME_SLICING_REPLICAS = 2
+
+
 class SharingSpec(_Wire):
     """Give GPU pods a MIG slice or a time-sliced share instead of a whole GPU."""
 
@@ -176,6 +187,11 @@ class SharingSpec(_Wire):
         if value is not None and value < 2:
             raise ValueError("replicas must be at least 2 (one replica is a whole GPU)")
         return value
+
+    @property
+    def time_slicing_replicas(self) -> int:
+        """Shares per GPU under TimeSlicing: `replicas`, else 2 (right-sizing and the layout agree)."""
+        return self.replicas or DEFAULT_TIME_SLICING_REPLICAS
 
 
 class WakeSpec(_Wire):

@@ -31,7 +31,7 @@ from gpupolicy.admission.dryrun import (
 )
 from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, validate_pod
 from gpupolicy.admission.shape import dry_run_body_error, pod_shape_error, template_shape_error
-from gpupolicy.admission.validation import check_policy, kind_label_patch
+from gpupolicy.admission.validation import check_policy, hub_edit_warning, kind_label_patch
 from gpupolicy.model import GROUP, KIND
 from kube.views import ViewSource
 from serving.http import HttpError, encode_json, install_error_handlers, json_error, read_json
@@ -155,6 +155,8 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
             if errors:
                 return response(review, allowed=False, code=422,
                                 message=f"GpuPolicy invalid: {'; '.join(errors)}")
+            warnings = hub_edit_warning(obj, review.old_object) if review.operation == "UPDATE" else []
+            return response(review, warnings=warnings or None)
         return response(review)
 
     @app.errorhandler(ReviewError)

@@ -210,7 +210,8 @@ def test_status_has_stable_proposals_and_is_written_only_on_change(
     assert r.elector.step()
     with caplog.at_level(logging.INFO, logger="controller.policies"):
         r.runner.run_all()
-    assert "policies synced count=3" in caplog.text
+    assert "policies read count=3" in caplog.text and "source of truth" in caplog.text
+    assert "policies synced" not in caplog.text, "nothing was pulled from a hub"
     status = policy_status(api, "share")
     assert status["effectiveMode"] == "Recommend"
     assert status["observedGeneration"] == 1

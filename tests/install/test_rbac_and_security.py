@@ -89,7 +89,7 @@ def test_controller_holds_the_guide_plus_only_scoped_extras(docs: list[dict]) ->
         NAMESPACE: {("coordination.k8s.io", "leases", "create", "*"),
                     ("coordination.k8s.io", "leases", "get", "kubeon-gpu-optimizer"),
                     ("coordination.k8s.io", "leases", "update", "kubeon-gpu-optimizer")},
-        "gpu-operator": {("", "configmaps", v, "time-slicing-config") for v in ("get", "update", "patch")},
+        "gpu-operator": {("", "configmaps", v, "time-slicing-config") for v in ("get", "patch")},
     }
 
 
@@ -98,7 +98,7 @@ def test_time_slicing_role_follows_values() -> None:
     role = one(docs, "Role", "kubeon-gpu-optimizer-time-slicing")
     assert role["metadata"]["namespace"] == "nvidia"
     assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                              "verbs": ["get", "update", "patch"], "resourceNames": ["ts"]}]
+                              "verbs": ["get", "patch"], "resourceNames": ["ts"]}]
 
 
 def test_scaler_role_exists_but_is_bound_nowhere_by_the_chart(docs: list[dict]) -> None:
