@@ -16,7 +16,6 @@ created, where the owner resolution and approvals apply).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -181,9 +180,12 @@ def _combine(
     pod = mutation.object
     validation = validate_pod(pod, view, ns, owner)
     if path:
-        result_obj = copy.deepcopy(dict(obj))
+        # Copy only the maps along the template path: the rest stays shared with `obj`, so `diff`
+        # skips it by identity instead of walking a deep copy of the whole workload.
+        result_obj = dict(obj)
         parent: Any = result_obj
         for key in path[:-1]:
+            parent[key] = dict(parent[key])
             parent = parent[key]
         template = dict(parent[path[-1]])
         template["spec"] = pod["spec"]
