@@ -200,13 +200,15 @@ def documents(source: Source, found: Scan) -> Iterator[Document | Problem]:
         yield Problem(source.name, 0, "empty file: no Kubernetes objects")
         return
     loader_class = yaml.SafeLoader if found.deep else FastLoader
-    number = 0
+    number = seen = 0
     with source.open() as fh:
         loader = loader_class(fh)
         try:
             while True:
                 try:
                     if not loader.check_node():
+                        if not seen:
+                            yield Problem(source.name, 0, "no Kubernetes objects (only comments and empty documents)")
                         return
                     number += 1
                     node = loader.get_node()
@@ -220,6 +222,7 @@ def documents(source: Source, found: Scan) -> Iterator[Document | Problem]:
                 except RecursionError:
                     yield Problem(source.name, max(number, 1), "nested too deeply to read (rest of file skipped)")
                     return
+                seen += obj is not None
                 yield Document(source.name, number, obj)
         finally:
             loader.dispose()
