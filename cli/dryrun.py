@@ -227,11 +227,20 @@ def run(args: argparse.Namespace) -> int:
     return 2 if report.errors else 0
 
 
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
 def _evaluate_all(sources: list[tuple[Source, Scan]], view: ClusterView, writer: Writer, report: Report) -> int:
     evaluated = 0
     err = report.err
-    show = bool(getattr(err, "isatty", lambda: False)())
-    with tqdm(desc="dry-run", unit=" objects", file=err, disable=not show, delay=1.0, leave=False) as progress:
+    # A bar on a terminal's stderr while the answers go elsewhere (a file, a pipe); on a terminal the
+    # answers themselves show progress, and a bar would be torn by them.
+    show = _isatty(err) and not _isatty(writer.out)
+    with tqdm(desc="dry-run", unit=" objects", file=err, disable=not show, leave=False) as progress:
         for source, found in sources:
             if source.role != "-f":
                 continue
