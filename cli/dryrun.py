@@ -261,8 +261,10 @@ def _evaluate_all(sources: list[tuple[Source, Scan]], view: ClusterView, writer:
                 if isinstance(result, AdmissionResult):
                     try:
                         writer.write(item.obj, result)
-                    except (RecursionError, ValueError, TypeError) as exc:
-                        result = item.problem(f"answer cannot be written ({type(exc).__name__})")
+                    except RecursionError:
+                        result = item.problem("nested too deeply to write the answer")
+                    except (ValueError, TypeError) as exc:
+                        result = item.problem(f"answer cannot be written ({type(exc).__name__}: {str(exc)[:200]})")
                 if isinstance(result, Problem):
                     report.problem(result)
                 else:

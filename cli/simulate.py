@@ -66,7 +66,8 @@ def _progress_bar(arrivals: list[PodDemand]) -> Iterable[PodDemand]:
     """A tqdm bar over the arrivals on a terminal's stderr; the arrivals unchanged otherwise."""
     if not sys.stderr.isatty():
         return arrivals
-    return tqdm(arrivals, desc="simulate", unit=" pods", file=sys.stderr, leave=False)
+    bar: Iterable[PodDemand] = tqdm(arrivals, desc="simulate", unit=" pods", file=sys.stderr, leave=False)
+    return bar
 
 
 def write_placements(path: str, result: ReplayResult) -> None:

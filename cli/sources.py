@@ -5,14 +5,10 @@ not hold every document at once; each is parsed, decided, written and
 forgotten. PyYAML's C loader (libyaml) parses ~10x faster than the pure-Python
 one; the pure-Python loader is the fallback when libyaml is absent.
 
-Why the pre-scan: libyaml composes nodes recursively in C and crashes the
-process (SIGSEGV, no Python error) on a document nested ~30,000 levels deep.
-A cheap pass over the bytes counts flow brackets per document (an upper bound
-on flow nesting, whatever strings contain) and the leading indentation
-(block nesting); a source over the bound is read by the pure-Python loader,
-whose recursion ends in a RecursionError we report. The same pass notes
-whether the source holds GpuPolicies, Nodes or Namespaces, which must be
-known before the first pod is decided.
+Why the pre-scan: GpuPolicies, Nodes and Namespaces must be known before
+the first pod is decided, so a cheap pass over the bytes says whether a
+source holds any; and documents nested too deeply to parse safely are found
+in the bytes (cli/nesting.py) and never reach the parser.
 
 Every problem is a value (`Problem`) naming the source, the document and,
 where known, the field; nothing here raises for bad input.
@@ -33,6 +29,8 @@ from typing import IO, Any
 
 import yaml
 
+from cli import nesting
+
 try:  # libyaml is optional in PyYAML; the pure-Python loader gives the same objects, slower.
     from yaml import CSafeLoader as FastLoader
 except ImportError:  # pragma: no cover - exercised where PyYAML is built without libyaml
@@ -41,12 +39,8 @@ except ImportError:  # pragma: no cover - exercised where PyYAML is built withou
 SUFFIXES = (".yaml", ".yml", ".json")
 # Kinds that shape the decisions (read before any object is evaluated).
 CONTEXT_KINDS = ("GpuPolicy", "Node", "Namespace")
-# Flow brackets per document / leading indentation the C loader is trusted with (it crashes near 30,000).
-SAFE_NESTING = 2000
 _CHUNK = 1 << 20
 _CONTEXT_KIND = re.compile(rb"""kind['"]?\s*:\s*['"]?(?:GpuPolicy|Node|Namespace|[A-Za-z]*List)\b""")
-_DOC_START = re.compile(rb"^(?:---|\.\.\.)", re.M)
-_DEEP_INDENT = re.compile(rb"^[ \t?:-]{%d}" % SAFE_NESTING, re.M)
 
 
 @dataclass(frozen=True)
@@ -95,8 +89,8 @@ class Scan:
     """What the byte pre-scan learnt about a source."""
 
     has_context: bool  # may hold GpuPolicy/Node/Namespace (or a List that might)
-    deep: bool  # may nest deeper than the C loader is trusted with
     empty: bool  # nothing but whitespace
+    too_deep: tuple[tuple[int, int], ...] = ()  # byte ranges of documents not to parse (cli/nesting.py)
 
 
 def _file_opener(path: Path) -> Callable[[], IO[bytes]]:
@@ -153,30 +147,18 @@ def example_sources() -> list[Source]:
 
 
 def scan(source: Source) -> Scan:
-    """One pass over the bytes: context kinds, nesting bound, emptiness. Cheap next to parsing."""
-    has_context = deep = False
-    non_blank = False
-    opens_in_document = 0
+    """Passes over the bytes: context kinds, emptiness, documents too deep to parse. Cheap next to parsing."""
+    has_context = non_blank = False
     tail = b""
     with source.open() as fh:
         while chunk := fh.read(_CHUNK):
             window = tail + chunk
             non_blank = non_blank or bool(chunk.strip())
             has_context = has_context or bool(_CONTEXT_KIND.search(window))
-            deep = deep or bool(_DEEP_INDENT.search(window))
-            last = 0
-            for marker in _DOC_START.finditer(chunk):
-                opens_in_document += _opens(chunk[last:marker.start()])
-                deep = deep or opens_in_document > SAFE_NESTING
-                opens_in_document, last = 0, marker.end()
-            opens_in_document += _opens(chunk[last:])
-            deep = deep or opens_in_document > SAFE_NESTING
-            tail = window[-(SAFE_NESTING + 64):]
-    return Scan(has_context=has_context, deep=deep, empty=not non_blank)
-
-
-def _opens(data: bytes) -> int:
-    return data.count(b"[") + data.count(b"{")
+            tail = window[-64:]
+        fh.seek(0)
+        deep = nesting.too_deep(fh) if non_blank else []
+    return Scan(has_context=has_context, empty=not non_blank, too_deep=tuple(deep))
 
 
 def _reader_problem(exc: yaml.reader.ReaderError) -> str:
@@ -199,10 +181,10 @@ def documents(source: Source, found: Scan) -> Iterator[Document | Problem]:
     if found.empty:
         yield Problem(source.name, 0, "empty file: no Kubernetes objects")
         return
-    loader_class = yaml.SafeLoader if found.deep else FastLoader
     number = seen = 0
-    with source.open() as fh:
-        loader = loader_class(fh)
+    with source.open() as raw:
+        fh = nesting.Guarded(raw, list(found.too_deep)) if found.too_deep else raw
+        loader = FastLoader(fh)
         try:
             while True:
                 try:
@@ -219,9 +201,13 @@ def documents(source: Source, found: Scan) -> Iterator[Document | Problem]:
                 except yaml.YAMLError as exc:
                     yield Problem(source.name, max(number, 1), _yaml_problem(exc))
                     return
-                except RecursionError:
+                except RecursionError:  # not expected under nesting.LIMIT; never a traceback
                     yield Problem(source.name, max(number, 1), "nested too deeply to read (rest of file skipped)")
                     return
+                if nesting.is_placeholder(obj):
+                    seen += 1
+                    yield Problem(source.name, number, nesting.PROBLEM)
+                    continue
                 seen += obj is not None
                 yield Document(source.name, number, obj)
         finally:

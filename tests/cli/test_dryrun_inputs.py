@@ -268,15 +268,24 @@ def test_deep_nesting_never_crashes_the_process(tmp_path: Path, style: str) -> N
     run = subprocess_run("dry-run", "-f", path, "-f", other, "-o", "json", timeout=120)
     assert run.code == 2, (run.code, run.err[-2000:])
     assert "Traceback" not in run.err
-    assert run.errors()[0].startswith(f"{PROG}{path}, document 2: "), run.err[-2000:]
+    assert run.errors() == [f"{PROG}{path}, document 2: nested more than 1000 levels deep; not read"], run.err[-2000:]
     assert names(run.out) == ["before", "after"]
 
 
-def test_nesting_the_decisions_cannot_follow_is_one_line(tmp_path: Path, capsys) -> None:
-    depth = 1500  # under the C loader's bound, over what the answer's encoders recurse into
+def test_nesting_the_answer_cannot_be_written_in_is_one_line(tmp_path: Path, capsys) -> None:
+    depth = 900  # under the parser guard (1,000 levels), over what the YAML writer recurses into
     deep = json.dumps(pod("deep", extra="NESTED")).replace('"NESTED"', "[" * depth + '"x"' + "]" * depth)
     path = write(tmp_path, "pod.yaml", deep + "\n---\n" + json.dumps(pod("ok")))
-    run = dry_run(capsys, "-f", path, "-o", "json")
+    run = dry_run(capsys, "-f", path, "-o", "yaml")
     assert run.code == 2
-    assert len(run.errors()) == 1 and run.errors()[0].startswith(f"{PROG}{path}, document 1: "), run.err
-    assert names(run.out) == ["ok"]
+    assert run.errors() == [f"{PROG}{path}, document 1: nested too deeply to write the answer"], run.err
+    assert [d["object"]["metadata"]["name"] for d in yaml.safe_load_all(run.out)] == ["ok"]
+
+
+def test_many_brackets_that_do_not_nest_are_read(tmp_path: Path, capsys) -> None:
+    """A large JSON List (thousands of brackets in one document, strings full of brackets) is not 'too deep'."""
+    items = [pod(f"p{i}", command=["sh", "-c", "echo '[[[[' \"]]{{\" # [[["]) for i in range(300)]
+    path = write(tmp_path, "list.json", json.dumps({"apiVersion": "v1", "kind": "List", "items": items}, indent=1))
+    run = dry_run(capsys, "-f", path, "-o", "json")
+    assert run.code == 0, run.err
+    assert len(json.loads(run.out)) == 300

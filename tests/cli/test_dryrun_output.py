@@ -137,7 +137,7 @@ def test_documents_stream_one_at_a_time(tmp_path: Path) -> None:
     """The reader yields the first document before it has read the second (parse, decide, write, forget)."""
     path = tmp_path / "two.yaml"
     path.write_text("kind: Pod\nmetadata: {name: a}\n---\nkind: Pod\nmetadata: {name: [\n")
-    items = documents(Source(str(path), lambda: path.open("rb")), Scan(False, False, False))
+    items = documents(Source(str(path), lambda: path.open("rb")), Scan(has_context=False, empty=False))
     first = next(items)
     assert isinstance(first, Document) and first.obj["metadata"]["name"] == "a"
     assert "not valid YAML" in str(next(items))
