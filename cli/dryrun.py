@@ -23,7 +23,6 @@ from typing import Any, TextIO
 
 from tqdm import tqdm
 
-from cli.shape import ShapeError, check_namespace, check_node, check_object
 from cli.sources import (
     CONTEXT_KINDS,
     Document,
@@ -39,6 +38,7 @@ from cli.sources import (
 from cli.writers import FORMATS, Writer
 from gpupolicy.admission.dryrun import SUPPORTED_KINDS, DryRunError, dry_run
 from gpupolicy.admission.mutate import AdmissionResult
+from gpupolicy.admission.shape import object_shape_error
 from gpupolicy.admission.validation import check_policy
 from gpupolicy.catalog import DEFAULT_CATALOG
 from gpupolicy.cluster import ClusterView, node_from_object
@@ -124,24 +124,26 @@ class Context:
         if kind not in ROLE_KINDS[role]:
             return doc.problem(f"kind: {kind} does not belong in {role} (it takes {' and '.join(ROLE_KINDS[role])} "
                                "objects; give Pods and workloads with -f)")
+        shape = _shape_problem(doc.obj)
+        if shape:
+            return doc.problem(shape)
         try:
             if kind == "GpuPolicy":
                 policy, errors = check_policy(doc.obj, DEFAULT_CATALOG)
                 if errors or policy is None:
                     return doc.problem(errors[0] if errors else "not a valid GpuPolicy")
                 self.policies.append(policy)
-            elif kind == "Node":
-                check_node(doc.obj)
+                return None
+            meta = doc.obj.get("metadata") or {}
+            if not meta.get("name"):
+                return doc.problem(f"metadata.name: missing: a {kind} needs a name")
+            if kind == "Node":
                 self.nodes.append(doc.obj)
             else:
-                check_namespace(doc.obj)
-                meta = doc.obj["metadata"]
                 self.namespaces[meta["name"]] = dict(meta.get("labels") or {})
-        except ShapeError as exc:
-            return doc.problem(str(exc))
         except RecursionError:
             return doc.problem("nested too deeply to read")
-        except Exception as exc:  # the edge: never a traceback for input (issue 15's shape check replaces this)
+        except Exception as exc:  # the edge: never a traceback for input
             return doc.problem(f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})")
         return None
 
@@ -158,19 +160,45 @@ def _items(source: Source, found: Scan) -> Iterator[Document | Problem]:
             yield from objects(item)
 
 
+def _shape_problem(obj: Any) -> str:
+    """The shared shape check's first complaint, as `FIELD: what is wrong` ("" when the shape is fine)."""
+    return object_shape_error(obj, "object").removeprefix("object.")
+
+
 def evaluate(doc: Document, view: ClusterView) -> AdmissionResult | Problem:
     """One object's answer, or the problem that stops it (naming the field)."""
+    shape = _shape_problem(doc.obj)
+    if shape:
+        return doc.problem(shape)
     try:
-        check_object(doc.obj)
         return dry_run(doc.obj, view)
-    except ShapeError as exc:
-        return doc.problem(str(exc))
     except DryRunError as exc:
         return doc.problem(str(exc).removeprefix("object."))
     except RecursionError:
         return doc.problem("nested too deeply to evaluate")
-    except Exception as exc:  # the edge: never a traceback for input (issue 15's shape check replaces this)
+    except Exception as exc:  # the edge: never a traceback for input
         return doc.problem(f"cannot be evaluated ({type(exc).__name__}: {str(exc)[:200]})")
+
+
+def read_all(sources: list[Source]) -> tuple[Context, list[Document], list[Problem]]:
+    """Every document of a few small files at once (`kubeon-gpu layout`): context kinds read, the rest returned."""
+    context, others, problems = Context(), [], []
+    for source in sources:
+        try:
+            found = scan(source)
+        except OSError as exc:
+            problems.append(Problem(source.name, 0, exc.strerror or str(exc)))
+            continue
+        for item in _items(source, found):
+            if isinstance(item, Problem):
+                problems.append(item)
+            elif item.obj["kind"] in CONTEXT_KINDS:
+                problem = context.add(item, "-f")
+                if problem:
+                    problems.append(problem)
+            else:
+                others.append(item)
+    return context, others, problems
 
 
 def catalog_note() -> str:

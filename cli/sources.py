@@ -136,14 +136,14 @@ def expand(paths: list[str], role: str) -> tuple[list[Source], list[Problem]]:
     return sources, problems
 
 
-def example_sources() -> list[Source]:
+def example_sources(names: tuple[str, ...] = ("policies.yaml", "nodes.yaml", "workloads.yaml")) -> list[Source]:
     """The embedded example set (package data, so it works from an installed wheel too)."""
     folder = resources.files("gpupolicy") / "examples"
 
     def opener(name: str) -> Callable[[], IO[bytes]]:
         return lambda: (folder / name).open("rb")
 
-    return [Source(f"example {name}", opener(name), "-f") for name in ("policies.yaml", "nodes.yaml", "workloads.yaml")]
+    return [Source(f"example {name}", opener(name), "-f") for name in names]
 
 
 def scan(source: Source) -> Scan:
