@@ -104,26 +104,27 @@ def test_list_items_are_named_in_messages(tmp_path: Path, capsys) -> None:
     assert names(run.out) == ["a"]
 
 
-WRONG_TYPES = [
+WRONG_TYPES = [  # the wording of the shared shape check, gpupolicy/admission/shape.py
     ({"metadata": {"name": "p", "labels": ["a"]}}, "metadata.labels: must be a map, not a list"),
-    ({"metadata": {"name": "p", "labels": {"version": 2}}}, "metadata.labels[version]: must be a string, not a int"),
+    ({"metadata": {"name": "p", "labels": {"version": 2}}}, "metadata.labels.version: must be a string, not a number"),
     ({"metadata": {"name": "p", "annotations": "x"}}, "metadata.annotations: must be a map, not a string"),
     ({"metadata": {"name": ["p"]}}, "metadata.name: must be a string, not a list"),
     ({"metadata": {"name": "p", "ownerReferences": {"kind": "Job"}}}, "metadata.ownerReferences: must be a list"),
-    ({"spec": "containers"}, "spec: must be a map, not a string"),
-    ({"spec": {"containers": {"name": "c"}}}, "spec.containers: must be a list of containers, not a map"),
-    ({"spec": {"containers": ["c"]}}, "spec.containers[0]: must be a map, not a string"),
-    ({"spec": {"containers": [{"name": "c", "resources": [1]}]}}, "spec.containers[0].resources: must be a map"),
+    ({"spec": "containers"}, "spec: must be an object, not a string"),
+    ({"spec": {"containers": {"name": "c"}}}, "spec.containers: must be a list, not an object"),
+    ({"spec": {"containers": ["c"]}}, "spec.containers[0]: must be an object, not a string"),
+    ({"spec": {"containers": [{"name": "c", "resources": [1]}]}},
+     "spec.containers[0].resources: must be an object, not a list"),
     ({"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": [1]}}}]}},
-     "spec.containers[0].resources.limits[nvidia.com/gpu]: must be a quantity such as 1, 500m or 8Gi, not a list"),
+     "spec.containers[0].resources.limits.nvidia.com/gpu: a list is not a quantity"),
     ({"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "one"}}}]}},
-     "spec.containers[0].resources.limits[nvidia.com/gpu]: 'one' is not a quantity"),
+     "spec.containers[0].resources.limits.nvidia.com/gpu: 'one' is not a quantity"),
     ({"spec": {"containers": [{"name": "c", "resources": {"limits": {"nvidia.com/gpu": "1e1000000"}}}]}},
-     "spec.containers[0].resources.limits[nvidia.com/gpu]: '1e1000000' is out of range for a quantity"),
+     "spec.containers[0].resources.limits.nvidia.com/gpu: '1e1000000' is larger than the largest quantity"),
     ({"spec": {"initContainers": [{"name": "i", "resources": {"requests": {"memory": "9e99999Gi"}}}]}},
-     "spec.initContainers[0].resources.requests[memory]:"),
-    ({"spec": {"containers": [], "nodeSelector": {"gpu": True}}}, "spec.nodeSelector[gpu]: must be a string"),
-    ({"spec": {"containers": [], "affinity": "h200"}}, "spec.affinity: must be a map, not a string"),
+     "spec.initContainers[0].resources.requests.memory: '9e99999Gi' is not a quantity"),
+    ({"spec": {"containers": [], "nodeSelector": {"gpu": True}}}, "spec.nodeSelector.gpu: must be a string"),
+    ({"spec": {"containers": [], "affinity": "h200"}}, "spec.affinity: must be an object, not a string"),
 ]
 
 
@@ -146,7 +147,7 @@ def test_workload_template_fields_are_named_from_the_workload(tmp_path: Path, ca
     assert run.code == 2
     assert run.errors() == [
         f"{PROG}{path}, document 1: spec.template.metadata.labels: must be a map, not a list",
-        f"{PROG}{path}, document 2: spec.jobTemplate: must be a map, not a string",
+        f"{PROG}{path}, document 2: spec.jobTemplate: must be an object, not a string",
     ]
 
 
@@ -157,7 +158,7 @@ def test_stdin_with_dash(capsys) -> None:
     assert run.code == 0, run.err
     assert names(run.out) == ["llm-tiny"]
     bad = subprocess_run("dry-run", "-f", "-", stdin=b"kind: Pod\nspec: 3\n")
-    assert bad.code == 2 and bad.errors() == [f"{PROG}<stdin>, document 1: spec: must be a map, not a int"]
+    assert bad.code == 2 and bad.errors() == [f"{PROG}<stdin>, document 1: spec: must be an object, not a number"]
 
 
 def test_stdin_holding_policies_and_pods(capsys) -> None:
@@ -209,7 +210,7 @@ def test_no_input_is_a_usage_error(capsys) -> None:
         ([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}],
          "document 1: kind: Pod does not belong in --policies (it takes GpuPolicy and Namespace objects"),
         ([{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "ml", "labels": {"team": 7}}}],
-         "document 1: metadata.labels[team]: must be a string"),
+         "document 1: metadata.labels.team: must be a string"),
     ],
     ids=["bad-mode", "bad-quantity", "pod-in-policies", "namespace-labels"],
 )
@@ -239,9 +240,9 @@ def test_overflowing_policy_quantity_is_reported_not_a_traceback(tmp_path: Path)
         ({"metadata": {"labels": {"nvidia.com/gpu.product": "NVIDIA-H200"}}}, "metadata.name: missing"),
         ({"metadata": {"name": "n", "labels": ["NVIDIA-H200"]}}, "metadata.labels: must be a map, not a list"),
         ({"metadata": {"name": "n"}, "status": {"allocatable": {"nvidia.com/gpu": "eight"}}},
-         "status.allocatable[nvidia.com/gpu]: 'eight' is not a quantity"),
+         "status.allocatable.nvidia.com/gpu: 'eight' is not a quantity"),
         ({"metadata": {"name": "n"}, "status": {"capacity": {"nvidia.com/gpu": "8e8000000"}}},
-         "status.capacity[nvidia.com/gpu]: '8e8000000' is out of range"),
+         "status.capacity.nvidia.com/gpu: '8e8000000' is larger than the largest quantity"),
         ({"kind": "Pod", "metadata": {"name": "n"}}, "kind: Pod does not belong in --nodes (it takes Node objects"),
     ],
     ids=["no-name", "labels-list", "bad-quantity", "overflow", "pod-in-nodes"],

@@ -130,7 +130,7 @@ def test_yaml_output_and_nodes_choose_the_profile(tmp_path: Path, capsys) -> Non
     run = dry_run(capsys, "-f", str(EXAMPLES / "pod.yaml"), "--policies", str(EXAMPLES / "policies.yaml"),
                   "--nodes", str(EXAMPLES / "nodes.yaml"))
     answer = yaml.safe_load(run.out)
-    assert "nvidia.com/mig-1g.18gb" in answer["object"]["spec"]["containers"][0]["resources"]["limits"]
+    assert answer["object"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-2g.20gb": "1"}
 
 
 def test_documents_stream_one_at_a_time(tmp_path: Path) -> None:
