@@ -9,8 +9,9 @@ Ours: `kubeon-gpu dry-run -f FILE --policies examples/policies.yaml --nodes
 examples/nodes.yaml -o OUTPUT > /dev/null`, a subprocess. The limit: a
 subprocess that only parses the same file with PyYAML's C loader
 (`yaml.load_all(..., CSafeLoader)`, each document dropped as it comes).
-Runs are interleaved ours/limit for --pairs pairs; wall time and peak RSS
-(ru_maxrss of the child) are printed per run, then medians and the ratio.
+Runs are interleaved ours/limit for --pairs pairs; wall time, CPU time
+(user+sys: steadier than wall on a shared machine) and peak RSS (ru_maxrss
+of the child) are printed per run, then medians and the ratios.
 Goals (issue 16): ours <= 2x the limit's time, <= 250 MiB at 100,000 objects.
 
     python bench/dryrun.py --objects 100000 --pairs 3 --output yaml
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import subprocess
 import sys
@@ -93,17 +93,18 @@ def dry_run_command(path: Path, output: str) -> list[str]:
             str(ROOT / "examples/policies.yaml"), "--nodes", str(ROOT / "examples/nodes.yaml"), "-o", output]
 
 
-def measure(command: list[str]) -> tuple[float, float]:
-    """Wall seconds and peak RSS (MiB) of one child, run from a fresh parent so ru_maxrss is its own."""
+def measure(command: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user+sys) and peak RSS (MiB) of one child, from a fresh parent (ru_* its own)."""
     probe = ("import resource, subprocess, sys, time\n"
              "t = time.perf_counter()\n"
              "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
-             "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss, rc)\n")
+             "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+             "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss, rc)\n")
     out = subprocess.run([sys.executable, "-c", probe, *command], capture_output=True, text=True, cwd=ROOT,
                          check=True).stdout.split()
-    if out[2] != "0":
-        raise SystemExit(f"{' '.join(command)} exited {out[2]}")
-    return float(out[0]), int(out[1]) / 1024
+    if out[3] != "0":
+        raise SystemExit(f"{' '.join(command)} exited {out[3]}")
+    return float(out[0]), float(out[1]), int(out[2]) / 1024
 
 
 def main() -> int:
@@ -123,15 +124,17 @@ def main() -> int:
         for pair in range(args.pairs):
             ours.append(measure(dry_run_command(path, args.output)))
             limit.append(measure([sys.executable, "-c", LIMIT, str(path)]))
-            print(f"pair {pair + 1}: ours {ours[-1][0]:.2f} s {ours[-1][1]:.0f} MiB | "
-                  f"C-loader parse {limit[-1][0]:.2f} s {limit[-1][1]:.0f} MiB | "
-                  f"ratio {ours[-1][0] / limit[-1][0]:.2f}x")
-    t_ours, m_ours = statistics.median(t for t, _ in ours), statistics.median(m for _, m in ours)
-    t_limit, m_limit = statistics.median(t for t, _ in limit), statistics.median(m for _, m in limit)
-    print(f"median: ours {t_ours:.2f} s, {m_ours:.0f} MiB; limit {t_limit:.2f} s, {m_limit:.0f} MiB; "
-          f"time ratio {t_ours / t_limit:.2f}x (goal <= 2x), memory {m_ours:.0f} MiB (goal <= 250 MiB)")
+            (w, c, m), (lw, lc, lm) = ours[-1], limit[-1]
+            print(f"pair {pair + 1}: ours {w:.2f} s wall {c:.2f} s cpu {m:.0f} MiB | "
+                  f"C-loader parse {lw:.2f} s wall {lc:.2f} s cpu {lm:.0f} MiB | "
+                  f"ratio wall {w / lw:.2f}x cpu {c / lc:.2f}x")
+    w, c, m = (statistics.median(run[i] for run in ours) for i in range(3))
+    lw, lc, lm = (statistics.median(run[i] for run in limit) for i in range(3))
+    print(f"median: ours {w:.2f} s wall, {c:.2f} s cpu, {m:.0f} MiB; limit {lw:.2f} s wall, {lc:.2f} s cpu, "
+          f"{lm:.0f} MiB; ratio wall {w / lw:.2f}x, cpu {c / lc:.2f}x (goal <= 2x); memory {m:.0f} MiB "
+          "(goal <= 250 MiB)")
     print(f"cpu count {os.cpu_count()}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}, "
-          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, maxrss unit KiB ({resource.RUSAGE_CHILDREN})")
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     return 0
 
 
