@@ -42,6 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster", default=None, help="this cluster's name (hub reporting)")
     parser.add_argument("--hub-url", default=None, help="hub to report to (not used by this version)")
     parser.add_argument("--hub-token-file", default=None, help="bearer token file for --hub-url")
+    parser.add_argument("--hub-poll-interval", default="60s", metavar="DURATION",
+                        help="how often policies and approvals are pulled from --hub-url (default: 60s)")
     parser.add_argument("--lease-name", default="kubeon-gpu-optimizer", help="coordination.k8s.io Lease name")
     parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")

@@ -84,7 +84,7 @@ def test_controller_gets_the_guide_settings_and_the_token_mount(guide: list[dict
     assert args[0] == "controller"
     for flag in ("--namespace=kubeon-gpu", "--default-mode=Recommend", "--cluster=prod-use1-a",
                  "--hub-url=https://acme.kubeon.io", "--hub-token-file=/var/run/secrets/kubeon/token",
-                 "--health-port=8080"):
+                 "--hub-poll-interval=60s", "--health-port=8080"):
         assert flag in args
     assert not any(a.startswith("--prometheus-url") for a in args), "no prometheus.url by default"
     pod = one(guide, "Deployment", "kubeon-gpu-optimizer")["spec"]["template"]["spec"]
