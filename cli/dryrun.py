@@ -24,7 +24,7 @@ import gpupolicy.admission.dryrun
 from gpupolicy.admission.dryrun import DryRunError, dry_run, parse_policies
 from gpupolicy.admission.mutate import AdmissionResult
 from gpupolicy.cluster import ClusterView, node_from_object
-from gpupolicy.model import Mode
+from gpupolicy.model import GpuPolicy, Mode
 
 EXAMPLE_FILES = ("policies.yaml", "nodes.yaml", "workloads.yaml")
 
@@ -39,9 +39,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--nodes", metavar="FILE", help="Node documents with GPU labels (YAML)")
     parser.add_argument("-o", "--output", choices=("text", "yaml", "json"),
                         help="text summary, or the full answer as yaml or json")
-    parser.add_argument("--example", action="store_true", help="run the embedded example set")
+    parser.add_argument("--example", action="store_true",
+                        help="run the embedded example set (as an install with prometheus.url set)")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
                         help="mode for policies that set none (the install's defaultMode)")
+    parser.add_argument("--metrics", action="store_true",
+                        help="evaluate as an install with prometheus.url set; without it sharing and "
+                             "scaleToZero policies stay Recommend, as they do in the cluster")
 
 
 def _documents(text: str, source: str) -> list[dict[str, Any]]:
@@ -92,7 +96,7 @@ class Inputs:
             else:
                 self.objects.append((source, doc))
 
-    def view(self, default_mode: Mode) -> ClusterView:
+    def view(self, default_mode: Mode, metrics: bool = False) -> ClusterView:
         policies = []
         for source, doc in self.policies:
             name = (doc.get("metadata") or {}).get("name", "?")
@@ -102,7 +106,8 @@ class Inputs:
                 field = str(exc).split(".", 1)[1] if "." in str(exc) else str(exc)
                 raise InputError(f"{source}: GpuPolicy {name}: {field}") from exc
         return ClusterView(policies=tuple(policies), namespace_labels=self.namespaces,
-                           nodes=tuple(node_from_object(n) for n in self.nodes), default_mode=default_mode)
+                           nodes=tuple(node_from_object(n) for n in self.nodes), default_mode=default_mode,
+                           metrics_configured=metrics)
 
 
 def _title(obj: dict[str, Any]) -> str:
@@ -110,9 +115,14 @@ def _title(obj: dict[str, Any]) -> str:
     return f"{obj.get('kind')} {meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
 
 
+def _policy_mode(policy: GpuPolicy, view: ClusterView) -> str:
+    eff = view.mode_of(policy)
+    return f"{policy.name} ({eff.mode}" + (f"; {eff.degraded_reason})" if eff.degraded else ")")
+
+
 def render_text(answers: list[tuple[dict[str, Any], AdmissionResult]], view: ClusterView) -> str:
     """A summary a newcomer can read: per object, each policy's decision and the warnings."""
-    lines = [f"Policies: {', '.join(f'{p.name} ({p.effective_mode(view.default_mode)})' for p in view.policies)}"
+    lines = [f"Policies: {', '.join(_policy_mode(p, view) for p in view.policies)}"
              if view.policies else "Policies: none (nothing will change)"]
     if view.nodes:
         lines.append("Nodes: " + ", ".join(f"{n.name} ({n.gpu_product or 'no GPU label'})" for n in view.nodes))
@@ -148,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
         for path in (args.filename, args.policies, args.nodes):
             if path:
                 inputs.add(_documents(_read(path), path), path)
-        view = inputs.view(Mode(args.default_mode))
+        view = inputs.view(Mode(args.default_mode), args.metrics or args.example)
         answers = []
         for source, obj in inputs.objects:
             try:

@@ -43,16 +43,19 @@ class StaticView:
 class WatchedView:
     """A view assembled from three Reflectors; rebuilt lazily after any watch event."""
 
-    def __init__(self, api_client: Any, *, default_mode: Mode, own_namespace: str) -> None:
+    def __init__(self, api_client: Any, *, default_mode: Mode, own_namespace: str,
+                 metrics_configured: bool = False) -> None:
         from kubernetes import client
 
         from kube.reflector import Reflector, custom_objects_lister
 
         self._default_mode = default_mode
         self._own_namespace = own_namespace
+        self._metrics_configured = metrics_configured
         self._lock = threading.Lock()
         self._dirty = True
-        self._view = ClusterView(default_mode=default_mode, own_namespace=own_namespace)
+        self._view = ClusterView(default_mode=default_mode, own_namespace=own_namespace,
+                                 metrics_configured=metrics_configured)
         core = client.CoreV1Api(api_client)
         self.policies = Reflector(custom_objects_lister(api_client, GROUP, VERSION, PLURAL),
                                   on_change=self._changed, name="gpupolicies")
@@ -84,7 +87,7 @@ class WatchedView:
                 self._view, invalid = view_from_objects(
                     self.policies.snapshot().values(), self.namespaces.snapshot().values(),
                     self.nodes.snapshot().values(), default_mode=self._default_mode,
-                    own_namespace=self._own_namespace)
+                    own_namespace=self._own_namespace, metrics_configured=self._metrics_configured)
                 for name, error in invalid:
                     log.warning("ignoring invalid GpuPolicy %s: %s", name, error)
             return self._view

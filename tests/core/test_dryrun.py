@@ -102,11 +102,21 @@ def test_cli_example_is_readable(capsys) -> None:
 def test_cli_file_json_output(tmp_path: Path, capsys) -> None:
     pods = write(tmp_path, "pod.yaml", [make_pod()])
     policies = write(tmp_path, "policies.yaml", [make_policy().to_wire()])
-    assert main(["dry-run", "-f", pods, "--policies", policies, "-o", "json"]) == 0
+    assert main(["dry-run", "-f", pods, "--policies", policies, "-o", "json", "--metrics"]) == 0
     answer = json.loads(capsys.readouterr().out)
     assert set(answer) >= {"allowed", "object", "patch", "warnings", "decisions"}
     assert answer["decisions"][0] == {"policy": "share", "mode": "Automatic", "action": "UseMIG",
                                       "applied": True, "reason": answer["decisions"][0]["reason"]}
+
+
+def test_cli_without_metrics_sharing_stays_recommend(tmp_path: Path, capsys) -> None:
+    """The guide: without prometheus.url sharing stays Recommend; the dry-run says so and changes nothing."""
+    pods = write(tmp_path, "pod.yaml", [make_pod()])
+    policies = write(tmp_path, "policies.yaml", [make_policy().to_wire()])
+    assert main(["dry-run", "-f", pods, "--policies", policies, "-o", "text"]) == 0
+    out = capsys.readouterr().out
+    assert "share (Recommend; sharing needs GPU metrics" in out and "requested Automatic" in out
+    assert "[Recommend] UseMIG, not applied" in out and "unchanged" in out
 
 
 def test_cli_yaml_output_and_nodes(tmp_path: Path, capsys) -> None:
@@ -114,7 +124,7 @@ def test_cli_yaml_output_and_nodes(tmp_path: Path, capsys) -> None:
     policies = write(tmp_path, "p.yaml", [make_policy().to_wire()])
     nodes = write(tmp_path, "n.yaml", [{"apiVersion": "v1", "kind": "Node", "metadata": {
         "name": "h", "labels": {"nvidia.com/gpu.product": "NVIDIA-H200"}}}])
-    assert main(["dry-run", "-f", pods, "--policies", policies, "--nodes", nodes]) == 0
+    assert main(["dry-run", "-f", pods, "--policies", policies, "--nodes", nodes, "--metrics"]) == 0
     answer = yaml.safe_load(capsys.readouterr().out)
     assert "nvidia.com/mig-1g.35gb" in answer["object"]["spec"]["containers"][0]["resources"]["limits"]
 

@@ -10,14 +10,17 @@ certificate checked with cryptography. Faked: nothing; no cluster is involved
 
 from __future__ import annotations
 
+import argparse
 import base64
 import datetime
+import importlib
 
 import kubernetes_validate
 import pytest
 import yaml
 from cryptography import x509
 
+from cli.main import SUBCOMMANDS
 from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, SHARED_GPU_RESOURCE
 from tests.install.chart import (
     CHART,
@@ -287,7 +290,7 @@ def test_webhook_runs_two_replicas_behind_a_pdb(guide: list[dict]) -> None:
 
 def test_extender_service(guide: list[dict]) -> None:
     deployment = one(guide, "Deployment", "kubeon-gpu-optimizer-extender")
-    assert container(deployment)["args"] == ["extender", "--port=8888"]
+    assert container(deployment)["args"] == ["extender", "--port=8888", "--default-mode=Recommend"]
     service = one(guide, "Service", "kubeon-gpu-optimizer-extender")
     assert service["spec"]["ports"][0]["port"] == 8888
 
@@ -343,3 +346,30 @@ def test_image_tag_defaults_to_app_version(defaults: list[dict]) -> None:
     for name in ("kubeon-gpu-optimizer", "kubeon-gpu-optimizer-webhook", "kubeon-gpu-optimizer-extender"):
         image = container(one(defaults, "Deployment", name))["image"]
         assert image.endswith(f":{chart['appVersion']}")
+
+
+COMPONENTS = {"kubeon-gpu-optimizer": "controller", "kubeon-gpu-optimizer-webhook": "webhook",
+              "kubeon-gpu-optimizer-extender": "extender"}
+
+
+def _parsed(deployment: dict) -> argparse.Namespace:
+    """The Deployment's args as the component's own command line parses them (unknown flags fail)."""
+    args = container(deployment)["args"]
+    module = importlib.import_module(SUBCOMMANDS[args[0]][0])
+    parser = argparse.ArgumentParser(prog=args[0], exit_on_error=False)
+    module.add_arguments(parser)
+    return parser.parse_args(args[1:])
+
+
+def test_default_mode_and_prometheus_reach_every_component() -> None:
+    """defaultMode reaches the controller, the webhook and the extender; prometheus.url every component
+    whose effective mode depends on it (the webhook's sharing rewrites, the controller)."""
+    docs = render({**GUIDE_SET, "defaultMode": "Automatic", "prometheus.url": "http://prom.monitoring:9090"})
+    for name, command in COMPONENTS.items():
+        parsed = _parsed(one(docs, "Deployment", name))
+        assert parsed.default_mode == "Automatic", name
+        if command != "extender":  # packing and typeFit do not depend on metrics
+            assert parsed.prometheus_url == "http://prom.monitoring:9090", name
+    for name in COMPONENTS:
+        parsed = _parsed(one(render(GUIDE_SET), "Deployment", name))
+        assert getattr(parsed, "prometheus_url", None) is None, name
