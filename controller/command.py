@@ -29,6 +29,7 @@ from controller.loop import Reconciler, ReconcileRunner, load_reconcilers
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
+from gpupolicy.modes import ALL_COMPONENTS, Component, parse_components
 
 log = logging.getLogger("controller")
 
@@ -44,6 +45,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hub-token-file", default=None, help="bearer token file for --hub-url")
     parser.add_argument("--hub-poll-interval", default="60s", metavar="DURATION",
                         help="how often policies and approvals are pulled from --hub-url (default: 60s)")
+    parser.add_argument("--components", default="webhook,extender", metavar="LIST",
+                        help="which other parts of the install run (webhook, extender; the chart passes "
+                             "them): a policy kind none of them handles reports Ready=False")
     parser.add_argument("--lease-name", default="kubeon-gpu-optimizer", help="coordination.k8s.io Lease name")
     parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")
@@ -146,6 +150,7 @@ def build(
     health_bind: str = "127.0.0.1",
     on_lost: Callable[[str], None] = exit_process,
     reconcilers: list[Reconciler] | None = None,
+    components: frozenset[Component] = ALL_COMPONENTS,
 ) -> ControllerProcess:
     """Wire one replica. Tests pass a fake clock, scripted metrics and their own `on_lost`."""
     clock = clock or SystemClock()
@@ -162,6 +167,7 @@ def build(
     ctx = ControllerContext(
         api=api, namespace=namespace, default_mode=default_mode, prometheus_url=prometheus_url,
         metrics=metrics, clock=clock, recorder=recorder, policies=store, is_leader=elector.is_leader,
+        components=components | {Component.CONTROLLER},
     )
     chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
     runner = ReconcileRunner(ctx, chosen)
@@ -190,6 +196,11 @@ def run(args: argparse.Namespace) -> int:
     except KubeConfigError as exc:
         log.error("--kubeconfig: %s", exc)
         return 2
+    try:
+        components = parse_components(args.components)
+    except ValueError as exc:
+        log.error("--components: %s", exc)
+        return 2
     if args.renew_seconds >= args.lease_duration_seconds:
         log.error("--renew-seconds must be shorter than --lease-duration-seconds")
         return 2
@@ -198,6 +209,7 @@ def run(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus_url, lease_name=args.lease_name,
         lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
         resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind,
+        components=components,
     )
     log.info("controller starting identity=%s namespace=%s lease=%s prometheus=%s reconcilers=%s",
              process.elector.identity, args.namespace, args.lease_name, bool(args.prometheus_url),

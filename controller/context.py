@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Protocol
 import kubernetes.client
 
 from gpupolicy.model import Mode
+from gpupolicy.modes import ALL_COMPONENTS, Component
 from gpupolicy.scaling.metrics import Sample, Series
 
 if TYPE_CHECKING:
@@ -69,6 +70,8 @@ class ControllerContext:
     recorder: Recorder
     policies: PolicyStore
     is_leader: Callable[[], bool]
+    # Which parts of the install run (--components): a policy kind none of them handles is not Ready.
+    components: frozenset[Component] = ALL_COMPONENTS
 
     @property
     def prometheus_configured(self) -> bool:

@@ -21,6 +21,7 @@ from controller.leader import LeaderElector
 from controller.policies import PolicySync
 from controller.rightsizing import RightSizingReconciler
 from gpupolicy.model import Mode
+from gpupolicy.modes import parse_components
 from kube.leases import LeaseConflict, get_lease, replace_lease
 from tests.controller.conftest import FakeClock, ScriptedMetrics, make_deployment, make_node, make_policy
 
@@ -243,6 +244,40 @@ def test_without_prometheus_metric_policies_stay_recommend(api: client.ApiClient
     degraded = condition(status, "Degraded")
     assert degraded["status"] == "True" and "--prometheus-url" in degraded["message"]
     assert deployment(api, "llm")["metadata"]["resourceVersion"] == before
+
+
+def test_status_shows_requested_and_effective_mode(api: client.ApiClient, clock: FakeClock) -> None:
+    """`kubectl get gpupolicies` MODE is status.effectiveMode, REQUESTED status.requestedMode."""
+    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}, mode="Automatic"))
+    create(api, make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
+    r = replica(api, clock, None, "one", mode=Mode.APPROVE)
+    r.elector.step()
+    r.runner.run_all()
+    share = policy_status(api, "share")
+    assert (share["requestedMode"], share["effectiveMode"]) == ("Automatic", "Recommend")
+    assert condition(share, "Degraded")["reason"] == "PrometheusNotConfigured"
+    guard = policy_status(api, "guard")
+    assert (guard["requestedMode"], guard["effectiveMode"]) == ("Approve", "Approve")
+    assert condition(guard, "Degraded")["status"] == "False"
+
+
+def test_kinds_nothing_acts_on_are_not_ready(api: client.ApiClient, clock: FakeClock) -> None:
+    """A capacity policy (no controller in this version) and a packing policy without the extender
+    say so: Ready=False with NotImplemented / ControllerDisabled, never Reconciled."""
+    create(api, make_policy("grow", {"capacity": {"nodePools": ["gpu"]}}))
+    create(api, make_policy("pack", {"packing": {"strategy": "bestfit"}}))
+    create(api, make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
+    r = build(api, identity="one", clock=clock, reconcilers=[PolicySync()],
+              components=parse_components("webhook"))
+    r.elector.step()
+    r.runner.run_all()
+    grow = condition(policy_status(api, "grow"), "Ready")
+    assert (grow["status"], grow["reason"]) == ("False", "NotImplemented")
+    assert "capacity" in grow["message"]
+    pack = condition(policy_status(api, "pack"), "Ready")
+    assert (pack["status"], pack["reason"]) == ("False", "ControllerDisabled") and "extender" in pack["message"]
+    guard = condition(policy_status(api, "guard"), "Ready")
+    assert (guard["status"], guard["reason"]) == ("True", "Reconciled") and "webhook" in guard["message"]
 
 
 def test_no_data_for_the_whole_window_means_no_proposal(api: client.ApiClient, clock: FakeClock) -> None:

@@ -373,3 +373,10 @@ def test_default_mode_and_prometheus_reach_every_component() -> None:
     for name in COMPONENTS:
         parsed = _parsed(one(render(GUIDE_SET), "Deployment", name))
         assert getattr(parsed, "prometheus_url", None) is None, name
+
+
+def test_controller_knows_which_components_act_on_policies() -> None:
+    """Without the second scheduler nothing calls the extender: packing/typeFit policies are not Ready."""
+    assert _parsed(one(render(GUIDE_SET), "Deployment", "kubeon-gpu-optimizer")).components == "webhook,extender"
+    off = render({**GUIDE_SET, "scheduler.enabled": "false"})
+    assert _parsed(one(off, "Deployment", "kubeon-gpu-optimizer")).components == "webhook"

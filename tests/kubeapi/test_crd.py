@@ -132,7 +132,10 @@ def test_gpupolicy_crd(api: ApiServer) -> None:
     assert err.value.status == 422 and "spec.mode: Unsupported value" in err.value.body
     policy["spec"]["mode"] = "Recommend"
     custom.create_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", policy)
+    custom.patch_cluster_custom_object_status("gpu.kubeon.io", "v1alpha1", "gpupolicies", "p", {
+        "status": {"effectiveMode": "Recommend", "requestedMode": "Automatic"}})
     table = requests.get(api.url + "/apis/gpu.kubeon.io/v1alpha1/gpupolicies",
                          headers={"Accept": "application/json;as=Table;v=v1;g=meta.k8s.io"}).json()
     names = [c["name"] for c in table["columnDefinitions"]]
-    assert names[:3] == ["Name", "Kind", "Mode"] and table["rows"][0]["cells"][2] == "Recommend"
+    assert names[:4] == ["Name", "Kind", "Mode", "Requested"]
+    assert table["rows"][0]["cells"][2:4] == ["Recommend", "Automatic"]

@@ -122,13 +122,16 @@ def test_gpupolicies(kubectl, tmp_path: Path) -> None:
     manifest.write_text("""apiVersion: gpu.kubeon.io/v1alpha1
 kind: GpuPolicy
 metadata: {name: share}
-spec: {mode: Recommend}
+spec: {mode: Automatic}
 """)
     kubectl("create", "-f", str(manifest))
+    # The controller's status write (Automatic asked, Recommend enforced: no Prometheus).
+    kubectl("patch", "gpupolicy", "share", "--subresource=status", "--type=merge",
+            "-p", '{"status": {"effectiveMode": "Recommend", "requestedMode": "Automatic"}}')
     rows = kubectl("get", "gpupolicies").stdout.splitlines()
-    assert rows[0].split()[:3] == ["NAME", "KIND", "MODE"] and rows[1].split()[0] == "share"
-    assert "Recommend" in rows[1]
-    bad = kubectl("create", "-f", "-", stdin=manifest.read_text().replace("Recommend", "Sometimes"), ok=False)
+    assert rows[0].split()[:4] == ["NAME", "KIND", "MODE", "REQUESTED"] and rows[1].split()[0] == "share"
+    assert rows[1].split()[2:4] == ["Recommend", "Automatic"]
+    bad = kubectl("create", "-f", "-", stdin=manifest.read_text().replace("Automatic", "Sometimes"), ok=False)
     assert "spec.mode: Unsupported value" in bad.stderr
     kubectl("delete", "gpupolicy", "share")
 
