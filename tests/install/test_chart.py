@@ -112,13 +112,30 @@ def test_prometheus_url_reaches_the_controller() -> None:
     assert "--prometheus-url=http://prometheus.monitoring:9090" in args
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
-def test_each_capacity_provider_renders_and_validates(provider: str) -> None:
-    docs = render({**GUIDE_SET, "capacity.provider": provider})
-    env = {e["name"]: e.get("value") for e in container(one(docs, "Deployment", "kubeon-gpu-optimizer"))["env"]}
-    assert env["KUBEON_GPU_CAPACITY_PROVIDER"] == provider
-    for doc in docs:
+def test_karpenter_provider_renders_and_validates() -> None:
+    for doc in render({**GUIDE_SET, "capacity.provider": "karpenter"}):
         kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize("provider", [p for p in PROVIDERS if p != "karpenter"])
+def test_providers_nothing_implements_are_refused_with_a_message(provider: str) -> None:
+    """The guide names them; nothing in this version reads them: refused, never accepted and ignored."""
+    done = run(helm_template_cmd({**GUIDE_SET, "capacity.provider": provider}), check=False)
+    assert done.returncode != 0
+    assert f"capacity.provider={provider}: this version adds and removes GPU nodes only through Karpenter" \
+        in done.stderr
+
+
+def test_burst_enabled_is_refused_and_the_gateway_is_reserved() -> None:
+    done = run(helm_template_cmd({**GUIDE_SET, "burst.enabled": "true"}), check=False)
+    assert done.returncode != 0 and "burst.enabled=true: this version has no burst gateway" in done.stderr
+    render({**GUIDE_SET, "burst.gateway": "10.0.0.5:51820"})  # the guide names it: the schema accepts it
+
+
+def test_no_value_reaches_the_controller_as_an_unread_setting(guide: list[dict]) -> None:
+    """Every env var the chart sets on the controller is one some code reads."""
+    env = {e["name"] for e in container(one(guide, "Deployment", "kubeon-gpu-optimizer")).get("env", [])}
+    assert not env & {"KUBEON_GPU_CAPACITY_PROVIDER", "KUBEON_GPU_BURST_ENABLED", "KUBEON_GPU_HUB_POLL_INTERVAL"}
 
 
 @pytest.mark.parametrize(
