@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.missing import missing
 from tests.promharness import DcgmExporter, PrometheusServer, available
 
 
@@ -28,7 +29,7 @@ def prometheus_factory(dcgm_exporter: DcgmExporter) -> Iterator[Callable[..., Pr
     """start(history=seconds) -> a running Prometheus scraping `dcgm_exporter` (script it first)."""
     reason = available()
     if reason:
-        pytest.skip(reason)
+        missing(reason)
     started: list[PrometheusServer] = []
 
     def start(history: float = 0.0, step: float = 1.0, wait_scrape: bool = True) -> PrometheusServer:
@@ -44,14 +45,15 @@ def prometheus_factory(dcgm_exporter: DcgmExporter) -> Iterator[Callable[..., Pr
 # -- the test API server with the GpuPolicy and KEDA CRDs, and a frame context on it ------------
 _REPO = Path(__file__).resolve().parents[2]
 POLICY_CRD = _REPO / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
-KEDA_CRD = Path("/work/shared/crds/keda.sh_scaledobjects.yaml")
+KEDA_CRD = Path(__file__).resolve().parents[2] / "vendor" / "crds" / "keda.sh_scaledobjects.yaml"
 SCALE_NAMESPACES = ("kubeon-gpu", "research", "ml")
 
 
 @pytest.fixture
 def scale_api() -> Iterator[Any]:
     """A fresh test API server (GpuPolicy + KEDA ScaledObject CRDs) with the namespaces tests use."""
-    kubeapi = pytest.importorskip("tests.kubeapi")
+    from tests import kubeapi
+
     server = kubeapi.ApiServer.start(crd_files=[str(POLICY_CRD), str(KEDA_CRD)])
     try:
         api = server.api_client()
