@@ -11,6 +11,7 @@ by the scale-to-zero tests with tests/promharness).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -381,3 +382,73 @@ def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock
     policy_events = client.CoreV1Api(api).list_namespaced_event("default").items
     assert any(e.involved_object.kind == "GpuPolicy" and e.involved_object.name == "share" for e in policy_events)
     assert r.metrics.actions.labels(policy="share", action="rightsize")._value.get() == 1
+
+
+# -- prompt, safe stop (SIGTERM) ------------------------------------------------------
+class _Slow:
+    """A reconciler still writing when the stop comes: it must find its lease valid throughout."""
+
+    name = "slow"
+    period_seconds = 60.0
+
+    def __init__(self, seconds: float) -> None:
+        import threading
+
+        self.seconds = seconds
+        self.started = threading.Event()
+        self.leader_after: bool | None = None
+
+    def reconcile(self, ctx: Any) -> None:
+        self.started.set()
+        time.sleep(self.seconds)
+        self.leader_after = ctx.is_leader()
+
+
+class _StopsTheProcess:
+    name = "first"
+    period_seconds = 60.0
+
+    def __init__(self) -> None:
+        self.process: ControllerProcess | None = None
+
+    def reconcile(self, ctx: Any) -> None:
+        assert self.process is not None
+        self.process.request_stop()  # a SIGTERM arriving during this reconciler
+
+
+class _Records:
+    name = "second"
+    period_seconds = 60.0
+    ran = False
+
+    def reconcile(self, ctx: Any) -> None:
+        self.ran = True
+
+
+def test_the_lease_is_renewed_until_the_last_pass_ends(api: client.ApiClient) -> None:
+    """Stop during a pass longer than the lease: the lease loop keeps renewing until the reconcile loop
+    has ended (before: it stopped at once, the pass found the lease expired and the process exited 1)."""
+    slow = _Slow(seconds=2.5)
+    lost: list[str] = []
+    process = build(api, identity="stopper", lease_duration=2, renew_interval=0.2, on_lost=lost.append,
+                    reconcilers=[slow])
+    process.start(watch_policies=False)
+    process.run_in_thread()
+    assert slow.started.wait(20)
+    process.stop(release=True)
+    assert lost == [] and slow.leader_after is True
+    lease = get_lease(api, "kubeon-gpu", "kubeon-gpu-optimizer")
+    assert lease is not None and not lease.holder, "released after the pass"
+
+
+def test_a_stop_during_a_pass_runs_no_further_reconciler(api: client.ApiClient) -> None:
+    first, second = _StopsTheProcess(), _Records()
+    process = build(api, identity="stopper", reconcilers=[first, second], on_lost=lambda _: None)
+    first.process = process
+    process.start(watch_policies=False)
+    wait_until = time.monotonic() + 20
+    while not process.elector.is_leader() and time.monotonic() < wait_until:
+        time.sleep(0.05)
+    process.run()  # returns once the stop is seen
+    process.stop()
+    assert not second.ran, "the reconciler after the stop must not run"
