@@ -48,6 +48,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--components", default="webhook,extender", metavar="LIST",
                         help="which other parts of the install run (webhook, extender; the chart passes "
                              "them): a policy kind none of them handles reports Ready=False")
+    parser.add_argument("--keda", action="store_true",
+                        help="write KEDA ScaledObjects for scaleToZero.autoscale and pause them while parked "
+                             "(chart keda.enabled); without it they are offered as YAML in the policy status")
     parser.add_argument("--lease-name", default="kubeon-gpu-optimizer", help="coordination.k8s.io Lease name")
     parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")
@@ -158,6 +161,7 @@ def build(
     on_lost: Callable[[str], None] = exit_process,
     reconcilers: list[Reconciler] | None = None,
     components: frozenset[Component] = ALL_COMPONENTS,
+    keda: bool = False,
 ) -> ControllerProcess:
     """Wire one replica. Tests pass a fake clock, scripted metrics and their own `on_lost`."""
     clock = clock or SystemClock()
@@ -170,11 +174,11 @@ def build(
     elector = LeaderElector(api, namespace, lease_name, identity, clock, lease_duration=lease_duration,
                             renew_interval=renew_interval, on_lost=on_lost)
     store = PolicyStore()
-    recorder = Recorder(api, controller_metrics, clock, identity)
+    recorder = Recorder(api, controller_metrics, clock, identity, namespace=namespace)
     ctx = ControllerContext(
         api=api, namespace=namespace, default_mode=default_mode, prometheus_url=prometheus_url,
         metrics=metrics, clock=clock, recorder=recorder, policies=store, is_leader=elector.is_leader,
-        components=components | {Component.CONTROLLER},
+        components=components | {Component.CONTROLLER}, keda=keda,
     )
     chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
     runner = ReconcileRunner(ctx, chosen)
@@ -216,7 +220,7 @@ def run(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus_url, lease_name=args.lease_name,
         lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
         resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind,
-        components=components,
+        components=components, keda=args.keda,
     )
     log.info("controller starting identity=%s namespace=%s lease=%s prometheus=%s reconcilers=%s",
              process.elector.identity, args.namespace, args.lease_name, bool(args.prometheus_url),

@@ -72,6 +72,9 @@ class ControllerContext:
     is_leader: Callable[[], bool]
     # Which parts of the install run (--components): a policy kind none of them handles is not Ready.
     components: frozenset[Component] = ALL_COMPONENTS
+    # --keda (chart keda.enabled): write and pause KEDA ScaledObjects. Off, the guide's RBAC has no
+    # KEDA rule: ScaledObjects are offered as YAML in the policy status and none is read.
+    keda: bool = False
 
     @property
     def prometheus_configured(self) -> bool:

@@ -68,8 +68,10 @@ def scale_api() -> Iterator[Any]:
         server.stop()
 
 
-def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None) -> Any:
-    """The frame's ControllerContext on `api` (leader), with the real Prometheus metrics source."""
+def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None, keda: bool = True) -> Any:
+    """The frame's ControllerContext on `api` (leader), with the real Prometheus metrics source.
+
+    `keda`: as `--keda` (chart keda.enabled=true): these tests drive KEDA ScaledObjects."""
     from controller.context import ControllerContext, SystemClock
     from controller.metrics_source import from_url
     from controller.policies import PolicyStore
@@ -80,5 +82,5 @@ def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None) ->
     return ControllerContext(
         api=api, namespace="kubeon-gpu", default_mode=Mode.RECOMMEND, prometheus_url=prometheus_url,
         metrics=from_url(prometheus_url), clock=clock, recorder=Recorder(api, ControllerMetrics(), clock, "test"),
-        policies=PolicyStore(), is_leader=lambda: True,
+        policies=PolicyStore(), is_leader=lambda: True, keda=keda,
     )

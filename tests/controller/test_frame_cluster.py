@@ -334,8 +334,9 @@ def test_automatic_without_restart_never_writes_the_workload(api: client.ApiClie
     assert {(p["state"], p["resource"]) for p in proposals} == {("Applied", "nvidia.com/mig-1g.10gb")}
     assert scaler_binding_namespaces(api) == set(), "no Restart: no workload write access needed"
     assert len(r.ctx.recorder.applied_log) == 3, "one applied action per workload, never repeated"
-    events = client.CoreV1Api(api).list_namespaced_event("inference").items
-    assert {e.involved_object.name for e in events if e.reason == "GpuPolicyApplied"} == set(versions)
+    events = client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items
+    assert {e.message.split(":")[0] for e in events if e.reason == "GpuPolicyApplied"} == {
+        f"Deployment/inference/{n}" for n in versions}
 
 
 def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock: FakeClock) -> None:
@@ -377,10 +378,10 @@ def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock
     assert llm2["metadata"]["resourceVersion"] == llm["metadata"]["resourceVersion"]
     assert not again.ctx.recorder.applied_log
 
-    events = client.CoreV1Api(api).list_namespaced_event("inference").items
-    assert any(e.involved_object.name == "llm" and e.reason == "GpuPolicyApplied" for e in events)
-    policy_events = client.CoreV1Api(api).list_namespaced_event("default").items
-    assert any(e.involved_object.kind == "GpuPolicy" and e.involved_object.name == "share" for e in policy_events)
+    assert client.CoreV1Api(api).list_namespaced_event("inference").items == [], "no Event RBAC there"
+    policy_events = client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items
+    assert any(e.involved_object.kind == "GpuPolicy" and e.involved_object.name == "share"
+               and e.message.startswith("Deployment/inference/llm: ") for e in policy_events)
     assert r.metrics.actions.labels(policy="share", action="rightsize")._value.get() == 1
 
 
