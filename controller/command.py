@@ -51,6 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keda", action="store_true",
                         help="write KEDA ScaledObjects for scaleToZero.autoscale and pause them while parked "
                              "(chart keda.enabled); without it they are offered as YAML in the policy status")
+    parser.add_argument("--uninstall", action="store_true",
+                        help="once, then exit (the chart's pre-delete hook): take the lease, wake parked "
+                             "workloads, remove the controller's annotations, ScaledObjects and RoleBindings")
     parser.add_argument("--lease-name", default="kubeon-gpu-optimizer", help="coordination.k8s.io Lease name")
     parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")
@@ -212,6 +215,10 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         log.error("--components: %s", exc)
         return 2
+    if args.uninstall:
+        from controller import uninstall
+
+        return uninstall.run(api, args.namespace, args.lease_name, args.keda)
     if args.renew_seconds >= args.lease_duration_seconds:
         log.error("--renew-seconds must be shorter than --lease-duration-seconds")
         return 2

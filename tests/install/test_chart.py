@@ -395,3 +395,16 @@ def test_controller_knows_which_components_act_on_policies() -> None:
     assert _parsed(one(render(GUIDE_SET), "Deployment", "kubeon-gpu-optimizer")).components == "webhook,extender"
     off = render({**GUIDE_SET, "scheduler.enabled": "false"})
     assert _parsed(one(off, "Deployment", "kubeon-gpu-optimizer")).components == "webhook"
+
+
+def test_uninstall_runs_a_pre_delete_cleanup_unless_asked_to_keep() -> None:
+    """helm uninstall leaves nothing of ours: a pre-delete Job runs `controller --uninstall` as the
+    controller's ServiceAccount; uninstall.cleanup=false keeps everything; the kubectl manifests have none."""
+    job = one(render(GUIDE_SET), "Job", "kubeon-gpu-optimizer-uninstall")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    parsed = _parsed(job)
+    assert parsed.uninstall and parsed.namespace == NAMESPACE and not parsed.keda
+    assert _parsed(one(render({**GUIDE_SET, "keda.enabled": "true"}), "Job", "kubeon-gpu-optimizer-uninstall")).keda
+    assert not find(render({**GUIDE_SET, "uninstall.cleanup": "false"}), "Job")
+    rendered = (CHART.parents[1] / "rendered").glob("*.yaml")
+    assert not any("helm.sh/hook" in p.read_text() for p in rendered)

@@ -170,6 +170,7 @@ def test_second_scheduler_rbac_matches_upstream_example(docs: list[dict]) -> Non
 def test_each_component_runs_as_its_own_service_account(docs: list[dict]) -> None:
     accounts = {name: spec["serviceAccountName"] for name, spec in pod_specs(docs)}
     assert accounts == {
+        "kubeon-gpu-optimizer-uninstall": "kubeon-gpu-optimizer",  # pre-delete: the controller's own RBAC
         "kubeon-gpu-optimizer": "kubeon-gpu-optimizer",
         "kubeon-gpu-optimizer-webhook": "kubeon-gpu-optimizer-webhook",
         "kubeon-gpu-optimizer-extender": "kubeon-gpu-optimizer-extender",
@@ -183,6 +184,7 @@ WRITABLE = {  # the only writable volumes each workload may mount
     "kubeon-gpu-optimizer-webhook": {"/tmp"},
     "kubeon-gpu-optimizer-extender": {"/tmp"},
     "kubeon-gpu-scheduler": set(),
+    "kubeon-gpu-optimizer-uninstall": {"/tmp"},  # the pre-delete hook Job
 }
 
 
