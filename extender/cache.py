@@ -46,6 +46,7 @@ from gpupolicy.packing.kubemodel import (
 )
 from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
 from gpupolicy.packing.placement import PackingContext
+from gpupolicy.packing.scheduling import pod_key
 from gpupolicy.packing.typicalmix import OnlineMix, TypicalMix
 
 log = logging.getLogger(__name__)
@@ -53,11 +54,6 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 DEFAULT_ASSUME_SECONDS = 30.0
 DEFAULT_MIX_REFRESH_SECONDS = 30.0
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
 
 
 @dataclass(frozen=True)
@@ -175,9 +171,9 @@ class ClusterCache:
             self._dirty_nodes.add(assumed.node)
 
     # ---- request side -------------------------------------------------------------------------
-    def assume(self, pod: Mapping[str, Any], node: str, demand: PodDemand) -> None:
-        """Count `pod` on `node` until the API shows it bound, it is deleted, or the assumption expires."""
-        key = pod_key(pod)
+    def assume(self, key: str, node: str, demand: PodDemand) -> None:
+        """Count pod `key` (`scheduling.pod_key`) on `node` until the API shows it bound, it is deleted, or the
+        assumption expires."""
         with self.lock:
             if key in self._pods:  # already bound per the watch: nothing to assume
                 return
@@ -185,11 +181,6 @@ class ClusterCache:
             self._assumed[key] = _Assumed(node, demand, self._clock() + self.assume_seconds)
             self._assumed_on.setdefault(node, {})[key] = demand
             self._dirty_nodes.add(node)
-
-    def forget_assumption(self, pod: Mapping[str, Any]) -> None:
-        """A pod being scheduled again: its previous assumption no longer holds."""
-        with self.lock:
-            self._drop_assumption(pod_key(pod))
 
     @property
     def assumed(self) -> dict[str, str]:
@@ -200,8 +191,13 @@ class ClusterCache:
         with self.lock:
             return dict(self._by_node.get(node, {}))
 
-    def fresh_state(self) -> NodeState:
-        """The node model with every recorded event applied. Call with `self.lock` held."""
+    def fresh_state(self, forget: str | None = None) -> NodeState:
+        """The node model with every recorded event applied. Call with `self.lock` held.
+
+        `forget`: the key of a pod being scheduled again; its previous assumption no longer holds.
+        """
+        if forget is not None:
+            self._drop_assumption(forget)
         now = self._clock()
         expired = []
         for key, assumed in self._assumed.items():  # oldest first: stop at the first still valid

@@ -1,19 +1,21 @@
-"""Filter and prioritize for one pod: the cache's node model, the pod's plan, the packing engine.
+"""Filter and prioritize for one pod: parse once, one core decision, the answer. A thin adapter.
 
-Solve, then record: the engine (`packing.decide`, `placement.fit`) decides
-without side effects; only `prioritize` records an assumption (the pod on
-the node the engine chose) so the next pod sees that capacity as taken.
-Every per-node verdict comes from the engine's `RejectReason` enum, which is
-what `FailedNodes` carries and what is logged at debug level.
+Each request: `PodRequest.parse` reads the wire pod into the core's types
+once; under the cache lock, `ClusterCache.fresh_state(forget=...)` drops the
+pod's old assumption and returns the node model; one core call
+(`scheduling.screen` for /filter, `scheduling.choose` for /prioritize)
+returns the decision with its explanation; `ClusterCache.assume` records
+the pick (the cache is where assumptions live, in one place); the answer is
+written from per-node fragments (`AnswerWriter`).
 
 The hot path is array-based (docs/benchmarks/extender.md): NodeNames map to
 rows through `NodeNameRows` (the same list for consecutive pods is found,
-not re-mapped), verdicts and scores stay numpy arrays per input name, and
-`AnswerWriter` turns them into the JSON answer from per-node fragments.
-/prioritize of the pod /filter just saw (same uid and demand, model version
-unchanged) reuses the filter's fit verdicts and the rows of the names it
-passed. Scores are computed in /prioritize only: kube-scheduler skips it
-when a single node passes, and the per-pod total is the same either way.
+not re-mapped), verdicts and scores stay numpy arrays per input name.
+/prioritize of the pod /filter just saw (same uid, model version unchanged)
+hands the filter's verdict to `choose`, which reuses its fit when the
+demand is the same. Scores are computed in /prioritize only: kube-scheduler
+skips it when a single node passes, and the per-pod total is the same
+either way.
 """
 
 from __future__ import annotations
@@ -29,19 +31,10 @@ import numpy.typing as npt
 from extender.answers import REASONS, UNKNOWN, AnswerWriter
 from extender.cache import ClusterCache
 from extender.nodenames import NodeNameRows
-from extender.watch import ViewSource
-from gpupolicy.packing.engine import DEFAULT_POLICY, Decision, decide, explain, get_policy
-from gpupolicy.packing.kubemodel import demand_from_pod
-from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
-from gpupolicy.packing.placement import FitResult, fit
-from gpupolicy.packing.scheduling import (
-    Plan,
-    constrain,
-    extender_scores,
-    plan_for_pod,
-    unresolvable_mask,
-    used_first_rank,
-)
+from gpupolicy.packing.engine import DEFAULT_POLICY, get_policy
+from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState
+from gpupolicy.packing.scheduling import Plan, PodRequest, Screening, choose, screen
+from kube.views import ViewSource
 
 log = logging.getLogger(__name__)
 
@@ -102,14 +95,12 @@ class PrioritizeOutcome:
 
 
 @dataclass(frozen=True)
-class _FitMemo:
-    """The last /filter's fit verdicts, valid for the same pod, demand, state object and model version."""
+class _Memo:
+    """The last /filter's verdict, valid for the same pod (uid) and model version."""
 
-    pod: str
-    demand: PodDemand
-    state: NodeState
+    uid: str
     version: int
-    fitted: FitResult
+    screened: Screening
 
 
 class ExtenderService:
@@ -122,17 +113,10 @@ class ExtenderService:
         self.default_policy = default_policy
         self.rows = NodeNameRows()
         self._writer = AnswerWriter(())
-        self._memo: _FitMemo | None = None
+        self._memo: _Memo | None = None
 
     def ready(self) -> bool:
         return self.source.ready()
-
-    def _demand(self, pod: Mapping[str, Any]) -> tuple[PodDemand, Plan]:
-        plan = plan_for_pod(self.source.current(), pod, self.default_policy)
-        for note in plan.notes:
-            log.info("%s: %s", _pod_name(pod), note)
-        demand = constrain(demand_from_pod(pod), plan.allowed_models)  # ObjectError names the field
-        return demand, plan
 
     def _writer_for(self, state: NodeState) -> AnswerWriter:
         if self._writer.names is not state.names:
@@ -140,75 +124,65 @@ class ExtenderService:
         return self._writer
 
     def filter(self, pod: Mapping[str, Any], names: list[str]) -> FilterOutcome:
-        """Which of `names` can take the pod, and why not the others."""
-        demand, plan = self._demand(pod)
-        self.cache.forget_assumption(pod)  # scheduled again: an old assumption is stale
+        """Which of `names` can take the pod, and why not the others (all of them while hub-disconnected)."""
+        request = PodRequest.parse(pod)  # ObjectError names the field
         with self.cache.lock:
-            state = self.cache.fresh_state()
-            fitted = fit(state, demand)
+            state = self.cache.fresh_state(forget=request.key)  # scheduled again: an old assumption is stale
+            view = self.source.current()
+            verdict = screen(view, state, request, self.default_policy)
             rows = self.rows.rows(state, names)
             known = rows >= 0
             safe = np.where(known, rows, 0)
-            codes = np.where(known, fitted.codes[safe], UNKNOWN)
-            hopeless = known & unresolvable_mask(state, demand, fitted.codes)[safe]
+            codes = np.where(known, verdict.fitted.codes[safe], UNKNOWN)
+            hopeless = known & verdict.hopeless[safe]
+            if view.hub_disconnected:  # the hub refused the token: no opinion, kube-scheduler decides alone
+                codes = np.where(known, 0, UNKNOWN).astype(codes.dtype)
+                hopeless = np.zeros(len(names), dtype=bool)
             passed = np.flatnonzero(codes == 0)
             passed_names = self.rows.pick(names, passed)
             if passed_names:  # what /prioritize will send next: remember its rows
                 self.rows.remember(state, passed_names, rows[passed])
-            self._memo = _FitMemo(_pod_key(pod), demand, state, self.cache.version, fitted)
-            outcome = FilterOutcome(names, rows, codes, hopeless, plan, self._writer_for(state), passed_names)
+            self._memo = _Memo(request.uid, self.cache.version, verdict)
+            outcome = FilterOutcome(names, rows, codes, hopeless, verdict.plan, self._writer_for(state),
+                                    passed_names)
+        _log_notes(request, verdict.plan)
         if log.isEnabledFor(logging.DEBUG):
-            log.debug("filter %s (%s): %d passed, failed %s, unresolvable %s", _pod_name(pod), plan.strategy,
-                      len(passed_names), outcome.failed, outcome.unresolvable)
+            log.debug("filter %s (%s): %d passed, failed %s, unresolvable %s", request.name,
+                      verdict.plan.strategy, len(passed_names), outcome.failed, outcome.unresolvable)
         return outcome
 
     def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> PrioritizeOutcome:
         """0..10 for every name (unknown or infeasible: 0); the engine's pick alone gets 10 and is assumed."""
-        demand, plan = self._demand(pod)
-        self.cache.forget_assumption(pod)
-        key = _pod_key(pod)
+        request = PodRequest.parse(pod)
         with self.cache.lock:
-            state = self.cache.fresh_state()
+            state = self.cache.fresh_state(forget=request.key)
             rows = self.rows.rows(state, names)
-            known = rows >= 0
-            all_known = bool(known.all())
-            idx = rows if all_known else rows[known]
             memo = self._memo
-            fitted = (memo.fitted if memo is not None and memo.pod == key and memo.state is state
-                      and memo.version == self.cache.version and memo.demand == demand else None)
-            decision = self._decide(state, demand, plan.strategy, idx, fitted)
-            points = np.zeros(len(names), dtype=np.int64)
-            points[known] = extender_scores(decision, idx)
-            chosen = state.names[decision.node] if decision.node is not None else None
-            if plan.recommended and log.isEnabledFor(logging.INFO):
-                would = self._decide(state, demand, plan.recommended, idx, decision.fit)
-                log.info("%s: scored with %s -> %s; %s would pick %s", _pod_name(pod), plan.strategy, chosen,
-                         plan.recommended, state.names[would.node] if would.node is not None else None)
-            if log.isEnabledFor(logging.DEBUG):
-                for verdict in explain(state, decision, idx.tolist()):
-                    log.debug("prioritize %s %s: %s score=%s", _pod_name(pod), verdict.node, verdict.reason.value,
-                              verdict.score)
-            if chosen is not None:
-                self.cache.assume(pod, chosen, demand)
-            outcome = PrioritizeOutcome(names, rows, points, chosen, plan, self._writer_for(state))
-        if not all_known:
-            log.info("prioritize %s: unknown nodes scored 0: %s", _pod_name(pod),
-                     [n for n, k in zip(names, known.tolist(), strict=True) if not k][:10])
+            screened = (memo.screened if memo is not None and memo.uid == request.uid
+                        and memo.version == self.cache.version else None)
+            view = self.source.current()
+            choice = choose(view, state, self.cache.ctx, self.cache.mix(), request, rows,
+                            self.default_policy, screened=screened, compare=log.isEnabledFor(logging.INFO))
+            points, node = choice.points, choice.node
+            if view.hub_disconnected:  # neutral: every node 0, nothing assumed
+                points, node = np.zeros_like(points), None
+            if node is not None:
+                self.cache.assume(request.key, node, choice.demand)
+            outcome = PrioritizeOutcome(names, rows, points, node, choice.plan, self._writer_for(state))
+        _log_notes(request, choice.plan)
+        if choice.plan.recommended:
+            log.info("%s: scored with %s -> %s; %s would pick %s", request.name, choice.plan.strategy,
+                     choice.node, choice.plan.recommended, choice.would)
+        if log.isEnabledFor(logging.DEBUG):
+            for verdict in choice.explanation():
+                log.debug("prioritize %s %s: %s score=%s", request.name, verdict.node, verdict.reason.value,
+                          verdict.score)
+        if len(choice.known) < len(names):
+            log.info("prioritize %s: unknown nodes scored 0: %s", request.name,
+                     [n for n, r in zip(names, rows.tolist(), strict=True) if r < 0][:10])
         return outcome
 
-    def _decide(self, state: NodeState, demand: PodDemand, strategy: str, idx: IntArray,
-                fitted: FitResult | None = None) -> Decision:
-        ctx = self.cache.ctx
-        ctx.mix = self.cache.mix(fallback=demand)
-        ctx.tie_rank = used_first_rank(state)
-        return decide(state, demand, get_policy(strategy), ctx, restrict=idx, fitted=fitted)
 
-
-def _pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return str(meta.get("uid") or _pod_name(pod))
-
-
-def _pod_name(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or meta.get('generateName') or '?'}"
+def _log_notes(request: PodRequest, plan: Plan) -> None:
+    for note in plan.notes:
+        log.info("%s: %s", request.name, note)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpupolicy.catalog import (
@@ -38,7 +38,6 @@ ANNOTATION_GPU_MEMORY = "gpu.kubeon.io/gpu-memory"
 SKIP_KEY = "gpu.kubeon.io/skip"
 CONTAINER_LISTS = ("initContainers", "containers")
 OTHER_GPU_PREFIXES = ("amd.com/gpu", "gpu.intel.com/")
-REPLICAS_LABEL = "nvidia.com/gpu.replicas"  # GFD: time-slicing replicas per GPU on the node
 
 
 def writable_copy(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -156,6 +155,7 @@ class SharingPlan:
     warning: str = ""
     detail: str = ""
     node_selector: Mapping[str, str] | None = None  # added to spec.nodeSelector with the resource
+    wanted: str = ""  # the slice it would get once a node offers it (left on whole GPUs for now)
 
 
 def candidate_products(sharing: SharingSpec, view: ClusterView) -> list[GpuProduct]:
@@ -200,8 +200,10 @@ def landing_products(pod: Mapping[str, Any], sharing: SharingSpec, view: Cluster
     return products, "", known
 
 
-def _key(profile: MigProfile, memory: int) -> tuple[int, int, int, str]:
-    return (profile.memory_slices, profile.compute_slices, memory, profile.name)
+def _key(profile: MigProfile, memory: int, view: ClusterView) -> tuple[bool, int, int, int, str]:
+    """Offered first (ClusterView.offers), then smallest: memory slices, compute slices, real memory."""
+    return (not view.offers(profile.resource_name), profile.memory_slices, profile.compute_slices, memory,
+            profile.name)
 
 
 def _fits(profile: MigProfile, memory: int, need_mib: float | None, fixed: str | None) -> bool:
@@ -214,8 +216,9 @@ def _fits(profile: MigProfile, memory: int, need_mib: float | None, fixed: str |
 
 def choose_mig_profile(need_mib: float | None, products: list[GpuProduct], view: ClusterView,
                        fixed: str | None = None, pin: bool = True) -> MigChoice | None:
-    """The smallest profile (memory slices, compute slices, real memory) that every product offers
-    and that holds `need_mib` on each (or the `fixed` one); else the best single product's, pinned.
+    """The smallest profile (memory slices, compute slices, real memory; one a node offers first) that
+    every product has and that holds `need_mib` on each (or the `fixed` one); else the best single
+    product's, pinned.
 
     Media-extension profiles are skipped unless fixed by the policy. Pin: the
     product label value as the nodes spell it (the first node of it), else the
@@ -224,24 +227,24 @@ def choose_mig_profile(need_mib: float | None, products: list[GpuProduct], view:
     """
     if not products:
         return None
-    best: tuple[tuple[int, int, int, str], MigChoice] | None = None
+    best: tuple[tuple[bool, int, int, int, str], MigChoice] | None = None
     for profile in products[0].profiles:
         offers = [p.profile(profile.name) for p in products]
         if any(o is None for o in offers):
             continue
         memory = min(profile_memory_mib(o, view.labels_for_product(p))
                      for o, p in zip(offers, products, strict=True) if o is not None)
-        if _fits(profile, memory, need_mib, fixed) and (best is None or _key(profile, memory) < best[0]):
-            best = (_key(profile, memory), MigChoice(", ".join(p.product for p in products), profile, memory))
+        if _fits(profile, memory, need_mib, fixed) and (best is None or _key(profile, memory, view) < best[0]):
+            best = (_key(profile, memory, view), MigChoice(", ".join(p.product for p in products), profile, memory))
     if best is not None:
         return best[1]
     for product in products:
         labels = view.labels_for_product(product)
         for profile in product.profiles:
             memory = profile_memory_mib(profile, labels)
-            if _fits(profile, memory, need_mib, fixed) and (best is None or _key(profile, memory) < best[0]):
+            if _fits(profile, memory, need_mib, fixed) and (best is None or _key(profile, memory, view) < best[0]):
                 pinned = _pin(product, view) if pin else None
-                best = (_key(profile, memory), MigChoice(product.product, profile, memory, pinned))
+                best = (_key(profile, memory, view), MigChoice(product.product, profile, memory, pinned))
     return best[1] if best else None
 
 
@@ -274,17 +277,15 @@ def time_slice_guarantee_mib(sharing: SharingSpec, view: ClusterView) -> tuple[f
     """The GPU memory a time-sliced share is sure to have: GPU memory / replicas, smallest GPU.
 
     Time slices share one GPU's memory with no isolation, so a pod can count
-    only on its fraction. Replicas: the policy's, else the largest
-    `nvidia.com/gpu.replicas` a node reports, else 2 (the fewest there can be,
-    so the largest guarantee). None when no GPU product is known.
+    only on its fraction. Replicas: what the time-sliced nodes run
+    (ClusterView.shared_replicas), else the policy's (default 2). None when no
+    GPU product is known.
     """
     products = ([p for p in (view.catalog.product(m) for m in sharing.gpu_models) if p is not None]
                 if sharing.gpu_models else view.node_products())
     if not products:
         return None
-    reported = [int(n.labels[REPLICAS_LABEL]) for n in view.nodes
-                if str(n.labels.get(REPLICAS_LABEL, "")).isdigit()]
-    replicas = sharing.replicas or max([r for r in reported if r >= 2], default=2)
+    replicas = view.shared_replicas() or sharing.time_slicing_replicas
     smallest = min(products, key=lambda p: p.memory_mib)
     return smallest.memory_mib / replicas, f"{smallest.product} {smallest.memory_mib}Mi / {replicas} replicas"
 
@@ -302,6 +303,29 @@ def _time_slicing_plan(pod: Mapping[str, Any], sharing: SharingSpec, view: Clust
 def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
                  right_sized: Proposal | None = None,
                  type_fit_models: frozenset[str] | None = None) -> SharingPlan:
+    """The target resource for a pod under a sharing policy, if some node offers it (`_plan_sharing`).
+
+    A pod is rewritten only to a resource that a node offers, was told to offer
+    (GPU Operator labels) or the layout planner decided to offer (ClusterView.offers);
+    otherwise it stays on whole GPUs with a warning, marked with the slice it
+    wanted so the planner counts it. A time-sliced share is 1/replicas of a GPU
+    with the replicas the nodes run (from the time-slicing ConfigMap).
+    """
+    plan = _plan_sharing(pod, sharing, view, right_sized, type_fit_models)
+    if plan.resource is None:
+        return plan
+    if not view.offers(plan.resource):
+        return SharingPlan(None, skip_reason=f"no node offers {plan.resource} yet", wanted=plan.resource,
+                           warning=f"no node offers {plan.resource} yet: pod left on whole GPUs")
+    if plan.resource == SHARED_GPU_RESOURCE:
+        replicas = view.shared_replicas() or sharing.time_slicing_replicas
+        return replace(plan, detail=f"{plan.detail} (1/{replicas} of a GPU)")
+    return plan
+
+
+def _plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
+                  right_sized: Proposal | None = None,
+                  type_fit_models: frozenset[str] | None = None) -> SharingPlan:
     """Decide the target resource for a pod under a sharing policy (no change made here).
 
     `right_sized`: the policy's Applied right-sizing proposal for the pod's owner.
