@@ -125,7 +125,8 @@ def test_contradicting_pin_leaves_the_pod_whole_with_a_reason() -> None:
 # -- B (admission): declared GPU memory and time-slicing; invalid annotations -----------------
 
 def test_time_slicing_leaves_a_pod_needing_more_than_its_share_whole() -> None:
-    node = make_node("h", H200, **{"nvidia.com/gpu.replicas": "4"})  # 143771Mi / 4 = 35943Mi a share
+    node = make_node("h", H200, **{"nvidia.com/gpu.replicas": "4",  # time-sliced: 143771Mi / 4 = 35943Mi a share
+                                   "nvidia.com/device-plugin.config": "kubeon-time-slicing"})
     view = make_view(make_policy(sharing={"strategy": "TimeSlicing"}), nodes=(node,))
     big = mutate_pod(make_pod(annotations={"gpu.kubeon.io/gpu-memory": "40Gi"}), view)
     assert big.patch == [] and big.decisions[0].action == Action.SKIP
