@@ -33,6 +33,7 @@ from tests.e2e.inplace import run_in_place
 from tests.kubeapi.cluster import Cluster
 from tests.kubeapi.fixtures import make_node
 from tests.kubeapi.scheduler import ALL_SCHEDULERS
+from tests.missing import missing
 
 NAMESPACE = "kubeon-gpu"
 RELEASE = "kubeon-gpu-optimizer"
@@ -54,7 +55,7 @@ def readme_block(heading: str = "## Install in a cluster") -> list[str]:
 def cluster() -> Iterator[Cluster]:
     for tool in ("kubectl", "helm"):
         if not (TOOLS / tool).is_file():
-            pytest.skip(f"{tool} not in .tools/bin (scripts/install-test-deps.sh)")
+            missing(f"{tool} not in .tools/bin (scripts/install-test-deps.sh)")
     with Cluster(nodes=[make_node("node-0", product=None, gpus=0)], crd_files=(), scheduler_name=ALL_SCHEDULERS,
                  karpenter=False) as running:
         yield running
