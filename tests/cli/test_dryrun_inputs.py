@@ -164,7 +164,7 @@ def test_stdin_with_dash(capsys) -> None:
 def test_stdin_holding_policies_and_pods(capsys) -> None:
     """Policies in the same stream as the pods apply to them (the stream is read twice from a spool)."""
     text = (EXAMPLES / "pod.yaml").read_bytes() + b"\n---\n" + (EXAMPLES / "policies.yaml").read_bytes()
-    run = subprocess_run("dry-run", "-f", "-", "-o", "json", stdin=text)
+    run = subprocess_run("dry-run", "-f", "-", "-o", "json", "--metrics", stdin=text)
     assert run.code == 0, run.err
     entry = json.loads(run.out)[0]
     assert entry["decisions"][0]["policy"] == "share-inference" and entry["decisions"][0]["applied"]
@@ -277,7 +277,7 @@ def test_nesting_the_answer_cannot_be_written_in_is_one_line(tmp_path: Path, cap
     depth = 900  # under the parser guard (1,000 levels), over what the YAML writer recurses into
     deep = json.dumps(pod("deep", extra="NESTED")).replace('"NESTED"', "[" * depth + '"x"' + "]" * depth)
     path = write(tmp_path, "pod.yaml", deep + "\n---\n" + json.dumps(pod("ok")))
-    run = dry_run(capsys, "-f", path, "-o", "yaml")
+    run = dry_run(capsys, "-f", path, "-o", "yaml", "--metrics")
     assert run.code == 2
     assert run.errors() == [f"{PROG}{path}, document 1: nested too deeply to write the answer"], run.err
     assert [d["object"]["metadata"]["name"] for d in yaml.safe_load_all(run.out)] == ["ok"]

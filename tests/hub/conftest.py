@@ -20,6 +20,7 @@ import requests
 
 from hub import contract
 from tests.loopback import free_port, wait_for
+from tests.missing import missing
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "test-admin-credential"
@@ -30,9 +31,7 @@ def postgres() -> Iterator[Any]:
     from tests import pgharness
 
     if not pgharness.available():
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is not installed: scripts/install-test-deps.sh installs it")
-        pytest.skip("PostgreSQL binaries not installed (apt-get install postgresql)")
+        missing("PostgreSQL is not installed: scripts/install-test-deps.sh installs it")
     server = pgharness.PostgresServer.start()
     yield server
     server.stop()

@@ -14,6 +14,7 @@ import pytest
 import requests
 
 from tests.hub.conftest import ADMIN, HubProcess, start_hub
+from tests.missing import missing
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -23,9 +24,7 @@ NAME = "prod'; DROP TABLE clusters;--"
 @pytest.fixture
 def browser() -> Iterator[object]:
     if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
-        if os.environ.get("CI"):
-            pytest.fail("chromium and chromium-driver are not installed: scripts/install-test-deps.sh installs them")
-        pytest.skip("chromium / chromedriver not installed")
+        missing("chromium and chromium-driver are not installed: scripts/install-test-deps.sh installs them")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
