@@ -124,16 +124,20 @@ class ExtenderService:
         return self._writer
 
     def filter(self, pod: Mapping[str, Any], names: list[str]) -> FilterOutcome:
-        """Which of `names` can take the pod, and why not the others."""
+        """Which of `names` can take the pod, and why not the others (all of them while hub-disconnected)."""
         request = PodRequest.parse(pod)  # ObjectError names the field
         with self.cache.lock:
             state = self.cache.fresh_state(forget=request.key)  # scheduled again: an old assumption is stale
-            verdict = screen(self.source.current(), state, request, self.default_policy)
+            view = self.source.current()
+            verdict = screen(view, state, request, self.default_policy)
             rows = self.rows.rows(state, names)
             known = rows >= 0
             safe = np.where(known, rows, 0)
             codes = np.where(known, verdict.fitted.codes[safe], UNKNOWN)
             hopeless = known & verdict.hopeless[safe]
+            if view.hub_disconnected:  # the hub refused the token: no opinion, kube-scheduler decides alone
+                codes = np.where(known, 0, UNKNOWN).astype(codes.dtype)
+                hopeless = np.zeros(len(names), dtype=bool)
             passed = np.flatnonzero(codes == 0)
             passed_names = self.rows.pick(names, passed)
             if passed_names:  # what /prioritize will send next: remember its rows
@@ -156,12 +160,15 @@ class ExtenderService:
             memo = self._memo
             screened = (memo.screened if memo is not None and memo.uid == request.uid
                         and memo.version == self.cache.version else None)
-            choice = choose(self.source.current(), state, self.cache.ctx, self.cache.mix(), request, rows,
+            view = self.source.current()
+            choice = choose(view, state, self.cache.ctx, self.cache.mix(), request, rows,
                             self.default_policy, screened=screened, compare=log.isEnabledFor(logging.INFO))
-            if choice.node is not None:
-                self.cache.assume(request.key, choice.node, choice.demand)
-            outcome = PrioritizeOutcome(names, rows, choice.points, choice.node, choice.plan,
-                                        self._writer_for(state))
+            points, node = choice.points, choice.node
+            if view.hub_disconnected:  # neutral: every node 0, nothing assumed
+                points, node = np.zeros_like(points), None
+            if node is not None:
+                self.cache.assume(request.key, node, choice.demand)
+            outcome = PrioritizeOutcome(names, rows, points, node, choice.plan, self._writer_for(state))
         _log_notes(request, choice.plan)
         if choice.plan.recommended:
             log.info("%s: scored with %s -> %s; %s would pick %s", request.name, choice.plan.strategy,

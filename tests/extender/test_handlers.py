@@ -238,3 +238,18 @@ def test_handler_time_header_and_metrics() -> None:
     text = h.client.get("/metrics").get_data(as_text=True)
     assert 'kubeon_extender_http_request_duration_seconds_bucket{le="0.005",route="/filter",status="200"}' in text
     assert 'kubeon_extender_decisions_total{outcome="fit",strategy="kubeon",verb="filter"} 1.0' in text
+
+
+def test_a_hub_disconnected_cluster_gets_a_neutral_extender() -> None:
+    """The hub refused the cluster token: every node passes the filter and scores 0, nothing is assumed."""
+    from gpupolicy.cluster import view_from_objects
+
+    cut = policy("pack", {"packing": {"strategy": "bestfit"}})
+    cut["metadata"]["labels"] = {"gpu.kubeon.io/hub": "Disconnected"}
+    from kube.views import StaticView
+
+    h = Harness(cluster(), [used_pod("busy", "a100-used", 7)])
+    h.service.source = StaticView(view_from_objects([cut], [])[0])
+    result = h.filter(wire_pod("p", gpus=2), NAMES)
+    assert result["NodeNames"] == NAMES and result["FailedNodes"] == {} and not result["FailedAndUnresolvableNodes"]
+    assert set(h.prioritize(wire_pod("p", gpus=1), NAMES).values()) == {0}

@@ -91,6 +91,24 @@ def test_valid_policy_allowed_and_labelled(client) -> None:
     assert labelled["metadata"]["labels"]["gpu.kubeon.io/kind"] == "guardrail"
 
 
+def test_editing_a_hub_managed_policy_warns_that_the_sync_overwrites_it(client) -> None:
+    old = copy.deepcopy(GUARD)
+    old["metadata"]["labels"] = {"gpu.kubeon.io/managed-by": "hub", "gpu.kubeon.io/hub": "Connected"}
+    edited = copy.deepcopy(old)
+    edited["spec"]["priority"] = 99
+    body = policy_review(edited, "UPDATE")
+    body["request"]["oldObject"] = old
+    resp = client.post("/validate", json=body).get_json()["response"]
+    assert resp["allowed"] is True
+    assert resp["warnings"] == ["kubeon-gpu: GpuPolicy max-two is managed by the hub: this edit is overwritten on "
+                                "the next sync; change the policy in the hub instead"]
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"]["gpu.kubeon.io/hub"] = "Disconnected"
+    body = policy_review(relabelled, "UPDATE")
+    body["request"]["oldObject"] = old
+    assert "warnings" not in client.post("/validate", json=body).get_json()["response"]
+
+
 @pytest.mark.parametrize("path", ["/mutate", "/validate"])
 @pytest.mark.parametrize(
     "body",
