@@ -122,8 +122,10 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def start_hub(db: str, *, tls: bool = False, port: int | None = None) -> HubProcess:
-    """`kubeon-gpu hub serve` in a subprocess, waited for until /healthz answers."""
+def start_hub(db: str, *, tls: bool = False, port: int | None = None,
+              dns_names: tuple[str, ...] = ("localhost",)) -> HubProcess:
+    """`kubeon-gpu hub serve` in a subprocess, waited for until /healthz answers (with tls, a
+    certificate for `dns_names` and 127.0.0.1 from a fresh CA, `ca_file`)."""
     port = port or free_port()
     workdir = Path(tempfile.mkdtemp(prefix="kubeon-hub-"))
     args = ["serve", "--db", db, "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4"]
@@ -132,7 +134,7 @@ def start_hub(db: str, *, tls: bool = False, port: int | None = None) -> HubProc
         from certs.material import generate_ca, issue_serving_cert
 
         ca = generate_ca("hub-test-ca")
-        serving = issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
+        serving = issue_serving_cert(ca, list(dns_names), ["127.0.0.1"])
         (workdir / "ca.crt").write_bytes(ca.cert_pem())
         (workdir / "tls.crt").write_bytes(serving.cert_pem())
         (workdir / "tls.key").write_bytes(serving.key_pem())
