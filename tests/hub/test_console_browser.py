@@ -143,6 +143,9 @@ def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
     wait_for(lambda: _poll(hub, rotated) == 401, what="the revoked token to be refused")
     d.refresh()  # type: ignore[attr-defined]
     assert d.find_element(By.ID, "cluster-state").text == "disconnected"  # type: ignore[attr-defined]
+    d.find_element(By.XPATH, "//button[text()='Create token']").click()  # type: ignore[attr-defined]
+    fresh = d.find_element(By.ID, "token").text  # type: ignore[attr-defined]
+    assert fresh.startswith("kgo_") and _poll(hub, fresh) == 200
 
     # the audit log says who did what
     d.find_element(By.LINK_TEXT, "Audit log").click()  # type: ignore[attr-defined]

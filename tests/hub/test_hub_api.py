@@ -93,6 +93,10 @@ def test_rotation_overlap_and_revocation(hub_server: HubProcess) -> None:
                          "lastPollResult": "revoked", "revision": 0}]
     verbs = [e["verb"] for e in client.admin("GET", "/audit").json()["entries"]]
     assert verbs == ["token.revoke", "token.rotate", "token.create"]
+    fresh = client.admin("POST", "/clusters/prod/token")
+    assert fresh.status_code == 201
+    assert client.request("GET", path, token=fresh.json()["token"]).status_code == 200
+    assert client.admin("POST", "/clusters/prod/token").status_code == 409, "one live token at a time"
 
 
 def test_old_token_expires_after_24_hours_unused(db_url: str) -> None:
