@@ -40,14 +40,17 @@ class Reconciler(Protocol):
 # Order within one runner tick:
 #   1. policies     - lists and parses GpuPolicies; everything below reads them.
 #   2. rightsizing  - sharing policies: proposals from memory/utilisation history.
-#   3. scaletozero  - parks idle workloads / wakes them; after right-sizing so a
+#   3. layout       - sharing policies: node layouts (time-slicing keys, MIG) for the
+#                     pods waiting on slices; after right-sizing, whose rewrites make them.
+#   4. scaletozero  - parks idle workloads / wakes them; after right-sizing so a
 #                     restart for a new size never races a scale to zero in one tick
 #                     (scale to zero reads the replicas right-sizing left).
-#   4. autoscale    - KEDA ScaledObjects; last, it must see which targets scale
+#   5. autoscale    - KEDA ScaledObjects; last, it must see which targets scale
 #                     to zero manages (paused-replicas) before generating triggers.
 RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.policies", "PolicySync"),
     ("controller.rightsizing", "RightSizingReconciler"),
+    ("controller.layout", "LayoutReconciler"),
     ("controller.scaletozero", "ScaleToZeroReconciler"),
     ("controller.autoscale", "AutoscaleReconciler"),
 )

@@ -52,6 +52,12 @@ _SPACE = " \t\n\r\v\f"  # Quantity.UnmarshalJSON trims these before ParseQuantit
 _SHOWN = 40  # characters of a refused value quoted back in a message
 
 
+# The same grammar as a JSON-Schema pattern, for the CRD (the API server refuses before our code runs).
+QUANTITY_PATTERN = r"^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h|d|w))+$"
+MAX_TEXT = 64  # longest quantity or duration the CRD admits (canonical quantities are under 30)
+
+
 class QuantityError(ValueError):
     """A value that is not a Kubernetes quantity or duration."""
 

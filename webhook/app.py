@@ -34,14 +34,12 @@ from gpupolicy.admission.shape import dry_run_body_error, pod_shape_error, templ
 from gpupolicy.admission.validation import check_policy, hub_edit_warning, kind_label_patch
 from gpupolicy.model import GROUP, KIND
 from kube.views import ViewSource
-from serving.http import install_error_handlers, json_error, read_body
+from serving.http import HttpError, encode_json, install_error_handlers, json_error, read_json
 from serving.metrics import instrument
 from webhook.metrics import WebhookMetrics
 from webhook.review import (
     Review,
     ReviewError,
-    decode_json,
-    encode_json,
     parse_review,
     response,
 )
@@ -79,8 +77,8 @@ def _json(body: Any) -> Response:
 
 
 def _read_json() -> Any:
-    """The request body as JSON (413 over the cap from serving.http, 400 ReviewError when malformed)."""
-    return decode_json(read_body(MAX_BODY_BYTES))
+    """The request body as JSON (HttpError: 413 over the cap, 400 when malformed)."""
+    return read_json(MAX_BODY_BYTES)
 
 
 def create_app(source: ViewSource, registry: CollectorRegistry | None = None) -> Flask:
@@ -105,6 +103,8 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
             return _json(handler(review))
         except ReviewError as exc:
             return _json_error(400, str(exc))
+        except HttpError as exc:  # the answer cannot be written: the request nests too deeply
+            return _json_error(exc.status, exc.message)
         except Exception:  # a core bug must not become a 500 that blocks admission
             log.exception("%s failed for uid %s", path, review.uid)
             metrics.errors.labels(path).inc()
