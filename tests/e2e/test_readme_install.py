@@ -12,8 +12,9 @@ What the test adds around the README's lines, as a user's cluster would have it:
 Operator's namespace (the README's stated prerequisite); the pods' processes (the kubelet's
 job); waiting for the rollout and for the controller's first policy sync (its real output)
 before reading logs, as a user runs that line once the controller is up (the README line
-itself has no wait: run at once after `helm upgrade` it can find nothing yet); the example
-policies applied before `kubectl get gpupolicies` so the listing has rows. Not covered: the
+itself has no wait: run at once after `helm upgrade` it can find nothing yet); a self-hosted hub
+(`kubeon-gpu hub serve`) holding the example policies, whose URL and token replace the README's
+placeholders, so the controller pulls them before `kubectl get gpupolicies` lists them. Not covered: the
 scheduler and extender pods' processes (their Deployments roll out, nothing runs them), images.
 """
 
@@ -105,7 +106,19 @@ class Pods:
 
 @pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # kubelet-style probes
 def test_readme_install_block_runs_verbatim(cluster: Cluster, tmp_path: Path) -> None:
-    lines = readme_block()
+    from tests.hub.conftest import cli_in_process, start_hub
+
+    # The README's hub and token are the user's: a self-hosted hub (`kubeon-gpu hub serve`) stands in,
+    # holding the example policies, and its URL and token replace the README's two placeholders.
+    hub = start_hub(f"sqlite:///{tmp_path}/hub.db")
+    db = ["--db", hub.db]
+    created = cli_in_process(*db, "token", "create", "--cluster", "prod-use1-a")
+    assert created.returncode == 0, created.stderr
+    applied = cli_in_process(*db, "policy", "apply", "--cluster", "prod-use1-a", "-f", str(EXAMPLES))
+    assert applied.returncode == 0, applied.stderr
+    token = created.stdout.splitlines()[-1]
+    lines = [line.replace("<cluster token>", token).replace("https://acme.kubeon.io", hub.url)
+             for line in readme_block()]
     helm_lines = [line for line in lines if line.startswith("helm upgrade --install")]
     assert len(helm_lines) == 1 and any(line.startswith("kubectl get gpupolicies") for line in lines), lines
     sh = Shell(cluster, tmp_path / "helm")
@@ -114,10 +127,8 @@ def test_readme_install_block_runs_verbatim(cluster: Cluster, tmp_path: Path) ->
     outputs: dict[str, str] = {}
     try:
         for line in lines:
-            if line.startswith("kubectl get gpupolicies"):
-                sh(f"kubectl apply -f {EXAMPLES}")  # a user's policies, admitted by the running webhook
-            if " logs " in line:  # the controller pod's process; its output is the pod log
-                controller, _ = pods.start(RELEASE)
+            if line.startswith("kubectl get gpupolicies"):  # the controller pod's process pulls the hub's
+                controller, _ = pods.start(RELEASE)  # policies; its output is the pod log `kubectl logs` reads
                 cluster.wait_for(lambda c=controller: "policies synced" in c.log.read_text(), timeout=60,
                                  message=f"the controller's first policy sync:\n{controller.log_tail()}")
             outputs[line] = sh(line).stdout
@@ -127,10 +138,11 @@ def test_readme_install_block_runs_verbatim(cluster: Cluster, tmp_path: Path) ->
         deploy_line = next(line for line in lines if "get deploy" in line)
         assert re.search(rf"^{RELEASE}\s+\d/\d", outputs[deploy_line], re.M), outputs[deploy_line]
         listing = outputs[next(line for line in lines if line.startswith("kubectl get gpupolicies"))].splitlines()
-        assert listing[0].split() == ["NAME", "KIND", "MODE", "PRIORITY", "AGE"], listing
+        assert listing[0].split() == ["NAME", "KIND", "MODE", "PRIORITY", "HUB", "AGE"], listing
         rows = {row.split()[0]: row.split() for row in listing[1:]}
         assert rows["share-inference"][1:3] == ["sharing", "Automatic"]  # Kind: labelled by the real webhook
         assert rows["max-two-gpus"][1:3] == ["guardrail", "Recommend"]
+        assert {row[4] for row in rows.values()} == {"Connected"}, listing  # synced from the hub
         logs_line = next(line for line in lines if " logs " in line)
         assert "policies synced count=4" in outputs[logs_line]
 
@@ -151,6 +163,7 @@ def test_readme_install_block_runs_verbatim(cluster: Cluster, tmp_path: Path) ->
         assert _left_of_ours(cluster) == _EXPECTED_LEFT
     finally:
         pods.stop()
+        hub.stop()
 
 
 # What stays after `helm uninstall`, each for a reason outside the chart's control:

@@ -182,6 +182,7 @@ def test_policy_file_errors_name_file_document_and_field(hub_server: HubProcess,
 def test_the_hub_serves_its_contract(hub_server: HubProcess) -> None:
     served = requests.get(hub_server.url + "/openapi.yaml", timeout=5)
     assert served.ok and served.text.startswith("openapi: 3.1")
+    assert "WARNING: plain HTTP" in hub_server.log.read_text(), "serving without a cert warns"
 
 
 def test_the_contract_is_valid_openapi() -> None:
