@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=8888)
-    parser.add_argument("--bind", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8888, help="port kube-scheduler calls (default: 8888)")
+    parser.add_argument("--bind", default="0.0.0.0", help="address to listen on (default: 0.0.0.0, all)")
     parser.add_argument("--cert-dir", metavar="DIR", help="serve HTTPS with DIR/tls.crt and DIR/tls.key")
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (in-cluster config when unset)")
     parser.add_argument("--no-watch", action="store_true", help="do not watch the cluster (empty node model)")

@@ -299,7 +299,7 @@ def toleration_dict(toleration: Toleration) -> dict[str, Any]:
 
 def ensure_tolerations(pod: dict[str, Any], wanted: Iterable[Mapping[str, Any]]) -> bool:
     """Append each wanted toleration unless an equal one is there already; True when something was added."""
-    spec = pod.setdefault("spec", {})
+    spec = _level(pod, "spec")
     current = spec.get("tolerations")
     existing: list[Any] = list(current) if isinstance(current, list) else []
     added = False
@@ -317,9 +317,17 @@ def resource_toleration(resource: str) -> dict[str, Any]:
     return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
 
 
+def _level(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """obj[key] as a dict to write into, made when absent or null (JSON null decodes to the empty value)."""
+    value = obj.get(key)
+    if not isinstance(value, dict):
+        value = obj[key] = {}
+    return value
+
+
 def ensure_scheduler(pod: dict[str, Any], scheduler: str) -> bool:
     """Set spec.schedulerName unless the pod already chose a non-default scheduler."""
-    spec = pod.setdefault("spec", {})
+    spec = _level(pod, "spec")
     current = spec.get("schedulerName")
     if current in (None, "", "default-scheduler") and current != scheduler:
         spec["schedulerName"] = scheduler
@@ -328,7 +336,7 @@ def ensure_scheduler(pod: dict[str, Any], scheduler: str) -> bool:
 
 
 def ensure_annotations(pod: dict[str, Any], values: Mapping[str, str]) -> None:
-    metadata = pod.setdefault("metadata", {})
+    metadata = _level(pod, "metadata")
     annotations = metadata.get("annotations")
     if not isinstance(annotations, dict):
         annotations = {}

@@ -31,7 +31,7 @@ from gpupolicy.catalog import (
     normalise_product_label,
 )
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, NodeState, PodDemand
-from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity
+from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity, shown
 
 DRAINING_KEY = "gpu.kubeon.io/draining"
 GPU_MEMORY_ANNOTATION = "gpu.kubeon.io/gpu-memory"
@@ -58,7 +58,7 @@ def _quantity(value: Any, field: str) -> Decimal:
     try:
         return parse_quantity(value)
     except (QuantityError, ValueError, TypeError) as exc:
-        raise ObjectError(f"{field}: not a quantity: {value!r}") from exc
+        raise ObjectError(f"{field}: not a quantity: {shown(value)}") from exc
 
 
 def _milli(value: Any, field: str) -> int:
@@ -69,7 +69,7 @@ def _mib(value: Any, field: str) -> int:
     try:
         return int(parse_bytes_mib(value))
     except (QuantityError, ValueError, TypeError) as exc:
-        raise ObjectError(f"{field}: not a memory quantity: {value!r}") from exc
+        raise ObjectError(f"{field}: not a memory quantity: {shown(value)}") from exc
 
 
 def _count(value: Any, field: str) -> int:

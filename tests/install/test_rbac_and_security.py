@@ -98,7 +98,7 @@ def test_time_slicing_role_follows_values() -> None:
     role = one(docs, "Role", "kubeon-gpu-optimizer-time-slicing")
     assert role["metadata"]["namespace"] == "nvidia"
     assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                              "verbs": ["get", "update", "patch"], "resourceNames": ["ts"]}]
+                              "verbs": ["get", "patch"], "resourceNames": ["ts"]}]
 
 
 def test_scaler_role_exists_but_is_bound_nowhere_by_the_chart(docs: list[dict]) -> None:
