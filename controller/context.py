@@ -24,6 +24,7 @@ from controller.policies import PolicyStore
 from controller.recorder import Recorder
 from controller.sources import Clock, MetricsSource, SystemClock
 from gpupolicy.model import Mode
+from gpupolicy.modes import ALL_COMPONENTS, Component
 from gpupolicy.scaling.metrics import Sample, Series
 
 __all__ = ["Clock", "ControllerContext", "MetricsSource", "Sample", "Series", "SystemClock"]
@@ -44,6 +45,11 @@ class ControllerContext:
     # True only while this replica may write: it holds the lease and, with a hub, the hub accepts the
     # cluster token (controller/hubsync.py). Every writer checks it right before each write.
     is_leader: Callable[[], bool]
+    # Which parts of the install run (--components): a policy kind none of them handles is not Ready.
+    components: frozenset[Component] = ALL_COMPONENTS
+    # --keda (chart keda.enabled): write and pause KEDA ScaledObjects. Off, the guide's RBAC has no
+    # KEDA rule: ScaledObjects are offered as YAML in the policy status and none is read.
+    keda: bool = False
     # The lease alone (the hub poll runs on it while writers are paused); None: same as is_leader.
     holds_lease: Callable[[], bool] | None = None
     hub_configured: bool = False
@@ -60,4 +66,5 @@ class ControllerContext:
         """Write every policy status that changed (the runner calls this after each pass). Returns writes."""
         return self.policies.write_status(self.api, default_mode=self.default_mode,
                                           prometheus_configured=self.prometheus_configured, clock=self.clock,
-                                          is_leader=self.is_leader, metrics=self.recorder.metrics)
+                                          is_leader=self.is_leader, metrics=self.recorder.metrics,
+                                          components=self.components)

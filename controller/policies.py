@@ -30,7 +30,7 @@ from pydantic import ValidationError
 from controller.recorder import ControllerMetrics
 from controller.sources import Clock
 from gpupolicy.model import Condition, GpuPolicy, GpuPolicyStatus, Mode, PolicyKind, Proposal, parse_policy
-from gpupolicy.modes import effective_mode
+from gpupolicy.modes import ALL_COMPONENTS, Component, effective_mode, handling
 from kube.policies import write_status
 
 log = logging.getLogger(__name__)
@@ -154,8 +154,13 @@ class PolicyStore:
 
     # -- status ---------------------------------------------------------------
     def desired_status(self, entry: PolicyEntry, default_mode: Mode, prometheus_configured: bool,
-                       now: float) -> dict[str, Any]:
-        """The status this controller wants on the policy now (wire form)."""
+                       now: float, components: Iterable[Component] = ALL_COMPONENTS) -> dict[str, Any]:
+        """The status this controller wants on the policy now (wire form).
+
+        Ready says whether anything acts on the policy: True (Reconciled) only
+        when a running component handles its kind (gpupolicy.modes.HANDLERS);
+        otherwise False with NotImplemented or ControllerDisabled.
+        """
         previous_conditions = {c.get("type"): c for c in entry.raw_status.get("conditions") or []
                                if isinstance(c, dict)}
         conditions: list[Condition] = []
@@ -169,9 +174,10 @@ class PolicyStore:
         else:
             eff = effective_mode(entry.policy, default_mode, prometheus_configured)
             status.effective_mode = eff.mode
+            status.requested_mode = eff.requested
             conditions.append(Condition(type="Valid", status="True", reason="Parsed", message=""))
             if eff.degraded:
-                conditions.append(Condition(type="Degraded", status="True", reason="PrometheusNotConfigured",
+                conditions.append(Condition(type="Degraded", status="True", reason=eff.reason_code,
                                             message=eff.degraded_reason or ""))
             else:
                 conditions.append(Condition(type="Degraded", status="False", reason="AsRequested", message=""))
@@ -187,8 +193,14 @@ class PolicyStore:
                 for pid, proposal in previous_proposals(entry).items():
                     proposals.setdefault(pid, proposal)
             status.proposals = sorted(proposals.values(), key=lambda p: (p.target, p.action))
-            message = f"effective mode {eff.mode.value}" + (" (degraded)" if eff.degraded else "")
-            conditions.append(Condition(type="Ready", status="True", reason="Reconciled", message=message))
+            handled = handling(entry.policy.spec.kind, components)
+            if handled.handled:
+                message = f"effective mode {eff.mode.value}" + (" (degraded)" if eff.degraded else "")
+                conditions.append(Condition(type="Ready", status="True", reason=handled.reason,
+                                            message=f"{message}; {handled.message}"))
+            else:
+                conditions.append(Condition(type="Ready", status="False", reason=handled.reason,
+                                            message=handled.message))
         for condition in conditions:
             old = previous_conditions.get(condition.type)
             same = old is not None and old.get("status") == condition.status
@@ -200,11 +212,12 @@ class PolicyStore:
         return status.model_dump(by_alias=True, exclude_none=True, mode="json")
 
     def write_status(self, api: Any, *, default_mode: Mode, prometheus_configured: bool, clock: Clock,
-                     is_leader: Callable[[], bool], metrics: ControllerMetrics) -> int:
+                     is_leader: Callable[[], bool], metrics: ControllerMetrics,
+                     components: Iterable[Component] = ALL_COMPONENTS) -> int:
         """Write every policy status that differs from the one on the object. Returns writes made."""
         writes = 0
         for entry in self.entries():
-            desired = self.desired_status(entry, default_mode, prometheus_configured, clock.now())
+            desired = self.desired_status(entry, default_mode, prometheus_configured, clock.now(), components)
             with self._lock:
                 last = self._written.get(entry.name)
             if _comparable(desired) == _comparable(entry.raw_status) or (
