@@ -81,6 +81,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evaluate the embedded example (policies, nodes, workloads; examples/ in the repository)")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
                         help="mode of policies that set none (the install's defaultMode; default: Recommend)")
+    parser.add_argument("--metrics", action="store_true",
+                        help="evaluate as an install with prometheus.url set; without it sharing and "
+                             "scaleToZero policies stay Recommend, as they do in the cluster (--example implies it)")
 
 
 @dataclass
@@ -147,9 +150,10 @@ class Context:
             return doc.problem(f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})")
         return None
 
-    def view(self, default_mode: Mode) -> ClusterView:
+    def view(self, default_mode: Mode, metrics: bool = False) -> ClusterView:
         return ClusterView(policies=tuple(self.policies), namespace_labels=self.namespaces,
-                           nodes=tuple(node_from_object(n) for n in self.nodes), default_mode=default_mode)
+                           nodes=tuple(node_from_object(n) for n in self.nodes), default_mode=default_mode,
+                           metrics_configured=metrics)
 
 
 def _items(source: Source, found: Scan) -> Iterator[Document | Problem]:
@@ -240,7 +244,7 @@ def run(args: argparse.Namespace) -> int:
                     report.problem(problem)
             elif isinstance(item, Problem) and source.role != "-f":
                 report.problem(item)
-    view = context.view(Mode(args.default_mode))
+    view = context.view(Mode(args.default_mode), args.metrics or args.example)
     output = args.output or ("text" if args.example else "yaml")
     note = "" if view.nodes else catalog_note()
     if note and output != "text":

@@ -26,6 +26,7 @@ import yaml
 
 from gpupolicy.admission.mutate import AdmissionResult
 from gpupolicy.cluster import ClusterView
+from gpupolicy.model import GpuPolicy
 
 try:
     from yaml import CSafeDumper as _BaseDumper
@@ -108,6 +109,12 @@ def encode(entry: Mapping[str, Any], output: str) -> str:
     return _json(entry, indent=output == "json").decode()
 
 
+def _policy_mode(policy: GpuPolicy, view: ClusterView) -> str:
+    """The mode the optimizer enforces, and why when it is lower than the one requested."""
+    eff = view.mode_of(policy)
+    return f"{policy.name} ({eff.mode}" + (f"; {eff.degraded_reason})" if eff.degraded else ")")
+
+
 class Writer:
     """Writes entries as they come; `close` ends the list. Encoding happens before anything is written."""
 
@@ -117,7 +124,7 @@ class Writer:
     def header(self, view: ClusterView, catalog_note: str) -> None:
         if self.output != "text":
             return
-        policies = ", ".join(f"{p.name} ({p.effective_mode(view.default_mode)})" for p in view.policies)
+        policies = ", ".join(_policy_mode(p, view) for p in view.policies)
         self.out.write(f"Policies: {policies}\n" if policies else "Policies: none (nothing will change)\n")
         if view.nodes:
             self.out.write("Nodes: " + ", ".join(f"{n.name} ({n.gpu_product or 'no GPU label'})"

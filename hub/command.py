@@ -91,7 +91,10 @@ def _fail(message: str) -> int:
 
 
 def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
-    """(name, spec) for every GpuPolicy document; HubError naming file, document and field."""
+    """(name, spec) for every GpuPolicy document; HubError naming file, document and field.
+
+    Documents of other kinds (a Pod beside its policies) are skipped with a note on stderr: the hub
+    holds policies only."""
     try:
         docs = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
     except OSError as exc:
@@ -102,8 +105,12 @@ def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
     for index, doc in enumerate(docs, start=1):
         if doc is None:
             continue
-        if not isinstance(doc, dict) or doc.get("kind") != "GpuPolicy":
-            raise HubError(400, f"{path}: document {index}: kind must be GpuPolicy")
+        if not isinstance(doc, dict):
+            raise HubError(400, f"{path}: document {index}: not a mapping")
+        if doc.get("kind") != "GpuPolicy":
+            print(f"kubeon-gpu hub: {path}: document {index} ({doc.get('kind')}): not a GpuPolicy, skipped",
+                  file=sys.stderr)
+            continue
         name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
         extra = set(doc) - {"apiVersion", "kind", "metadata", "spec", "status"}
         try:

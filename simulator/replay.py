@@ -1,6 +1,6 @@
 """The openb replay procedure (the paper's simulator) and its metrics.
 
-Procedure (../shared/data/openb/README.md): seed a generator; sort pods by
+Procedure (vendor/openb/README.md): seed a generator; sort pods by
 name and shuffle; tune the workload to `tune` x cluster GPU capacity by
 appending pods resampled with replacement (stopping before the one that
 would overshoot); schedule one pod at a time, no departures, no retries.

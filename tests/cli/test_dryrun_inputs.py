@@ -165,7 +165,7 @@ def test_stdin_with_dash(capsys) -> None:
 def test_stdin_holding_policies_and_pods(capsys) -> None:
     """Policies in the same stream as the pods apply to them (the stream is read twice from a spool)."""
     text = (EXAMPLES / "pod.yaml").read_bytes() + b"\n---\n" + (EXAMPLES / "policies.yaml").read_bytes()
-    run = subprocess_run("dry-run", "-f", "-", "-o", "json", stdin=text)
+    run = subprocess_run("dry-run", "-f", "-", "-o", "json", "--metrics", stdin=text)
     assert run.code == 0, run.err
     entry = json.loads(run.out)[0]
     assert entry["decisions"][0]["policy"] == "share-inference" and entry["decisions"][0]["applied"]
@@ -281,7 +281,7 @@ def test_nesting_the_answer_cannot_be_written_in_is_one_line(tmp_path: Path, cap
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(1000)  # CPython's default; some test runners raise it, and the writer's depth depends on it
     try:
-        run = dry_run(capsys, "-f", path, "-o", "yaml")
+        run = dry_run(capsys, "-f", path, "-o", "yaml", "--metrics")
     finally:
         sys.setrecursionlimit(limit)
     assert run.code == 2

@@ -128,7 +128,7 @@ def test_example_summary_is_readable(capsys) -> None:
 
 def test_yaml_output_and_nodes_choose_the_profile(tmp_path: Path, capsys) -> None:
     run = dry_run(capsys, "-f", str(EXAMPLES / "pod.yaml"), "--policies", str(EXAMPLES / "policies.yaml"),
-                  "--nodes", str(EXAMPLES / "nodes.yaml"))
+                  "--nodes", str(EXAMPLES / "nodes.yaml"), "--metrics")
     answer = yaml.safe_load(run.out)
     assert answer["object"]["spec"]["containers"][0]["resources"]["limits"] == {"nvidia.com/mig-2g.20gb": "1"}
 
