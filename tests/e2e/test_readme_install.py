@@ -28,11 +28,15 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from tests.e2e.conftest import CHART, REPO, Process
 from tests.e2e.egress import Egress
@@ -41,6 +45,7 @@ from tests.hub.conftest import HubProcess, start_hub
 from tests.kubeapi.cluster import Cluster
 from tests.kubeapi.fixtures import make_node
 from tests.kubeapi.scheduler import ALL_SCHEDULERS
+from tests.missing import missing
 
 NAMESPACE = "kubeon-gpu"
 RELEASE = "kubeon-gpu-optimizer"
@@ -62,7 +67,7 @@ def readme_block(heading: str = "## Install in a cluster") -> list[str]:
 def cluster() -> Iterator[Cluster]:
     for tool in ("kubectl", "helm"):
         if not (TOOLS / tool).is_file():
-            pytest.skip(f"{tool} not in .tools/bin (scripts/install-test-deps.sh)")
+            missing(f"{tool} not in .tools/bin (scripts/install-test-deps.sh)")
     with Cluster(nodes=[make_node("node-0", product=None, gpus=0)], crd_files=(), scheduler_name=ALL_SCHEDULERS,
                  karpenter=False) as running:
         yield running
@@ -149,10 +154,13 @@ def test_readme_install_block_runs_verbatim(cluster: Cluster, hub: tuple[HubProc
         for line in lines:
             if line.startswith("kubectl get gpupolicies"):
                 sh(f"kubectl apply -f {EXAMPLES}")  # a user's policies, admitted by the running webhook
-            if " logs " in line:  # the controller pod's process; its output is the pod log
+                # The controller pod's process (its output is the pod log) has written each one's mode.
                 controller, _ = pods.start(RELEASE)
-                cluster.wait_for(lambda c=controller: "policies synced" in c.log.read_text(), timeout=60,
-                                 message=f"the controller's first policy sync:\n{controller.log_tail()}")
+                cluster.wait_for(lambda: _all_have_a_mode(cluster), timeout=60,
+                                 message=f"the controller's status writes:\n{controller.log_tail()}")
+            if " logs " in line:
+                cluster.wait_for(lambda c=controller: "policies synced count=4" in c.log.read_text(), timeout=60,
+                                 message=f"the controller's policy sync:\n{controller.log_tail()}")
             outputs[line] = sh(line).stdout
             if line.startswith("helm upgrade --install"):
                 _, ports = pods.start(f"{RELEASE}-webhook", tls=True)
@@ -160,10 +168,12 @@ def test_readme_install_block_runs_verbatim(cluster: Cluster, hub: tuple[HubProc
         deploy_line = next(line for line in lines if "get deploy" in line)
         assert re.search(rf"^{RELEASE}\s+\d/\d", outputs[deploy_line], re.M), outputs[deploy_line]
         listing = outputs[next(line for line in lines if line.startswith("kubectl get gpupolicies"))].splitlines()
-        assert listing[0].split() == ["NAME", "KIND", "MODE", "PRIORITY", "AGE"], listing
+        assert listing[0].split() == ["NAME", "KIND", "MODE", "REQUESTED", "PRIORITY", "HUB", "AGE"], listing
         rows = {row.split()[0]: row.split() for row in listing[1:]}
-        assert rows["share-inference"][1:3] == ["sharing", "Automatic"]  # Kind: labelled by the real webhook
-        assert rows["max-two-gpus"][1:3] == ["guardrail", "Recommend"]
+        # Kind: labelled by the real webhook. MODE: what is enforced; the guide's install has no
+        # prometheus.url, so the Automatic sharing policy stays Recommend (REQUESTED says what it asks).
+        assert rows["share-inference"][1:4] == ["sharing", "Recommend", "Automatic"]
+        assert rows["max-two-gpus"][1:4] == ["guardrail", "Recommend", "Recommend"]
         logs_line = next(line for line in lines if " logs " in line)
         assert re.search(r"policies synced count=1 revision=\d+", outputs[logs_line]), outputs[logs_line]
         assert "share-from-hub" in sh("kubectl get gpupolicies -o name").stdout  # the pulled set, written
@@ -179,13 +189,49 @@ def test_readme_install_block_runs_verbatim(cluster: Cluster, hub: tuple[HubProc
         history = sh(f"helm -n {NAMESPACE} history {RELEASE}").stdout
         assert "Install complete" in history and "Upgrade complete" in history
 
-        # uninstall: nothing the chart made is left
+        # uninstall: the pre-delete Job cleans up, then nothing the chart made is left
+        hook = threading.Thread(target=_run_uninstall_hook, args=(cluster, tmp_path / "hook"), daemon=True)
+        hook.start()
         sh(f"helm -n {NAMESPACE} uninstall {RELEASE}")
+        hook.join(timeout=5)
+        assert not hook.is_alive(), "helm uninstall ended before its pre-delete Job was run"
         pods.stop()
         assert _left_of_ours(cluster) == _EXPECTED_LEFT
     finally:
         pods.stop()
         egress.close()
+
+
+def _all_have_a_mode(cluster: Cluster) -> bool:
+    items = client.CustomObjectsApi(cluster.api_client).list_cluster_custom_object(
+        "gpu.kubeon.io", "v1alpha1", "gpupolicies")["items"]
+    return bool(items) and all((p.get("status") or {}).get("effectiveMode") for p in items)
+
+
+def _run_uninstall_hook(cluster: Cluster, workdir: Path, timeout: float = 60.0) -> None:
+    """Play the Job controller and kubelet for the chart's pre-delete Job: run its container's
+    command (`kubeon-gpu controller --uninstall ...`) against the cluster, then mark the Job Complete."""
+    batch = client.BatchV1Api(cluster.api_client)
+    name = f"{RELEASE}-uninstall"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            job = batch.read_namespaced_job(name, NAMESPACE)
+            break
+        except client.ApiException:
+            time.sleep(0.2)
+    else:
+        raise AssertionError("helm created no pre-delete Job")
+    args = list(job.spec.template.spec.containers[0].args)
+    workdir.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, "-m", "cli.main", *args, "--kubeconfig", cluster.kubeconfig],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    batch.patch_namespaced_job_status(name, NAMESPACE, {"status": {
+        "succeeded": 1, "startTime": now, "completionTime": now,
+        "conditions": [{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
+                       {"type": "Complete", "status": "True", "lastTransitionTime": now}]}})
 
 
 # What stays after `helm uninstall`, each for a reason outside the chart's control:
