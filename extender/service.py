@@ -31,7 +31,7 @@ import numpy.typing as npt
 from extender.answers import REASONS, UNKNOWN, AnswerWriter
 from extender.cache import ClusterCache
 from extender.nodenames import NodeNameRows
-from gpupolicy.packing.engine import DEFAULT_POLICY, get_policy
+from gpupolicy.packing.engine import DEFAULT_STRATEGY, get_strategy
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState
 from gpupolicy.packing.scheduling import Plan, PodRequest, Screening, choose, screen
 from kube.views import ViewSource
@@ -106,11 +106,11 @@ class _Memo:
 class ExtenderService:
     """The extender's decisions; thread-safe (one lock around the node model and the lookups)."""
 
-    def __init__(self, cache: ClusterCache, source: ViewSource, default_policy: str = DEFAULT_POLICY) -> None:
-        get_policy(default_policy)  # raises UnknownPolicyError naming the choices
+    def __init__(self, cache: ClusterCache, source: ViewSource, default_strategy: str = DEFAULT_STRATEGY) -> None:
+        get_strategy(default_strategy)  # raises UnknownStrategyError naming the choices
         self.cache = cache
         self.source = source
-        self.default_policy = default_policy
+        self.default_strategy = default_strategy
         self.rows = NodeNameRows()
         self._writer = AnswerWriter(())
         self._memo: _Memo | None = None
@@ -129,7 +129,7 @@ class ExtenderService:
         with self.cache.lock:
             state = self.cache.fresh_state(forget=request.key)  # scheduled again: an old assumption is stale
             view = self.source.current()
-            verdict = screen(view, state, request, self.default_policy)
+            verdict = screen(view, state, request, self.default_strategy)
             rows = self.rows.rows(state, names)
             known = rows >= 0
             safe = np.where(known, rows, 0)
@@ -162,7 +162,7 @@ class ExtenderService:
                         and memo.version == self.cache.version else None)
             view = self.source.current()
             choice = choose(view, state, self.cache.ctx, self.cache.mix(), request, rows,
-                            self.default_policy, screened=screened, compare=log.isEnabledFor(logging.INFO))
+                            self.default_strategy, screened=screened, compare=log.isEnabledFor(logging.INFO))
             points, node = choice.points, choice.node
             if view.hub_disconnected:  # neutral: every node 0, nothing assumed
                 points, node = np.zeros_like(points), None

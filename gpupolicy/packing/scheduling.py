@@ -44,14 +44,14 @@ from gpupolicy.cluster import ClusterView
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.owners import is_approved, pod_owner
-from gpupolicy.packing.engine import POLICIES, Decision, NodeVerdict, decide, explain, get_policy
+from gpupolicy.packing.engine import STRATEGIES, NodeVerdict, Placement, decide, explain, get_strategy
 from gpupolicy.packing.kubemodel import demand_from_pod
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.packing.placement import REASON_BY_CODE, FitResult, PackingContext, RejectReason, fit
 from gpupolicy.packing.typicalmix import TypicalMix
 
 MAX_EXTENDER_SCORE = 10  # upstream MaxExtenderPriority
-DEFAULT_STRATEGY = "default"  # PackingSpec.strategy meaning "the install's default policy"
+SPEC_DEFAULT = "default"  # PackingSpec.strategy meaning "the install's default policy"
 
 # Rejections no eviction can cure, whatever runs on the node.
 ALWAYS_UNRESOLVABLE = frozenset({
@@ -68,7 +68,7 @@ _ALWAYS_BY_CODE: BoolArray = np.array([r in ALWAYS_UNRESOLVABLE for r in REASON_
 class Plan:
     """How one pod is scheduled: the strategy that scores it and the products it may use.
 
-    `strategy`: a name in `packing.POLICIES`.
+    `strategy`: a name in `packing.STRATEGIES`.
     `recommended`: the strategy a Recommend/Approve packing policy would use
     (logged, not applied). `allowed_models`: products allowed by an enforced
     typeFit policy (None: no policy constraint). `notes`: why, for logs.
@@ -129,46 +129,46 @@ class PodRequest:
                    pod_owner(pod, namespace), demand)
 
 
-def _applies(policy: GpuPolicy, default_mode: Mode, request: PodRequest) -> bool:
-    mode = policy.effective_mode(default_mode)
+def _applies(policy: GpuPolicy, view: ClusterView, request: PodRequest) -> bool:
+    mode = view.mode_of(policy).mode
     if mode is Mode.AUTOMATIC:
         return True
     return mode is Mode.APPROVE and is_approved(policy.spec.approvals, request.owner)
 
 
-def resolve_strategy(name: str | None, default_policy: str) -> str:
+def resolve_strategy(name: str | None, default_strategy: str) -> str:
     """A PackingSpec strategy as a registered policy name; 'default', empty or unknown -> the default."""
-    if not name or name == DEFAULT_STRATEGY or name not in POLICIES:
-        return default_policy
+    if not name or name == SPEC_DEFAULT or name not in STRATEGIES:
+        return default_strategy
     return name
 
 
-def plan_for_pod(view: ClusterView, request: PodRequest, default_policy: str,
+def plan_for_pod(view: ClusterView, request: PodRequest, default_strategy: str,
                  catalog: Catalog = DEFAULT_CATALOG) -> Plan:
     """The strategy and product constraint for a pod from the matching GpuPolicies. Pure."""
     winners = winning_policies(view, request.namespace, request.labels)
-    strategy, source, recommended = default_policy, "default", None
+    strategy, source, recommended = default_strategy, "default", None
     notes: list[str] = []
     packing = winners.get(PolicyKind.PACKING)
     if packing is not None and packing.spec.packing is not None:
         wanted = packing.spec.packing.strategy
-        resolved = resolve_strategy(wanted, default_policy)
-        if wanted not in (DEFAULT_STRATEGY, "") and wanted not in POLICIES:
+        resolved = resolve_strategy(wanted, default_strategy)
+        if wanted not in (SPEC_DEFAULT, "") and wanted not in STRATEGIES:
             notes.append(f"GpuPolicy {packing.name}: unknown packing strategy {wanted!r}, using {resolved}")
-        if _applies(packing, view.default_mode, request):
+        if _applies(packing, view, request):
             strategy, source = resolved, packing.name
         else:
             recommended = resolved
-            notes.append(f"GpuPolicy {packing.name} ({packing.effective_mode(view.default_mode).value}) "
+            notes.append(f"GpuPolicy {packing.name} ({view.mode_of(packing).mode.value}) "
                          f"would score with {resolved}")
     allowed = None
     type_fit = winners.get(PolicyKind.TYPE_FIT)
     if type_fit is not None and type_fit.spec.type_fit is not None and type_fit.spec.type_fit.allowed_models:
         models = expand_models(type_fit.spec.type_fit.allowed_models, catalog)
-        if _applies(type_fit, view.default_mode, request):
+        if _applies(type_fit, view, request):
             allowed = models
         else:
-            notes.append(f"GpuPolicy {type_fit.name} ({type_fit.effective_mode(view.default_mode).value}) "
+            notes.append(f"GpuPolicy {type_fit.name} ({view.mode_of(type_fit).mode.value}) "
                          f"would allow only {', '.join(sorted(type_fit.spec.type_fit.allowed_models))}")
     return Plan(strategy, source, recommended, allowed, tuple(notes))
 
@@ -229,7 +229,7 @@ def used_first_rank(state: NodeState) -> IntArray:
     return rank
 
 
-def extender_scores(decision: Decision, nodes: IntArray) -> IntArray:
+def extender_scores(decision: Placement, nodes: IntArray) -> IntArray:
     """0..10 per node in `nodes`: the decided node 10 alone, other feasible nodes 0..9, infeasible 0."""
     raw = decision.scores[nodes]
     out = np.zeros(len(nodes), dtype=np.int64)
@@ -277,7 +277,7 @@ class Choice:
 
     plan: Plan
     demand: PodDemand
-    decision: Decision
+    decision: Placement
     state: NodeState
     known: IntArray  # the known rows, in input order: what the engine scored
     points: IntArray
@@ -307,12 +307,12 @@ def choose(view: ClusterView, state: NodeState, ctx: PackingContext, mix: Typica
     known = rows if bool(known_mask.all()) else rows[known_mask]
     ctx.mix = mix if mix is not None and len(mix) else TypicalMix.from_pods([demand])
     ctx.tie_rank = used_first_rank(state)
-    decision = decide(state, demand, get_policy(plan.strategy), ctx, restrict=known, fitted=fitted)
+    decision = decide(state, demand, get_strategy(plan.strategy), ctx, restrict=known, fitted=fitted)
     points = np.zeros(len(rows), dtype=np.int64)
     points[known_mask] = extender_scores(decision, known)
     node = state.names[decision.node] if decision.node is not None else None
     would = None
     if compare and plan.recommended:
-        other = decide(state, demand, get_policy(plan.recommended), ctx, restrict=known, fitted=decision.fit)
+        other = decide(state, demand, get_strategy(plan.recommended), ctx, restrict=known, fitted=decision.fit)
         would = state.names[other.node] if other.node is not None else None
     return Choice(plan, demand, decision, state, known, points, node, would)

@@ -31,11 +31,12 @@ import yaml
 from kubernetes import client
 
 from controller.command import ControllerProcess, build
-from controller.policies import PolicySync
+from controller.policysync import PolicySync
 from controller.rightsizing import RightSizingReconciler
 from tests.e2e.conftest import RELEASE_NAMESPACE, Webhook, wait_for_policy
 from tests.kubeapi.cluster import Cluster
 from tests.kubeapi.fixtures import make_deployment, make_pod
+from tests.missing import missing
 from tests.promharness import DcgmExporter, PrometheusServer, available, gpu_labels
 
 NAMESPACE = "e2e-rightsize"
@@ -48,7 +49,7 @@ GIB_MIB = 1024.0
 def dcgm() -> Iterator[DcgmExporter]:
     reason = available()
     if reason:
-        pytest.skip(reason)
+        missing(reason)
     exporter = DcgmExporter()
     yield exporter
     exporter.stop()

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpupolicy.packing.engine import decide, get_policy
+from gpupolicy.packing.engine import decide, get_strategy
 from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
 from gpupolicy.packing.placement import PackingContext, RejectReason
 from gpupolicy.packing.typicalmix import TypicalMix
@@ -65,7 +65,7 @@ def test_state_counts_bound_pods_and_excludes_cordoned_and_draining() -> None:
     assert state.cpu_free[0] == 30000 and state.models == ("NVIDIA-A100-SXM4-80GB",)
     assert state.gpu_memory_mib[0] == 81920
     ctx = PackingContext(mix=TypicalMix.empty())
-    d = decide(state, demand_from_pod(pod("new", gpus=2)), get_policy("bestfit"), ctx)
+    d = decide(state, demand_from_pod(pod("new", gpus=2)), get_strategy("bestfit"), ctx)
     # n1 has one free GPU, n2/n3 are excluded: n4 is the only fit.
     assert state.names[d.node] == "n4"
     assert d.reason(0) is RejectReason.INSUFFICIENT_WHOLE_GPUS
