@@ -195,8 +195,9 @@ class LayoutReconciler:
         for ref in refs:
             if failed:
                 ctx.recorder.warning(ref, reason, step.message)
-            else:
-                emit_event(ctx.api, ref, reason, step.message, ctx.clock.now(), instance=ctx.recorder.identity)
+            else:  # nodes and policies are cluster-scoped: the Event lives in the recorder's namespace
+                emit_event(ctx.api, ref, reason, step.message, ctx.clock.now(), instance=ctx.recorder.identity,
+                           cluster_scoped_namespace=ctx.recorder.namespace)
 
     # -- new targets ------------------------------------------------------------------
     def _target(self, ctx: ControllerContext, policy: GpuPolicy, mode: Mode, target: NodeTarget,

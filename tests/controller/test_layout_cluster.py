@@ -89,7 +89,7 @@ class World:
         return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in self.cluster.pods(NS)}
 
     def events(self, reason: str) -> list[dict[str, Any]]:
-        return [e for ns in ("default",) for e in self.cluster.events(ns, reason)]
+        return self.cluster.events(self.ctx.recorder.namespace, reason)  # the chart's only Events namespace
 
 
 @pytest.fixture
@@ -102,6 +102,7 @@ def make_world() -> Iterator[Any]:
         opened.append(cluster)
         cluster.ensure_namespace(NS)
         cluster.ensure_namespace(OPERATOR_NS)
+        cluster.ensure_namespace("kubeon-gpu")
         if configmap:
             cluster.core.create_namespaced_config_map(OPERATOR_NS, {"metadata": {"name": CONFIGMAP}, "data": {}})
         return World(cluster, prometheus=prometheus)
