@@ -21,7 +21,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -31,7 +31,7 @@ from extender.cache import ClusterCache
 from extender.nodenames import NodeNameRows
 from extender.watch import ViewSource
 from gpupolicy.packing.engine import DEFAULT_POLICY, Decision, decide, explain, get_policy
-from gpupolicy.packing.kubemodel import demand_from_pod
+from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, cluster_share_basis, demand_from_pod, resolve_share
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.packing.placement import FitResult, fit
 from gpupolicy.packing.scheduling import (
@@ -102,6 +102,24 @@ class PrioritizeOutcome:
 
 
 @dataclass(frozen=True)
+class BindOutcome:
+    """What /bind did: the node, the GPU indices recorded on the pod, `error` (empty: bound)."""
+
+    node: str
+    gpus: tuple[int, ...]
+    error: str
+
+
+class Binder(Protocol):
+    """Records annotations on a pod, then binds it (kube/binding.py against the API; tests fake the API)."""
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None: ...
+
+
+PENDING_REMEMBERED = 1024  # prioritized pods kept for /bind (kube-scheduler binds right after)
+
+
+@dataclass(frozen=True)
 class _FitMemo:
     """The last /filter's fit verdicts, valid for the same pod, demand, state object and model version."""
 
@@ -115,9 +133,12 @@ class _FitMemo:
 class ExtenderService:
     """The extender's decisions; thread-safe (one lock around the node model and the lookups)."""
 
-    def __init__(self, cache: ClusterCache, source: ViewSource, default_policy: str = DEFAULT_POLICY) -> None:
+    def __init__(self, cache: ClusterCache, source: ViewSource, default_policy: str = DEFAULT_POLICY,
+                 binder: Binder | None = None) -> None:
         get_policy(default_policy)  # raises UnknownPolicyError naming the choices
         self.cache = cache
+        self.binder = binder
+        self._pending_pods: dict[str, tuple[Mapping[str, Any], PodDemand, Plan]] = {}
         self.source = source
         self.default_policy = default_policy
         self.rows = NodeNameRows()
@@ -145,6 +166,7 @@ class ExtenderService:
         self.cache.forget_assumption(pod)  # scheduled again: an old assumption is stale
         with self.cache.lock:
             state = self.cache.fresh_state()
+            demand = self._pending(pod, state, demand)
             fitted = fit(state, demand)
             rows = self.rows.rows(state, names)
             known = rows >= 0
@@ -169,6 +191,7 @@ class ExtenderService:
         key = _pod_key(pod)
         with self.cache.lock:
             state = self.cache.fresh_state()
+            demand = self._pending(pod, state, demand)
             rows = self.rows.rows(state, names)
             known = rows >= 0
             all_known = bool(known.all())
@@ -189,12 +212,54 @@ class ExtenderService:
                     log.debug("prioritize %s %s: %s score=%s", _pod_name(pod), verdict.node, verdict.reason.value,
                               verdict.score)
             if chosen is not None:
-                self.cache.assume(pod, chosen, demand)
+                self.cache.assume(pod, chosen, demand, decision.gpu_indices)
+            self._remember(pod, demand, plan)
             outcome = PrioritizeOutcome(names, rows, points, chosen, plan, self._writer_for(state))
         if not all_known:
             log.info("prioritize %s: unknown nodes scored 0: %s", _pod_name(pod),
                      [n for n, k in zip(names, known.tolist(), strict=True) if not k][:10])
         return outcome
+
+    def _pending(self, pod: Mapping[str, Any], state: NodeState, demand: PodDemand) -> PodDemand:
+        """A pending pod's demand with its share resolved (cluster basis), learned into the mix."""
+        demand = resolve_share(demand, *cluster_share_basis(state))
+        self.cache.observe(_pod_name(pod), demand)
+        return demand
+
+    def _remember(self, pod: Mapping[str, Any], demand: PodDemand, plan: Plan) -> None:
+        self._pending_pods[_pod_key(pod)] = (pod, demand, plan)
+        while len(self._pending_pods) > PENDING_REMEMBERED:
+            del self._pending_pods[next(iter(self._pending_pods))]
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """kube-scheduler's bindVerb: pick the GPUs on the node it chose, record them on the pod, bind.
+
+        The node is kube-scheduler's choice, not necessarily the engine's:
+        the assumption moves to it at once (never a phantom on the engine's
+        pick), with the GPU indices the engine picks on that node.
+        """
+        if self.binder is None:
+            return BindOutcome(node, (), "kubeon-gpu extender: bind verb used but no API access configured")
+        remembered = self._pending_pods.pop(uid, None) or self._pending_pods.pop(f"{namespace}/{name}", None)
+        gpus: tuple[int, ...] = ()
+        pod: Mapping[str, Any] = {"metadata": {"name": name, "namespace": namespace, "uid": uid}}
+        if remembered is not None:
+            pod, demand, plan = remembered
+            with self.cache.lock:
+                state = self.cache.fresh_state()
+                row = state.index.get(node)
+                if row is not None and demand.needs_gpu:
+                    decision = self._decide(state, demand, plan.strategy, np.array([row], dtype=np.int64))
+                    gpus = decision.gpu_indices if decision.node == row else ()
+                self.cache.assume(pod, node, demand, gpus)
+        annotations = {GPU_INDEX_ANNOTATION: ",".join(str(g) for g in gpus)} if gpus else {}
+        try:
+            self.binder.bind(namespace, name, uid, node, annotations)
+        except Exception as exc:  # the API refused: kube-scheduler retries the pod; nothing stays assumed
+            self.cache.forget_assumption(pod)
+            log.info("bind %s/%s to %s failed: %s", namespace, name, node, exc)
+            return BindOutcome(node, gpus, f"binding {namespace}/{name} to {node}: {exc}")
+        return BindOutcome(node, gpus, "")
 
     def _decide(self, state: NodeState, demand: PodDemand, strategy: str, idx: IntArray,
                 fitted: FitResult | None = None) -> Decision:
