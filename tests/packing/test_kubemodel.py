@@ -100,7 +100,7 @@ def test_share_fraction_from_share_then_memory_then_replicas() -> None:
     # fullest GPU that fits first: 100 + 250 (20 GiB of 80) + 250 (1/4) all land on GPU 0
     assert state.gpu_free[0].tolist() == [400, 1000]
     assert demand_from_pod(share_pod("x", share="100")).gpu_milli == 100
-    with pytest.raises(ObjectError, match="gpu.kubeon.io/gpu-share"):
+    with pytest.raises(ObjectError, match=r"gpu\.kubeon\.io/gpu-share"):
         demand_from_pod(share_pod("bad", share="1500"))
 
 
