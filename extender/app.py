@@ -152,6 +152,11 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             log.exception("/filter failed")
             metrics.decisions.labels("filter", "", "error").inc()
             return _json(filter_error(f"kubeon-gpu extender internal error ({type(exc).__name__})"), started)
+        if not outcome.any_passed and outcome.names and outcome.knows_none:
+            # nothing to say about these nodes: an Error lets an ignorable extender step aside
+            metrics.decisions.labels("filter", outcome.plan.strategy, "unknown-nodes").inc()
+            return _json(filter_error(f"kubeon-gpu: none of the {len(outcome.names)} nodes is in the node model"),
+                         started)
         metrics.decisions.labels("filter", outcome.plan.strategy, "fit" if outcome.any_passed else "none").inc()
         if args.node_objects is not None:  # not nodeCacheCapable: the answer carries Node objects
             return _json(filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable), started)

@@ -65,6 +65,11 @@ class FilterOutcome:
     def any_passed(self) -> bool:
         return bool(self.passed)
 
+    @property
+    def knows_none(self) -> bool:
+        """No input name is a node of the model (a model not synced yet, or nodes it does not watch)."""
+        return bool((self.rows < 0).all())
+
     def _reasons(self, mask: BoolArray) -> dict[str, str]:
         return {self.names[i]: REASONS[int(self.codes[i])] for i in np.flatnonzero(mask).tolist()}
 
@@ -201,7 +206,7 @@ class ExtenderService:
                       and memo.version == self.cache.version and memo.demand == demand else None)
             decision = self._decide(state, demand, plan.strategy, idx, fitted)
             points = np.zeros(len(names), dtype=np.int64)
-            points[known] = extender_scores(decision, idx)
+            points[known] = extender_scores(decision, idx, self.cache.ctx.tie_rank)
             chosen = state.names[decision.node] if decision.node is not None else None
             if plan.recommended and log.isEnabledFor(logging.INFO):
                 would = self._decide(state, demand, plan.recommended, idx, decision.fit)

@@ -18,8 +18,9 @@ keeps here so it is testable without HTTP:
 - MIG and time-sliced pods are no special case here: the engine's `decide`
   packs them by count for every policy (`placement.with_device_counts`).
 - `extender_scores`: the 0..10 prioritize scores: the engine's chosen node
-  gets 10 alone, the other feasible nodes 0..9 by score, infeasible ones 0,
-  so kube-scheduler (which breaks ties at random) lands where the engine says.
+  (and nodes it cannot tell from it) 10, the other feasible nodes 0..9 by
+  score, infeasible ones 0; with the chart's extender weight a one-point
+  lead beats every stock plugin (docs/designs/extender.md, "Profile").
 """
 
 from __future__ import annotations
@@ -185,12 +186,27 @@ def used_first_rank(state: NodeState) -> IntArray:
     return rank
 
 
-def extender_scores(decision: Decision, nodes: IntArray) -> IntArray:
-    """0..10 per node in `nodes`: the decided node 10 alone, other feasible nodes 0..9, infeasible 0."""
+def extender_scores(decision: Decision, nodes: IntArray, rank: IntArray | None = None) -> IntArray:
+    """0..10 per node in `nodes`: the decided node 10, other feasible nodes 0..9, infeasible 0.
+
+    Nodes the engine cannot tell from its pick (same score, same tie-break,
+    and, with `rank` from `used_first_rank`, both used or both empty) get 10
+    too: identical nodes get equal scores, and kube-scheduler's own plugins
+    and random tie-break choose among them.
+    """
     raw = decision.scores[nodes]
     out = np.zeros(len(nodes), dtype=np.int64)
     finite = np.isfinite(raw)
     chosen = nodes == decision.node if decision.node is not None else np.zeros(len(nodes), dtype=bool)
+    if decision.node is not None:
+        pick = decision.node
+        same = finite & (raw == decision.scores[pick])
+        if decision.tiebreak is not None:
+            same &= decision.tiebreak[nodes] == decision.tiebreak[pick]
+        if rank is not None:
+            n = len(rank)
+            same &= (rank[nodes] < n) == (rank[pick] < n)
+        chosen = chosen | same
     others = finite & ~chosen
     if others.any():
         lo, hi = raw[others].min(), raw[others].max()
