@@ -26,6 +26,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--tune", type=float, default=1.3, help="arrived GPU demand target, x capacity")
     parser.add_argument("--placements", help="write every placement to this CSV, in arrival order")
+    parser.add_argument("--through-extender", action="store_true",
+                        help="replay through the extender's HTTP endpoints with kube-scheduler's scoring of "
+                             "the scheduler profile (simulator/live.py)")
+    parser.add_argument("--scheduler-config", metavar="FILE",
+                        help="KubeSchedulerConfiguration (or its ConfigMap) for --through-extender "
+                             "(default: the chart's, manifests/rendered/scheduler.yaml)")
 
 
 def write_placements(path: str, result: ReplayResult) -> None:
@@ -48,7 +54,14 @@ def run(args: argparse.Namespace) -> int:
     try:
         nodes = load_nodes(args.nodes)
         pods = load_pods(args.pods)
-        result = replay(nodes, pods, args.policy, args.seed, args.tune, keep_placements=bool(args.placements))
+        if args.through_extender:
+            from simulator.live import SHIPPED_SCHEDULER_CONFIG, load_scheduler_config, replay_through_extender
+
+            config = load_scheduler_config(args.scheduler_config or SHIPPED_SCHEDULER_CONFIG)
+            result = replay_through_extender(nodes, pods, args.seed, args.tune, config, args.policy,
+                                             keep_placements=bool(args.placements))
+        else:
+            result = replay(nodes, pods, args.policy, args.seed, args.tune, keep_placements=bool(args.placements))
     except (TraceError, UnknownPolicyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
