@@ -273,13 +273,15 @@ class ClusterCache:
     def mix_in_force(self) -> TypicalMix | None:
         """The mix the next decision uses (without a fallback pod): /metrics and /debug/mix show it."""
         with self.lock:
+            self._refresh_mix(self._clock())
             return self.mix()
 
     def _refresh_mix(self, now: float) -> None:
         # A new mix rebuilds the fragmentation terms (O(nodes x types)): refresh at most every
         # mix_refresh_seconds, or at once while there is none.
         empty = self._mix is None or not len(self._mix)
-        if (empty and self._online.observed) or now - self._mix_at >= self.mix_refresh_seconds:
+        starting = len(self._seen) < MIN_MIX_PODS * 2  # the first pods change the mix most: follow them at once
+        if ((empty or starting) and self._online.observed) or now - self._mix_at >= self.mix_refresh_seconds:
             self._mix = self._online.mix()
             self._mix_at = now
 

@@ -173,7 +173,8 @@ def replay_through_extender(
     node_objs = sorted((node_object(s, n, replicas) for s, n in zip(by_name, names, strict=True)),
                        key=lambda o: o["metadata"]["name"])
 
-    cache = ClusterCache(clock=lambda: 0.0)
+    clock = [0.0]  # one arrival per second of replay time: the typical mix refreshes every 30 arrivals
+    cache = ClusterCache(clock=lambda: clock[0])
     api = ReplayApi(cache)
     for obj in node_objs:
         cache.on_node("ADDED", obj)
@@ -189,6 +190,7 @@ def replay_through_extender(
     at100: float | None = None
     placements: list[Placement] = []
     for seq, demand in enumerate(arrivals):
+        clock[0] = float(seq)
         pod = pod_object(demand, seq, scheduler_name)
         api.pods[f"{NAMESPACE}/{pod['metadata']['name']}"] = pod
         cycle = schedule_one(cluster, pod, profile, extenders, select_rng)
