@@ -206,7 +206,7 @@ class ExtenderService:
                       and memo.version == self.cache.version and memo.demand == demand else None)
             decision = self._decide(state, demand, plan.strategy, idx, fitted)
             points = np.zeros(len(names), dtype=np.int64)
-            points[known] = extender_scores(decision, idx, self.cache.ctx.tie_rank)
+            points[known] = extender_scores(decision, idx, state)
             chosen = state.names[decision.node] if decision.node is not None else None
             if plan.recommended and log.isEnabledFor(logging.INFO):
                 would = self._decide(state, demand, plan.recommended, idx, decision.fit)
@@ -251,6 +251,7 @@ class ExtenderService:
         if remembered is not None:
             pod, demand, plan = remembered
             with self.cache.lock:
+                self.cache.forget_assumption(pod)  # decide on the node without this very pod on it
                 state = self.cache.fresh_state()
                 row = state.index.get(node)
                 if row is not None and demand.needs_gpu:

@@ -83,7 +83,6 @@ class Decision:
     scores: FloatArray
     fit: FitResult
     policy: str
-    tiebreak: FloatArray | None = None  # per node, the policy's secondary key (NaN where not scored)
 
     @property
     def placed(self) -> bool:
@@ -129,11 +128,7 @@ def decide(
     best = int(pick[np.argmin(rank[pick])])
     node = int(candidates[best])
     chosen_gpu = int(scored.gpu[best]) if scored.gpu is not None else -1
-    tiebreak = None
-    if scored.tiebreak is not None:
-        tiebreak = np.full(len(state), np.nan)
-        tiebreak[candidates] = scored.tiebreak
-    return Decision(node, to_gpu_indices(state, node, demand, chosen_gpu), scores, fitted, policy.name, tiebreak)
+    return Decision(node, to_gpu_indices(state, node, demand, chosen_gpu), scores, fitted, policy.name)
 
 
 def commit(state: NodeState, demand: PodDemand, decision: Decision) -> None:

@@ -186,27 +186,33 @@ def used_first_rank(state: NodeState) -> IntArray:
     return rank
 
 
-def extender_scores(decision: Decision, nodes: IntArray, rank: IntArray | None = None) -> IntArray:
+def identical_to(state: NodeState, node: int, nodes: IntArray) -> BoolArray:
+    """Per node in `nodes`: same GPU model, same free CPU, memory, GPUs (as a multiset), MIG and replicas."""
+    same = ((state.model_idx[nodes] == state.model_idx[node]) & (state.cpu_free[nodes] == state.cpu_free[node])
+            & (state.mem_free[nodes] == state.mem_free[node]) & (state.shared_free[nodes] == state.shared_free[node])
+            & (state.cpu_cap[nodes] == state.cpu_cap[node]) & (state.mem_cap[nodes] == state.mem_cap[node]))
+    same &= (state.mig_free[nodes] == state.mig_free[node]).all(axis=1)
+    rows = np.sort(state.gpu_free[nodes], axis=1)
+    same &= (rows == np.sort(state.gpu_free[node])).all(axis=1)
+    out: BoolArray = same
+    return out
+
+
+def extender_scores(decision: Decision, nodes: IntArray, state: NodeState | None = None) -> IntArray:
     """0..10 per node in `nodes`: the decided node 10, other feasible nodes 0..9, infeasible 0.
 
-    Nodes the engine cannot tell from its pick (same score, same tie-break,
-    and, with `rank` from `used_first_rank`, both used or both empty) get 10
-    too: identical nodes get equal scores, and kube-scheduler's own plugins
-    and random tie-break choose among them.
+    With `state`, nodes identical to the pick (`identical_to`) get 10 too:
+    identical nodes get equal scores, and kube-scheduler's random tie-break
+    chooses among them. Nodes that merely score alike do not: the engine's
+    tie order (used nodes first, then a fixed order) is what fills one node
+    after another, and kube-scheduler's spreading plugins would undo it.
     """
     raw = decision.scores[nodes]
     out = np.zeros(len(nodes), dtype=np.int64)
     finite = np.isfinite(raw)
     chosen = nodes == decision.node if decision.node is not None else np.zeros(len(nodes), dtype=bool)
-    if decision.node is not None:
-        pick = decision.node
-        same = finite & (raw == decision.scores[pick])
-        if decision.tiebreak is not None:
-            same &= decision.tiebreak[nodes] == decision.tiebreak[pick]
-        if rank is not None:
-            n = len(rank)
-            same &= (rank[nodes] < n) == (rank[pick] < n)
-        chosen = chosen | same
+    if decision.node is not None and state is not None:
+        chosen = chosen | (finite & identical_to(state, decision.node, nodes))
     others = finite & ~chosen
     if others.any():
         lo, hi = raw[others].min(), raw[others].max()
