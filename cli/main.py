@@ -18,9 +18,11 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "webhook": ("webhook.command", "serve the mutating/validating admission webhook over TLS"),
     "extender": ("extender.command", "serve the kube-scheduler extender (filter, prioritize)"),
     "controller": ("controller.command", "run the side controller (status, right-sizing, scale to zero)"),
+    "layout": ("cli.layout", "show the node layouts (time-slicing keys, MIG) the controller would plan, offline"),
     "simulate": ("cli.simulate", "replay an openb-format trace through a packing policy"),
     "certs": ("certs.command", "generate TLS material and patch caBundle into webhook configs"),
     "crd": ("cli.crd", "print the GpuPolicy CRD generated from the model"),
+    "hub": ("hub.command", "the self-hostable hub: serve it, manage tokens, policies and approvals"),
 }
 
 

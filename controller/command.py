@@ -24,6 +24,7 @@ from kubernetes import client
 
 from controller.context import Clock, ControllerContext, MetricsSource, SystemClock
 from controller.health import HealthServer
+from controller.hubsync import HubSettings, HubState, HubSync
 from controller.leader import LeaderElector, exit_process
 from controller.loop import Reconciler, ReconcileRunner, load_reconcilers
 from controller.policies import PolicyStore
@@ -39,9 +40,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="Prometheus with DCGM metrics; without it sharing and scaleToZero stay Recommend")
     parser.add_argument("--default-mode", default=Mode.RECOMMEND.value, choices=[m.value for m in Mode],
                         help="mode of policies that set none")
-    parser.add_argument("--cluster", default=None, help="this cluster's name (hub reporting)")
-    parser.add_argument("--hub-url", default=None, help="hub to report to (not used by this version)")
-    parser.add_argument("--hub-token-file", default=None, help="bearer token file for --hub-url")
+    parser.add_argument("--cluster", default=None, help="this cluster's name as the hub knows it")
+    parser.add_argument("--hub-url", default=None,
+                        help="hub to pull policies and approvals from (docs/hub-api.md); unset: the GpuPolicy "
+                             "objects in the cluster are the source of truth")
+    parser.add_argument("--hub-token-file", default=None,
+                        help="the cluster token (the mounted Secret); re-read when it changes")
+    parser.add_argument("--hub-poll-interval", default=os.environ.get("KUBEON_GPU_HUB_POLL_INTERVAL") or "60s",
+                        help="how often the hub is polled (default: $KUBEON_GPU_HUB_POLL_INTERVAL or 60s)")
+    parser.add_argument("--hub-ca-file", default=None, help="CA bundle for a hub with a private CA")
     parser.add_argument("--lease-name", default="kubeon-gpu-optimizer", help="coordination.k8s.io Lease name")
     parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")
@@ -144,6 +151,7 @@ def build(
     health_bind: str = "127.0.0.1",
     on_lost: Callable[[str], None] = exit_process,
     reconcilers: list[Reconciler] | None = None,
+    hub: HubSettings | None = None,
 ) -> ControllerProcess:
     """Wire one replica. Tests pass a fake clock, scripted metrics and their own `on_lost`."""
     clock = clock or SystemClock()
@@ -157,11 +165,21 @@ def build(
                             renew_interval=renew_interval, on_lost=on_lost)
     store = PolicyStore()
     recorder = Recorder(api, controller_metrics, clock, identity)
+    hub_state = HubState()
+
+    def may_write() -> bool:
+        return elector.is_leader() and hub_state.connected
+
     ctx = ControllerContext(
         api=api, namespace=namespace, default_mode=default_mode, prometheus_url=prometheus_url,
-        metrics=metrics, clock=clock, recorder=recorder, policies=store, is_leader=elector.is_leader,
+        metrics=metrics, clock=clock, recorder=recorder, policies=store, is_leader=may_write,
+        holds_lease=elector.is_leader, hub_configured=hub is not None,
     )
     chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
+    if hub is not None:
+        sync = HubSync(hub, hub_state, controller_metrics.registry, default_mode)
+        recorder.listeners.append(lambda policy, target, action, now: sync.applied(policy, target, action, now=now))
+        chosen = [sync, *chosen]
     runner = ReconcileRunner(ctx, chosen)
 
     def acquired() -> None:
@@ -178,6 +196,26 @@ def build(
     return ControllerProcess(ctx, elector, runner, controller_metrics, health)
 
 
+def hub_settings(args: argparse.Namespace) -> HubSettings | None:
+    """The hub sync's settings from the flags; None without --hub-url. ValueError names the flag."""
+    if not args.hub_url:
+        log.info("no hub.url: the GpuPolicy objects in the cluster are the source of truth")
+        return None
+    if not args.cluster:
+        raise ValueError("--hub-url needs --cluster (this cluster's name in the hub)")
+    if not args.hub_token_file:
+        raise ValueError("--hub-url needs --hub-token-file (the chart mounts hub.existingSecret there)")
+    from gpupolicy.quantity import QuantityError, parse_duration
+
+    try:
+        interval = parse_duration(args.hub_poll_interval)
+    except QuantityError as exc:
+        raise ValueError(f"--hub-poll-interval {args.hub_poll_interval!r}: {exc}") from None
+    if interval < 1:
+        raise ValueError("--hub-poll-interval must be at least 1s")
+    return HubSettings(args.hub_url, args.cluster, args.hub_token_file, interval, args.hub_ca_file)
+
+
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(levelname)s %(message)s")
@@ -191,11 +229,16 @@ def run(args: argparse.Namespace) -> int:
     if args.renew_seconds >= args.lease_duration_seconds:
         log.error("--renew-seconds must be shorter than --lease-duration-seconds")
         return 2
+    try:
+        hub = hub_settings(args)
+    except ValueError as exc:
+        log.error("%s", exc)
+        return 2
     process = build(
         api, namespace=args.namespace, identity=args.identity, default_mode=Mode(args.default_mode),
         prometheus_url=args.prometheus_url, lease_name=args.lease_name,
         lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
-        resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind,
+        resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind, hub=hub,
     )
     log.info("controller starting identity=%s namespace=%s lease=%s prometheus=%s reconcilers=%s",
              process.elector.identity, args.namespace, args.lease_name, bool(args.prometheus_url),

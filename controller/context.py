@@ -8,7 +8,8 @@ metrics source.
 
 Contract for reconcilers (`Reconciler` in controller/loop.py):
 - every pass is idempotent and safe to repeat after a crash at any point;
-- check `ctx.is_leader()` right before every write to the cluster;
+- check `ctx.is_leader()` right before every write to the cluster (false while the hub refuses the
+  cluster's token: revocation pauses every writer at once);
 - never write to a workload when the policy's effective mode is Recommend.
 """
 
@@ -68,7 +69,15 @@ class ControllerContext:
     clock: Clock
     recorder: Recorder
     policies: PolicyStore
+    # True only while this replica may write: it holds the lease and, with a hub, the hub accepts the
+    # cluster token (controller/hubsync.py). Every writer checks it right before each write.
     is_leader: Callable[[], bool]
+    # The lease alone (the hub poll runs on it while writers are paused); None: same as is_leader.
+    holds_lease: Callable[[], bool] | None = None
+    hub_configured: bool = False
+
+    def lease_held(self) -> bool:
+        return self.holds_lease() if self.holds_lease is not None else self.is_leader()
 
     @property
     def prometheus_configured(self) -> bool:

@@ -40,14 +40,17 @@ class Reconciler(Protocol):
 # Order within one runner tick:
 #   1. policies     - lists and parses GpuPolicies; everything below reads them.
 #   2. rightsizing  - sharing policies: proposals from memory/utilisation history.
-#   3. scaletozero  - parks idle workloads / wakes them; after right-sizing so a
+#   3. layout       - sharing policies: node layouts (time-slicing keys, MIG) for the
+#                     pods waiting on slices; after right-sizing, whose rewrites make them.
+#   4. scaletozero  - parks idle workloads / wakes them; after right-sizing so a
 #                     restart for a new size never races a scale to zero in one tick
 #                     (scale to zero reads the replicas right-sizing left).
-#   4. autoscale    - KEDA ScaledObjects; last, it must see which targets scale
+#   5. autoscale    - KEDA ScaledObjects; last, it must see which targets scale
 #                     to zero manages (paused-replicas) before generating triggers.
 RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.policies", "PolicySync"),
     ("controller.rightsizing", "RightSizingReconciler"),
+    ("controller.layout", "LayoutReconciler"),
     ("controller.scaletozero", "ScaleToZeroReconciler"),
     ("controller.autoscale", "AutoscaleReconciler"),
 )
@@ -98,8 +101,10 @@ class ReconcileRunner:
         """Run every reconciler whose time has come, in registry order. Returns how many ran."""
         ran = 0
         for reconciler in self.reconcilers:
-            if not self.ctx.is_leader():
+            if not self.ctx.lease_held():
                 return ran
+            if not self.ctx.is_leader() and not getattr(reconciler, "runs_while_paused", False):
+                continue  # writers paused (hub disconnected): only the hub poll runs
             now = self.ctx.clock.now()
             if self._due.get(reconciler.name, 0.0) > now:
                 continue
@@ -147,7 +152,7 @@ class ReconcileRunner:
         at once instead of after up to five seconds (prompt SIGTERM handling).
         """
         while not stop.is_set():
-            if self.ctx.is_leader():
+            if self.ctx.lease_held():
                 self.run_due()
                 wait = self.next_wait()
             else:

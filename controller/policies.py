@@ -2,8 +2,9 @@
 
 `PolicySync` (first in the reconciler registry) lists every GpuPolicy, parses
 it with the pydantic model (an invalid one is kept with its error and gets
-`Valid=False`, never a crash) and logs `policies synced count=N` after each
-full resync. `PolicyStore` holds the latest parse; reconcilers publish their
+`Valid=False`, never a crash) and, without a hub, logs `policies read count=N`
+after each full resync (with a hub, controller/hubsync.py logs `policies synced`
+when it pulls a set). `PolicyStore` holds the latest parse; reconcilers publish their
 proposals and conditions for a policy into it, and `write_status` writes a
 policy's status (effectiveMode, observedGeneration, conditions, proposals)
 through the status subresource only when it changed.
@@ -25,8 +26,19 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from gpupolicy.model import Condition, GpuPolicy, GpuPolicyStatus, Mode, PolicyKind, Proposal, parse_policy
+from gpupolicy.model import (
+    API_VERSION,
+    KIND,
+    Condition,
+    GpuPolicy,
+    GpuPolicyStatus,
+    Mode,
+    PolicyKind,
+    Proposal,
+    parse_policy,
+)
 from gpupolicy.modes import effective_mode
+from kube.events import ObjectRef
 from kube.policies import list_policies, write_status
 
 if TYPE_CHECKING:
@@ -68,6 +80,8 @@ def parse_entry(obj: dict[str, Any]) -> PolicyEntry:
             where = ".".join(str(p) for p in err["loc"])
             parts.append(f"{where}: {err['msg']}" if where else err["msg"])
         return PolicyEntry(name, obj, None, "; ".join(parts))
+    except (ValueError, TypeError) as exc:  # nothing one policy holds may stop the sync of the others
+        return PolicyEntry(name, obj, None, f"not a GpuPolicy ({type(exc).__name__})")
     return PolicyEntry(name, obj, policy)
 
 
@@ -246,6 +260,7 @@ class PolicySync:
 
     def __init__(self, period_seconds: float = 60.0) -> None:
         self.period_seconds = period_seconds
+        self._reported: dict[str, tuple[str | None, str | None]] = {}  # name -> (uid, error) last evented
 
     def reconcile(self, ctx: ControllerContext) -> None:
         items, _ = list_policies(ctx.api)
@@ -254,6 +269,30 @@ class PolicySync:
         invalid = [e for e in entries if e.policy is None]
         for entry in invalid:
             log.warning("policy invalid name=%s error=%s", entry.name, entry.error)
+        self._report(ctx, invalid)
         ctx.recorder.metrics.policies.labels(valid="true").set(len(entries) - len(invalid))
         ctx.recorder.metrics.policies.labels(valid="false").set(len(invalid))
-        log.info("policies synced count=%d invalid=%d", len(entries), len(invalid))
+        if ctx.hub_configured:  # the hub sync logs `policies synced` when it pulls a set
+            log.debug("policies read count=%d invalid=%d", len(entries), len(invalid))
+        else:
+            log.info("policies read count=%d invalid=%d: no hub.url, the GpuPolicy objects in the cluster are "
+                     "the source of truth", len(entries), len(invalid))
+
+    def _report(self, ctx: ControllerContext, invalid: list[PolicyEntry]) -> None:
+        """A Warning Event on each invalid policy, once per error (not once per resync); the leader only.
+
+        The policy is skipped (its status says Valid=False); the Event is what
+        `kubectl describe gpupolicy` and event-based alerting show.
+        """
+        current = {e.name for e in invalid}
+        for gone in set(self._reported) - current:
+            del self._reported[gone]
+        if not ctx.is_leader():
+            return
+        for entry in invalid:
+            uid = (entry.raw.get("metadata") or {}).get("uid")
+            if self._reported.get(entry.name) == (uid, entry.error):
+                continue
+            ref = ObjectRef(API_VERSION, KIND, entry.name, None, uid)
+            ctx.recorder.warning(ref, "InvalidSpec", f"policy skipped, fix the spec: {entry.error}")
+            self._reported[entry.name] = (uid, entry.error)

@@ -10,6 +10,7 @@ replicas in one test process do not collide; the health server serves it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
@@ -64,6 +65,8 @@ class Recorder:
         self.clock = clock
         self.identity = identity
         self.applied_log: list[dict[str, Any]] = []  # this process's actions (diagnostics, tests)
+        # Called with (policy, target, action, time) for every applied action: the hub outbox.
+        self.listeners: list[Callable[[GpuPolicy, str, str, float], None]] = []
 
     def applied(
         self, target_ref: TargetRef, policy: GpuPolicy, action: str, undo: dict[str, Any], reason: str,
@@ -84,6 +87,8 @@ class Recorder:
         self.applied_log.append({"target": target_ref.key, "policy": policy.name, "action": action,
                                  "undo": undo, "reason": reason})
         log.info("applied policy=%s target=%s action=%s", policy.name, target_ref.key, action)
+        for listener in self.listeners:
+            listener(policy, target_ref.key, action, now)
 
     def warning(self, ref: ObjectRef, reason: str, message: str) -> None:
         """A Warning event (e.g. a policy that cannot act as asked)."""

@@ -34,7 +34,7 @@ from extender.argsreader import ArgsReader
 from extender.service import ExtenderService
 from extender.wire import ArgsError, filter_error, filter_result, parse_args
 from gpupolicy.packing.kubemodel import ObjectError
-from serving.http import HttpError, install_error_handlers, json_error, read_body
+from serving.http import HttpError, encode_json, install_error_handlers, json_error, read_body
 from serving.metrics import instrument
 
 log = logging.getLogger(__name__)
@@ -159,7 +159,11 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
                          started)
         metrics.decisions.labels("filter", outcome.plan.strategy, "fit" if outcome.any_passed else "none").inc()
         if args.node_objects is not None:  # not nodeCacheCapable: the answer carries Node objects
-            return _json(filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable), started)
+            try:
+                answer = encode_json(filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable))
+            except HttpError as exc:  # Node objects nested deeper than the writer goes
+                return _json(filter_error(exc.message), started)
+            return _raw(answer, started)
         if outcome.passed:
             reader.expect(outcome.passed)  # the NodeNames /prioritize will get: no need to parse them again
         return _raw(outcome.body(), started)

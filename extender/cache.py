@@ -2,14 +2,10 @@
 
 What is real on a Kubernetes node (the NVIDIA device plugin, not the
 scheduler, picks devices; docs/designs/extender.md):
-- whole GPUs (`nvidia.com/gpu`): the count of free GPUs = allocatable minus
-  the requests of bound and assumed pods. The engine lays that count on the
-  first GPU slots (1000 milli each); which physical GPU a pod gets is the
-  device plugin's business and is not modelled.
-- MIG devices (`nvidia.com/mig-<profile>`) and time-sliced replicas
-  (`nvidia.com/gpu.shared`): node-level free counts, same arithmetic.
-- milli-GPU sharing (openb's `gpu_milli < 1000`) has no Kubernetes resource:
-  it exists only in the simulator. Live pods are whole-GPU or count pods.
+- per GPU: whole-GPU pods hold whole GPUs, time-sliced share pods their
+  declared fraction of one GPU, each on the GPU indices recorded on the pod
+  by the extender's bind (`kubemodel.py` has the rules); MIG devices and
+  replica counts per node.
 
 Update rules (all under one lock; watch threads only record, requests apply):
 - node ADDED/DELETED, or a change of its capacity, GPU product or memory:
@@ -47,6 +43,7 @@ from gpupolicy.packing.kubemodel import (
 )
 from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
 from gpupolicy.packing.placement import PackingContext
+from gpupolicy.packing.scheduling import pod_key
 from gpupolicy.packing.typicalmix import OnlineMix, TypicalMix
 
 log = logging.getLogger(__name__)
@@ -56,11 +53,6 @@ DEFAULT_ASSUME_SECONDS = 30.0
 DEFAULT_MIX_REFRESH_SECONDS = 30.0
 MIN_MIX_PODS = 20  # below this many GPU pods seen, the pod being scheduled joins the learned mix
 SEEN_PODS = 50_000  # keys remembered so a pod is learned once (pending, then bound)
-
-
-def pod_key(pod: Mapping[str, Any]) -> str:
-    meta = pod.get("metadata") or {}
-    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
 
 
 @dataclass(frozen=True)
@@ -185,23 +177,21 @@ class ClusterCache:
             self._dirty_nodes.add(assumed.node)
 
     # ---- request side -------------------------------------------------------------------------
-    def assume(self, pod: Mapping[str, Any], node: str, demand: PodDemand, gpus: tuple[int, ...] = (),
-               seconds: float | None = None) -> None:
-        """Count `pod` on `node` (on `gpus`) until the API shows it bound, it is deleted, or it expires."""
-        key = pod_key(pod)
+    def assume(self, key: str, node: str, demand: PodDemand, gpus: tuple[int, ...] = ()) -> None:
+        """Count pod `key` (`scheduling.pod_key`) on `node` (on `gpus`) until the API shows it bound, it is
+        deleted, or the assumption expires."""
         with self.lock:
             if key in self._pods:  # already bound per the watch: nothing to assume
                 return
             self._drop_assumption(key)
-            ttl = self.assume_seconds if seconds is None else seconds
-            self._assumed[key] = _Assumed(node, demand, self._clock() + ttl, gpus)
+            self._assumed[key] = _Assumed(node, demand, self._clock() + self.assume_seconds, gpus)
             self._assumed_on.setdefault(node, {})[key] = (demand, gpus)
             self._dirty_nodes.add(node)
 
-    def forget_assumption(self, pod: Mapping[str, Any]) -> None:
-        """A pod being scheduled again: its previous assumption no longer holds."""
+    def forget(self, key: str) -> None:
+        """Drop pod `key`'s assumption (a binding that failed)."""
         with self.lock:
-            self._drop_assumption(pod_key(pod))
+            self._drop_assumption(key)
 
     @property
     def assumed(self) -> dict[str, str]:
@@ -212,8 +202,13 @@ class ClusterCache:
         with self.lock:
             return {k: held[0] for k, held in self._by_node.get(node, {}).items()}
 
-    def fresh_state(self) -> NodeState:
-        """The node model with every recorded event applied. Call with `self.lock` held."""
+    def fresh_state(self, forget: str | None = None) -> NodeState:
+        """The node model with every recorded event applied. Call with `self.lock` held.
+
+        `forget`: the key of a pod being scheduled again; its previous assumption no longer holds.
+        """
+        if forget is not None:
+            self._drop_assumption(forget)
         now = self._clock()
         expired = []
         for key, assumed in self._assumed.items():  # oldest first: stop at the first still valid
@@ -241,7 +236,9 @@ class ClusterCache:
 
         CPU-only pods are not learned: the mix is what fragmentation is
         measured against, and a cluster's DaemonSets and batch pods would
-        otherwise crowd the GPU pod types out of the coverage cut.
+        otherwise crowd the GPU pod types out of the coverage cut. Counts
+        decay per learned GPU pod (`OnlineMix`), so the mix follows a
+        changing workload.
         """
         if not (demand.needs_gpu or demand.mig or demand.shared):
             return

@@ -63,7 +63,8 @@ def make_app_factory(args: argparse.Namespace) -> Any:
         from extender.app import create_app
         from extender.cache import ClusterCache
         from extender.service import ExtenderService
-        from extender.watch import ClusterWatch, StaticSource, ViewSource
+        from extender.watch import ClusterWatch
+        from kube.views import StaticView, ViewSource
         from serving import probes
 
         logging.getLogger().setLevel(args.log_level)
@@ -79,7 +80,7 @@ def make_app_factory(args: argparse.Namespace) -> Any:
             binder = ApiBinder(api)
         else:
             log.warning("extender running without a cluster watch: every node is unknown")
-            source = StaticSource()
+            source = StaticView()
         service = ExtenderService(cache, source, default_policy=args.default_policy, binder=binder)
         app = create_app(service)
         probes.register(app, service.ready)

@@ -1,4 +1,4 @@
-"""Where the extender's knowledge comes from: four Reflectors, or a fixed value.
+"""Where the extender's knowledge comes from: the shared watch cache (`kube.views`) plus two feeds.
 
 - Nodes and bound pods feed the `ClusterCache` (the node model). Pods are
   watched with kube-scheduler's own field selector for assigned pods
@@ -6,117 +6,40 @@
   a pod getting bound arrives as an ADDED event, which is the signal that
   ends its assumption.
 - GpuPolicies and Namespaces build the `ClusterView` used to pick the packing
-  strategy and typeFit products, rebuilt lazily after a change (never per
-  request).
-
-A policy the model refuses is skipped and logged (the validating webhook
-keeps new ones out; older objects may predate it).
+  strategy and typeFit products (`kube.views.WatchedView`, the webhook's
+  mechanism too), rebuilt lazily after a change (never per request).
 """
 
 from __future__ import annotations
 
 import functools
-import gc
-import logging
-import threading
-from typing import Any, Protocol
+from typing import Any
 
 from extender.cache import ClusterCache
-from gpupolicy.cluster import ClusterView, view_from_objects
-from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
-
-log = logging.getLogger(__name__)
+from gpupolicy.model import Mode
+from kube.views import WatchedView
 
 ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
 
-class ViewSource(Protocol):
-    def current(self) -> ClusterView: ...
-
-    def ready(self) -> bool: ...
-
-
-class StaticSource:
-    """A fixed policy view and a cache fed by hand: tests and `--no-watch`."""
-
-    def __init__(self, view: ClusterView | None = None) -> None:
-        self._view = view or ClusterView()
-
-    def current(self) -> ClusterView:
-        return self._view
-
-    def ready(self) -> bool:
-        return True
-
-    def set_view(self, view: ClusterView) -> None:
-        self._view = view
-
-
-
-
-class ClusterWatch:
-    """Reflectors on nodes, assigned pods, GpuPolicies and Namespaces; a ViewSource for the policies."""
+class ClusterWatch(WatchedView):
+    """The policy view plus Reflectors on nodes and assigned pods feeding `cache`; `start()` freezes the lists."""
 
     def __init__(self, api_client: Any, cache: ClusterCache, *, default_mode: Mode = Mode.RECOMMEND,
                  watch_timeout: int = 300) -> None:
         from kubernetes import client
 
-        from kube.reflector import Reflector, custom_objects_lister
+        from kube.reflector import Reflector
 
         core = client.CoreV1Api(api_client)
-        self.cache = cache
-        self._default_mode = default_mode
-        self._lock = threading.Lock()
-        self._dirty = True
-        self._view = ClusterView(default_mode=default_mode)
         t = watch_timeout
-        self.nodes = Reflector(core.list_node, on_change=cache.on_node, name="nodes", timeout_seconds=t)
+        self.cache = cache
         self.pods = Reflector(functools.partial(core.list_pod_for_all_namespaces, field_selector=ASSIGNED_PODS),
                               on_change=cache.on_pod, name="pods", timeout_seconds=t)
-        self.policies = Reflector(custom_objects_lister(api_client, GROUP, VERSION, PLURAL),
-                                  on_change=self._changed, name="gpupolicies", timeout_seconds=t)
-        self.namespaces = Reflector(core.list_namespace, on_change=self._changed, name="namespaces",
-                                    timeout_seconds=t)
-        self._reflectors = (self.nodes, self.pods, self.policies, self.namespaces)
+        self.node_feed = Reflector(core.list_node, on_change=cache.on_node, name="nodes", timeout_seconds=t)
+        super().__init__(api_client, default_mode=default_mode, feeds=(self.node_feed, self.pods),
+                         watch_timeout=t)
 
-    def start(self) -> ClusterWatch:
-        for reflector in self._reflectors:
-            reflector.start()
-        threading.Thread(target=self._freeze_after_sync, name="gc-freeze", daemon=True).start()
+    def start(self, *, freeze_after_sync: bool = True) -> ClusterWatch:
+        super().start(freeze_after_sync=freeze_after_sync)
         return self
-
-    def _freeze_after_sync(self) -> None:
-        """Move the initial lists (most of the process's objects) out of the collector's sight.
-
-        A full collection walks every object: with 5,000 nodes and their pods
-        that is tens of milliseconds inside some unlucky request. The cached
-        objects live as long as the process, so the collector gains nothing
-        from them.
-        """
-        if all(r.wait_for_sync(600) for r in self._reflectors):
-            gc.collect()
-            gc.freeze()
-            log.info("caches synced; %d objects frozen out of garbage collection", gc.get_freeze_count())
-
-    def stop(self) -> None:
-        for reflector in self._reflectors:
-            reflector.stop()
-
-    def ready(self) -> bool:
-        return all(r.has_synced() for r in self._reflectors)
-
-    def _changed(self, _event: str, _obj: dict[str, Any]) -> None:
-        self._dirty = True
-
-    def current(self) -> ClusterView:
-        if not self._dirty:
-            return self._view
-        with self._lock:
-            if self._dirty:
-                self._dirty = False  # cleared first: an event during the rebuild marks it again
-                self._view, invalid = view_from_objects(
-                    self.policies.snapshot().values(), self.namespaces.snapshot().values(),
-                    default_mode=self._default_mode)
-                for name, error in invalid:
-                    log.warning("ignoring invalid GpuPolicy %s: %s", name, error)
-            return self._view

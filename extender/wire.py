@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from gpupolicy.admission.shape import node_shape_error, pod_shape_error
+
 
 class ExtenderFilterResult(TypedDict):
     Nodes: dict[str, Any] | None
@@ -54,6 +56,9 @@ def parse_args(body: Any) -> ExtenderArgs:
         raise ArgsError("Pod.metadata.name: missing")
     if not isinstance(pod.get("spec"), dict):
         raise ArgsError("Pod.spec: missing")
+    shape = pod_shape_error(pod, "Pod")
+    if shape:
+        raise ArgsError(shape)
     names = body.get("NodeNames")
     nodes = body.get("Nodes")
     if names is not None:
@@ -70,6 +75,9 @@ def parse_args(body: Any) -> ExtenderArgs:
             raise ArgsError("Nodes.items: expected a list of v1.Node objects")
         found = []
         for i, node in enumerate(items):
+            shape = node_shape_error(node, f"Nodes.items[{i}]")
+            if shape:
+                raise ArgsError(shape)
             name = (node.get("metadata") or {}).get("name") if isinstance(node.get("metadata"), dict) else None
             if not isinstance(name, str) or not name:
                 raise ArgsError(f"Nodes.items[{i}].metadata.name: missing")

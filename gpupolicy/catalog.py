@@ -18,6 +18,14 @@ MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 GPU_RESOURCE = "nvidia.com/gpu"
 SHARED_GPU_RESOURCE = "nvidia.com/gpu.shared"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+# What the GPU Operator is told per node, and what GFD reports back.
+MIG_CONFIG_LABEL = "nvidia.com/mig.config"
+MIG_STATE_LABEL = "nvidia.com/mig.config.state"
+PLUGIN_CONFIG_LABEL = "nvidia.com/device-plugin.config"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+# On a pod the webhook left on whole GPUs because no node offers its slice yet: the slice it
+# wanted. The layout planner counts it as demand, so a node comes to offer it.
+WANTED_RESOURCE_ANNOTATION = "gpu.kubeon.io/wanted-resource"
 
 GIB = 1024  # MiB
 
@@ -44,6 +52,28 @@ class MigProfile:
         return self.name.endswith("+me")
 
 
+DISABLED_LAYOUT = "all-disabled"
+BALANCED_LAYOUT = "all-balanced"
+
+
+@dataclass(frozen=True)
+class MigLayout:
+    """One named MIG layout: every GPU of the node partitioned alike (MIG strategy `mixed`)."""
+
+    name: str
+    devices: tuple[tuple[str, int], ...]  # (profile, instances per GPU); empty = MIG disabled
+
+    @property
+    def mig_enabled(self) -> bool:
+        return bool(self.devices)
+
+    def resources(self, gpus: int) -> dict[str, int]:
+        """What a node with `gpus` GPUs advertises under this layout (device plugin, mixed strategy)."""
+        if not self.devices:
+            return {GPU_RESOURCE: gpus}
+        return {MIG_RESOURCE_PREFIX + name.replace("+", "."): count * gpus for name, count in self.devices}
+
+
 @dataclass(frozen=True)
 class GpuProduct:
     """A GPU model as GFD labels it (`nvidia.com/gpu.product`)."""
@@ -54,10 +84,38 @@ class GpuProduct:
     memory_slices: int = 8
     profiles: tuple[MigProfile, ...] = ()
     aliases: tuple[str, ...] = ()
+    pci_device_ids: tuple[str, ...] = ()  # as mig-parted's device-filter writes them: "0x20B210DE"
 
     @property
     def mig_capable(self) -> bool:
         return bool(self.profiles)
+
+    @property
+    def mig_layouts(self) -> tuple[MigLayout, ...]:
+        """The GPU Operator's default MIG layouts for this product (`nvidia.com/mig.config` values).
+
+        Its default mig-parted config (vendor/crds/gpu-operator_default-mig-parted-config.yaml,
+        checked against this rule by tests/core/test_layout.py) offers, per product:
+        `all-disabled`; `all-<profile>` with the most instances of one profile
+        (`+me` written `.me`); and `all-balanced`: two of the smallest 1g, one 2g
+        and (on 7-slice GPUs) one 3g.
+        """
+        if not self.profiles:
+            return ()
+        layouts = [MigLayout(DISABLED_LAYOUT, ())]
+        layouts += [MigLayout("all-" + p.name.replace("+", "."), ((p.name, p.max_instances),))
+                    for p in self.profiles]
+        plain = [p for p in self.profiles if not p.media_extensions]
+        balanced: list[tuple[str, int]] = []
+        for compute, count in ((1, 2), (2, 1), (3, 1)):
+            fits = [p for p in plain if p.compute_slices == compute]
+            if fits:
+                balanced.append((min(fits, key=lambda p: p.memory_slices).name, count))
+        layouts.append(MigLayout(BALANCED_LAYOUT, tuple(balanced)))
+        return tuple(layouts)
+
+    def mig_layout(self, name: str) -> MigLayout | None:
+        return next((layout for layout in self.mig_layouts if layout.name == name), None)
 
     def profile(self, name: str) -> MigProfile | None:
         wanted = normalise_profile_name(name)
@@ -156,30 +214,35 @@ def _build_products() -> tuple[GpuProduct, ...]:
         GpuProduct("NVIDIA-A100-SXM4-40GB", a100_40, profiles=_profiles(
             a100_40, _seven_slice("1g.5gb", "1g.10gb", "2g.10gb", "3g.20gb", "7g.40gb",
                                   (4.75, 9.62, 9.62, 19.50, 19.50, 39.25)), "user-guide"),
-            aliases=("NVIDIA-A100-PCIE-40GB",)),
+            aliases=("NVIDIA-A100-PCIE-40GB",),
+            pci_device_ids=("0x20B010DE", "0x20B110DE", "0x20F110DE", "0x20F610DE")),
         GpuProduct("NVIDIA-A100-SXM4-80GB", a100_80, profiles=_profiles(
             a100_80, _seven_slice("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "7g.80gb",
                                   (9.50, 19.50, 19.50, 39.25, 39.25, 78.75)), "user-guide"),
-            aliases=("NVIDIA-A100-80GB-PCIe", "NVIDIA-A800-SXM4-80GB")),
+            aliases=("NVIDIA-A100-80GB-PCIe", "NVIDIA-A800-SXM4-80GB"),
+            pci_device_ids=("0x20B210DE", "0x20B510DE", "0x20F310DE", "0x20F510DE")),
         GpuProduct("NVIDIA-H100-80GB-HBM3", h100, profiles=_profiles(
             h100, _seven_slice("1g.10gb", "1g.20gb", "2g.20gb", "3g.40gb", "7g.80gb",
                                (9.75, 19.62, 19.62, 39.50, 39.50, 79.25)), "user-guide"),
-            aliases=("NVIDIA-H100-PCIe", "NVIDIA-H800", "NVIDIA-H800-80GB-HBM3")),
+            aliases=("NVIDIA-H100-PCIe", "NVIDIA-H800", "NVIDIA-H800-80GB-HBM3"),
+            pci_device_ids=("0x233010DE", "0x233110DE", "0x232210DE", "0x232410DE")),
         GpuProduct("NVIDIA-H100-NVL", h100_nvl, profiles=_profiles(
-            h100_nvl, _seven_slice("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "7g.94gb", None), "estimated")),
+            h100_nvl, _seven_slice("1g.12gb", "1g.24gb", "2g.24gb", "3g.47gb", "7g.94gb", None), "estimated"),
+            pci_device_ids=("0x232110DE", "0x233A10DE")),
         GpuProduct("NVIDIA-H200", h200, profiles=_profiles(
             h200, _seven_slice("1g.18gb", "1g.35gb", "2g.35gb", "3g.71gb", "7g.141gb",
                                (16.00, 32.50, 32.50, 69.75, 69.75, 140.00)), "lgip"),
-            aliases=("NVIDIA-H200-141GB-HBM3e",)),
+            aliases=("NVIDIA-H200-141GB-HBM3e",), pci_device_ids=("0x233510DE",)),
         GpuProduct("NVIDIA-GH200-144G-HBM3e", gh200, profiles=_profiles(
             gh200, _seven_slice("1g.18gb", "1g.36gb", "2g.36gb", "3g.72gb", "7g.144gb", None, me=False),
-            "estimated"), aliases=("NVIDIA-GH200-144GB",)),
+            "estimated"), aliases=("NVIDIA-GH200-144GB",), pci_device_ids=("0x234810DE",)),
         GpuProduct("NVIDIA-B200", b200, profiles=_profiles(
-            b200, _seven_slice("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "7g.180gb", None), "estimated")),
+            b200, _seven_slice("1g.23gb", "1g.45gb", "2g.45gb", "3g.90gb", "7g.180gb", None), "estimated"),
+            pci_device_ids=("0x290110DE",)),
         GpuProduct("NVIDIA-A30", a30, compute_slices=4, memory_slices=4, profiles=_profiles(
             a30, [("1g.6gb", 4, None), ("1g.6gb+me", 1, None), ("2g.12gb", 2, None),
                   ("2g.12gb+me", 1, None), ("4g.24gb", 1, None)], "estimated", memory_slices_total=4),
-            aliases=("NVIDIA-A30-24GB",)),
+            aliases=("NVIDIA-A30-24GB",), pci_device_ids=("0x20B710DE",)),
         GpuProduct("Tesla-T4", 15360, aliases=("NVIDIA-T4",)),
         GpuProduct("NVIDIA-L4", 23034),
         GpuProduct("NVIDIA-A10G", 23028, aliases=("NVIDIA-A10",)),

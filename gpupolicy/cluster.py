@@ -13,8 +13,18 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any
 
-from gpupolicy.catalog import DEFAULT_CATALOG, PRODUCT_LABEL, Catalog, GpuProduct
-from gpupolicy.model import GpuPolicy, Mode, parse_valid_policies
+from gpupolicy.catalog import (
+    DEFAULT_CATALOG,
+    DISABLED_LAYOUT,
+    GPU_REPLICAS_LABEL,
+    MIG_CONFIG_LABEL,
+    PLUGIN_CONFIG_LABEL,
+    PRODUCT_LABEL,
+    SHARED_GPU_RESOURCE,
+    Catalog,
+    GpuProduct,
+)
+from gpupolicy.model import HUB_DISCONNECTED, HUB_STATE_LABEL, GpuPolicy, Mode, ProposalState, parse_valid_policies
 
 DEFAULT_NAMESPACE = "kubeon-gpu"
 PROTECTED_NAMESPACES = frozenset({"kube-system"})
@@ -52,6 +62,8 @@ class ClusterView:
     default_mode: Mode = Mode.RECOMMEND
     own_namespace: str = DEFAULT_NAMESPACE
     catalog: Catalog = DEFAULT_CATALOG
+    # The hub refused this cluster's token (policies labelled Disconnected): nothing may act.
+    hub_disconnected: bool = False
 
     @cached_property
     def ordered_policies(self) -> tuple[GpuPolicy, ...]:
@@ -86,6 +98,46 @@ class ClusterView:
                 return node.labels
         return {}
 
+    def told_to_offer(self, node: NodeInfo) -> set[str]:
+        """Resources the node's GPU Operator labels make it offer (what the layout applied, before allocatable)."""
+        mig = node.labels.get(MIG_CONFIG_LABEL)
+        if mig and mig != DISABLED_LAYOUT:
+            product = self.catalog.product(node.gpu_product or "")
+            layout = product.mig_layout(mig) if product else None
+            return set(layout.resources(1)) if layout else set()
+        return {SHARED_GPU_RESOURCE} if node.labels.get(PLUGIN_CONFIG_LABEL) else set()
+
+    @cached_property
+    def offered(self) -> frozenset[str]:
+        """Resources some node offers (allocatable), was told to offer, or an applied/approved node
+        layout proposal (the controller's planner, in a policy status) offers. Worked out once per view."""
+        found: set[str] = set()
+        for node in self.nodes:
+            for name, value in node.allocatable.items():
+                try:
+                    if float(value) > 0:
+                        found.add(name)
+                except ValueError:
+                    continue
+            found |= self.told_to_offer(node)
+        going = (ProposalState.APPROVED, ProposalState.APPLIED)
+        found |= {p.resource for policy in self.policies if policy.status for p in policy.status.proposals
+                  if p.resource and p.target.startswith("Node/") and p.state in going}
+        return frozenset(found)
+
+    def offers(self, resource: str) -> bool:
+        """Whether `resource` is in `offered`. A view that knows no nodes cannot tell and says yes
+        (a dry-run without nodes)."""
+        return not self.nodes or resource in self.offered
+
+    def shared_replicas(self) -> int | None:
+        """Shares per GPU on the nodes time-slicing (GFD's `nvidia.com/gpu.replicas`, from the
+        time-slicing ConfigMap key they run): the fewest, None when no node is time-sliced."""
+        found = [int(n.labels[GPU_REPLICAS_LABEL]) for n in self.nodes
+                 if SHARED_GPU_RESOURCE in self.told_to_offer(n) and n.labels.get(GPU_REPLICAS_LABEL, "").isdigit()
+                 and int(n.labels[GPU_REPLICAS_LABEL]) > 1]
+        return min(found) if found else None
+
     def with_policies(self, policies: Iterable[GpuPolicy]) -> ClusterView:
         return ClusterView(tuple(policies), self.namespace_labels, self.nodes, self.default_mode,
                            self.own_namespace, self.catalog)
@@ -98,6 +150,13 @@ class ClusterView:
         merged = {**self.namespace_labels, name: dict(labels)}
         return ClusterView(self.policies, merged, self.nodes, self.default_mode, self.own_namespace,
                            self.catalog)
+
+
+def in_force(obj: Mapping[str, Any]) -> bool:
+    """False for a policy the controller labelled hub-Disconnected: its cluster token was refused, so
+    nothing acts on it (the webhook admits pods unchanged, the extender stays neutral). Pure."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    return labels.get(HUB_STATE_LABEL) != HUB_DISCONNECTED
 
 
 def view_from_objects(
@@ -113,7 +172,8 @@ def view_from_objects(
     Returns the view and the (name, error) of each GpuPolicy the model refused,
     for the caller to log: one invalid policy never hides the others.
     """
-    valid, invalid = parse_valid_policies(policies)
+    policies = list(policies)
+    valid, invalid = parse_valid_policies(p for p in policies if in_force(p))
     labels: dict[str, dict[str, str]] = {}
     for obj in namespaces:
         meta = obj.get("metadata") or {}
@@ -121,5 +181,6 @@ def view_from_objects(
     view = ClusterView(
         policies=tuple(valid), namespace_labels=labels, nodes=tuple(node_from_object(n) for n in nodes),
         default_mode=default_mode, own_namespace=own_namespace,
+        hub_disconnected=any(not in_force(p) for p in policies),
     )
     return view, invalid

@@ -113,6 +113,8 @@ def printer_columns() -> list[dict[str, Any]]:
         {"name": "Mode", "type": "string", "jsonPath": ".spec.mode",
          "description": "Recommend, Approve or Automatic (empty: the install's defaultMode)"},
         {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
+        {"name": "Hub", "type": "string", "jsonPath": ".metadata.labels.gpu\\.kubeon\\.io/hub",
+         "description": "Connected or Disconnected for hub-managed policies (set by the controller's hub sync)"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 

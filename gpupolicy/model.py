@@ -16,13 +16,28 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from gpupolicy.quantity import QuantityError, parse_duration, parse_quantity
+from gpupolicy.quantity import (
+    DURATION_PATTERN,
+    MAX_TEXT,
+    QUANTITY_PATTERN,
+    QuantityError,
+    parse_duration,
+    parse_quantity,
+)
 
 GROUP = "gpu.kubeon.io"
 VERSION = "v1alpha1"
 API_VERSION: Literal["gpu.kubeon.io/v1alpha1"] = "gpu.kubeon.io/v1alpha1"
 KIND: Literal["GpuPolicy"] = "GpuPolicy"
 PLURAL = "gpupolicies"
+
+# Hub sync (docs/hub-api.md): objects the hub owns, the hub revision they came from, and whether the
+# cluster's token still works. A policy labelled Disconnected is not in force anywhere.
+MANAGED_BY_LABEL = "gpu.kubeon.io/managed-by"
+MANAGED_BY_HUB = "hub"
+HUB_STATE_LABEL = "gpu.kubeon.io/hub"
+HUB_CONNECTED, HUB_DISCONNECTED = "Connected", "Disconnected"
+HUB_REVISION_ANNOTATION = "gpu.kubeon.io/hub-revision"
 
 BODY_FIELDS = ("sharing", "scale_to_zero", "packing", "type_fit", "capacity", "guardrail")
 
@@ -59,6 +74,34 @@ class ProposalState(StrEnum):
     APPROVED = "Approved"
     APPLIED = "Applied"
     DISMISSED = "Dismissed"
+
+
+# What the CRD says beyond the Python types, so the API server refuses the worst before our code
+# runs (issue 15). The Python validators below stay the reference (and give the clearer message);
+# these only describe them: a pattern and length per quantity and duration, CEL where it fits.
+# `quantity()` is Kubernetes' CEL quantity library (1.28+, upstream ParseQuantity).
+_QUANTITY_SCHEMA: dict[str, Any] = {
+    "pattern": QUANTITY_PATTERN, "maxLength": MAX_TEXT,
+    "x-kubernetes-validations": [{
+        "rule": "isQuantity(self) && quantity(self).sign() >= 0 && "
+                "quantity(self).compareTo(quantity('9223372036854775807')) <= 0",
+        "message": "must be a quantity between 0 and 2^63-1 (examples: 8Gi, 500M)"}],
+}
+_DURATION_SCHEMA: dict[str, Any] = {"pattern": DURATION_PATTERN, "maxLength": MAX_TEXT}
+_APPROVAL_SCHEMA: dict[str, Any] = {"items": {"type": "string", "pattern": r"^[^/]+/[^/]+(/[^/]+)?$"}}
+
+
+def _spec_rules() -> list[dict[str, str]]:
+    bodies = ", ".join(f"has(self.{to_camel(n)})" for n in BODY_FIELDS)
+    return [
+        {"rule": f"[{bodies}].filter(b, b).size() == 1",
+         "message": f"exactly one of {', '.join(to_camel(n) for n in BODY_FIELDS)} must be set"},
+        {"rule": "!has(self.sharing) || !has(self.sharing.rollout) || self.sharing.rollout != 'Restart' || "
+                 "(has(self.selector) && has(self.selector.namespaces) && size(self.selector.namespaces) > 0)",
+         "fieldPath": ".sharing.rollout",
+         "message": "rollout Restart needs selector.namespaces: the controller is granted workload writes "
+                    "only in named namespaces"},
+    ]
 
 
 class _Wire(BaseModel):
@@ -119,16 +162,20 @@ class Toleration(_Wire):
     toleration_seconds: int | None = None
 
 
+DEFAULT_TIME_SLICING_REPLICAS = 2
+
+
 class SharingSpec(_Wire):
     """Give GPU pods a MIG slice or a time-sliced share instead of a whole GPU."""
 
     strategy: SharingStrategy
     mig_profile: str = "auto"
-    gpu_memory: str | None = None
+    gpu_memory: str | None = Field(default=None, json_schema_extra=_QUANTITY_SCHEMA)
     gpu_models: list[str] = Field(default_factory=list)
-    replicas: int | None = Field(default=None, description="time-slicing replicas per GPU (>= 2)")
+    replicas: int | None = Field(default=None, description="time-slicing replicas per GPU (>= 2)",
+                                 json_schema_extra={"minimum": 2})
     rollout: Rollout = Rollout.NONE
-    window: str = "7d"
+    window: str = Field(default="7d", json_schema_extra=_DURATION_SCHEMA)
     headroom_percent: int = Field(default=20, ge=0, le=500)
 
     _q = field_validator("gpu_memory")(classmethod(lambda cls, v: _check_quantity(v)))
@@ -141,6 +188,11 @@ class SharingSpec(_Wire):
             raise ValueError("replicas must be at least 2 (one replica is a whole GPU)")
         return value
 
+    @property
+    def time_slicing_replicas(self) -> int:
+        """Shares per GPU under TimeSlicing: `replicas`, else 2 (right-sizing and the layout agree)."""
+        return self.replicas or DEFAULT_TIME_SLICING_REPLICAS
+
 
 class WakeSpec(_Wire):
     prometheus_query: str | None = None
@@ -150,6 +202,8 @@ class WakeSpec(_Wire):
 class AutoscaleSpec(_Wire):
     """GPU-utilisation autoscaling through a generated KEDA ScaledObject."""
 
+    model_config = ConfigDict(json_schema_extra={"x-kubernetes-validations": [
+        {"rule": "self.max >= (has(self.min) ? self.min : 0)", "message": "max must be >= min"}]})
     target_utilization_percent: int = Field(ge=1, le=100)
     min: int = Field(default=0, ge=0)
     max: int = Field(ge=1)
@@ -167,7 +221,7 @@ class ScaleToZeroSpec(_Wire):
     namespaces: list[str] = Field(min_length=1)
     workload_selector: LabelSelector | None = None
     idle_below_percent: float = Field(default=5.0, ge=0, le=100)
-    idle_for: str = "30m"
+    idle_for: str = Field(default="30m", json_schema_extra=_DURATION_SCHEMA)
     wake: WakeSpec | None = None
     min_replicas_on_wake: int | None = Field(default=None, ge=1)
     autoscale: AutoscaleSpec | None = None
@@ -193,7 +247,7 @@ class CapacitySpec(_Wire):
 
     provider: Literal["karpenter", "eks-nodegroups", "aks-nodepools", "gke-nodepools"] = "karpenter"
     node_pools: list[str] = Field(default_factory=list)
-    consolidate_after: str = "1h"
+    consolidate_after: str = Field(default="1h", json_schema_extra=_DURATION_SCHEMA)
     max_gpus: int | None = Field(default=None, ge=0)
     idle_below_percent: float = Field(default=5.0, ge=0, le=100)
 
@@ -208,10 +262,12 @@ class GuardrailSpec(_Wire):
 
 
 class GpuPolicySpec(_Wire):
+    model_config = ConfigDict(json_schema_extra=lambda schema: schema.update(
+        {"x-kubernetes-validations": _spec_rules()}))
     mode: Mode | None = None
     priority: int = 0
     selector: Selector = Field(default_factory=Selector)
-    approvals: list[str] = Field(default_factory=list)
+    approvals: list[str] = Field(default_factory=list, json_schema_extra=_APPROVAL_SCHEMA)
     tolerations: list[Toleration] = Field(default_factory=list)
     scheduler_name: str | None = None
     sharing: SharingSpec | None = None
@@ -338,8 +394,10 @@ def parse_policy(obj: dict[str, Any]) -> GpuPolicy:
 def parse_valid_policies(objects: Iterable[Mapping[str, Any]]) -> tuple[list[GpuPolicy], list[tuple[str, str]]]:
     """Parse what a watch cache holds: the valid policies, and (name, first error) for the rest.
 
-    An invalid object must never stop the others from applying; the caller
-    logs or reports the errors (the controller puts them in the policy's status).
+    An invalid object must never stop the others from applying (issue 15: one
+    policy whose quantity overflowed used to stop every rebuild), so nothing a
+    parse can raise escapes; the caller logs or reports the errors (the
+    controller puts them in the policy's status and an Event).
     """
     valid: list[GpuPolicy] = []
     invalid: list[tuple[str, str]] = []
@@ -347,8 +405,15 @@ def parse_valid_policies(objects: Iterable[Mapping[str, Any]]) -> tuple[list[Gpu
         try:
             valid.append(parse_policy(dict(obj)))
         except ValidationError as exc:
-            name = str((obj.get("metadata") or {}).get("name", "?"))
             first = exc.errors()[0] if exc.errors() else {"loc": (), "msg": str(exc)}
             where = ".".join(str(part) for part in first["loc"])
-            invalid.append((name, f"{where}: {first['msg']}" if where else str(first["msg"])))
+            invalid.append((_name(obj), f"{where}: {first['msg']}" if where else str(first["msg"])))
+        except (ValueError, TypeError) as exc:  # not a mapping at all, or a value pydantic did not wrap
+            invalid.append((_name(obj), f"not a GpuPolicy ({type(exc).__name__})"))
     return valid, invalid
+
+
+def _name(obj: Any) -> str:
+    metadata = obj.get("metadata") if isinstance(obj, Mapping) else None
+    name = metadata.get("name") if isinstance(metadata, Mapping) else None
+    return name if isinstance(name, str) and name else "?"

@@ -45,3 +45,24 @@ def write_status(api: client.ApiClient, name: str, status: dict[str, Any]) -> di
         if exc.status == 404:
             return None
         raise
+
+
+def create_policy(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
+    obj: dict[str, Any] = client.CustomObjectsApi(api).create_cluster_custom_object(  # type: ignore[assignment]
+        GROUP, VERSION, PLURAL, body)
+    return obj
+
+
+def replace_policy(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:
+    """Replace metadata and spec whole (body carries the resourceVersion read; 409 on a race)."""
+    obj: dict[str, Any] = client.CustomObjectsApi(api).replace_cluster_custom_object(  # type: ignore[assignment]
+        GROUP, VERSION, PLURAL, body["metadata"]["name"], body)
+    return obj
+
+
+def delete_policy(api: client.ApiClient, name: str) -> None:
+    try:
+        client.CustomObjectsApi(api).delete_cluster_custom_object(GROUP, VERSION, PLURAL, name)
+    except ApiException as exc:
+        if exc.status != 404:
+            raise

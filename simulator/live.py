@@ -33,11 +33,11 @@ from flask.testing import FlaskClient
 from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
-from extender.watch import StaticSource
 from gpupolicy.catalog import GPU_RESOURCE, PRODUCT_LABEL, SHARED_GPU_RESOURCE
 from gpupolicy.packing.engine import DEFAULT_POLICY
 from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATION, gpu_indices_from_pod
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
+from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, ExtenderSpec, Obj, Profile, ProfileError, schedule_one
 from simulator.replay import Placement, ReplayResult, arrival_order
 
@@ -178,7 +178,7 @@ def replay_through_extender(
     api = ReplayApi(cache)
     for obj in node_objs:
         cache.on_node("ADDED", obj)
-    service = ExtenderService(cache, StaticSource(), default_policy=policy, binder=api)
+    service = ExtenderService(cache, StaticView(), default_policy=policy, binder=api)
     client = create_app(service).test_client()
     extenders = [(spec, HttpExtender(client, spec)) for spec in profile.extenders]
     cluster = ClusterScores(node_objs)

@@ -22,7 +22,6 @@ from flask import Flask, Response
 from prometheus_client import CollectorRegistry
 
 from gpupolicy.admission.dryrun import (
-    TEMPLATE_PATHS,
     DryRunError,
     dry_run,
     pod_template,
@@ -31,21 +30,19 @@ from gpupolicy.admission.dryrun import (
     workload_warnings,
 )
 from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, validate_pod
-from gpupolicy.admission.validation import check_policy, kind_label_patch
+from gpupolicy.admission.shape import dry_run_body_error, pod_shape_error, template_shape_error
+from gpupolicy.admission.validation import check_policy, hub_edit_warning, kind_label_patch
 from gpupolicy.model import GROUP, KIND
-from serving.http import install_error_handlers, json_error, read_body
+from kube.views import ViewSource
+from serving.http import HttpError, encode_json, install_error_handlers, json_error, read_json
 from serving.metrics import instrument
 from webhook.metrics import WebhookMetrics
 from webhook.review import (
     Review,
     ReviewError,
-    decode_json,
-    encode_json,
     parse_review,
-    pod_shape_error,
     response,
 )
-from webhook.views import ViewSource
 
 log = logging.getLogger(__name__)
 
@@ -80,20 +77,8 @@ def _json(body: Any) -> Response:
 
 
 def _read_json() -> Any:
-    """The request body as JSON (413 over the cap from serving.http, 400 ReviewError when malformed)."""
-    return decode_json(read_body(MAX_BODY_BYTES))
-
-
-def _dry_run_shape_error(obj: Any) -> str:
-    """Shape-check the pod (or the workload's pod template) before the core reads it."""
-    if not isinstance(obj, dict) or obj.get("kind") not in TEMPLATE_PATHS:
-        return pod_shape_error(obj, "object") if isinstance(obj, dict) and obj.get("kind") == "Pod" else ""
-    template: Any = obj
-    path = "object"
-    for key in TEMPLATE_PATHS[obj["kind"]]:
-        template = template.get(key) if isinstance(template, dict) else None
-        path += "." + key
-    return pod_shape_error(template, path) if template is not None else ""
+    """The request body as JSON (HttpError: 413 over the cap, 400 when malformed)."""
+    return read_json(MAX_BODY_BYTES)
 
 
 def create_app(source: ViewSource, registry: CollectorRegistry | None = None) -> Flask:
@@ -118,6 +103,8 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
             return _json(handler(review))
         except ReviewError as exc:
             return _json_error(400, str(exc))
+        except HttpError as exc:  # the answer cannot be written: the request nests too deeply
+            return _json_error(exc.status, exc.message)
         except Exception:  # a core bug must not become a 500 that blocks admission
             log.exception("%s failed for uid %s", path, review.uid)
             metrics.errors.labels(path).inc()
@@ -144,7 +131,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
         template = pod_template(obj) if isinstance(obj, dict) else None
         if template is None or not template_asks_for_gpu(template):
             return response(review)
-        shape = pod_shape_error(template, "request.object." + ".".join(TEMPLATE_PATHS[review.kind]))
+        shape = template_shape_error(obj, "request.object")
         if shape:
             raise ReviewError(shape)
         # No metrics: the pods' own reviews count the decisions, once per pod.
@@ -165,6 +152,8 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
             if errors:
                 return response(review, allowed=False, code=422,
                                 message=f"GpuPolicy invalid: {'; '.join(errors)}")
+            warnings = hub_edit_warning(obj, review.old_object) if review.operation == "UPDATE" else []
+            return response(review, warnings=warnings or None)
         return response(review)
 
     @app.errorhandler(ReviewError)
@@ -182,11 +171,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
     @app.post("/dry-run")
     def _dry_run() -> Any:
         body = _read_json()
-        if not isinstance(body, dict):
-            return _json_error(400, "body must be a JSON object with an `object` field")
-        if "object" not in body:
-            return _json_error(400, "object: missing (a Pod, Deployment, StatefulSet, Job or CronJob)")
-        shape = _dry_run_shape_error(body["object"])
+        shape = dry_run_body_error(body)
         if shape:
             return _json_error(400, shape)
         try:

@@ -27,8 +27,8 @@ from flask import Flask
 from gpupolicy.admission.dryrun import DryRunError, parse_policies
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import Mode
+from kube.views import StaticView, ViewSource, WatchedView
 from webhook.app import create_app
-from webhook.views import StaticView, ViewSource, WatchedView
 
 log = logging.getLogger(__name__)
 
@@ -74,7 +74,7 @@ def make_app_factory(args: argparse.Namespace, static: ClusterView) -> Any:
             from kube.config import load_api_client
 
             source = WatchedView(load_api_client(args.kubeconfig), default_mode=Mode(args.default_mode),
-                                 own_namespace=args.namespace).start()
+                                 own_namespace=args.namespace, with_nodes=True).start()
         else:
             source = StaticView(static)
         app = create_app(source)

@@ -22,21 +22,13 @@ from typing import Any
 
 from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, short_warning, validate_pod
 from gpupolicy.admission.rewrite import CONTAINER_LISTS, is_gpu_resource
+from gpupolicy.admission.shape import TEMPLATE_PATHS
 from gpupolicy.admission.validation import check_policy
 from gpupolicy.catalog import DEFAULT_CATALOG, Catalog
 from gpupolicy.cluster import ClusterView, node_from_object
 from gpupolicy.model import GpuPolicy
 from gpupolicy.patch import diff
 
-# kind -> path of the pod template inside the object
-TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
-    "Deployment": ("spec", "template"),
-    "StatefulSet": ("spec", "template"),
-    "ReplicaSet": ("spec", "template"),
-    "DaemonSet": ("spec", "template"),
-    "Job": ("spec", "template"),
-    "CronJob": ("spec", "jobTemplate", "spec", "template"),
-}
 SUPPORTED_KINDS = ("Pod", *TEMPLATE_PATHS)
 
 

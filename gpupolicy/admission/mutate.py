@@ -30,7 +30,7 @@ from gpupolicy.admission.rewrite import (
     toleration_dict,
     writable_copy,
 )
-from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE
+from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE, WANTED_RESOURCE_ANNOTATION
 from gpupolicy.cluster import ClusterView
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
@@ -143,6 +143,8 @@ def _apply_sharing_policy(
     if plan.resource is None:
         if plan.warning:
             warnings.append(short_warning(f"kubeon-gpu {policy.name}: {plan.warning}"))
+        if plan.wanted and may_apply(policy, mode, owner):
+            ensure_annotations(pod, {WANTED_RESOURCE_ANNOTATION: plan.wanted})
         return Decision(policy.name, mode, Action.SKIP, False, plan.skip_reason)
     action = Action.USE_TIME_SLICING if plan.resource == SHARED_GPU_RESOURCE else Action.USE_MIG
     what = f"use {plan.resource} instead of {GPU_RESOURCE}"

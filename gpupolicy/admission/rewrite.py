@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from gpupolicy.catalog import (
@@ -150,6 +150,7 @@ class SharingPlan:
     skip_reason: str = ""
     warning: str = ""
     detail: str = ""
+    wanted: str = ""  # the slice it would get once a node offers it (left on whole GPUs for now)
 
 
 def candidate_products(sharing: SharingSpec, view: ClusterView) -> list[GpuProduct]:
@@ -162,8 +163,9 @@ def candidate_products(sharing: SharingSpec, view: ClusterView) -> list[GpuProdu
 
 
 def choose_mig_profile(need_mib: float, sharing: SharingSpec, view: ClusterView) -> MigChoice | None:
-    """Smallest profile (memory slices, compute slices, real memory) holding `need_mib`; media profiles skipped."""
-    best: tuple[tuple[int, int, int, str], MigChoice] | None = None
+    """Smallest profile (memory slices, compute slices, real memory) holding `need_mib`, among those a node
+    offers (ClusterView.offers) first; media profiles skipped."""
+    best: tuple[tuple[bool, int, int, int, str], MigChoice] | None = None
     for product in candidate_products(sharing, view):
         labels = view.labels_for_product(product)
         for profile in product.profiles:
@@ -172,7 +174,8 @@ def choose_mig_profile(need_mib: float, sharing: SharingSpec, view: ClusterView)
             memory = profile_memory_mib(profile, labels)
             if memory < need_mib:
                 continue
-            key = (profile.memory_slices, profile.compute_slices, memory, profile.name)
+            key = (not view.offers(profile.resource_name), profile.memory_slices, profile.compute_slices, memory,
+                   profile.name)
             if best is None or key < best[0]:
                 best = (key, MigChoice(product.product, profile, memory))
     return best[1] if best else None
@@ -194,6 +197,28 @@ def declared_need_mib(pod: Mapping[str, Any], sharing: SharingSpec) -> tuple[flo
 
 def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
                  right_sized: Proposal | None = None) -> SharingPlan:
+    """The target resource for a pod under a sharing policy, if some node offers it (`_plan_sharing`).
+
+    A pod is rewritten only to a resource that a node offers, was told to offer
+    (GPU Operator labels) or the layout planner decided to offer (ClusterView.offers);
+    otherwise it stays on whole GPUs with a warning, marked with the slice it
+    wanted so the planner counts it. A time-sliced share is 1/replicas of a GPU
+    with the replicas the nodes run (from the time-slicing ConfigMap).
+    """
+    plan = _plan_sharing(pod, sharing, view, right_sized)
+    if plan.resource is None:
+        return plan
+    if not view.offers(plan.resource):
+        return SharingPlan(None, skip_reason=f"no node offers {plan.resource} yet", wanted=plan.resource,
+                           warning=f"no node offers {plan.resource} yet: pod left on whole GPUs")
+    if plan.resource == SHARED_GPU_RESOURCE:
+        replicas = view.shared_replicas() or sharing.time_slicing_replicas
+        return replace(plan, detail=f"{plan.detail} (1/{replicas} of a GPU)")
+    return plan
+
+
+def _plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
+                  right_sized: Proposal | None = None) -> SharingPlan:
     """Decide the target resource for a pod under a sharing policy (no change made here).
 
     `right_sized`: the policy's Applied right-sizing proposal for the pod's owner.

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from gpupolicy.catalog import Catalog, normalise_profile_name
-from gpupolicy.model import GpuPolicy, SharingStrategy, parse_policy
+from gpupolicy.model import MANAGED_BY_HUB, MANAGED_BY_LABEL, GpuPolicy, SharingStrategy, parse_policy
 from gpupolicy.patch import diff
 
 KIND_LABEL = "gpu.kubeon.io/kind"
@@ -102,3 +102,18 @@ def kind_label_patch(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
     labels[KIND_LABEL] = str(policy.spec.kind)
     metadata["labels"] = labels
     return diff(dict(obj), labelled)
+
+
+def hub_edit_warning(obj: Any, old: Any) -> list[str]:
+    """A warning for a direct edit of a hub-managed policy: the next hub sync overwrites it (the guide says so).
+
+    Only a spec change is an edit; the controller's own relabelling passes without one.
+    """
+    if not isinstance(obj, Mapping) or not isinstance(old, Mapping):
+        return []
+    labels = (old.get("metadata") or {}).get("labels") or {}
+    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_HUB or obj.get("spec") == old.get("spec"):
+        return []
+    name = (obj.get("metadata") or {}).get("name", "")
+    return [f"kubeon-gpu: GpuPolicy {name} is managed by the hub: this edit is overwritten on the next sync; "
+            "change the policy in the hub instead"]

@@ -18,9 +18,20 @@ keeps here so it is testable without HTTP:
 - MIG and time-sliced pods are no special case here: the engine's `decide`
   packs them by count for every policy (`placement.with_device_counts`).
 - `extender_scores`: the 0..10 prioritize scores: the engine's chosen node
-  (and nodes it cannot tell from it) 10, the other feasible nodes 0..9 by
-  score, infeasible ones 0; with the chart's extender weight a one-point
-  lead beats every stock plugin (docs/designs/extender.md, "Profile").
+  (and nodes identical to it) 10, the other feasible nodes 0..9 by score,
+  infeasible ones 0; with the chart's extender weight a one-point lead beats
+  every stock plugin (docs/designs/extender.md, "Profile").
+- A pending time-sliced share pod is sized against the cluster
+  (`kubemodel.cluster_share_basis`) in `screen` and `choose` alike.
+
+An adapter request is three steps: parse the wire pod once (`PodRequest.parse`),
+call one of the two decisions below, write the answer:
+- `screen` (/filter): the plan, the pod's constrained demand, every node's
+  fit verdict and whether preemption could cure its rejection;
+- `choose` (/prioritize): the plan, the engine's decision over the nodes
+  asked about, their 0..10 points, and, when asked, the node a Recommend
+  policy's strategy would have picked. The explanation (per-node reasons and
+  scores) is `Choice.explanation()`, worked out only when logged.
 """
 
 from __future__ import annotations
@@ -36,9 +47,11 @@ from gpupolicy.cluster import ClusterView
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.owners import is_approved, pod_owner
-from gpupolicy.packing.engine import POLICIES, Decision
+from gpupolicy.packing.engine import POLICIES, Decision, NodeVerdict, decide, explain, get_policy
+from gpupolicy.packing.kubemodel import cluster_share_basis, demand_from_pod, resolve_share
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
-from gpupolicy.packing.placement import REASON_BY_CODE, RejectReason
+from gpupolicy.packing.placement import REASON_BY_CODE, FitResult, PackingContext, RejectReason, fit
+from gpupolicy.packing.typicalmix import TypicalMix
 
 MAX_EXTENDER_SCORE = 10  # upstream MaxExtenderPriority
 DEFAULT_STRATEGY = "default"  # PackingSpec.strategy meaning "the install's default policy"
@@ -83,11 +96,47 @@ def expand_models(names: Iterable[str], catalog: Catalog = DEFAULT_CATALOG) -> f
     return frozenset(out)
 
 
-def _applies(policy: GpuPolicy, default_mode: Mode, pod: Mapping[str, Any], namespace: str) -> bool:
+def pod_key(pod: Mapping[str, Any]) -> str:
+    """`namespace/name`: how a pod is known to the extender's assumptions and the watch (the API's own key)."""
+    meta = pod.get("metadata") or {}
+    return f"{meta.get('namespace') or 'default'}/{meta.get('name') or ''}"
+
+
+@dataclass(frozen=True)
+class PodRequest:
+    """A pod as kube-scheduler sends it, read once: who it is, what it asks, what policies match it by.
+
+    `key`: the assumptions' and the watch's key (`pod_key`); `uid`: the
+    pod's uid (else `name`), which ties a /prioritize to the /filter before
+    it; `name`: `namespace/name` (or generateName) for logs; `owner`: the
+    workload an approval names (`owners.pod_owner`).
+    """
+
+    key: str
+    uid: str
+    name: str
+    namespace: str
+    labels: Mapping[str, str]
+    owner: str
+    demand: PodDemand
+
+    @classmethod
+    def parse(cls, pod: Mapping[str, Any]) -> PodRequest:
+        """Raises `kubemodel.ObjectError` naming the field the model cannot read."""
+        demand = demand_from_pod(pod)
+        meta = pod.get("metadata") or {}
+        namespace = str(meta.get("namespace") or "default")
+        name = f"{namespace}/{meta.get('name') or meta.get('generateName') or '?'}"
+        labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+        return cls(pod_key(pod), str(meta.get("uid") or name), name, namespace, labels,
+                   pod_owner(pod, namespace), demand)
+
+
+def _applies(policy: GpuPolicy, default_mode: Mode, request: PodRequest) -> bool:
     mode = policy.effective_mode(default_mode)
     if mode is Mode.AUTOMATIC:
         return True
-    return mode is Mode.APPROVE and is_approved(policy.spec.approvals, pod_owner(pod, namespace))
+    return mode is Mode.APPROVE and is_approved(policy.spec.approvals, request.owner)
 
 
 def resolve_strategy(name: str | None, default_policy: str) -> str:
@@ -97,13 +146,10 @@ def resolve_strategy(name: str | None, default_policy: str) -> str:
     return name
 
 
-def plan_for_pod(view: ClusterView, pod: Mapping[str, Any], default_policy: str,
+def plan_for_pod(view: ClusterView, request: PodRequest, default_policy: str,
                  catalog: Catalog = DEFAULT_CATALOG) -> Plan:
-    """The strategy and product constraint for `pod` from the matching GpuPolicies. Pure."""
-    meta = pod.get("metadata") or {}
-    namespace = str(meta.get("namespace") or "default")
-    labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
-    winners = winning_policies(view, namespace, labels)
+    """The strategy and product constraint for a pod from the matching GpuPolicies. Pure."""
+    winners = winning_policies(view, request.namespace, request.labels)
     strategy, source, recommended = default_policy, "default", None
     notes: list[str] = []
     packing = winners.get(PolicyKind.PACKING)
@@ -112,7 +158,7 @@ def plan_for_pod(view: ClusterView, pod: Mapping[str, Any], default_policy: str,
         resolved = resolve_strategy(wanted, default_policy)
         if wanted not in (DEFAULT_STRATEGY, "") and wanted not in POLICIES:
             notes.append(f"GpuPolicy {packing.name}: unknown packing strategy {wanted!r}, using {resolved}")
-        if _applies(packing, view.default_mode, pod, namespace):
+        if _applies(packing, view.default_mode, request):
             strategy, source = resolved, packing.name
         else:
             recommended = resolved
@@ -122,7 +168,7 @@ def plan_for_pod(view: ClusterView, pod: Mapping[str, Any], default_policy: str,
     type_fit = winners.get(PolicyKind.TYPE_FIT)
     if type_fit is not None and type_fit.spec.type_fit is not None and type_fit.spec.type_fit.allowed_models:
         models = expand_models(type_fit.spec.type_fit.allowed_models, catalog)
-        if _applies(type_fit, view.default_mode, pod, namespace):
+        if _applies(type_fit, view.default_mode, request):
             allowed = models
         else:
             notes.append(f"GpuPolicy {type_fit.name} ({type_fit.effective_mode(view.default_mode).value}) "
@@ -223,3 +269,79 @@ def extender_scores(decision: Decision, nodes: IntArray, state: NodeState | None
             out[others] = top
     out[chosen] = MAX_EXTENDER_SCORE
     return out
+
+
+def pending_demand(state: NodeState, demand: PodDemand, plan: Plan) -> PodDemand:
+    """A pending pod's demand: the plan's products, a share sized against the cluster."""
+    return resolve_share(constrain(demand, plan.allowed_models), *cluster_share_basis(state))
+
+
+@dataclass(frozen=True)
+class Screening:
+    """/filter's verdict on every node of `state`: `fitted` (reason codes), `hopeless` (preemption cannot help)."""
+
+    plan: Plan
+    demand: PodDemand  # the pod's demand, constrained by the plan's products
+    state: NodeState
+    fitted: FitResult
+    hopeless: BoolArray
+
+
+def screen(view: ClusterView, state: NodeState, request: PodRequest, default_strategy: str) -> Screening:
+    """Which nodes can take the pod, and for the others whether evicting pods could change that."""
+    plan = plan_for_pod(view, request, default_strategy)
+    demand = pending_demand(state, request.demand, plan)
+    fitted = fit(state, demand)
+    return Screening(plan, demand, state, fitted, unresolvable_mask(state, demand, fitted.codes))
+
+
+@dataclass(frozen=True)
+class Choice:
+    """/prioritize's verdict on the nodes asked about (`rows`; < 0: unknown, 0 points).
+
+    `points[i]`: 0..10 for `rows[i]`; `node`: the engine's pick (None when
+    nothing fits), with 10 (as are nodes identical to it); `would`: with `compare`, the node
+    the Recommend/Approve policy's strategy (`plan.recommended`) would pick.
+    """
+
+    plan: Plan
+    demand: PodDemand
+    decision: Decision
+    state: NodeState
+    known: IntArray  # the known rows, in input order: what the engine scored
+    points: IntArray
+    node: str | None
+    would: str | None = None
+
+    def explanation(self) -> list[NodeVerdict]:
+        """Per scored node, best first: its rejection reason or its score (for logs and dry-run)."""
+        return explain(self.state, self.decision, self.known.tolist())
+
+
+def choose(view: ClusterView, state: NodeState, ctx: PackingContext, mix: TypicalMix | None,
+           request: PodRequest, rows: IntArray, default_strategy: str, *,
+           screened: Screening | None = None, compare: bool = False) -> Choice:
+    """The engine's decision for the pod over `rows`, as 0..10 points. Mutates only `ctx` (its caches).
+
+    `mix`: the typical pod mix learned so far (None or empty: the pod alone).
+    `screened`: this pod's /filter verdict on this very state, if the caller
+    has it; its fit verdicts are reused when its demand is this one. Ties go
+    to used nodes first (`used_first_rank`).
+    """
+    plan = plan_for_pod(view, request, default_strategy)
+    demand = pending_demand(state, request.demand, plan)
+    fitted = screened.fitted if (screened is not None and screened.state is state
+                                 and screened.demand == demand) else None
+    known_mask = rows >= 0
+    known = rows if bool(known_mask.all()) else rows[known_mask]
+    ctx.mix = mix if mix is not None and len(mix) else TypicalMix.from_pods([demand])
+    ctx.tie_rank = used_first_rank(state)
+    decision = decide(state, demand, get_policy(plan.strategy), ctx, restrict=known, fitted=fitted)
+    points = np.zeros(len(rows), dtype=np.int64)
+    points[known_mask] = extender_scores(decision, known, state)
+    node = state.names[decision.node] if decision.node is not None else None
+    would = None
+    if compare and plan.recommended:
+        other = decide(state, demand, get_policy(plan.recommended), ctx, restrict=known, fitted=decision.fit)
+        would = state.names[other.node] if other.node is not None else None
+    return Choice(plan, demand, decision, state, known, points, node, would)

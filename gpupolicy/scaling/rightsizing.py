@@ -249,7 +249,7 @@ def _size_mig(w: Workload, usage: Usage, spec: SharingSpec, product: GpuProduct,
 
 def _size_time_slice(w: Workload, usage: Usage, spec: SharingSpec, product: GpuProduct, need: float,
                      headline: str) -> Sizing:
-    replicas = spec.replicas or 2
+    replicas = spec.time_slicing_replicas
     if need * replicas > product.memory_mib or usage.p95_util * replicas > 100:
         return Sizing(False, f"{w.target}: no proposal, {headline}: {replicas} time-sliced replicas "
                              f"would not fit its memory or compute", need_mib=need)

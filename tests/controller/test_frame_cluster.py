@@ -21,6 +21,7 @@ from controller.leader import LeaderElector
 from controller.policies import PolicySync
 from controller.rightsizing import RightSizingReconciler
 from gpupolicy.model import Mode
+from kube.events import list_events
 from kube.leases import LeaseConflict, get_lease, replace_lease
 from tests.controller.conftest import FakeClock, ScriptedMetrics, make_deployment, make_node, make_policy
 
@@ -47,6 +48,11 @@ def create(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
 def policy_status(api: client.ApiClient, name: str) -> dict[str, Any]:
     obj = client.CustomObjectsApi(api).get_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", name)
     return obj.get("status") or {}
+
+
+def invalid_events(api: client.ApiClient) -> list[client.CoreV1Event]:
+    return [e for e in list_events(api, "default")
+            if e.reason == "InvalidSpec" and e.involved_object.name == "broken" and e.type == "Warning"]
 
 
 def deployment(api: client.ApiClient, name: str, ns: str = "inference") -> dict[str, Any]:
@@ -196,13 +202,16 @@ def test_status_has_stable_proposals_and_is_written_only_on_change(
     create(api, make_deployment("llm", replicas=2))
     create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}))
     create(api, make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
-    create(api, make_policy("broken", {"guardrail": {}}, approvals=["not-a-target"]))
+    # Two bodies: a CEL rule of the CRD refuses it, which the test API server does not evaluate
+    # (a policy stored before the rule, or past a webhook that was down).
+    create(api, make_policy("broken", {"guardrail": {}, "packing": {}}))
     script_usage(metrics, clock, "llm", 7.1 * GIB)
     r = replica(api, clock, metrics, "one")
     assert r.elector.step()
     with caplog.at_level(logging.INFO, logger="controller.policies"):
         r.runner.run_all()
-    assert "policies synced count=3" in caplog.text
+    assert "policies read count=3" in caplog.text and "source of truth" in caplog.text
+    assert "policies synced" not in caplog.text, "nothing was pulled from a hub"
     status = policy_status(api, "share")
     assert status["effectiveMode"] == "Recommend"
     assert status["observedGeneration"] == 1
@@ -217,13 +226,18 @@ def test_status_has_stable_proposals_and_is_written_only_on_change(
     assert proposal["state"] == "Proposed"
     broken = policy_status(api, "broken")
     assert condition(broken, "Valid")["status"] == "False"
-    assert "approvals" in condition(broken, "Valid")["message"]
+    assert "exactly one of" in condition(broken, "Valid")["message"]
+    assert condition(status, "Valid")["status"] == "True", "only the broken policy is reported"
+    assert [e.message for e in invalid_events(api)] == [
+        "policy skipped, fix the spec: spec: Value error, exactly one of sharing, scaleToZero, packing, "
+        "typeFit, capacity, guardrail must be set (found: packing, guardrail)"]
     writes = r.metrics.status_writes._value.get()
 
     clock.advance(600)
     r.elector.step()
     r.runner.run_all()
     assert r.metrics.status_writes._value.get() == writes, "an unchanged status must not be rewritten"
+    assert len(invalid_events(api)) == 1, "one Event per error, not one per resync"
 
     restarted = replica(api, clock, metrics, "one")  # a new process, same identity: ids survive
     restarted.elector.step()

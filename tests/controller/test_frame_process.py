@@ -88,10 +88,10 @@ def test_one_of_two_processes_leads_and_the_other_takes_over(frame_api: Any, rep
     leader_name = wait_for(lambda: holder(api), what="a lease holder")
     leader = next(r for r in replicas if r.identity == leader_name)
     standby = next(r for r in replicas if r is not leader)
-    wait_for(lambda: "policies synced count=1" in leader.log, what="policies synced in the leader's log")
+    wait_for(lambda: "policies read count=1" in leader.log, what="policies read in the leader's log")
     time.sleep(1.0)
     assert "leadership acquired" in leader.log and "leadership acquired" not in standby.log
-    assert "policies synced" not in standby.log
+    assert "policies read" not in standby.log
     assert wait_for(lambda: leader.get("/healthz")[0] == 200)
     assert standby.get("/readyz")[0] == 200
     code, text = leader.get("/metrics")
@@ -104,7 +104,7 @@ def test_one_of_two_processes_leads_and_the_other_takes_over(frame_api: Any, rep
     wait_for(lambda: holder(api) == standby.identity, timeout=10, what="takeover")
     lease = get_lease(api, "kubeon-gpu", LEASE)
     assert lease is not None and lease.transitions == 1
-    wait_for(lambda: "policies synced" in standby.log, what="new leader syncing")
+    wait_for(lambda: "policies read" in standby.log, what="new leader syncing")
 
 
 def test_a_process_whose_lease_is_stolen_exits(frame_api: Any, replicas: list[Replica]) -> None:
@@ -143,7 +143,7 @@ def test_sigterm_exits_promptly_and_releases_the_lease(frame_api: Any, tmp_path:
         leader_name = wait_for(lambda: holder(api), what="a lease holder")
         leader = next(r for r in started if r.identity == leader_name)
         standby = next(r for r in started if r is not leader)
-        wait_for(lambda: "policies synced" in leader.log, what="the leader's first sync")
+        wait_for(lambda: "policies read" in leader.log, what="the leader's first sync")
         wait_for(lambda: standby.get("/readyz")[0] == 200, what="the standby up")
         before = get_lease(api, "kubeon-gpu", LEASE)
         assert before is not None and before.lease_duration_seconds == 30
@@ -161,7 +161,7 @@ def test_sigterm_exits_promptly_and_releases_the_lease(frame_api: Any, tmp_path:
         after = get_lease(api, "kubeon-gpu", LEASE)
         assert after is not None and after.transitions == before.transitions + 1
         assert after.lease_duration_seconds == 30, "the new holder writes its own duration"
-        wait_for(lambda: "policies synced" in standby.log, what="the new leader syncing")
+        wait_for(lambda: "policies read" in standby.log, what="the new leader syncing")
     finally:
         for r in started:
             r.stop()

@@ -7,6 +7,7 @@ from typing import Any
 
 import jsonpatch
 
+from gpupolicy.catalog import DEFAULT_CATALOG
 from gpupolicy.cluster import ClusterView, NodeInfo
 from gpupolicy.model import GpuPolicy, Mode, parse_policy
 
@@ -85,8 +86,19 @@ def make_policy(
                          "metadata": {"name": name}, "spec": spec})
 
 
-def make_node(name: str = "n1", product: str = "NVIDIA-A100-SXM4-80GB", **labels: str) -> NodeInfo:
-    return NodeInfo(name, {"nvidia.com/gpu.product": product, **labels}, {"nvidia.com/gpu": "8"})
+def slice_offers(product: str) -> dict[str, str]:
+    """Allocatable of a cluster whose layout already offers every slice of `product` (and shares)."""
+    known = DEFAULT_CATALOG.product(product)
+    offers = {p.resource_name: "1" for p in known.profiles} if known else {}
+    return {"nvidia.com/gpu": "8", "nvidia.com/gpu.shared": "8", **offers}
+
+
+def make_node(name: str = "n1", product: str = "NVIDIA-A100-SXM4-80GB", *, offers_slices: bool = True,
+              **labels: str) -> NodeInfo:
+    """A GPU node; by default it offers every slice of its product, so sizing tests are not about the
+    layout gate (ClusterView.offers); `offers_slices=False` is whole GPUs only."""
+    allocatable = slice_offers(product) if offers_slices else {"nvidia.com/gpu": "8"}
+    return NodeInfo(name, {"nvidia.com/gpu.product": product, **labels}, allocatable)
 
 
 def make_view(*policies: GpuPolicy, nodes: tuple[NodeInfo, ...] = (), default_mode: Mode = Mode.RECOMMEND,

@@ -42,7 +42,7 @@ def test_crd_identity_and_columns() -> None:
     assert spec["scope"] == "Cluster" and spec["names"]["shortNames"] == ["gpup"]
     version = spec["versions"][0]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Kind", "Mode", "Priority", "Age"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Kind", "Mode", "Priority", "Hub", "Age"]
 
 
 def test_schema_is_structural() -> None:

@@ -113,7 +113,7 @@ def test_cli_yaml_output_and_nodes(tmp_path: Path, capsys) -> None:
     pods = write(tmp_path, "pod.yaml", [make_pod(annotations={"gpu.kubeon.io/gpu-memory": "17Gi"})])
     policies = write(tmp_path, "p.yaml", [make_policy().to_wire()])
     nodes = write(tmp_path, "n.yaml", [{"apiVersion": "v1", "kind": "Node", "metadata": {
-        "name": "h", "labels": {"nvidia.com/gpu.product": "NVIDIA-H200"}}}])
+        "name": "h", "labels": {"nvidia.com/gpu.product": "NVIDIA-H200", "nvidia.com/mig.config": "all-1g.35gb"}}}])
     assert main(["dry-run", "-f", pods, "--policies", policies, "--nodes", nodes]) == 0
     answer = yaml.safe_load(capsys.readouterr().out)
     assert "nvidia.com/mig-1g.35gb" in answer["object"]["spec"]["containers"][0]["resources"]["limits"]

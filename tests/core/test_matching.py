@@ -64,3 +64,14 @@ def test_priority_ties_broken_by_name_whatever_the_order() -> None:
     b, a = make_policy("bravo", priority=3), make_policy("alpha", priority=3)
     assert winning_policies(make_view(b, a), "ml", {})[PolicyKind.SHARING].name == "alpha"
     assert winning_policies(make_view(a, b), "ml", {})[PolicyKind.SHARING].name == "alpha"
+
+
+def test_a_policy_labelled_hub_disconnected_is_not_in_force() -> None:
+    """The webhook's and the extender's view leave out policies whose cluster token was refused."""
+    from gpupolicy.cluster import view_from_objects
+
+    live = {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "live"},
+            "spec": {"packing": {"strategy": "default"}}}
+    cut = {**live, "metadata": {"name": "cut", "labels": {"gpu.kubeon.io/hub": "Disconnected"}}}
+    view, invalid = view_from_objects([live, cut], [])
+    assert [p.name for p in view.policies] == ["live"] and invalid == []

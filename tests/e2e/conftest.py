@@ -91,12 +91,14 @@ class Process:
 
 
 def start_process(name: str, args: Sequence[str], health_url: str, log_dir: Path, *,
-                  verify: str | bool = True, base_url: str = "") -> Process:
+                  verify: str | bool = True, base_url: str = "", env: dict[str, str] | None = None) -> Process:
     """Start `kubeon-gpu <args>` and wait until `health_url` answers 200; fail with its log otherwise."""
+    log_dir.mkdir(parents=True, exist_ok=True)
     log = log_dir / f"{name}.log"
     with open(log, "wb") as sink:
         popen = subprocess.Popen([sys.executable, "-m", "cli.main", *args], cwd=REPO, stdout=sink,
-                                 stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                 stderr=subprocess.STDOUT,
+                                 env={**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})})
     process = Process(name, popen, base_url or health_url.rsplit("/", 1)[0], log)
     deadline = time.monotonic() + STARTUP_TIMEOUT
     while time.monotonic() < deadline:

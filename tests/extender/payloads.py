@@ -16,9 +16,9 @@ from typing import Any
 from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
-from extender.watch import StaticSource
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import parse_policy
+from kube.views import StaticView
 from tests.kubeapi.fixtures import make_pod
 
 
@@ -77,7 +77,7 @@ class Harness:
             self.cache.on_node("ADDED", node)
         for pod in pods:
             self.cache.on_pod("ADDED", pod)
-        self.source = StaticSource(ClusterView(policies=tuple(parse_policy(dict(p)) for p in policies)))
+        self.source = StaticView(ClusterView(policies=tuple(parse_policy(dict(p)) for p in policies)))
         kwargs = {"default_policy": default_policy} if default_policy else {}
         self.service = ExtenderService(self.cache, self.source, **kwargs)
         self.app = create_app(self.service)

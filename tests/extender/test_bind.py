@@ -18,8 +18,8 @@ from kubernetes import client
 from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
-from extender.watch import StaticSource
 from kube.binding import ApiBinder
+from kube.views import StaticView
 from tests.extender.payloads import args
 from tests.kubeapi.fixtures import make_node, make_pod
 from tests.kubeapi.server import ApiServer
@@ -39,7 +39,7 @@ def setup(api: ApiServer) -> tuple[Any, ClusterCache, client.CoreV1Api]:
     for node in (make_node("a", A100, 2, shared_replicas=4), make_node("b", A100, 2, shared_replicas=4)):
         core.create_node(node, _preload_content=False)
         cache.on_node("ADDED", node)
-    service = ExtenderService(cache, StaticSource(), binder=ApiBinder(api.api_client()))
+    service = ExtenderService(cache, StaticView(), binder=ApiBinder(api.api_client()))
     return create_app(service).test_client(), cache, core
 
 

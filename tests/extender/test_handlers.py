@@ -218,7 +218,8 @@ def test_protocol_errors_are_400_json(path: str, body: bytes, needle: str) -> No
     ({"Pod": wire_pod("p", gpus=1), "NodeNames": [1, 2]}, "NodeNames: expected a list"),
     ({"Pod": wire_pod("p", gpus=1), "NodeNames": None, "Nodes": None}, "NodeNames: missing"),
     ({"Pod": wire_pod("p", gpus=1), "Nodes": {"items": [{"metadata": {}}]}}, "Nodes.items[0].metadata.name"),
-    ({"Pod": wire_pod("p", cpu="lots"), "NodeNames": ["a100-fresh"]}, "spec.containers[0].resources.cpu"),
+    ({"Pod": wire_pod("p", cpu="lots"), "NodeNames": ["a100-fresh"]},
+     "Pod.spec.containers[0].resources.requests.cpu: 'lots' is not a quantity"),
 ])
 def test_bad_arguments_are_a_filter_error_and_a_prioritize_400(body: dict, field: str) -> None:
     h = Harness(cluster())
@@ -237,3 +238,18 @@ def test_handler_time_header_and_metrics() -> None:
     text = h.client.get("/metrics").get_data(as_text=True)
     assert 'kubeon_extender_http_request_duration_seconds_bucket{le="0.005",route="/filter",status="200"}' in text
     assert 'kubeon_extender_decisions_total{outcome="fit",strategy="kubeon",verb="filter"} 1.0' in text
+
+
+def test_a_hub_disconnected_cluster_gets_a_neutral_extender() -> None:
+    """The hub refused the cluster token: every node passes the filter and scores 0, nothing is assumed."""
+    from gpupolicy.cluster import view_from_objects
+
+    cut = policy("pack", {"packing": {"strategy": "bestfit"}})
+    cut["metadata"]["labels"] = {"gpu.kubeon.io/hub": "Disconnected"}
+    from kube.views import StaticView
+
+    h = Harness(cluster(), [used_pod("busy", "a100-used", 7)])
+    h.service.source = StaticView(view_from_objects([cut], [])[0])
+    result = h.filter(wire_pod("p", gpus=2), NAMES)
+    assert result["NodeNames"] == NAMES and result["FailedNodes"] == {} and not result["FailedAndUnresolvableNodes"]
+    assert set(h.prioritize(wire_pod("p", gpus=1), NAMES).values()) == {0}

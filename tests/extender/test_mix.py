@@ -11,7 +11,8 @@ from typing import Any
 from extender.app import create_app
 from extender.cache import MIN_MIX_PODS, ClusterCache
 from extender.service import ExtenderService
-from extender.watch import StaticSource
+from gpupolicy.packing.kubemodel import demand_from_pod
+from kube.views import StaticView
 from tests.extender.payloads import args, bound, wire_pod
 from tests.kubeapi.fixtures import make_node
 
@@ -43,7 +44,7 @@ def test_with_20_cpu_only_pods_per_gpu_pod_the_mix_covers_the_gpu_pod_types() ->
 def test_pending_pods_are_learned_once_and_the_mix_is_visible() -> None:
     cache = ClusterCache(clock=lambda: 0.0)
     cache.on_node("ADDED", make_node("n", A100, 8))
-    http = create_app(ExtenderService(cache, StaticSource())).test_client()
+    http = create_app(ExtenderService(cache, StaticView())).test_client()
     pod = gpu_pod("p", 2, "8")
     http.post("/filter", json=args(pod, ["n"]))
     http.post("/prioritize", json=args(pod, ["n"]))
@@ -61,8 +62,6 @@ def test_below_the_minimum_the_pod_being_scheduled_joins_the_mix() -> None:
     cache = ClusterCache(clock=lambda: 0.0)
     cache.on_node("ADDED", make_node("n", A100, 8))
     cache.on_pod("ADDED", bound(gpu_pod("first", 1, "4"), "n"))
-    from extender.service import demand_from_pod
-
     fallback = demand_from_pod(gpu_pod("next", 4, "16"))
     mix = cache.mix(fallback)
     assert mix is not None and sorted(mix.num_gpu.tolist()) == [1, 4]

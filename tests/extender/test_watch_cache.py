@@ -19,6 +19,7 @@ from kubernetes import client
 from extender.cache import ClusterCache
 from extender.watch import ClusterWatch
 from gpupolicy.packing.nodemodel import NodeState
+from gpupolicy.packing.scheduling import pod_key
 from tests.kubeapi.fixtures import make_node, make_pod
 from tests.kubeapi.pytest_fixtures import kube_api  # noqa: F401 - the fixture behind `api`
 from tests.kubeapi.server import ApiServer
@@ -91,7 +92,7 @@ def test_bound_pod_ends_its_assumption(watched: tuple[ClusterWatch, ClusterCache
     core.create_namespaced_pod("default", pod, _preload_content=False)
     from gpupolicy.packing.kubemodel import demand_from_pod
 
-    cache.assume(pod, "a", demand_from_pod(pod))
+    cache.assume(pod_key(pod), "a", demand_from_pod(pod))
     assert free_gpus(cache, "a") == 6 and cache.assumed == {"default/q": "a"}
     bind(core, "q", "a")
     wait(lambda: not cache.assumed, "assumption replaced by the binding")

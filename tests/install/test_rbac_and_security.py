@@ -89,7 +89,7 @@ def test_controller_holds_the_guide_plus_only_scoped_extras(docs: list[dict]) ->
         NAMESPACE: {("coordination.k8s.io", "leases", "create", "*"),
                     ("coordination.k8s.io", "leases", "get", "kubeon-gpu-optimizer"),
                     ("coordination.k8s.io", "leases", "update", "kubeon-gpu-optimizer")},
-        "gpu-operator": {("", "configmaps", v, "time-slicing-config") for v in ("get", "update", "patch")},
+        "gpu-operator": {("", "configmaps", v, "time-slicing-config") for v in ("get", "patch")},
     }
 
 

@@ -64,6 +64,7 @@ class Cluster:
         karpenter: bool = True,
         launch_delay: float | None = None,
         interval: float = 0.05,
+        port: int = 0,
     ) -> None:
         self._nodes = [dict(n) for n in nodes]
         self._crd_files = [str(p) for p in (*UPSTREAM_CRDS, *crd_files) if Path(p).is_file()]
@@ -73,6 +74,7 @@ class Cluster:
         self._with_karpenter = karpenter
         self._launch_delay = launch_delay if launch_delay is not None else (0.2 if background else 0.0)
         self._interval = interval
+        self._port = port
         self.api: Any = None
         self.api_client: client.ApiClient | None = None
 
@@ -80,7 +82,7 @@ class Cluster:
     def __enter__(self) -> Cluster:
         from tests.kubeapi import ApiServer  # the server is another module's; imported only when used
 
-        self.api = ApiServer.start(crd_files=self._crd_files)
+        self.api = ApiServer.start(crd_files=self._crd_files, port=self._port)
         try:
             self.api_client = self.api.api_client()
             self.core = client.CoreV1Api(self.api_client)

@@ -46,6 +46,7 @@ def on_create(res: Resource, obj: dict[str, Any]) -> None:
         spec.setdefault("terminationGracePeriodSeconds", 30)
         spec.setdefault("dnsPolicy", "ClusterFirst")
         spec.setdefault("priority", 0)
+        spec.setdefault("securityContext", {})
         tolerations = spec.setdefault("tolerations", [])
         for tol in DEFAULT_TOLERATIONS:
             if not any(t.get("key") == tol["key"] and t.get("effect", "NoExecute") == "NoExecute"
@@ -56,33 +57,23 @@ def on_create(res: Resource, obj: dict[str, Any]) -> None:
         spec.setdefault("replicas", 1)
         spec.setdefault("revisionHistoryLimit", 10)
         if key == "apps/deployments":
-            spec.setdefault("strategy", {"type": "RollingUpdate",
-                                         "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}})
+            if not (spec.get("strategy") or {}).get("type"):
+                spec["strategy"] = {"type": "RollingUpdate",
+                                    "rollingUpdate": {"maxUnavailable": "25%", "maxSurge": "25%"}}
             spec.setdefault("progressDeadlineSeconds", 600)
         if key == "apps/statefulsets":
             spec.setdefault("podManagementPolicy", "OrderedReady")
-            spec.setdefault("updateStrategy", {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}})
+            if not (spec.get("updateStrategy") or {}).get("type"):
+                spec["updateStrategy"] = {"type": "RollingUpdate", "rollingUpdate": {"partition": 0}}
     elif key == "/services" and isinstance(spec, dict):
         spec.setdefault("type", "ClusterIP")
+    elif key == "/secrets":
+        obj.setdefault("type", "Opaque")
     if res.has_status and key not in ("/nodes", "/namespaces", "/pods"):
         if res.custom:
             obj.pop("status", None)  # CRs with a status subresource drop status on create
         else:
-            obj["status"] = copy.deepcopy(_ZERO_STATUS.get(key, {}))
-
-
-# Status fields the Go types serialise without omitempty (clients such as the Python client
-# require them), as a fresh object carries them.
-_ZERO_STATUS: dict[str, dict[str, Any]] = {
-    "apps/statefulsets": {"replicas": 0, "availableReplicas": 0},
-    "apps/replicasets": {"replicas": 0},
-    "apps/daemonsets": {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
-                        "numberReady": 0},
-    "policy/poddisruptionbudgets": {"disruptionsAllowed": 0, "currentHealthy": 0, "desiredHealthy": 0,
-                                    "expectedPods": 0},
-    "autoscaling/horizontalpodautoscalers": {"desiredReplicas": 0},
-    "/services": {"loadBalancer": {}},
-}
+            obj["status"] = {}  # zero values (protobuf.zero_values) fill what Go writes without omitempty
 _WITH_SPEC = {"/pods", "apps/deployments", "apps/statefulsets", "apps/replicasets", "/services"}
 
 

@@ -25,6 +25,7 @@ _SUBRESOURCES: dict[str, tuple[str | None, str | None, str | None, list[str]]] =
     "binding": ("Binding", "", "v1", ["create"]),
     "eviction": ("Eviction", "policy", "v1", ["create"]),
     "finalize": (None, None, None, ["update"]),
+    "log": ("Pod", "", "v1", ["get"]),
 }
 
 
@@ -93,13 +94,33 @@ def _json_path(obj: Any, path: str) -> Any:
     return cur
 
 
+def _ready(obj: dict[str, Any]) -> str:
+    return f"{(obj.get('status') or {}).get('readyReplicas', 0)}/{(obj.get('spec') or {}).get('replicas', 1)}"
+
+
+def _status_int(field: str) -> Any:
+    return lambda obj: (obj.get("status") or {}).get(field, 0)
+
+
+# The columns kube-apiserver's table printers show first for the built-in types tests read.
+_BUILTIN_COLUMNS: dict[str, tuple[tuple[str, str, Any], ...]] = {
+    "/pods": (("Status", "string", ".status.phase"), ("Node", "string", ".spec.nodeName")),
+    "apps/deployments": (("Ready", "string", _ready), ("Up-to-date", "integer", _status_int("updatedReplicas")),
+                         ("Available", "integer", _status_int("availableReplicas"))),
+    "apps/statefulsets": (("Ready", "string", _ready),),
+    "apps/replicasets": (("Desired", "integer", lambda o: (o.get("spec") or {}).get("replicas", 1)),
+                         ("Current", "integer", _status_int("replicas")), ("Ready", "integer",
+                                                                           _status_int("readyReplicas"))),
+}
+
+
 def table(res: Resource, body: dict[str, Any], include_object: str) -> dict[str, Any]:
     """meta.k8s.io/v1 Table: Name, the CRD's additionalPrinterColumns (or Status for pods), Age."""
     items = body.get("items", [body])
-    extra = [(c["name"], c.get("type", "string"), c["jsonPath"]) for c in res.printer_columns
-             if c.get("priority", 0) == 0 and c["jsonPath"] != ".metadata.creationTimestamp"]
-    if res.key == "/pods":
-        extra = [("Status", "string", ".status.phase"), ("Node", "string", ".spec.nodeName")]
+    extra: list[tuple[str, str, Any]] = [
+        (c["name"], c.get("type", "string"), c["jsonPath"]) for c in res.printer_columns
+        if c.get("priority", 0) == 0 and c["jsonPath"] != ".metadata.creationTimestamp"]
+    extra = list(_BUILTIN_COLUMNS.get(res.key, extra))
     columns = [{"name": "Name", "type": "string", "format": "name", "description": "", "priority": 0}]
     columns += [{"name": n, "type": t, "format": "", "description": "", "priority": 0} for n, t, _ in extra]
     columns.append({"name": "Age", "type": "string", "format": "", "description": "", "priority": 0})
@@ -107,7 +128,7 @@ def table(res: Resource, body: dict[str, Any], include_object: str) -> dict[str,
     for item in items:
         cells: list[Any] = [item["metadata"]["name"]]
         for _, _, path in extra:
-            value = _json_path(item, path)
+            value = path(item) if callable(path) else _json_path(item, path)
             cells.append("<none>" if value is None else value)
         cells.append(_age(item["metadata"].get("creationTimestamp")))
         if include_object == "None":

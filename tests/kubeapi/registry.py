@@ -19,9 +19,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from tests.kubeapi import defaults, eviction, schema, status
+import yaml
+
+from tests.kubeapi import apply as ssa
+from tests.kubeapi import defaults, eviction, protobuf, schema, status
 from tests.kubeapi.admission import Admission, Attributes
-from tests.kubeapi.patching import apply_patch
+from tests.kubeapi.patching import APPLY, apply_patch
 from tests.kubeapi.resources import Catalog, Resource, from_crd
 from tests.kubeapi.selectors import (
     match_fields,
@@ -46,6 +49,15 @@ class Options:
     dry_run: bool = False
     field_validation: str = "Warn"  # Strict | Warn | Ignore (server default: Warn)
     warnings: list[str] = field(default_factory=list)
+    field_manager: str = ""  # fieldManager, else from the User-Agent (ssa.manager_from)
+    force: bool = False  # server-side apply's force
+    created: bool = False  # set by an apply that created the object (answered 201)
+    user_agent: str = ""
+
+    @property
+    def manager(self) -> str:
+        """The manager of a non-apply write."""
+        return ssa.manager_from(self.field_manager, self.user_agent)
 
 
 def now() -> str:
@@ -76,7 +88,7 @@ class Registry:
                 "metadata": {"resourceVersion": str(rv)}, "items": items}
 
     # create -------------------------------------------------------------------------------------
-    def create(self, res: Resource, ns: str, body: Any, opts: Options) -> Obj:
+    def create(self, res: Resource, ns: str, body: Any, opts: Options, managed: list[Obj] | None = None) -> Obj:
         obj = self._decode(res, ns, body)
         meta = obj["metadata"]
         if meta.get("resourceVersion"):
@@ -101,6 +113,10 @@ class Registry:
         if not meta.get("name"):
             meta["name"] = meta["generateName"] + "".join(random.choices(string.ascii_lowercase + string.digits, k=5))
         meta.update(uid=str(uuid.uuid4()), creationTimestamp=now(), generation=1)
+        if managed is not None:
+            meta["managedFields"] = managed
+        else:
+            ssa.update(None, obj, _schema(res), opts.manager, res.api_version)
         if res.key == CRDS:
             obj = self._crd_accepted(obj)
         if opts.dry_run:
@@ -138,6 +154,8 @@ class Registry:
 
     def patch(self, res: Resource, ns: str, name: str, body: bytes, content_type: str, opts: Options,
               sub: str = "") -> Obj:
+        if content_type.split(";")[0].strip() == APPLY:
+            return self.apply(res, ns, name, body, opts, sub)
         for _ in range(10):
             current = self.store.get(res.key, ns, name)
             if current is None:
@@ -158,8 +176,53 @@ class Registry:
                 continue
         raise status.conflict(res.plural, res.group, name)
 
+    def apply(self, res: Resource, ns: str, name: str, body: bytes, opts: Options, sub: str = "") -> Obj:
+        """Server-side apply (PATCH application/apply-patch+yaml); creates a missing object."""
+        if not opts.field_manager:
+            raise status.invalid("PatchOptions", "meta.k8s.io", "", [
+                ("fieldManager", "FieldValueRequired", "Required value: is required for apply patch")])
+        try:
+            config = yaml.safe_load(body or b"")
+        except yaml.YAMLError as exc:
+            raise status.bad_request(f"error decoding YAML: {exc}") from None
+        if not isinstance(config, dict):
+            raise status.bad_request("the body of an apply patch must be an object")
+        if not config.get("apiVersion") or not config.get("kind"):
+            raise status.bad_request("invalid object type: apiVersion and kind must be set in an apply patch")
+        config = self._decode(res, ns, config)
+        if config["metadata"].get("name") not in (None, name):
+            raise status.bad_request(f"the name of the object ({config['metadata'].get('name')}) does not match "
+                                     f"the name on the URL ({name})")
+        config["metadata"]["name"] = name
+        config["metadata"].pop("managedFields", None)
+        if res.has_status and sub != "status":
+            config.pop("status", None)  # the main resource ignores status (resetFields)
+        for _ in range(10):
+            current = self.store.get(res.key, ns, name)
+            if current is None:
+                if sub:
+                    raise status.not_found(res.plural, res.group, name)
+                obj = ssa.apply(None, config, _schema(res), opts.field_manager, opts.force, res.api_version)
+                managed = obj["metadata"].pop("managedFields")
+                try:
+                    created = self.create(res, ns, obj, opts, managed=managed)
+                except ApiError as err:
+                    if err.reason == "AlreadyExists":
+                        continue
+                    raise
+                opts.created = True
+                return created
+            new = ssa.apply(present(res, current), config, _schema(res), opts.field_manager, opts.force,
+                            res.api_version, sub)
+            new["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            try:
+                return self._update(res, current, new, opts, sub, track=False)
+            except ValueError:
+                continue
+        raise status.conflict(res.plural, res.group, name)
+
     def _update(self, res: Resource, current: Obj, new: Obj, opts: Options, sub: str,
-                admit: bool = True) -> Obj:
+                admit: bool = True, track: bool = True) -> Obj:
         """Merge `new` over `current` by the subresource's rules, admit, validate and store.
         Raises ValueError when the store moved on since `current` was read."""
         cmeta = current["metadata"]
@@ -199,6 +262,9 @@ class Registry:
                     f"finalizers {sorted(added)}")])
         if admit:
             self.admission.validate(attrs, new, present(res, current), opts.warnings)
+        if track:
+            ssa.update(present(res, current), new, _schema(res), opts.manager, res.api_version,
+                       sub if sub == "status" else "")
         if _strip(new) == _strip(current):
             return present(res, current)  # no-op update: no new resourceVersion, no event
         if _spec_of(new, res) != _spec_of(current, res):
@@ -439,8 +505,11 @@ class Registry:
                                    f"because it is being terminated")
 
     def _prepare(self, res: Resource, obj: Obj, old: Obj | None, opts: Options) -> Obj:
-        """CR pruning and defaulting (with fieldValidation for the pruned fields)."""
-        if not res.custom or res.schema is None:
+        """Built-in types: Go zero values (what decoding into the Go type gives). CRs: pruning
+        and defaulting (with fieldValidation for the pruned fields)."""
+        if not res.custom:
+            return protobuf.zero_values(obj)
+        if res.schema is None:
             return obj
         pruned_obj, pruned = schema.prune(obj, res.schema, root=True)
         if pruned and opts.field_validation == "Strict":
@@ -480,6 +549,12 @@ def present(res: Resource, obj: Obj) -> Obj:
     out = dict(obj)
     out["apiVersion"], out["kind"] = res.api_version, res.kind
     return out
+
+
+def _schema(res: Resource) -> ssa.Schema:
+    if res.custom:
+        return ssa.Schema(res.schema or {"x-kubernetes-preserve-unknown-fields": True})
+    return ssa.Schema(None)
 
 
 def _options(kind: str, opts: Options) -> dict[str, Any]:

@@ -59,7 +59,7 @@ ALL = ("all",)
 BUILTIN: tuple[Resource, ...] = (
     _r("", "v1", "namespaces", "Namespace", False, ("ns",), ("status", "finalize")),
     _r("", "v1", "nodes", "Node", False, ("no",), ("status",)),
-    _r("", "v1", "pods", "Pod", True, ("po",), ("status", "binding", "eviction"), ALL),
+    _r("", "v1", "pods", "Pod", True, ("po",), ("status", "binding", "eviction", "log"), ALL),
     _r("", "v1", "configmaps", "ConfigMap", True, ("cm",)),
     _r("", "v1", "secrets", "Secret"),
     _r("", "v1", "services", "Service", True, ("svc",), ("status",), ALL),

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from tests.kubeapi import discovery, openapi, status
+from tests.kubeapi import discovery, openapi, protobuf, status
 from tests.kubeapi.admission import Admission
+from tests.kubeapi.logs import PodLogs
 from tests.kubeapi.registry import Options, Registry, present
 from tests.kubeapi.resources import Catalog, Resource
 from tests.kubeapi.selectors import match_fields, match_requirements, parse_fields, parse_labels
@@ -80,6 +81,9 @@ class _Handler(BaseHTTPRequestHandler):
             if query.get("dryRun") not in (None, "", "All"):
                 raise status.bad_request(f'dryRun: Unsupported value: "{query["dryRun"]}": supported values: "All"')
             opts.field_validation = query.get("fieldValidation") or "Warn"
+            opts.field_manager = query.get("fieldManager", "")
+            opts.force = query.get("force") in ("true", "1")
+            opts.user_agent = self.headers.get("User-Agent", "")
             code, body = self._route(method, url.path, query, raw, opts)
             if body is not None:
                 self._send(code, body, opts.warnings)
@@ -120,7 +124,7 @@ class _Handler(BaseHTTPRequestHandler):
                 (ns is not None and not res.namespaced) or (name is not None and res.namespaced and ns is None):
             raise ApiError(404, "NotFound", "the server could not find the requested resource")
         reg = srv.registry
-        body = _json(raw) if raw and method in ("POST", "PUT", "DELETE") else None
+        body = self._body(raw, res, sub) if raw and method in ("POST", "PUT", "DELETE") else None
         nsname = ns or ""
         if method == "GET":
             if name is None and watch:
@@ -130,6 +134,8 @@ class _Handler(BaseHTTPRequestHandler):
                 result = reg.list(res, ns, query.get("labelSelector"), query.get("fieldSelector"))
             elif sub == "scale":
                 return 200, reg.get_scale(res, nsname, name)
+            elif sub == "log":
+                return 200, srv.logs.read(reg.get(res, nsname, name), query)
             else:
                 result = reg.get(res, nsname, name)
             return 200, self._maybe_table(res, result, query)
@@ -147,7 +153,8 @@ class _Handler(BaseHTTPRequestHandler):
             ctype = self.headers.get("Content-Type", "")
             if sub == "scale":
                 return 200, reg.update_scale(res, nsname, name, raw, ctype, opts)
-            return 200, reg.patch(res, nsname, name, raw, ctype, opts, sub)
+            patched = reg.patch(res, nsname, name, raw, ctype, opts, sub)
+            return (201 if opts.created else 200), patched
         if method == "DELETE" and name is not None and not sub:
             return reg.delete(res, nsname, name, body, opts)[::-1]
         if method == "DELETE" and name is None:
@@ -156,6 +163,18 @@ class _Handler(BaseHTTPRequestHandler):
                 reg.delete(res, item["metadata"].get("namespace", ""), item["metadata"]["name"], body, opts)
             return 200, listed
         raise status.method_not_allowed()
+
+    def _body(self, raw: bytes, res: Resource, sub: str) -> Any:
+        """The request body as a JSON value: JSON, or the protobuf envelope typed clients send."""
+        ctype = self.headers.get("Content-Type", "").split(";")[0].strip()
+        if ctype != protobuf.MEDIA:
+            return _json(raw)
+        api_version, kind = res.api_version, res.kind
+        if self.command == "DELETE":
+            api_version, kind = "meta.k8s.io/v1", "DeleteOptions"
+        elif sub in _SUB_KINDS:
+            api_version, kind = _SUB_KINDS[sub]
+        return protobuf.decode(raw, api_version, kind)
 
     def _discovery(self, parts: list[str]) -> Any:
         catalog = self.server.catalog
@@ -192,9 +211,16 @@ class _Handler(BaseHTTPRequestHandler):
 
     # responses ----------------------------------------------------------------------------------
     def _send(self, code: int, body: Any, warnings: list[str]) -> None:
-        data = (body if isinstance(body, str) else json.dumps(body)).encode()
+        ctype, data = "application/json", None
+        if isinstance(body, str):
+            ctype, data = "text/plain", body.encode()
+        elif isinstance(body, dict) and protobuf.wants_protobuf(self.headers.get("Accept", "")):
+            data = protobuf.encode(body)
+            ctype = protobuf.MEDIA if data is not None else ctype
+        if data is None:
+            data = json.dumps(body).encode()
         self.send_response(code)
-        self.send_header("Content-Type", "text/plain" if isinstance(body, str) else "application/json")
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
         self.send_header("Cache-Control", "no-cache, private")
         for text in dict.fromkeys(warnings):
@@ -209,7 +235,8 @@ class _Handler(BaseHTTPRequestHandler):
         rv = query.get("resourceVersion") or ""
         timeout = float(query.get("timeoutSeconds") or DEFAULT_WATCH_SECONDS)
         initial: list[dict[str, Any]] = []
-        if rv in ("", "0"):
+        send_initial = query.get("sendInitialEvents") == "true"
+        if rv in ("", "0") or send_initial:
             initial, since = store.list(res.key, ns)
         elif rv.isdigit():
             since = int(rv)
@@ -220,8 +247,10 @@ class _Handler(BaseHTTPRequestHandler):
             return obj is not None and match_requirements(labels, obj["metadata"].get("labels")) \
                 and match_fields(fields, obj)
 
+        proto = protobuf.wants_protobuf(self.headers.get("Accept", "")) and \
+            protobuf.message_name(res.api_version, res.kind) is not None
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", protobuf.WATCH_MEDIA if proto else "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
@@ -229,15 +258,20 @@ class _Handler(BaseHTTPRequestHandler):
         try:
             for obj in initial:
                 if matches(obj):
-                    self._chunk({"type": "ADDED", "object": present(res, obj)})
+                    self._chunk({"type": "ADDED", "object": present(res, obj)}, proto)
+            if send_initial:  # watch-list (client-go's WatchListClient): a bookmark ends the initial events
+                self._chunk({"type": "BOOKMARK", "object": {
+                    "apiVersion": res.api_version, "kind": res.kind, "metadata": {
+                        "resourceVersion": str(since), "annotations": {"k8s.io/initial-events-end": "true"}}}},
+                    proto)
             for event in store.events_since(res.key, ns, since, timeout, lambda: not self.server.stopping):
                 kind = _transition(event, matches)
                 if kind:
-                    self._chunk({"type": kind, "object": present(res, event.obj)})
+                    self._chunk({"type": kind, "object": present(res, event.obj)}, proto)
         except Gone as gone:
             self._chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
                                                      "status": "Failure", "message": str(gone),
-                                                     "reason": "Expired", "code": 410}})
+                                                     "reason": "Expired", "code": 410}}, proto)
         except OSError:
             return
         try:
@@ -246,10 +280,18 @@ class _Handler(BaseHTTPRequestHandler):
         except OSError:
             pass
 
-    def _chunk(self, event: dict[str, Any]) -> None:
-        data = json.dumps(event).encode() + b"\n"
+    def _chunk(self, event: dict[str, Any], proto: bool = False) -> None:
+        envelope = protobuf.encode(event["object"]) if proto else None
+        if envelope is not None:
+            data = protobuf.watch_frame(event["type"], envelope)
+        else:
+            data = json.dumps(event).encode() + b"\n"
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
+
+
+# Bodies of the POST subresources, by subresource.
+_SUB_KINDS = {"eviction": ("policy/v1", "Eviction"), "binding": ("v1", "Binding"), "scale": ("autoscaling/v1", "Scale")}
 
 
 def _transition(event: Event, matches: Any) -> str | None:
@@ -281,25 +323,32 @@ class _HttpServer(ThreadingHTTPServer):
     allow_reuse_address = True
     request_queue_size = 128
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, port: int = 0) -> None:
         self.registry = registry
         self.store = registry.store
         self.catalog = registry.catalog
         self.connections: set[socket.socket] = set()
         self.stopping = False
-        super().__init__(("127.0.0.1", 0), _Handler)
+        self.logs = PodLogs()
+        super().__init__(("127.0.0.1", port), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client dropping its keep-alive connection is not an error worth a traceback."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 class ApiServer:
     """An in-process Kubernetes API server for tests. Start with `ApiServer.start()`."""
 
-    def __init__(self, history: int = 2000) -> None:
+    def __init__(self, history: int = 2000, port: int = 0) -> None:
         self.store = Store(history=history)
         self.catalog = Catalog()
         self.services: dict[tuple[str, str, int], str] = {}
         self.admission = Admission(self.store, lambda ns, name, port: self.services.get((ns, name, port)))
         self.registry = Registry(self.store, self.catalog, self.admission)
-        self._http = _HttpServer(self.registry)
+        self._http = _HttpServer(self.registry, port)
         self._thread = threading.Thread(target=self._http.serve_forever, kwargs={"poll_interval": 0.05},
                                         name=f"kubeapi-{self.port}", daemon=True)
         self._dir = Path(tempfile.mkdtemp(prefix="kubeapi-"))
@@ -309,9 +358,10 @@ class ApiServer:
             self.registry.create(self._res("", "v1", "namespaces"), "", {"metadata": {"name": ns}}, Options())
 
     @classmethod
-    def start(cls, crd_files: list[str | Path] | tuple[str | Path, ...] = (), history: int = 2000) -> ApiServer:
-        """Bind 127.0.0.1 on a free port, serve in a background thread, install the given CRDs."""
-        server = cls(history=history)
+    def start(cls, crd_files: list[str | Path] | tuple[str | Path, ...] = (), history: int = 2000,
+              port: int = 0) -> ApiServer:
+        """Bind 127.0.0.1 on `port` (0: a free one), serve in a background thread, install the given CRDs."""
+        server = cls(history=history, port=port)
         server._thread.start()
         for path in crd_files:
             server.install_crd(path)
@@ -362,6 +412,11 @@ class ApiServer:
     def map_service(self, namespace: str, name: str, url: str, port: int = 443) -> None:
         """Resolve webhook `clientConfig.service` {namespace, name, port} to a local base URL."""
         self.services[(namespace, name, port)] = url
+
+    @property
+    def logs(self) -> PodLogs:
+        """Pod logs: `api.logs.write(namespace, pod, text_or_path, container="")`."""
+        return self._http.logs
 
     def compact(self) -> None:
         """Forget the watch history: watches from older resourceVersions get 410 Gone."""

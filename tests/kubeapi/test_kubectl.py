@@ -133,6 +133,25 @@ spec: {mode: Recommend}
     kubectl("delete", "gpupolicy", "share")
 
 
+def test_get_gpupolicies_says_when_the_hub_disconnected(kubectl, tmp_path: Path) -> None:
+    """The controller labels hub-managed policies Disconnected on a refused token; kubectl shows it."""
+    kubectl("apply", "-f", str(GPU_CRD))
+    manifest = tmp_path / "policy.yaml"
+    manifest.write_text("""apiVersion: gpu.kubeon.io/v1alpha1
+kind: GpuPolicy
+metadata:
+  name: synced
+  labels: {gpu.kubeon.io/managed-by: hub, gpu.kubeon.io/hub: Disconnected}
+spec: {mode: Automatic, packing: {strategy: default}}
+""")
+    kubectl("create", "-f", str(manifest))
+    rows = kubectl("get", "gpupolicies").stdout.splitlines()
+    header = rows[0].split()
+    assert header[:5] == ["NAME", "KIND", "MODE", "PRIORITY", "HUB"]
+    assert rows[1].split()[-2] == "Disconnected", rows  # HUB, before AGE (KIND is empty without the webhook)
+    kubectl("delete", "gpupolicy", "synced")
+
+
 def test_webhook_warning_and_denial_reach_kubectl(kubectl, api: ApiServer) -> None:
     hook = Webhook({"/mutate": add_label("mutated", "yes"), "/validate": deny_labelled})
     try:

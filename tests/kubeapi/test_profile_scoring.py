@@ -22,7 +22,7 @@ import pytest
 from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
-from extender.watch import StaticSource
+from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, Profile, schedule_one
 from simulator.live import HttpExtender, load_scheduler_config
 from tests.kubeapi.fixtures import make_node, make_pod
@@ -57,7 +57,7 @@ class Scheduled:
         for pod in pods:
             self.cache.on_pod("ADDED", pod)
             self.cluster.add(pod, pod["spec"]["nodeName"])
-        self.service = ExtenderService(self.cache, StaticSource())
+        self.service = ExtenderService(self.cache, StaticView())
         self.client = create_app(self.service).test_client()
         self.profile = Profile.from_config(config)
         self.extenders = [(spec, HttpExtender(self.client, spec)) for spec in self.profile.extenders]

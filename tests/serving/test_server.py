@@ -141,6 +141,17 @@ def test_bad_bodies_get_json_errors_without_tracebacks(server: Server) -> None:
     assert server.get("/echo").status_code == 405 and "error" in server.get("/echo").json()
 
 
+@pytest.mark.parametrize("chunked", [False, True], ids=["content-length", "chunked"])
+def test_a_10_mb_body_gets_its_413_over_tls(server: Server, chunked: bool) -> None:
+    """Issue 15: the 413 went out while the client was still sending, and the connection was reset
+    (the client saw an SSL EOF error, never the answer). The body is now drained first."""
+    data = b"[" + b"1," * 5_000_000 + b"1]"
+    body = iter([data[i:i + 65536] for i in range(0, len(data), 65536)]) if chunked else data
+    resp = server.post("/echo", data=body)
+    assert resp.status_code == 413 and "limit" in resp.json()["error"]
+    assert server.get("/healthz").status_code == 200
+
+
 def counter(text: str, route: str, status: str) -> float:
     pattern = rf'^kubeon_http_requests_total\{{route="{re.escape(route)}",status="{status}"\}} (\S+)$'
     found = re.search(pattern, text, re.MULTILINE)

@@ -6,11 +6,15 @@ import pytest
 
 from gpupolicy.cluster import ClusterView, NodeInfo
 from gpupolicy.model import parse_policy
+from kube.views import StaticView
+from tests.core.builders import slice_offers
 from tests.webhook.payloads import POLICIES
 from webhook.app import create_app
-from webhook.views import StaticView
 
-NODES = (NodeInfo("gpu-a100-1", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}, {"nvidia.com/gpu": "8"}),)
+# A node whose layout already offers every slice of its product: these tests are about the webhook,
+# not the layout gate (tests/core/test_layout_gate.py is).
+NODES = (NodeInfo("gpu-a100-1", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"},
+                  slice_offers("NVIDIA-A100-SXM4-80GB")),)
 
 
 def example_view() -> ClusterView:

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kube.views import StaticView
 from tests.webhook.conftest import example_view
 from tests.webhook.payloads import GUARD, SHARE, api_pod, policy_review, review
 from webhook.app import create_app
-from webhook.views import StaticView
 
 
 def decoded_patch(resp: dict) -> list:
@@ -89,6 +89,24 @@ def test_valid_policy_allowed_and_labelled(client) -> None:
     resp = client.post("/mutate", json=policy_review(GUARD)).get_json()
     labelled = jsonpatch.apply_patch(GUARD, decoded_patch(resp))
     assert labelled["metadata"]["labels"]["gpu.kubeon.io/kind"] == "guardrail"
+
+
+def test_editing_a_hub_managed_policy_warns_that_the_sync_overwrites_it(client) -> None:
+    old = copy.deepcopy(GUARD)
+    old["metadata"]["labels"] = {"gpu.kubeon.io/managed-by": "hub", "gpu.kubeon.io/hub": "Connected"}
+    edited = copy.deepcopy(old)
+    edited["spec"]["priority"] = 99
+    body = policy_review(edited, "UPDATE")
+    body["request"]["oldObject"] = old
+    resp = client.post("/validate", json=body).get_json()["response"]
+    assert resp["allowed"] is True
+    assert resp["warnings"] == ["kubeon-gpu: GpuPolicy max-two is managed by the hub: this edit is overwritten on "
+                                "the next sync; change the policy in the hub instead"]
+    relabelled = copy.deepcopy(old)
+    relabelled["metadata"]["labels"]["gpu.kubeon.io/hub"] = "Disconnected"
+    body = policy_review(relabelled, "UPDATE")
+    body["request"]["oldObject"] = old
+    assert "warnings" not in client.post("/validate", json=body).get_json()["response"]
 
 
 @pytest.mark.parametrize("path", ["/mutate", "/validate"])

@@ -1,4 +1,4 @@
-"""The watch-fed ClusterView (webhook/views.py) through the real webhook process and the test API server.
+"""The watch-fed ClusterView (kube/views.py) through the real webhook process and the test API server.
 
 Real: `kubeon-gpu webhook --kubeconfig <api.kubeconfig>` (gunicorn gthread
 over TLS with a CA from certs/, one worker) whose Reflectors list and watch
@@ -206,11 +206,12 @@ def test_auto_sizing_uses_the_products_of_watched_nodes(watched: tuple[ApiServer
 
     # No GPU nodes: every MIG-capable catalog product is a candidate; the smallest fit is an A100-80GB 1g.10gb.
     assert "1g.10gb on NVIDIA-A100-SXM4-80GB" in eventually(reason, "the sizing policy")
-    core.create_node(make_node("h200-0", "NVIDIA-H200", 8))
+    core.create_node(make_node("h200-0", "NVIDIA-H200", 8, mig={"1g.18gb": 7}))
     eventually(lambda: "nvidia.com/mig-1g.18gb instead of nvidia.com/gpu: 1g.18gb on NVIDIA-H200" in reason(),
                "sizing on the H200 node's profiles")
     core.create_node(make_node("cpu-0", None, 0))  # a node without GPUs changes nothing
     time.sleep(0.3)
     assert "on NVIDIA-H200" in reason()
     core.delete_node("h200-0")
-    eventually(lambda: "1g.10gb on NVIDIA-A100-SXM4-80GB" in reason(), "the catalog again after the delete")
+    # the catalog again after the delete, and with a node known that offers no slice, the pod stays whole
+    eventually(lambda: "no node offers nvidia.com/mig-1g.10gb yet" in reason(), "the catalog again after the delete")

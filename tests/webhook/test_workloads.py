@@ -19,10 +19,10 @@ import pytest
 
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import parse_policy
+from kube.views import StaticView
 from tests.webhook.conftest import example_view
 from tests.webhook.payloads import SHARE, api_pod, review
 from webhook.app import create_app
-from webhook.views import StaticView
 
 WORKLOADS = {  # kind -> (group, resource)
     "Deployment": ("apps", "deployments"),

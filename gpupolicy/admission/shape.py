@@ -1,0 +1,206 @@
+"""The one shape check: does a Kubernetes object have the types the core reads? Pure.
+
+kube-apiserver validates objects before it calls a webhook, but the dry-run
+endpoint, the command line and hand-made requests see whatever was written:
+`labels: [a]`, `resources: "2"`, `containers: {}`. The core reads objects
+with plain `.get` chains and does not check types at every step; checking
+here once, before the core runs, turns such input into one message naming the
+field path (`object.spec.containers[0].resources.limits: must be a map`),
+answered as HTTP 400 or, on the command line, exit code 2.
+
+Only the fields the core reads are checked (anything else passes untouched),
+quantities are parsed with the one quantity parser, and the walk follows the
+spec below, never the input, so its depth is fixed whatever the object. An
+explicit null is accepted wherever a field is optional (YAML's `labels:` with
+nothing after it), as the API server decodes null to the empty value.
+
+Used by the webhook (/mutate, /validate, /dry-run), `kubeon-gpu dry-run` and
+the extender (the Pod and Node objects in ExtenderArgs).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from gpupolicy.quantity import QuantityError, parse_nanos, shown
+
+# A spec is a type name, a dict of field specs (an object), ("list", spec) or ("map", spec).
+Spec = Any
+STRING, BOOLEAN, INTEGER, QUANTITY, ANY_OBJECT = "string", "boolean", "integer", "quantity", "object"
+
+_MAP_OF_STRINGS = ("map", STRING)
+_OWNER_REFERENCE = {"apiVersion": STRING, "kind": STRING, "name": STRING, "uid": STRING, "controller": BOOLEAN}
+METADATA: Spec = {
+    "name": STRING, "generateName": STRING, "namespace": STRING, "uid": STRING,
+    "labels": _MAP_OF_STRINGS, "annotations": _MAP_OF_STRINGS, "ownerReferences": ("list", _OWNER_REFERENCE),
+}
+_RESOURCES = {"limits": ("map", QUANTITY), "requests": ("map", QUANTITY)}
+_CONTAINER = {"name": STRING, "image": STRING, "resources": _RESOURCES}
+_REQUIREMENT = {"key": STRING, "operator": STRING, "values": ("list", STRING)}
+_TERM = {"matchExpressions": ("list", _REQUIREMENT), "matchFields": ("list", _REQUIREMENT)}
+_NODE_AFFINITY = {
+    "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": ("list", _TERM)},
+    "preferredDuringSchedulingIgnoredDuringExecution": ("list", {"weight": INTEGER, "preference": _TERM}),
+}
+_TOLERATION = {"key": STRING, "operator": STRING, "value": STRING, "effect": STRING, "tolerationSeconds": INTEGER}
+POD_SPEC: Spec = {
+    "containers": ("list", _CONTAINER), "initContainers": ("list", _CONTAINER),
+    "nodeSelector": _MAP_OF_STRINGS, "nodeName": STRING, "schedulerName": STRING,
+    "runtimeClassName": STRING, "priorityClassName": STRING,
+    "tolerations": ("list", _TOLERATION), "affinity": {"nodeAffinity": _NODE_AFFINITY},
+}
+POD: Spec = {"kind": STRING, "apiVersion": STRING, "metadata": METADATA, "spec": POD_SPEC,
+             "status": {"phase": STRING}}
+POD_TEMPLATE: Spec = {"metadata": METADATA, "spec": POD_SPEC}
+NODE: Spec = {
+    "kind": STRING, "apiVersion": STRING, "metadata": METADATA,
+    "spec": {"unschedulable": BOOLEAN, "taints": ("list", {"key": STRING, "value": STRING, "effect": STRING})},
+    "status": {"allocatable": ("map", QUANTITY), "capacity": ("map", QUANTITY)},
+}
+NAMESPACE: Spec = {"kind": STRING, "apiVersion": STRING, "metadata": METADATA}
+# A policy's spec is read by its pydantic model, which names fields itself.
+POLICY: Spec = {"kind": STRING, "apiVersion": STRING, "metadata": METADATA, "spec": ANY_OBJECT}
+
+# kind -> path of the pod template inside a workload (the same table the dry-run uses)
+TEMPLATE_PATHS: dict[str, tuple[str, ...]] = {
+    "Deployment": ("spec", "template"),
+    "StatefulSet": ("spec", "template"),
+    "ReplicaSet": ("spec", "template"),
+    "DaemonSet": ("spec", "template"),
+    "Job": ("spec", "template"),
+    "CronJob": ("spec", "jobTemplate", "spec", "template"),
+}
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_./-]{1,80}", re.ASCII)
+_NAMES = {dict: "an object", list: "a list", str: "a string", bool: "a boolean", int: "a number",
+          float: "a number", type(None): "null"}
+
+
+def _key(key: Any) -> str:
+    """A map key as a path step: plain keys as they are, anything else quoted, short and ASCII."""
+    return f".{key}" if isinstance(key, str) and _PLAIN_KEY.fullmatch(key) else f"[{shown(key)}]"
+
+
+def _wrong(path: str, want: str, value: Any) -> str:
+    return f"{path}: must be {want}, not {_NAMES.get(type(value), 'a ' + type(value).__name__)}"
+
+
+def check(value: Any, spec: Spec, path: str) -> str:
+    """The first place `value` departs from `spec`, as "path: what is wrong" ("" when it fits)."""
+    if value is None:
+        return ""
+    if spec == STRING:
+        return "" if isinstance(value, str) else _wrong(path, "a string", value)
+    if spec == BOOLEAN:
+        return "" if isinstance(value, bool) else _wrong(path, "true or false", value)
+    if spec == INTEGER:
+        return "" if isinstance(value, int) and not isinstance(value, bool) else _wrong(path, "an integer", value)
+    if spec == QUANTITY:
+        try:
+            parse_nanos(value)
+        except QuantityError as exc:
+            return f"{path}: {exc}"
+        return ""
+    if spec == ANY_OBJECT:
+        return "" if isinstance(value, Mapping) else _wrong(path, "an object", value)
+    if isinstance(spec, tuple):
+        kind, item = spec
+        if kind == "list":
+            if not isinstance(value, list):
+                return _wrong(path, "a list", value)
+            for i, element in enumerate(value):
+                if element is None and isinstance(item, dict):
+                    return f"{path}[{i}]: must be an object, not null"
+                error = check(element, item, f"{path}[{i}]")
+                if error:
+                    return error
+            return ""
+        if not isinstance(value, Mapping):
+            return _wrong(path, "a map", value)
+        for key, element in value.items():
+            if not isinstance(key, str):
+                return f"{path}[{shown(key)}]: keys must be strings"
+            if element is None and item in (STRING, QUANTITY):
+                return f"{path}{_key(key)}: must be {'a string' if item == STRING else 'a quantity'}, not null"
+            error = check(element, item, path + _key(key))
+            if error:
+                return error
+        return ""
+    if not isinstance(value, Mapping):
+        return _wrong(path, "an object", value)
+    for name, field_spec in spec.items():
+        if name in value:
+            error = check(value[name], field_spec, f"{path}.{name}")
+            if error:
+                return error
+    return ""
+
+
+def pod_shape_error(pod: Any, path: str = "request.object") -> str:
+    """Where a Pod departs from the shape the core reads ("" when fine)."""
+    if not isinstance(pod, Mapping):
+        return _wrong(path, "a Pod object", pod)
+    return check(pod, POD, path)
+
+
+def node_shape_error(node: Any, path: str) -> str:
+    """Where a Node departs from the shape the packing model reads ("" when fine)."""
+    if not isinstance(node, Mapping):
+        return _wrong(path, "a Node object", node)
+    return check(node, NODE, path)
+
+
+def template_shape_error(obj: Mapping[str, Any], path: str) -> str:
+    """A workload's levels down to its pod template, then the template itself ("" when fine or absent)."""
+    error = check(obj.get("metadata"), METADATA, f"{path}.metadata")
+    current: Any = obj
+    for key in TEMPLATE_PATHS[str(obj.get("kind"))]:
+        if error:
+            return error
+        current = current.get(key)
+        path = f"{path}.{key}"
+        if current is None:
+            return ""
+        if not isinstance(current, Mapping):
+            return _wrong(path, "an object", current)
+    return error or check(current, POD_TEMPLATE, path)
+
+
+def object_shape_error(obj: Any, path: str = "object") -> str:
+    """Any object the dry-run or the command line reads, by kind ("" when fine; unknown kinds pass)."""
+    if not isinstance(obj, Mapping):
+        return _wrong(path, "a Kubernetes object", obj)
+    kind = obj.get("kind")
+    if not isinstance(kind, str):
+        return _wrong(f"{path}.kind", "a string", kind) if kind is not None else f"{path}.kind: missing"
+    if kind in TEMPLATE_PATHS:
+        return template_shape_error(obj, path)
+    spec = {"Pod": POD, "Node": NODE, "Namespace": NAMESPACE, "GpuPolicy": POLICY}.get(kind)
+    return check(obj, spec, path) if spec is not None else check(obj.get("metadata"), METADATA, f"{path}.metadata")
+
+
+def dry_run_body_error(body: Any) -> str:
+    """The /dry-run request body: {object, policies?, nodes?, namespace?} ("" when its shape is fine)."""
+    if not isinstance(body, Mapping):
+        return _wrong("body", "a JSON object with an `object` field", body)
+    if "object" not in body:
+        return "object: missing (a Pod, Deployment, StatefulSet, Job or CronJob)"
+    error = object_shape_error(body["object"], "object")
+    policies = body.get("policies")
+    if not error and policies is not None:
+        if not isinstance(policies, list):
+            return _wrong("policies", "a list of GpuPolicy objects", policies)
+        error = next((e for i, p in enumerate(policies) if (e := check(p, POLICY, f"policies[{i}]"))), "")
+        if not error:
+            error = next((f"policies[{i}]: must be an object, not null" for i, p in enumerate(policies)
+                          if p is None), "")
+    nodes = body.get("nodes")
+    if not error and nodes is not None:
+        if not isinstance(nodes, list):
+            return _wrong("nodes", "a list of Node objects", nodes)
+        error = next((e for i, n in enumerate(nodes) if (e := node_shape_error(n, f"nodes[{i}]"))), "")
+    namespace = body.get("namespace")
+    if not error and namespace is not None:
+        error = check(namespace, {"name": STRING, "labels": _MAP_OF_STRINGS}, "namespace")
+    return error

@@ -1,0 +1,214 @@
+"""`kubeon-gpu hub`: serve the hub, or change it from the command line (tokens, policies, approvals).
+
+  kubeon-gpu hub serve --db URL --bind HOST:PORT [--cert FILE --key FILE]
+  kubeon-gpu hub --db URL token create|rotate|revoke --cluster NAME
+  kubeon-gpu hub --db URL policy apply --cluster NAME -f FILE
+  kubeon-gpu hub --db URL policy delete --cluster NAME --name POLICY
+  kubeon-gpu hub --db URL approval add --cluster NAME --policy P --target Kind/ns/name [--expires-in 24h]
+  kubeon-gpu hub --db URL approval withdraw --cluster NAME --id ID
+
+`token create` and `token rotate` print the new token alone on the last line
+of stdout (scripts read it with `tail -n1`); it is never shown again. Every
+change is audited with the actor `cli:$USER`. Refusals print one line on
+stderr naming the file, document and field, and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import getpass
+import hashlib
+import logging
+import os
+import secrets
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from gpupolicy.quantity import QuantityError, parse_duration
+from hub.store import Hub, HubError, validate_policy
+
+log = logging.getLogger(__name__)
+DEFAULT_DB = "sqlite:///hub.db"
+ADMIN_ENV = "KUBEON_HUB_ADMIN_TOKEN"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--db", default=os.environ.get("KUBEON_HUB_DB", DEFAULT_DB),
+                        help=f"database URL (default: $KUBEON_HUB_DB or {DEFAULT_DB}; PostgreSQL: "
+                             "postgresql+psycopg://user:pass@host/db)")
+    sub = parser.add_subparsers(dest="hub_command", metavar="COMMAND", required=True)
+
+    serve = sub.add_parser("serve", help="serve the API and the web console")
+    serve.add_argument("--db", dest="serve_db", default=None, help="database URL (overrides the one above)")
+    serve.add_argument("--bind", default="127.0.0.1:8800", help="HOST:PORT (default 127.0.0.1:8800)")
+    serve.add_argument("--cert", default=None, help="TLS certificate (PEM); without it plain HTTP, with a warning")
+    serve.add_argument("--key", default=None, help="TLS private key (PEM)")
+    serve.add_argument("--admin-token-file", default=None,
+                       help=f"file holding the admin credential (else ${ADMIN_ENV}; else one is generated)")
+    serve.add_argument("--workers", type=int, default=2)
+    serve.add_argument("--threads", type=int, default=4)
+
+    token = sub.add_parser("token", help="create, rotate or revoke a cluster's token")
+    token.add_argument("verb", choices=["create", "rotate", "revoke"])
+    token.add_argument("--cluster", required=True)
+
+    policy = sub.add_parser("policy", help="apply or delete a cluster's policies")
+    policy_sub = policy.add_subparsers(dest="verb", required=True)
+    apply = policy_sub.add_parser("apply", help="GpuPolicy YAML documents, validated with the CRD's model")
+    apply.add_argument("--cluster", required=True)
+    apply.add_argument("-f", "--file", required=True)
+    delete = policy_sub.add_parser("delete")
+    delete.add_argument("--cluster", required=True)
+    delete.add_argument("--name", required=True)
+
+    approval = sub.add_parser("approval", help="approve a proposal's target, or withdraw an approval")
+    approval_sub = approval.add_subparsers(dest="verb", required=True)
+    add = approval_sub.add_parser("add")
+    add.add_argument("--cluster", required=True)
+    add.add_argument("--policy", required=True)
+    add.add_argument("--target", required=True, help="Kind/namespace/name")
+    add.add_argument("--expires-in", default=None, help="duration (e.g. 24h); default: no expiry")
+    withdraw = approval_sub.add_parser("withdraw")
+    withdraw.add_argument("--cluster", required=True)
+    withdraw.add_argument("--id", required=True)
+
+
+def _actor() -> str:
+    try:
+        return f"cli:{getpass.getuser()}"
+    except (KeyError, OSError):
+        return "cli"
+
+
+def _fail(message: str) -> int:
+    print(f"kubeon-gpu hub: {message}", file=sys.stderr)
+    return 2
+
+
+def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
+    """(name, spec) for every GpuPolicy document; HubError naming file, document and field."""
+    try:
+        docs = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
+    except OSError as exc:
+        raise HubError(400, f"{path}: {exc.strerror}") from None
+    except yaml.YAMLError as exc:
+        raise HubError(400, f"{path}: not YAML: {exc}") from None
+    found = []
+    for index, doc in enumerate(docs, start=1):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict) or doc.get("kind") != "GpuPolicy":
+            raise HubError(400, f"{path}: document {index}: kind must be GpuPolicy")
+        name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
+        extra = set(doc) - {"apiVersion", "kind", "metadata", "spec", "status"}
+        try:
+            if extra:
+                raise HubError(400, f"{sorted(extra)[0]}: unknown field", sorted(extra)[0])
+            spec = validate_policy(str(name) if name is not None else "", doc.get("spec"))
+        except HubError as exc:
+            raise HubError(400, f"{path}: document {index} ({name}): {exc.message}", exc.field) from None
+        found.append((str(name), spec))
+    if not found:
+        raise HubError(400, f"{path}: no GpuPolicy documents")
+    return found
+
+
+def admin_token(args: argparse.Namespace) -> str:
+    if args.admin_token_file:
+        value = Path(args.admin_token_file).read_text(encoding="utf-8").strip()
+        if not value:
+            raise HubError(400, f"--admin-token-file {args.admin_token_file}: empty")
+        return value
+    if os.environ.get(ADMIN_ENV):
+        return os.environ[ADMIN_ENV]
+    generated = secrets.token_urlsafe(24)
+    print(f"kubeon-gpu hub: no --admin-token-file or ${ADMIN_ENV}: generated admin credential {generated}",
+          file=sys.stderr)
+    return generated
+
+
+def _split_bind(bind: str) -> tuple[str, int]:
+    host, sep, port = bind.rpartition(":")
+    if not sep or not port.isdigit():
+        raise HubError(400, f"--bind {bind!r}: expected HOST:PORT")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+def serve(args: argparse.Namespace) -> int:
+    from hub.app import create_app
+    from hub.db import open_db
+    from serving.server import serve as gunicorn_serve
+
+    url = args.serve_db or args.db
+    host, port = _split_bind(args.bind)
+    if bool(args.cert) != bool(args.key):
+        return _fail("--cert and --key go together")
+    token = admin_token(args)
+    open_db(url)  # migrate once, in the master, before the workers fork
+    secret = hashlib.sha256(b"kubeon-hub-session\x00" + token.encode()).hexdigest()
+    cert_dir = None
+    if args.cert:
+        cert_dir = tempfile.mkdtemp(prefix="kubeon-hub-tls-")
+        os.symlink(os.path.abspath(args.cert), os.path.join(cert_dir, "tls.crt"))
+        os.symlink(os.path.abspath(args.key), os.path.join(cert_dir, "tls.key"))
+    else:
+        log.warning("serving plain HTTP: cluster tokens and the admin credential cross the network in clear; "
+                    "pass --cert and --key")
+        print("kubeon-gpu hub: WARNING: plain HTTP (no --cert/--key): tokens travel unencrypted", file=sys.stderr)
+
+    def factory() -> Any:
+        return create_app(Hub(open_db(url, upgrade=False)), token, secret_key=secret,
+                          secure_cookies=cert_dir is not None)
+
+    log.info("hub serving on %s:%d db=%s tls=%s", host, port, url.split("@")[-1], cert_dir is not None)
+    gunicorn_serve(factory, bind=host, port=port, cert_dir=cert_dir, workers=args.workers, threads=args.threads,
+                   access_log=True)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        if args.hub_command == "serve":
+            return serve(args)
+        from hub.db import open_db
+
+        hub = Hub(open_db(args.db))
+        actor = _actor()
+        if args.hub_command == "token":
+            if args.verb == "revoke":
+                count = hub.revoke(args.cluster, actor)
+                print(f"revoked {count} token(s) of cluster {args.cluster}")
+                return 0
+            token = hub.token_create(args.cluster, actor) if args.verb == "create" else hub.rotate(args.cluster, actor)
+            print(f"new token for cluster {args.cluster} (shown once):")
+            print(token)
+            return 0
+        if args.hub_command == "policy":
+            if args.verb == "apply":
+                for name, spec in load_policy_file(args.file):
+                    changed = hub.apply_policy(args.cluster, name, spec, actor)
+                    print(f"policy {name} {'applied' if changed else 'unchanged'}")
+            else:
+                hub.delete_policy(args.cluster, args.name, actor)
+                print(f"policy {args.name} deleted")
+            return 0
+        if args.verb == "add":
+            expires = None
+            if args.expires_in:
+                try:
+                    expires = parse_duration(args.expires_in)
+                except QuantityError as exc:
+                    return _fail(f"--expires-in: {exc}")
+            approval_id = hub.add_approval(args.cluster, args.policy, args.target, actor, expires)
+            print(approval_id)
+            return 0
+        hub.withdraw_approval(args.cluster, args.id, actor)
+        print(f"approval {args.id} withdrawn")
+        return 0
+    except HubError as exc:
+        return _fail(exc.message)

@@ -1,0 +1,318 @@
+"""The optimizer against a real hub (`kubeon-gpu hub serve`, over HTTP and HTTPS) and the test API server.
+
+Real: the hub process and its database, the controller frame (`controller.command.build` with its
+HubSync, PolicySync, ScaleToZeroReconciler, leader election), the webhook's watched view and Flask app,
+the test API server. Faked: the clock the reconcilers read (the hub keeps the real one) and the GPU
+metrics (every workload reads idle at 0 %, with no wake demand), so a scale to zero is always due.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import requests
+from kubernetes import client
+
+from controller.command import ControllerProcess, build
+from controller.hubsync import HubSettings
+from controller.policies import PolicySync
+from controller.scaletozero import ScaleToZeroReconciler
+from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
+from gpupolicy.scaling.metrics import Sample, Series
+from tests.controller.conftest import FakeClock, make_deployment
+from tests.hub.conftest import HubProcess, start_hub
+from tests.loopback import wait_for
+from tests.webhook.payloads import api_pod, review
+
+SHARE = {"mode": "Automatic", "selector": {"namespaces": ["inference"]}, "sharing": {"strategy": "TimeSlicing"}}
+PARK = {"mode": "Automatic", "scaleToZero": {"namespaces": ["research"], "idleFor": "60s", "idleBelowPercent": 5,
+                                             "wake": {"prometheusQuery": "sum(queue_depth)", "above": 0}}}
+
+
+class IdleGpus:
+    """Every workload's GPUs read 0 % over any window; the wake query reads 0 (no demand)."""
+
+    def query_range(self, promql: str, start: float, end: float, step: float) -> list[Series]:
+        points, t = [], start
+        while t <= end:
+            points.append((t, 0.0))
+            t += step
+        return [Series({}, points)]
+
+    def query(self, promql: str) -> list[Sample]:
+        return [Sample({}, 0.0)]
+
+
+@pytest.fixture(params=["http", "https"])
+def hub(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HubProcess]:
+    process = start_hub(f"sqlite:///{tmp_path}/hub.db", tls=request.param == "https")
+    yield process
+    process.stop()
+
+
+@pytest.fixture
+def cluster_api() -> Iterator[Any]:
+    from tests.kubeapi import ApiServer
+
+    crd = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
+    server = ApiServer.start(crd_files=[str(crd)])
+    api = server.api_client()
+    for ns in ("kubeon-gpu", "inference", "research"):
+        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    server.api = api
+    yield server
+    server.stop()
+
+
+def _token(hub: HubProcess, verb: str, cluster: str = "prod") -> str:
+    done = hub.cli("token", verb, "--cluster", cluster)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _put(hub: HubProcess, name: str, spec: dict[str, Any], cluster: str = "prod") -> None:
+    assert hub.client().admin("PUT", f"/clusters/{cluster}/policies/{name}", json={"spec": spec}).status_code == 200
+
+
+def _controller(api: client.ApiClient, hub: HubProcess, token_file: Path, clock: FakeClock) -> ControllerProcess:
+    settings = HubSettings(hub.url, "prod", str(token_file), poll_interval=60.0, ca_file=hub.ca_file)
+    process = build(api, identity="one", clock=clock, metrics=IdleGpus(), prometheus_url="http://prometheus.test",
+                    default_mode=Mode.RECOMMEND, on_lost=lambda _reason: None, hub=settings,
+                    reconcilers=[PolicySync(), ScaleToZeroReconciler()])
+    assert process.elector.step()
+    return process
+
+
+def _policies(api: client.ApiClient) -> dict[str, dict[str, Any]]:
+    items = client.CustomObjectsApi(api).list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]
+    return {o["metadata"]["name"]: o for o in items}
+
+
+def _advance(process: ControllerProcess, clock: FakeClock, seconds: float) -> None:
+    """Move the clock, renewing the lease on the way as the lease thread would."""
+    while seconds > 0:
+        clock.advance(min(5.0, seconds))
+        seconds -= 5.0
+        assert process.elector.step()
+
+
+def _poll(process: ControllerProcess, clock: FakeClock, seconds: float = 70) -> None:
+    """Let one poll interval pass and run what is due (the hub sync first)."""
+    _advance(process, clock, seconds)
+    process.runner.run_due()
+
+
+def _replicas(api: client.ApiClient, name: str) -> int:
+    return int(client.AppsV1Api(api).read_namespaced_deployment(name, "research").spec.replicas)
+
+
+def _metric(process: ControllerProcess, name: str, **labels: str) -> float:
+    return float(process.metrics.registry.get_sample_value(name, labels) or 0.0)
+
+
+def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluster_api: Any, tmp_path: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    api = cluster_api.api
+    token_file = tmp_path / "token"
+    token_file.write_text(_token(hub, "create"))
+    _put(hub, "share-inference", {**SHARE, "mode": "Recommend"})
+    clock = FakeClock(time.time())
+    process = _controller(api, hub, token_file, clock)
+
+    with caplog.at_level(logging.INFO):
+        process.runner.run_all()
+    assert "policies synced count=1 revision=1" in caplog.text
+    synced = _policies(api)["share-inference"]
+    assert synced["metadata"]["labels"]["gpu.kubeon.io/managed-by"] == "hub"
+    assert synced["metadata"]["labels"]["gpu.kubeon.io/hub"] == "Connected"
+    assert synced["metadata"]["annotations"]["gpu.kubeon.io/hub-revision"] == "1"
+    assert synced["spec"]["mode"] == "Recommend"
+
+    # an edit in the hub reaches the cluster within one poll
+    _put(hub, "share-inference", SHARE)
+    _put(hub, "idle-research", {**PARK, "mode": "Recommend"})
+    _poll(process, clock)
+    assert _policies(api)["share-inference"]["spec"]["mode"] == "Automatic"
+    assert set(_policies(api)) == {"share-inference", "idle-research"}
+
+    # a direct edit is overwritten on the next sync; nothing changed in the hub: 304, counted, no "synced" line
+    objects = client.CustomObjectsApi(api)
+    objects.patch_cluster_custom_object(GROUP, VERSION, PLURAL, "share-inference", {"spec": {"mode": "Recommend"}})
+    caplog.clear()
+    with caplog.at_level(logging.INFO):
+        _poll(process, clock)
+    assert _policies(api)["share-inference"]["spec"]["mode"] == "Automatic"
+    assert "policies synced" not in caplog.text
+    assert _metric(process, "kubeon_gpu_hub_polls_total", result="not_modified") == 1
+
+    # objects the hub no longer lists are deleted
+    assert hub.client().admin("DELETE", "/clusters/prod/policies/idle-research").status_code == 200
+    _poll(process, clock)
+    assert set(_policies(api)) == {"share-inference"}
+
+    # rotation: the old token works until the new one is used; the Secret's file is re-read, no restart
+    old = token_file.read_text()
+    new = _token(hub, "rotate")
+    assert requests.get(f"{hub.url}/api/v1/clusters/prod/policies", headers={"Authorization": f"Bearer {old}"},
+                        verify=hub.ca_file or True, timeout=5).status_code == 200
+    token_file.write_text(new)
+    os.utime(token_file, ns=(time.time_ns() + 10**9, time.time_ns() + 10**9))
+    _poll(process, clock)
+    assert _metric(process, "kubeon_gpu_hub_connected") == 1
+    assert requests.get(f"{hub.url}/api/v1/clusters/prod/policies", headers={"Authorization": f"Bearer {old}"},
+                        verify=hub.ca_file or True, timeout=5).status_code == 401
+
+    # revocation: within one poll every writer stops; the webhook admits unchanged; the hub shows disconnected
+    from kube.views import WatchedView
+    from webhook.app import create_app
+
+    _put(hub, "idle-research", PARK)
+    client.AppsV1Api(api).create_namespaced_deployment("research", make_deployment("trainer", "research", replicas=2))
+    view = WatchedView(api, default_mode=Mode.RECOMMEND, own_namespace="kubeon-gpu", with_nodes=True).start()
+    webhook = create_app(view).test_client()
+
+    def mutated() -> bool:
+        answer = webhook.post("/mutate", json=review(api_pod(), namespace="inference")).get_json()["response"]
+        return "patch" in answer
+
+    wait_for(mutated, what="the webhook to rewrite a pod under the hub's sharing policy")
+    assert hub.cli("token", "revoke", "--cluster", "prod").returncode == 0
+    _poll(process, clock, 120)  # the scale to zero of `trainer` is due now (idle for the whole window)
+    assert _replicas(api, "trainer") == 2, "a revoked cluster scaled a workload to zero"
+    assert _metric(process, "kubeon_gpu_hub_connected") == 0
+    assert {o["metadata"]["labels"]["gpu.kubeon.io/hub"] for o in _policies(api).values()} == {"Disconnected"}
+    wait_for(lambda: not mutated(), what="the webhook to admit pods unchanged once disconnected")
+    pod = api_pod()
+    answer = webhook.post("/mutate", json=review(pod, namespace="inference")).get_json()["response"]
+    assert "patch" not in answer and answer["allowed"] is True
+    for _ in range(3):
+        _poll(process, clock)
+    assert _replicas(api, "trainer") == 2
+    clusters = hub.client().admin("GET", "/clusters").json()["clusters"]
+    assert clusters[0]["state"] == "disconnected"
+
+    # a working token resumes: the writers act again (the due scale to zero happens)
+    token_file.write_text(_token(hub, "create"))
+    os.utime(token_file, ns=(time.time_ns() + 2 * 10**9, time.time_ns() + 2 * 10**9))
+    _poll(process, clock)
+    assert _metric(process, "kubeon_gpu_hub_connected") == 1
+    assert {o["metadata"]["labels"]["gpu.kubeon.io/hub"] for o in _policies(api).values()} == {"Connected"}
+    _poll(process, clock)
+    assert _replicas(api, "trainer") == 0
+    wait_for(mutated, what="the webhook to rewrite pods again after reconnecting")
+    view.stop()
+    actions = hub.client().admin("GET", "/clusters/prod/actions").json()["actions"]
+    assert [a["result"] for a in actions if a["target"] == "Deployment/research/trainer"] == ["applied"]
+
+
+def test_hub_down_for_several_polls(cluster_api: Any, tmp_path: Path) -> None:
+    api = cluster_api.api
+    from tests.loopback import free_port
+
+    port = free_port()
+    db = f"sqlite:///{tmp_path}/hub.db"
+    hub = start_hub(db, port=port)
+    token_file = tmp_path / "token"
+    token_file.write_text(_token(hub, "create"))
+    _put(hub, "idle-research", PARK)
+    clock = FakeClock(time.time())
+    process = _controller(api, hub, token_file, clock)
+    process.runner.run_all()
+    assert set(_policies(api)) == {"idle-research"}
+    hub.stop()
+
+    client.AppsV1Api(api).create_namespaced_deployment("research", make_deployment("trainer", "research", replicas=2))
+    for _ in range(4):
+        _poll(process, clock, 700)
+    assert set(_policies(api)) == {"idle-research"}, "an outage leaves the policies in force"
+    assert _replicas(api, "trainer") == 0, "the policies in the cluster keep acting during an outage"
+    assert _metric(process, "kubeon_gpu_hub_polls_total", result="error") >= 3
+    assert _metric(process, "kubeon_gpu_hub_actions_queued") >= 1
+    assert process.runner.reconcilers[0].period_seconds > 60 * 1.1, "errors back off"
+
+    hub = start_hub(db, port=port)
+    try:
+        _poll(process, clock, 700)
+        _poll(process, clock, 700)
+        actions = hub.client().admin("GET", "/clusters/prod/actions").json()["actions"]
+        applied = [a for a in actions if a["result"] == "applied"]
+        assert len(applied) == 1 and applied[0]["target"] == "Deployment/research/trainer"
+        assert _metric(process, "kubeon_gpu_hub_actions_queued") == 0
+    finally:
+        hub.stop()
+
+
+def test_another_clusters_token_is_refused_and_disconnects(cluster_api: Any, tmp_path: Path) -> None:
+    hub = start_hub(f"sqlite:///{tmp_path}/hub.db")
+    try:
+        _token(hub, "create")
+        token_file = tmp_path / "token"
+        token_file.write_text(_token(hub, "create", cluster="staging"))
+        _put(hub, "share-inference", SHARE)
+        process = _controller(cluster_api.api, hub, token_file, FakeClock(time.time()))
+        process.runner.run_all()
+        assert _metric(process, "kubeon_gpu_hub_polls_total", result="unauthorized") == 1
+        assert _metric(process, "kubeon_gpu_hub_connected") == 0
+        assert _policies(cluster_api.api) == {}
+    finally:
+        hub.stop()
+
+
+def test_approve_mode_applies_only_live_hub_approvals(cluster_api: Any, tmp_path: Path) -> None:
+    api = cluster_api.api
+    hub = start_hub(f"sqlite:///{tmp_path}/hub.db")
+    try:
+        token_file = tmp_path / "token"
+        token_file.write_text(_token(hub, "create"))
+        _put(hub, "idle-research", {**PARK, "mode": "Approve"})
+        for name in ("kept", "withdrawn", "expired", "unapproved"):
+            client.AppsV1Api(api).create_namespaced_deployment("research",
+                                                               make_deployment(name, "research", replicas=1))
+        admin = hub.client()
+
+        def approve(name: str, expires: float | None = None) -> str:
+            body: dict[str, Any] = {"policy": "idle-research", "target": f"Deployment/research/{name}"}
+            if expires is not None:
+                body["expiresInSeconds"] = expires
+            answer = admin.admin("POST", "/clusters/prod/approvals", json=body)
+            assert answer.status_code == 201
+            return str(answer.json()["id"])
+
+        approve("kept")
+        withdrawn = approve("withdrawn")
+        approve("expired", expires=1)
+        assert admin.admin("DELETE", f"/clusters/prod/approvals/{withdrawn}").status_code == 200
+        time.sleep(1.5)
+        clock = FakeClock(time.time())
+        process = _controller(api, hub, token_file, clock)
+        process.runner.run_all()
+        _poll(process, clock)
+        assert _policies(api)["idle-research"]["spec"]["approvals"] == ["Deployment/research/kept"]
+        assert {n: _replicas(api, n) for n in ("kept", "withdrawn", "expired", "unapproved")} == {
+            "kept": 0, "withdrawn": 1, "expired": 1, "unapproved": 1}
+        # proposals shown for the others reach the hub once each, for the console's Approve buttons
+        _poll(process, clock)
+        _poll(process, clock)
+        proposed = [a for a in admin.admin("GET", "/clusters/prod/actions").json()["actions"]
+                    if a["result"] == "proposed"]
+        assert sorted(a["target"] for a in proposed) == [
+            "Deployment/research/expired", "Deployment/research/unapproved", "Deployment/research/withdrawn"]
+    finally:
+        hub.stop()
+
+
+def test_an_approval_that_expires_between_polls_is_dropped_locally() -> None:
+    from controller.hubsync import desired_objects
+
+    body = {"revision": 3, "policies": [{"name": "p", "spec": {"mode": "Approve", "packing": {}}}],
+            "approvals": [{"policy": "p", "target": "Deployment/a/b", "id": "1", "expires": "2030-01-01T00:00:00Z"}]}
+    before = desired_objects(body, 1_893_455_000.0)["p"]
+    after = desired_objects(body, 1_893_456_001.0)["p"]
+    assert before["spec"]["approvals"] == ["Deployment/a/b"]
+    assert "approvals" not in after["spec"]

@@ -1,0 +1,39 @@
+"""`python -m tests.kubeapi serve`: the test cluster by hand, as the README documents it.
+
+Real: the module run as a process, its kubeconfig, kubectl 1.35, the stand-ins (a Deployment
+rolls out). Faked: nothing beyond the test cluster itself."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.kubeapi.cluster import REPO, kubectl_binary
+from tests.loopback import free_port
+
+
+def test_serve_prints_the_kubeconfig_and_runs_the_stand_ins(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "kc"
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "tests.kubeapi", "serve", "--port", str(port),
+                             "--kubeconfig", str(kubeconfig)], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == str(kubeconfig.resolve())
+        assert f"127.0.0.1:{port}" in kubeconfig.read_text()
+
+        def kubectl(*args: str) -> str:
+            out = subprocess.run([kubectl_binary(), "--kubeconfig", str(kubeconfig), *args], capture_output=True,
+                                 text=True, timeout=60)
+            assert out.returncode == 0, out.stderr
+            return out.stdout
+
+        assert "gpupolicies.gpu.kubeon.io" in kubectl("get", "crd", "-o", "name")
+        kubectl("create", "deployment", "web", "--image=nginx")
+        assert "successfully rolled out" in kubectl("rollout", "status", "deploy/web", "--timeout=30s")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=20) == 0
