@@ -28,7 +28,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--placements", help="write every placement to this CSV, in arrival order")
     parser.add_argument("--through-extender", action="store_true",
                         help="replay through the extender's HTTP endpoints with kube-scheduler's scoring of "
-                             "the scheduler profile (simulator/live.py)")
+                             "the scheduler profile (cli/livereplay.py)")
     parser.add_argument("--scheduler-config", metavar="FILE",
                         help="KubeSchedulerConfiguration (or its ConfigMap) for --through-extender "
                              "(default: the chart's, manifests/rendered/scheduler.yaml)")
@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         nodes = load_nodes(args.nodes)
         pods = load_pods(args.pods)
         if args.through_extender:
-            from simulator.live import SHIPPED_SCHEDULER_CONFIG, load_scheduler_config, replay_through_extender
+            from cli.livereplay import SHIPPED_SCHEDULER_CONFIG, load_scheduler_config, replay_through_extender
 
             config = load_scheduler_config(args.scheduler_config or SHIPPED_SCHEDULER_CONFIG)
             result = replay_through_extender(nodes, pods, args.seed, args.tune, config, args.policy,

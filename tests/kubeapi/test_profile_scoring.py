@@ -24,7 +24,7 @@ from extender.cache import ClusterCache
 from extender.service import ExtenderService
 from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, Profile, schedule_one
-from simulator.live import HttpExtender, load_scheduler_config
+from cli.livereplay import HttpExtender, load_scheduler_config
 from tests.kubeapi.fixtures import make_node, make_pod
 
 A100 = "NVIDIA-A100-SXM4-80GB"

@@ -1,4 +1,4 @@
-"""The openb replay through the extender's HTTP endpoints, as kube-scheduler calls them (`--through-extender`).
+"""`simulate --through-extender`: the openb replay through the extender's HTTP endpoints, as kube-scheduler calls them (`--through-extender`).
 
 What runs: the extender's Flask app (its real /filter, /prioritize and
 /bind handlers, over the WSGI interface with JSON bodies on the wire), its
