@@ -1,4 +1,4 @@
-"""`simulate --through-extender`: the openb replay through the extender's HTTP endpoints, as kube-scheduler calls them (`--through-extender`).
+"""The openb replay through the extender's HTTP endpoints, as kube-scheduler calls them (`simulate --through-extender`).
 
 What runs: the extender's Flask app (its real /filter, /prioritize and
 /bind handlers, over the WSGI interface with JSON bodies on the wire), its

@@ -19,12 +19,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from cli.livereplay import HttpExtender, load_scheduler_config
 from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
 from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, Profile, schedule_one
-from cli.livereplay import HttpExtender, load_scheduler_config
 from tests.kubeapi.fixtures import make_node, make_pod
 
 A100 = "NVIDIA-A100-SXM4-80GB"
