@@ -190,46 +190,64 @@ def _units(resource: str, value: Decimal) -> int:
     return int(value * 1000) if resource == "cpu" else int(value)
 
 
-def tolerates(tolerations: Sequence[Obj], taint: Obj) -> bool:
-    for t in tolerations:
-        if t.get("effect") and t.get("effect") != taint.get("effect"):
+def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
+    """core/v1 toleration matching: empty key with Exists tolerates all; empty effect matches any. Pure."""
+    for toleration in tolerations:
+        effect = toleration.get("effect") or ""
+        if effect and effect != taint.get("effect"):
             continue
-        if t.get("operator") == "Exists":
-            if not t.get("key") or t.get("key") == taint.get("key"):
+        key = toleration.get("key") or ""
+        operator = toleration.get("operator") or "Equal"
+        if not key:
+            if operator == "Exists":
                 return True
-        elif t.get("key") == taint.get("key") and (t.get("value") or "") == (taint.get("value") or ""):
+            continue
+        if key != taint.get("key"):
+            continue
+        if operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or ""):
             return True
     return False
 
 
-def _expression_matches(expr: Obj, labels: Mapping[str, str]) -> bool:
-    key, op, values = expr.get("key"), expr.get("operator"), list(expr.get("values") or [])
-    if op == "In":
+def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    key, operator = expression["key"], expression["operator"]
+    values = expression.get("values") or []
+    if operator == "In":
         return key in labels and labels[key] in values
-    if op == "NotIn":
+    if operator == "NotIn":
         return key not in labels or labels[key] not in values
-    if op == "Exists":
+    if operator == "Exists":
         return key in labels
-    if op == "DoesNotExist":
+    if operator == "DoesNotExist":
         return key not in labels
-    if op in ("Gt", "Lt") and key in labels and values:
+    if operator in ("Gt", "Lt"):
         try:
-            a, b = int(labels[key]), int(values[0])
-        except ValueError:
+            have, want = int(labels[key]), int(values[0])
+        except (KeyError, ValueError, IndexError):
             return False
-        return a > b if op == "Gt" else a < b
+        return have > want if operator == "Gt" else have < want
+    raise ValueError(f"unknown node selector operator {operator!r}")
+
+
+def matches_node_selector_terms(terms: Sequence[Mapping[str, Any]], node: Mapping[str, Any]) -> bool:
+    """nodeSelectorTerms are ORed, the requirements of one term ANDed; an empty term matches nothing. Pure."""
+    labels = (node.get("metadata") or {}).get("labels") or {}
+    fields = {"metadata.name": (node.get("metadata") or {}).get("name", "")}
+    for term in terms:
+        expressions = term.get("matchExpressions") or []
+        field_expressions = term.get("matchFields") or []
+        if not expressions and not field_expressions:
+            continue
+        if all(_expression_matches(e, labels) for e in expressions) and all(
+            _expression_matches(e, fields) for e in field_expressions
+        ):
+            return True
     return False
 
 
 def term_matches(term: Obj, node: Obj) -> bool:
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    name = (node.get("metadata") or {}).get("name")
-    exprs = term.get("matchExpressions") or []
-    fields = term.get("matchFields") or []
-    if not exprs and not fields:
-        return False
-    return (all(_expression_matches(e, labels) for e in exprs)
-            and all(_expression_matches(f, {"metadata.name": name}) for f in fields))
+    """One node selector term (preferred node affinity terms are scored one by one)."""
+    return matches_node_selector_terms([term], node)
 
 
 def static_filter(pod: Obj, node: Obj) -> str | None:
@@ -246,8 +264,7 @@ def static_filter(pod: Obj, node: Obj) -> str | None:
             return "node(s) didn't match Pod's node affinity/selector"
     required = (((spec.get("affinity") or {}).get("nodeAffinity") or {})
                 .get("requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = required.get("nodeSelectorTerms") or []
-    if terms and not any(term_matches(t, node) for t in terms):
+    if required and not matches_node_selector_terms(required.get("nodeSelectorTerms") or [], node):
         return "node(s) didn't match Pod's node affinity/selector"
     for taint in node_spec.get("taints") or []:
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):

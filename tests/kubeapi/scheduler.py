@@ -40,7 +40,15 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gpupolicy.quantity import parse_quantity
-from simulator.kubescheduler import ClusterScores, ExtenderSpec, Profile, schedule_one
+from simulator.kubescheduler import (
+    ClusterScores,
+    ExtenderSpec,
+    Profile,
+    matches_node_selector_terms,
+    pod_requests,
+    schedule_one,
+    tolerates,
+)
 from tests.kubeapi.fixtures import DEFAULT_SCHEDULER
 
 log = logging.getLogger(__name__)
@@ -90,30 +98,6 @@ def record_event(core: client.CoreV1Api, obj: Mapping[str, Any], event_type: str
 
 # ---------------------------------------------------------------- pure predicates
 
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
-    """Effective requests: sum over containers, at least the largest init container, plus overhead.
-
-    A limit without a request counts as the request (the API server defaults it so). Pure.
-    """
-    spec = pod.get("spec") or {}
-
-    def container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
-        resources = container.get("resources") or {}
-        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        return {name: parse_quantity(value) for name, value in merged.items()}
-
-    total: dict[str, Decimal] = {}
-    for container in spec.get("containers") or []:
-        for name, value in container_requests(container).items():
-            total[name] = total.get(name, Decimal(0)) + value
-    for container in spec.get("initContainers") or []:
-        for name, value in container_requests(container).items():
-            total[name] = max(total.get(name, Decimal(0)), value)
-    for name, value in (spec.get("overhead") or {}).items():
-        total[name] = total.get(name, Decimal(0)) + parse_quantity(value)
-    return total
-
-
 def node_free(node: Mapping[str, Any], bound: Iterable[Mapping[str, Any]]) -> dict[str, Decimal]:
     """Allocatable minus the requests of the pods bound to the node (one pod slot each). Pure."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
@@ -133,25 +117,6 @@ def insufficient_resources(pod: Mapping[str, Any], free: Mapping[str, Decimal]) 
     return short
 
 
-def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    """core/v1 toleration matching: empty key with Exists tolerates all; empty effect matches any. Pure."""
-    for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = toleration.get("key") or ""
-        operator = toleration.get("operator") or "Equal"
-        if not key:
-            if operator == "Exists":
-                return True
-            continue
-        if key != taint.get("key"):
-            continue
-        if operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
 def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> dict[str, Any] | None:
     """The first NoSchedule/NoExecute taint the pod does not tolerate; cordoning counts as a taint. Pure."""
     tolerations = (pod.get("spec") or {}).get("tolerations") or []
@@ -162,42 +127,6 @@ def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> dict[s
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
             return dict(taint)
     return None
-
-
-def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, operator = expression["key"], expression["operator"]
-    values = expression.get("values") or []
-    if operator == "In":
-        return key in labels and labels[key] in values
-    if operator == "NotIn":
-        return key not in labels or labels[key] not in values
-    if operator == "Exists":
-        return key in labels
-    if operator == "DoesNotExist":
-        return key not in labels
-    if operator in ("Gt", "Lt"):
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except (KeyError, ValueError, IndexError):
-            return False
-        return have > want if operator == "Gt" else have < want
-    raise ValueError(f"unknown node selector operator {operator!r}")
-
-
-def matches_node_selector_terms(terms: Sequence[Mapping[str, Any]], node: Mapping[str, Any]) -> bool:
-    """nodeSelectorTerms are ORed, the requirements of one term ANDed; an empty term matches nothing. Pure."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    fields = {"metadata.name": (node.get("metadata") or {}).get("name", "")}
-    for term in terms:
-        expressions = term.get("matchExpressions") or []
-        field_expressions = term.get("matchFields") or []
-        if not expressions and not field_expressions:
-            continue
-        if all(_expression_matches(e, labels) for e in expressions) and all(
-            _expression_matches(e, fields) for e in field_expressions
-        ):
-            return True
-    return False
 
 
 def selector_mismatch(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
