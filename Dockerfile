@@ -1,6 +1,6 @@
 # syntax=docker/dockerfile:1
 # kubeon-gpu-optimizer: one image for the webhook, extender and controller
-# (`kubeon-gpu webhook|extender|controller`, see manifests/chart).
+# (`kubeon-gpu webhook|extender|controller`, see manifests/chart; `kubeon-gpu hub serve` self-hosts the hub).
 #
 # Base: pinned to an exact Python patch release and Debian release. Pin the
 # digest too when you build (`docker buildx imagetools inspect
@@ -21,6 +21,7 @@ COPY serving ./serving
 COPY simulator ./simulator
 COPY kube ./kube
 COPY cli ./cli
+COPY hub ./hub
 RUN python -m pip wheel --wheel-dir /wheels .
 
 # --- 2. runtime: a venv from those wheels, no compiler, no pip in the venv ---

@@ -2,7 +2,7 @@
 
 For each cluster size: starts the test API server (tests/kubeapi) in this
 process, creates the openb GPU nodes (1,213 from
-../shared/data/openb/openb_node_list_gpu_node.csv; for 5,000 the list is
+vendor/openb/openb_node_list_gpu_node.csv; for 5,000 the list is
 repeated with suffixed names) and binds whole-GPU pods to about half of
 them (pods created with spec.nodeName), then starts `kubeon-gpu extender`
 (gunicorn, 1 worker, watching that server) and plays kube-scheduler:

@@ -2,6 +2,7 @@
 
     python bench/openb.py [--policies kubeon,fgd,bestfit] [--traces default,cpu050]
                           [--seeds 42-51] [--jobs 2] [--out docs/benchmarks/openb-results.csv]
+                          [--data vendor/openb | ../shared/data/openb for the ten held-out traces]
                           [--plot FILE.png]
 
 Writes a CSV of every run and prints a markdown table (mean alloc % at 100%
@@ -26,7 +27,7 @@ from gpupolicy.packing.engine import POLICIES
 from simulator.replay import replay
 from simulator.trace import load_nodes, load_pods
 
-DATA = Path("/work/shared/data/openb")
+DATA = Path(__file__).resolve().parent.parent / "vendor" / "openb"  # the default trace; --data for the others
 TRACES = ("default", "cpu050", "cpu100", "cpu200", "cpu250", "gpushare40", "gpushare60", "gpushare80",
           "gpushare100", "gpuspec10", "gpuspec20")
 PAPER_NAMES = {"bestfit": "BestFit", "fgd": "FGD", "packing": "GpuPacking", "dotprod": "DotProd",
@@ -125,7 +126,9 @@ def plot(path: str, data: Path, trace: str, seed: int, policies: list[str]) -> N
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--policies", default="kubeon,fgd,bestfit,packing,dotprod,random")
-    parser.add_argument("--traces", default=",".join(TRACES))
+    parser.add_argument("--traces", default=None,
+                        help="comma list (default: every trace whose pod list is in --data; vendor/openb "
+                             "holds only `default`, --data ../shared/data/openb holds all 11)")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--data", default=str(DATA))
@@ -137,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         print(f"error: unknown policy {unknown[0]!r}; choose from {', '.join(POLICIES)}", file=sys.stderr)
         return 2
-    traces = [t for t in args.traces.split(",") if t]
+    traces = ([t for t in args.traces.split(",") if t] if args.traces is not None else
+              [t for t in TRACES if (Path(args.data) / f"openb_pod_list_{t}.csv").is_file()])
     jobs = [(t, p, s, args.data) for t in traces for p in policies for s in parse_seeds(args.seeds)]
     started = time.time()
     with multiprocessing.Pool(args.jobs) as pool:

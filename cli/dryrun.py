@@ -1,171 +1,305 @@
 """`kubeon-gpu dry-run`: what the optimizer would do to pods and workloads, offline.
 
-`-f FILE` holds Pods, Deployments, StatefulSets, Jobs or CronJobs (several YAML
-documents or a List); `--policies FILE` GpuPolicies (and optionally Namespace
-objects, for namespaceSelector); `--nodes FILE` Nodes with GFD labels. Any of
-these kinds may also sit in any file. `--example` runs the embedded example
-set (gpupolicy/examples/). Output: a readable summary (default for --example),
-or the /dry-run answer per object as YAML (default for -f) or JSON. Bad input:
-one line naming the file and field, exit status 2.
+Two passes, the first only where it is needed: GpuPolicies, Nodes and
+Namespaces (from `--policies`, `--nodes`, or `-f` files the byte scan says
+hold them) are read first, since every decision depends on them; then each
+Pod or workload of the `-f` files is parsed, decided, written and forgotten
+(cli/sources.py, cli/writers.py), so memory stays flat however large the input.
+
+Bad input never ends the run: each problem is one line on stderr,
+`kubeon-gpu dry-run: FILE, document N: FIELD: what is wrong`, the other
+documents are still evaluated and written, and the exit status is 2.
+Documents of other kinds (Service, ConfigMap, ...) are skipped with a note.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, TextIO
 
-import yaml
+from tqdm import tqdm
 
-import gpupolicy.admission.dryrun
-from gpupolicy.admission.dryrun import DryRunError, dry_run, parse_policies
+from cli.sources import (
+    CONTEXT_KINDS,
+    Document,
+    Problem,
+    Scan,
+    Source,
+    documents,
+    example_sources,
+    expand,
+    objects,
+    scan,
+)
+from cli.writers import FORMATS, Writer
+from gpupolicy.admission.dryrun import SUPPORTED_KINDS, DryRunError, dry_run
 from gpupolicy.admission.mutate import AdmissionResult
+from gpupolicy.admission.shape import object_shape_error
+from gpupolicy.admission.validation import check_policy
+from gpupolicy.catalog import DEFAULT_CATALOG
 from gpupolicy.cluster import ClusterView, node_from_object
-from gpupolicy.model import Mode
+from gpupolicy.model import GpuPolicy, Mode
 
-EXAMPLE_FILES = ("policies.yaml", "nodes.yaml", "workloads.yaml")
+PROG = "kubeon-gpu dry-run"
+ROLE_KINDS = {"--policies": ("GpuPolicy", "Namespace"), "--nodes": ("Node",), "-f": CONTEXT_KINDS}
 
+EPILOG = f"""\
+output (-o yaml, json, jsonl): one entry per Pod or workload evaluated, in input order; each entry is
+the POST /dry-run answer: allowed, object (after mutation), patch (JSON Patch against the input),
+warnings, decisions (policy, mode, action, applied, reason), and message/note when set.
+  json:  a JSON list          yaml: a YAML stream, one document per entry, no anchors
+  jsonl: one entry per line   text: a readable summary (the default with --example)
+Documents of other kinds ({", ".join(("Service", "ConfigMap", "..."))}) are skipped with a note on stderr.
+Without --nodes, MIG profiles are chosen over every MIG-capable model of the built-in catalog
+(the note on stderr names them).
 
-class InputError(Exception):
-    """A file the dry-run cannot use; the message names the file (and field)."""
+exit status: 0 all evaluated; 2 some input unusable (one line each on stderr:
+`{PROG}: FILE, document N: FIELD: what is wrong`; the other documents are still evaluated).
+"""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-f", "--filename", metavar="FILE", help="pods/workloads to evaluate (YAML)")
-    parser.add_argument("--policies", metavar="FILE", help="GpuPolicy documents (YAML)")
-    parser.add_argument("--nodes", metavar="FILE", help="Node documents with GPU labels (YAML)")
-    parser.add_argument("-o", "--output", choices=("text", "yaml", "json"),
-                        help="text summary, or the full answer as yaml or json")
-    parser.add_argument("--example", action="store_true", help="run the embedded example set")
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = EPILOG
+    parser.add_argument("-f", "--filename", metavar="FILE", action="append", default=[],
+                        help="Pods and workloads to evaluate, YAML or JSON (Deployment, StatefulSet, Job, CronJob, "
+                             "... or a List); may also hold GpuPolicies, Nodes, Namespaces. A directory: its "
+                             ".yaml/.yml/.json files; '-': standard input. Repeatable")
+    parser.add_argument("--policies", metavar="FILE", action="append", default=[],
+                        help="GpuPolicy documents (and Namespaces, for namespaceSelector); repeatable")
+    parser.add_argument("--nodes", metavar="FILE", action="append", default=[],
+                        help="Node documents with GPU Feature Discovery labels (nvidia.com/gpu.product); "
+                             "without it the built-in GPU catalog is assumed; repeatable")
+    parser.add_argument("-o", "--output", choices=FORMATS,
+                        help="text summary, or every answer as yaml, json or jsonl (default: yaml; text "
+                             "with --example)")
+    parser.add_argument("--example", action="store_true",
+                        help="evaluate the embedded example (policies, nodes, workloads; examples/ in the repository)")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
-                        help="mode for policies that set none (the install's defaultMode)")
+                        help="mode of policies that set none (the install's defaultMode; default: Recommend)")
+    parser.add_argument("--metrics", action="store_true",
+                        help="evaluate as an install with prometheus.url set; without it sharing and "
+                             "scaleToZero policies stay Recommend, as they do in the cluster (--example implies it)")
 
 
-def _documents(text: str, source: str) -> list[dict[str, Any]]:
-    try:
-        loaded = [d for d in yaml.safe_load_all(text) if d is not None]
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        raise InputError(f"{source}:{where} not valid YAML") from exc
-    docs: list[dict[str, Any]] = []
-    for i, doc in enumerate(loaded):
-        if not isinstance(doc, dict):
-            raise InputError(f"{source}: document {i + 1} is not a Kubernetes object")
-        if str(doc.get("kind", "")).endswith("List") and isinstance(doc.get("items"), list):
-            docs.extend(item for item in doc["items"] if isinstance(item, dict))
-        else:
-            docs.append(doc)
-    return docs
+@dataclass
+class Report:
+    """Lines on stderr; remembers whether any input was unusable (exit status 2)."""
+
+    err: TextIO
+    errors: int = 0
+    skipped: dict[str, Counter[str]] = field(default_factory=dict)
+
+    def problem(self, problem: Problem) -> None:
+        self.errors += 1
+        self._line(f"{PROG}: {problem}")
+
+    def note(self, text: str) -> None:
+        self._line(f"{PROG}: note: {text}")
+
+    def skip(self, doc: Document) -> None:
+        self.skipped.setdefault(doc.source, Counter())[str(doc.obj.get("kind"))] += 1
+
+    def _line(self, text: str) -> None:
+        tqdm.write(text, file=self.err)
+
+    def flush_skipped(self) -> None:
+        for source, kinds in self.skipped.items():
+            what = ", ".join(f"{n} {kind}" for kind, n in kinds.most_common())
+            self.note(f"{source}: skipped {what} (dry-run evaluates {', '.join(SUPPORTED_KINDS)})")
 
 
-def _read(path: str) -> str:
-    try:
-        return Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InputError(f"{path}: {exc.strerror or exc}") from exc
+@dataclass
+class Context:
+    """The GpuPolicies, Nodes and Namespaces that decisions read."""
 
+    policies: list[GpuPolicy] = field(default_factory=list)
+    nodes: list[dict[str, Any]] = field(default_factory=list)
+    namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
 
-class Inputs:
-    """Everything read from the files, sorted by kind, remembering which file each came from."""
-
-    def __init__(self) -> None:
-        self.objects: list[tuple[str, dict[str, Any]]] = []
-        self.policies: list[tuple[str, dict[str, Any]]] = []
-        self.nodes: list[dict[str, Any]] = []
-        self.namespaces: dict[str, dict[str, str]] = {}
-
-    def add(self, docs: Iterable[dict[str, Any]], source: str) -> None:
-        for doc in docs:
-            kind = doc.get("kind")
+    def add(self, doc: Document, role: str) -> Problem | None:
+        """Take a context document; a problem when it is invalid or not a kind `role` accepts."""
+        kind = doc.obj["kind"]
+        if kind not in ROLE_KINDS[role]:
+            return doc.problem(f"kind: {kind} does not belong in {role} (it takes {' and '.join(ROLE_KINDS[role])} "
+                               "objects; give Pods and workloads with -f)")
+        shape = _shape_problem(doc.obj)
+        if shape:
+            return doc.problem(shape)
+        try:
             if kind == "GpuPolicy":
-                self.policies.append((source, doc))
-            elif kind == "Node":
-                self.nodes.append(doc)
-            elif kind == "Namespace":
-                meta = doc.get("metadata") or {}
-                self.namespaces[str(meta.get("name", ""))] = {
-                    str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
+                policy, errors = check_policy(doc.obj, DEFAULT_CATALOG)
+                if errors or policy is None:
+                    return doc.problem(errors[0] if errors else "not a valid GpuPolicy")
+                self.policies.append(policy)
+                return None
+            meta = doc.obj.get("metadata") or {}
+            if not meta.get("name"):
+                return doc.problem(f"metadata.name: missing: a {kind} needs a name")
+            if kind == "Node":
+                self.nodes.append(doc.obj)
             else:
-                self.objects.append((source, doc))
+                self.namespaces[meta["name"]] = dict(meta.get("labels") or {})
+        except RecursionError:
+            return doc.problem("nested too deeply to read")
+        except Exception as exc:  # the edge: never a traceback for input
+            return doc.problem(f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})")
+        return None
 
-    def view(self, default_mode: Mode) -> ClusterView:
-        policies = []
-        for source, doc in self.policies:
-            name = (doc.get("metadata") or {}).get("name", "?")
-            try:
-                policies.extend(parse_policies([doc]))
-            except DryRunError as exc:
-                field = str(exc).split(".", 1)[1] if "." in str(exc) else str(exc)
-                raise InputError(f"{source}: GpuPolicy {name}: {field}") from exc
-        return ClusterView(policies=tuple(policies), namespace_labels=self.namespaces,
-                           nodes=tuple(node_from_object(n) for n in self.nodes), default_mode=default_mode)
+    def view(self, default_mode: Mode, metrics: bool = False) -> ClusterView:
+        return ClusterView(policies=tuple(self.policies), namespace_labels=self.namespaces,
+                           nodes=tuple(node_from_object(n) for n in self.nodes), default_mode=default_mode,
+                           metrics_configured=metrics)
 
 
-def _title(obj: dict[str, Any]) -> str:
-    meta = obj.get("metadata") or {}
-    return f"{obj.get('kind')} {meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
+def _items(source: Source, found: Scan) -> Iterator[Document | Problem]:
+    for item in documents(source, found):
+        if isinstance(item, Problem):
+            yield item
+        elif item.obj is not None:  # an empty document between two `---`
+            yield from objects(item)
 
 
-def render_text(answers: list[tuple[dict[str, Any], AdmissionResult]], view: ClusterView) -> str:
-    """A summary a newcomer can read: per object, each policy's decision and the warnings."""
-    lines = [f"Policies: {', '.join(f'{p.name} ({p.effective_mode(view.default_mode)})' for p in view.policies)}"
-             if view.policies else "Policies: none (nothing will change)"]
-    if view.nodes:
-        lines.append("Nodes: " + ", ".join(f"{n.name} ({n.gpu_product or 'no GPU label'})" for n in view.nodes))
-    for obj, result in answers:
-        lines.append("")
-        verdict = "allowed" if result.allowed else f"DENIED: {result.message}"
-        changed = f"{len(result.patch)} patch operations" if result.patch else "unchanged"
-        lines.append(f"{_title(obj)}: {verdict}, {changed}")
-        if result.note and not result.decisions:
-            lines.append(f"  - {result.note}")
-        for d in result.decisions:
-            state = "applied" if d.applied else "not applied"
-            lines.append(f"  - {d.policy} [{d.mode}] {d.action}, {state}: {d.reason}")
-        for warning in result.warnings:
-            lines.append(f"  ! warning: {warning}")
-        for op in result.patch:
-            value = "" if "value" not in op else " " + json.dumps(op["value"], separators=(",", ":"))
-            if len(value) > 90:
-                value = value[:87] + "..."
-            lines.append(f"    {op['op']:7} {op['path']}{value}")
-    return "\n".join(lines) + "\n"
+def _shape_problem(obj: Any) -> str:
+    """The shared shape check's first complaint, as `FIELD: what is wrong` ("" when the shape is fine)."""
+    return object_shape_error(obj, "object").removeprefix("object.")
+
+
+def evaluate(doc: Document, view: ClusterView) -> AdmissionResult | Problem:
+    """One object's answer, or the problem that stops it (naming the field)."""
+    shape = _shape_problem(doc.obj)
+    if shape:
+        return doc.problem(shape)
+    try:
+        return dry_run(doc.obj, view)
+    except DryRunError as exc:
+        return doc.problem(str(exc).removeprefix("object."))
+    except RecursionError:
+        return doc.problem("nested too deeply to evaluate")
+    except Exception as exc:  # the edge: never a traceback for input
+        return doc.problem(f"cannot be evaluated ({type(exc).__name__}: {str(exc)[:200]})")
+
+
+def read_all(sources: list[Source]) -> tuple[Context, list[Document], list[Problem]]:
+    """Every document of a few small files at once (`kubeon-gpu layout`): context kinds read, the rest returned."""
+    context, others, problems = Context(), [], []
+    for source in sources:
+        try:
+            found = scan(source)
+        except OSError as exc:
+            problems.append(Problem(source.name, 0, exc.strerror or str(exc)))
+            continue
+        for item in _items(source, found):
+            if isinstance(item, Problem):
+                problems.append(item)
+            elif item.obj["kind"] in CONTEXT_KINDS:
+                problem = context.add(item, "-f")
+                if problem:
+                    problems.append(problem)
+            else:
+                others.append(item)
+    return context, others, problems
+
+
+def catalog_note() -> str:
+    models = ", ".join(p.product for p in DEFAULT_CATALOG.products if p.mig_capable)
+    return (f"none given (--nodes): MIG profiles are chosen over every MIG-capable model of the built-in "
+            f"catalog ({models})")
+
+
+def _sources(args: argparse.Namespace, report: Report) -> list[tuple[Source, Scan]]:
+    sources = example_sources() if args.example else []
+    for role, paths in (("--policies", args.policies), ("--nodes", args.nodes), ("-f", args.filename)):
+        found, problems = expand(paths, role)
+        sources += found
+        for problem in problems:
+            report.problem(problem)
+    scanned = []
+    for source in sources:
+        try:
+            scanned.append((source, scan(source)))
+        except OSError as exc:
+            report.problem(Problem(source.name, 0, exc.strerror or str(exc)))
+    return scanned
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        inputs = Inputs()
-        if args.example:
-            folder = Path(gpupolicy.admission.dryrun.__file__).parent.parent / "examples"
-            for name in EXAMPLE_FILES:
-                inputs.add(_documents((folder / name).read_text(encoding="utf-8"), f"example {name}"), name)
-        elif not args.filename:
-            raise InputError("give -f FILE (pods or workloads) or --example")
-        for path in (args.filename, args.policies, args.nodes):
-            if path:
-                inputs.add(_documents(_read(path), path), path)
-        view = inputs.view(Mode(args.default_mode))
-        answers = []
-        for source, obj in inputs.objects:
-            try:
-                answers.append((obj, dry_run(obj, view)))
-            except DryRunError as exc:
-                raise InputError(f"{source}: {_title(obj)}: {exc}") from exc
-        if not answers:
-            raise InputError(f"{args.filename or 'example'}: no Pod or workload to evaluate")
-    except InputError as exc:
-        print(f"kubeon-gpu dry-run: {exc}", file=sys.stderr)
+    report = Report(sys.stderr)
+    if not args.example and not args.filename:
+        report.problem(Problem("-f", 0, "give -f FILE (pods or workloads; '-' for standard input) or --example"))
         return 2
+    sources = _sources(args, report)
+    context = Context()
+    for source, found in sources:
+        if source.role == "-f" and not found.has_context:
+            continue
+        for item in _items(source, found):
+            if isinstance(item, Document) and (source.role != "-f" or item.obj["kind"] in CONTEXT_KINDS):
+                problem = context.add(item, source.role)
+                if problem:
+                    report.problem(problem)
+            elif isinstance(item, Problem) and source.role != "-f":
+                report.problem(item)
+    view = context.view(Mode(args.default_mode), args.metrics or args.example)
     output = args.output or ("text" if args.example else "yaml")
-    if output == "text":
-        sys.stdout.write(render_text(answers, view))
-    elif output == "json":
-        wires = [r.to_wire() for _, r in answers]
-        sys.stdout.write(json.dumps(wires[0] if len(wires) == 1 else wires, indent=2) + "\n")
-    else:
-        sys.stdout.write(yaml.safe_dump_all([r.to_wire() for _, r in answers], sort_keys=False))
-    return 0
+    note = "" if view.nodes else catalog_note()
+    if note and output != "text":
+        report.note(f"nodes: {note}")
+    writer = Writer(sys.stdout, output)
+    writer.header(view, note)
+    evaluated = _evaluate_all(sources, view, writer, report)
+    writer.close()
+    report.flush_skipped()
+    if not evaluated and not report.errors:
+        report.problem(Problem(", ".join(args.filename) or "example", 0, "no Pod or workload to evaluate"))
+    return 2 if report.errors else 0
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def _evaluate_all(sources: list[tuple[Source, Scan]], view: ClusterView, writer: Writer, report: Report) -> int:
+    evaluated = 0
+    err = report.err
+    # A bar on a terminal's stderr while the answers go elsewhere (a file, a pipe); on a terminal the
+    # answers themselves show progress, and a bar would be torn by them.
+    show = _isatty(err) and not _isatty(writer.out)
+    with tqdm(desc="dry-run", unit=" objects", file=err, disable=not show, leave=False) as progress:
+        for source, found in sources:
+            if source.role != "-f":
+                continue
+            for item in _items(source, found):
+                if isinstance(item, Problem):
+                    report.problem(item)
+                    continue
+                kind = item.obj["kind"]
+                if kind in CONTEXT_KINDS:
+                    if not found.has_context:  # the scan missed it (an unusual spelling of `kind:`)
+                        report.problem(item.problem(f"kind: {kind} was not read before the pods; write it as "
+                                                    f"`kind: {kind}` on one line, or give it with --policies/--nodes"))
+                    continue
+                if kind not in SUPPORTED_KINDS:
+                    report.skip(item)
+                    continue
+                result = evaluate(item, view)
+                if isinstance(result, AdmissionResult):
+                    try:
+                        writer.write(item.obj, result)
+                    except RecursionError:
+                        result = item.problem("nested too deeply to write the answer")
+                    except (ValueError, TypeError) as exc:
+                        result = item.problem(f"answer cannot be written ({type(exc).__name__}: {str(exc)[:200]})")
+                if isinstance(result, Problem):
+                    report.problem(result)
+                else:
+                    evaluated += 1
+                progress.update()
+    return evaluated

@@ -7,21 +7,21 @@ and `--policies FILE` (GpuPolicies) go through the controller's own planner
 to add, each node change with its labels, steps and reason, whether the
 policy's mode lets it apply (what Approve would do: approve `Node/<name>`),
 and the pods no node change can serve. `--example` runs the embedded
-examples (gpupolicy/examples/). Bad input: one line naming the file,
-document and field, exit status 2.
+examples (examples/, packaged as gpupolicy/examples/). Files are read as
+`kubeon-gpu dry-run` reads them (cli/sources.py); bad input: one line per
+problem naming the file, document and field, exit status 2.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
 from typing import Any
 
 import yaml
 
-import gpupolicy.admission.dryrun
-from cli.dryrun import InputError, Inputs, _documents, _read
+from cli.dryrun import read_all
+from cli.sources import Problem, example_sources, expand
 from gpupolicy.capacity.layout import MIG, LayoutPlan, NodeTarget, plan_layout, read_demand, read_nodes
 from gpupolicy.capacity.timeslicing import config_text
 from gpupolicy.model import GpuPolicy, Mode
@@ -73,33 +73,29 @@ def render(plan: LayoutPlan, policies: list[GpuPolicy], default_mode: Mode, conf
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        inputs = Inputs()
-        if args.example:
-            folder = Path(gpupolicy.admission.dryrun.__file__).parent.parent / "examples"
-            for name in EXAMPLE_FILES:
-                inputs.add(_documents((folder / name).read_text(encoding="utf-8"), f"example {name}"), name)
-        elif not (args.nodes and args.pods and args.policies):
-            raise InputError("give --nodes FILE, --pods FILE and --policies FILE, or --example")
-        for path in (args.nodes, args.pods, args.policies):
-            if path:
-                inputs.add(_documents(_read(path), path), path)
-        if "/" not in args.configmap:
-            raise InputError(f"--configmap {args.configmap!r}: give NAMESPACE/NAME")
-        default_mode = Mode(args.default_mode)
-        view = inputs.view(default_mode)
-        pods = [obj for source, obj in inputs.objects if obj.get("kind") == "Pod"]
-        others = [(source, obj) for source, obj in inputs.objects if obj.get("kind") != "Pod"]
-        if others:
-            source, obj = others[0]
-            raise InputError(f"{source}: {obj.get('kind')!s} {(obj.get('metadata') or {}).get('name', '?')}: "
-                             "kind: only Pods, Nodes, GpuPolicies and Namespaces are read")
-        policies = list(view.policies)
-        plan = plan_layout(read_nodes(inputs.nodes, pods, {}, view.catalog),
-                           read_demand(pods, policies, view.catalog))
-    except InputError as exc:
-        print(f"kubeon-gpu layout: {exc}", file=sys.stderr)
+    problems: list[Problem] = []
+    if args.example:
+        sources = example_sources(EXAMPLE_FILES)
+    elif not (args.nodes and args.pods and args.policies):
+        problems.append(Problem("layout", 0, "give --nodes FILE, --pods FILE and --policies FILE, or --example"))
+        sources = []
+    else:
+        sources, problems = expand([args.nodes, args.pods, args.policies], "-f")
+    if "/" not in args.configmap:
+        problems.append(Problem("--configmap", 0, f"{args.configmap!r}: give NAMESPACE/NAME"))
+    context, others, read_problems = read_all(sources) if not problems else (None, [], [])
+    problems += read_problems
+    problems += [d.problem(f"kind: {d.obj.get('kind')}: only Pods, Nodes, GpuPolicies and Namespaces are read")
+                 for d in others if d.obj.get("kind") != "Pod"]
+    if problems or context is None:
+        for problem in problems:
+            print(f"kubeon-gpu layout: {problem}", file=sys.stderr)
         return 2
+    default_mode = Mode(args.default_mode)
+    view = context.view(default_mode)
+    pods = [d.obj for d in others]
+    policies = list(view.policies)
+    plan = plan_layout(read_nodes(context.nodes, pods, {}, view.catalog), read_demand(pods, policies, view.catalog))
     sys.stdout.write(yaml.dump(render(plan, policies, default_mode, args.configmap), Dumper=_Dumper,
                                sort_keys=False))
     return 0

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
 
 # name -> (module, one-line help). Order is the order `--help` lists them.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -26,8 +29,25 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
+def version() -> str:
+    """The installed distribution's version; from pyproject.toml when run from a source tree."""
+    try:
+        return metadata.version("kubeon-gpu-optimizer")
+    except metadata.PackageNotFoundError:
+        import tomllib
+
+        pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+        try:
+            return str(tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"])
+        except (OSError, KeyError, ValueError):
+            return "unknown"
+
+
 def _top_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kubeon-gpu", description="GPU optimizer for Kubernetes.")
+    parser = argparse.ArgumentParser(prog="kubeon-gpu", description="GPU optimizer for Kubernetes.",
+                                     epilog="`kubeon-gpu COMMAND --help` lists a command's options.")
+    parser.add_argument("--version", action="version", version=f"kubeon-gpu {version()}",
+                        help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (_, help_text) in SUBCOMMANDS.items():
         sub.add_parser(name, help=help_text, add_help=False)
@@ -35,19 +55,37 @@ def _top_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
-    if not args or args[0] in ("-h", "--help") or args[0] not in SUBCOMMANDS:
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        print("kubeon-gpu: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:  # `kubeon-gpu dry-run ... | head`: the reader left; not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
+
+
+def parser_for(name: str) -> argparse.ArgumentParser:
+    """The parser of one subcommand (imports its module)."""
+    module = importlib.import_module(SUBCOMMANDS[name][0])
+    parser = argparse.ArgumentParser(prog=f"kubeon-gpu {name}", description=SUBCOMMANDS[name][1])
+    module.add_arguments(parser)
+    return parser
+
+
+def _main(args: list[str]) -> int:
+    if not args or args[0].startswith("-") or args[0] not in SUBCOMMANDS:
         parser = _top_parser()
-        if args and args[0] not in ("-h", "--help"):
+        if args and args[0].startswith("-"):
+            parser.parse_args(args)  # --help, --version (exit inside) or an unknown option (exit 2)
+        elif args:
             parser.error(f"unknown command {args[0]!r}; choose from {', '.join(SUBCOMMANDS)}")
         parser.print_help()
         return 0 if args else 2
     name, rest = args[0], args[1:]
-    module = importlib.import_module(SUBCOMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"kubeon-gpu {name}", description=SUBCOMMANDS[name][1])
-    module.add_arguments(parser)
-    parsed = parser.parse_args(rest)
-    return int(module.run(parsed) or 0)
+    parsed = parser_for(name).parse_args(rest)
+    return int(importlib.import_module(SUBCOMMANDS[name][0]).run(parsed) or 0)
 
 
 if __name__ == "__main__":

@@ -11,6 +11,11 @@ ScaledObjects labelled as ours for a policy that no longer wants them
 A workload already targeted by someone else's ScaledObject is left alone
 (KEDA refuses two ScaledObjects on one target); the proposal says so.
 
+Without `--keda` (the chart's default, keda.enabled=false: the install guide's
+RBAC has no KEDA rule) nothing is read or written: every ScaledObject is a
+Proposed recommendation whose reason is its YAML, to apply by hand (the
+dry-run shows the same). Ours already in the cluster are left alone.
+
 Coexistence with scale to zero: when a parked workload's ScaledObject is
 ours, scale to zero pauses it (`paused-replicas: "0"`); updates here merge
 spec and labels only, so that pause annotation survives.
@@ -58,10 +63,28 @@ class AutoscaleReconciler:
             if spec.autoscale is None:
                 ctx.policies.publish(policy.name, SOURCE, [])
                 continue
+            if not ctx.keda:
+                ctx.policies.publish(policy.name, SOURCE, [self._offer(ctx, policy, t.kind, t.namespace, t.name)
+                                                           for t in targets])
+                continue
             mode = effective_mode(policy, ctx.default_mode, ctx.prometheus_configured).mode
             proposals = [self._target(ctx, policy, mode, t.kind, t.namespace, t.name, wanted) for t in targets]
             ctx.policies.publish(policy.name, SOURCE, [p for p in proposals if p is not None])
-        self._collect_garbage(ctx, namespaces | self._namespaces_with_ours(ctx), wanted)
+        if ctx.keda:
+            self._collect_garbage(ctx, namespaces | self._namespaces_with_ours(ctx), wanted)
+
+    def _offer(self, ctx: ControllerContext, policy: GpuPolicy, kind: str, namespace: str, name: str) -> Proposal:
+        """KEDA writes are off: the ScaledObject as a recommendation, its YAML in the reason."""
+        spec = policy.spec.scale_to_zero
+        assert spec is not None and spec.autoscale is not None
+        desired = core.scaled_object(
+            policy_name=policy.name, kind=kind, namespace=namespace, name=name, spec=spec.autoscale,
+            server_address=ctx.prometheus_url or UNSET_SERVER,
+        )
+        action = (f"KEDA ScaledObject {desired['metadata']['name']}: apply it yourself (the controller "
+                  f"writes ScaledObjects only with keda.enabled=true)")
+        return make_proposal(policy.name, TargetRef(kind, namespace, name).key, action,
+                             core.scaled_object_yaml(desired), 0.0, ProposalState.PROPOSED)
 
     def _target(
         self, ctx: ControllerContext, policy: GpuPolicy, mode: Mode, kind: str, namespace: str, name: str,

@@ -30,6 +30,7 @@ from controller.loop import Reconciler, ReconcileRunner, load_reconcilers
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
+from gpupolicy.modes import ALL_COMPONENTS, Component, parse_components
 
 log = logging.getLogger("controller")
 
@@ -49,6 +50,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hub-poll-interval", default=os.environ.get("KUBEON_GPU_HUB_POLL_INTERVAL") or "60s",
                         help="how often the hub is polled (default: $KUBEON_GPU_HUB_POLL_INTERVAL or 60s)")
     parser.add_argument("--hub-ca-file", default=None, help="CA bundle for a hub with a private CA")
+    parser.add_argument("--components", default="webhook,extender", metavar="LIST",
+                        help="which other parts of the install run (webhook, extender; the chart passes "
+                             "them): a policy kind none of them handles reports Ready=False")
+    parser.add_argument("--keda", action="store_true",
+                        help="write KEDA ScaledObjects for scaleToZero.autoscale and pause them while parked "
+                             "(chart keda.enabled); without it they are offered as YAML in the policy status")
+    parser.add_argument("--uninstall", action="store_true",
+                        help="once, then exit (the chart's pre-delete hook): take the lease, wake parked "
+                             "workloads, remove the controller's annotations, ScaledObjects and RoleBindings")
     parser.add_argument("--lease-name", default="kubeon-gpu-optimizer", help="coordination.k8s.io Lease name")
     parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")
@@ -70,14 +80,18 @@ class ControllerProcess:
     metrics: ControllerMetrics
     health: HealthServer | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
+    # The lease loop has its own stop: it keeps renewing until the reconcile loop has ended, so a
+    # pass still finishing after SIGTERM never finds its lease expired (and exits 1) mid-write.
+    lease_stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
+    _lease_thread: threading.Thread | None = None
     _watch: Any = None
 
     def start(self, watch_policies: bool = True) -> ControllerProcess:
-        lease = threading.Thread(target=self.elector.run, args=(self.stop_event,),
+        lease = threading.Thread(target=self.elector.run, args=(self.lease_stop,),
                                  name=f"lease-{self.elector.identity}", daemon=True)
         lease.start()
-        self._threads.append(lease)
+        self._lease_thread = lease
         if self.health:
             self.health.start()
         if watch_policies:
@@ -107,6 +121,9 @@ class ControllerProcess:
         self.request_stop()
         for thread in self._threads:
             thread.join(timeout=10)
+        self.lease_stop.set()
+        if self._lease_thread is not None:
+            self._lease_thread.join(timeout=10)
         if release:
             self.elector.release()
         if self._watch is not None:
@@ -152,6 +169,8 @@ def build(
     on_lost: Callable[[str], None] = exit_process,
     reconcilers: list[Reconciler] | None = None,
     hub: HubSettings | None = None,
+    components: frozenset[Component] = ALL_COMPONENTS,
+    keda: bool = False,
 ) -> ControllerProcess:
     """Wire one replica. Tests pass a fake clock, scripted metrics and their own `on_lost`."""
     clock = clock or SystemClock()
@@ -164,7 +183,7 @@ def build(
     elector = LeaderElector(api, namespace, lease_name, identity, clock, lease_duration=lease_duration,
                             renew_interval=renew_interval, on_lost=on_lost)
     store = PolicyStore()
-    recorder = Recorder(api, controller_metrics, clock, identity)
+    recorder = Recorder(api, controller_metrics, clock, identity, namespace=namespace)
     hub_state = HubState()
 
     def may_write() -> bool:
@@ -174,6 +193,7 @@ def build(
         api=api, namespace=namespace, default_mode=default_mode, prometheus_url=prometheus_url,
         metrics=metrics, clock=clock, recorder=recorder, policies=store, is_leader=may_write,
         holds_lease=elector.is_leader, hub_configured=hub is not None,
+        components=components | {Component.CONTROLLER}, keda=keda,
     )
     chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
     if hub is not None:
@@ -226,6 +246,15 @@ def run(args: argparse.Namespace) -> int:
     except KubeConfigError as exc:
         log.error("--kubeconfig: %s", exc)
         return 2
+    try:
+        components = parse_components(args.components)
+    except ValueError as exc:
+        log.error("--components: %s", exc)
+        return 2
+    if args.uninstall:
+        from controller import uninstall
+
+        return uninstall.run(api, args.namespace, args.lease_name, args.keda)
     if args.renew_seconds >= args.lease_duration_seconds:
         log.error("--renew-seconds must be shorter than --lease-duration-seconds")
         return 2
@@ -239,6 +268,7 @@ def run(args: argparse.Namespace) -> int:
         prometheus_url=args.prometheus_url, lease_name=args.lease_name,
         lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
         resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind, hub=hub,
+        components=components, keda=args.keda,
     )
     log.info("controller starting identity=%s namespace=%s lease=%s prometheus=%s reconcilers=%s",
              process.elector.identity, args.namespace, args.lease_name, bool(args.prometheus_url),
@@ -255,4 +285,8 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     process.stop(release=True)
     log.info("controller stopped in %.2fs", time.monotonic() - started)
-    return 0
+    # Everything is stopped and the lease is given up: leave without interpreter finalisation
+    # (tearing down the kubernetes client, numpy and friends takes 0.3-1 s on a loaded node,
+    # which a Deployment's rollout and the successor's takeover would wait for).
+    logging.shutdown()
+    os._exit(0)

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Protocol
 import kubernetes.client
 
 from gpupolicy.model import Mode
+from gpupolicy.modes import ALL_COMPONENTS, Component
 from gpupolicy.scaling.metrics import Sample, Series
 
 if TYPE_CHECKING:
@@ -72,6 +73,11 @@ class ControllerContext:
     # True only while this replica may write: it holds the lease and, with a hub, the hub accepts the
     # cluster token (controller/hubsync.py). Every writer checks it right before each write.
     is_leader: Callable[[], bool]
+    # Which parts of the install run (--components): a policy kind none of them handles is not Ready.
+    components: frozenset[Component] = ALL_COMPONENTS
+    # --keda (chart keda.enabled): write and pause KEDA ScaledObjects. Off, the guide's RBAC has no
+    # KEDA rule: ScaledObjects are offered as YAML in the policy status and none is read.
+    keda: bool = False
     # The lease alone (the hub poll runs on it while writers are paused); None: same as is_leader.
     holds_lease: Callable[[], bool] | None = None
     hub_configured: bool = False

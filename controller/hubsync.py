@@ -26,6 +26,7 @@ the same across retries of one batch, so the hub stores each exactly once.
 from __future__ import annotations
 
 import calendar
+import dataclasses
 import logging
 import os
 import random
@@ -49,6 +50,7 @@ from gpupolicy.model import (
     KIND,
     MANAGED_BY_HUB,
     MANAGED_BY_LABEL,
+    Condition,
     GpuPolicy,
     Mode,
 )
@@ -331,6 +333,7 @@ class HubSync:
         self.state.connected, self.state.reason = True, ""
         self.metrics.connected.set(1)
         self.converge(ctx, now)
+        self.publish_condition(ctx)
         if not was_connected:
             log.info("hub accepts the token again: writers resumed")
         if answer.status == 200:
@@ -407,6 +410,21 @@ class HubSync:
                 "labels": {**labels, HUB_STATE_LABEL: HUB_DISCONNECTED},
                 "annotations": dict(meta.get("annotations") or {})}}
             replace_policy(ctx.api, body)
+        # Status says it too; written here because the status writer is paused with the other writers.
+        self.publish_condition(ctx)
+        ctx.policies.write_status(dataclasses.replace(ctx, is_leader=ctx.lease_held))
+
+    def publish_condition(self, ctx: ControllerContext) -> None:
+        """`HubConnected` in every hub-managed policy's status (written with the other conditions)."""
+        if self.state.connected:
+            condition = Condition(type="HubConnected", status="True", reason="Synced",
+                                  message=f"pulled from {self.settings.url}")
+        else:
+            condition = Condition(type="HubConnected", status="False", reason="Disconnected",
+                                  message=f"{self.state.reason}: nothing acts until a working token is read")
+        for entry in ctx.policies.entries():
+            if _is_hub_managed(entry.raw):
+                ctx.policies.publish(entry.name, self.name, [], [condition])
 
     def report_proposals(self, ctx: ControllerContext, now: float) -> None:
         """Proposals shown in hub-managed policies' status reach the hub once each (result `proposed`)."""

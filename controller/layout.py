@@ -48,7 +48,17 @@ from gpupolicy.capacity.layout import (
 from gpupolicy.capacity.layout import plan_layout as plan_nodes
 from gpupolicy.capacity.timeslicing import ConfigMapChange, key_replicas, plan_configmap
 from gpupolicy.catalog import DEFAULT_CATALOG, PLUGIN_CONFIG_LABEL
-from gpupolicy.model import API_VERSION, KIND, Condition, GpuPolicy, Mode, PolicyKind, Proposal, ProposalState
+from gpupolicy.model import (
+    API_VERSION,
+    KIND,
+    Condition,
+    GpuPolicy,
+    Mode,
+    PolicyKind,
+    Proposal,
+    ProposalState,
+    SharingStrategy,
+)
 from gpupolicy.modes import effective_mode
 from gpupolicy.proposals import TargetRef, decide_state, make_proposal
 from kube import layout as kl
@@ -112,8 +122,8 @@ class LayoutReconciler:
                 proposals.append(self._target(ctx, policy, modes[policy.name], target, seen))
             proposals += self._kept(ctx, policy, proposals, seen, replicas)
             conditions = [self._planned_condition(mine, change, plan)]
-            if seen.missing and (any(t.target.kind == TIME_SLICING for t in mine) or
-                                 (policy.spec.sharing and policy.spec.sharing.strategy.value == "TimeSlicing")):
+            slicing = policy.spec.sharing is not None and policy.spec.sharing.strategy is SharingStrategy.TIME_SLICING
+            if seen.missing and (slicing or any(t.target.kind == TIME_SLICING for t in mine)):
                 conditions.append(self._missing_condition(ctx, policy, seen.missing))
             ctx.policies.publish(policy.name, SOURCE, proposals, conditions)
         if seen.configmap is not None and any(m is not Mode.RECOMMEND for m in modes.values()):
@@ -273,5 +283,6 @@ class LayoutReconciler:
             self._warned.add(policy.name)
             ctx.recorder.warning(ObjectRef(API_VERSION, KIND, policy.name, None, policy.metadata.uid),
                                  "TimeSlicingConfigMapMissing", message)
-        return Condition(type="TimeSlicingConfigMap", status="False", reason="NotFound", message=message)
+        reason = "NotFound" if why == "not found" else "Forbidden"
+        return Condition(type="TimeSlicingConfigMap", status="False", reason=reason, message=message)
 

@@ -86,6 +86,7 @@ class ReconcileRunner:
     _due: dict[str, float] = field(default_factory=dict)
     _wake: threading.Event = field(default_factory=threading.Event)
     passes: dict[str, int] = field(default_factory=dict)
+    _stop: threading.Event = field(default_factory=threading.Event)
 
     def __post_init__(self) -> None:
         self.ctx.policies.expect_sources(r.name for r in self.reconcilers)
@@ -101,7 +102,7 @@ class ReconcileRunner:
         """Run every reconciler whose time has come, in registry order. Returns how many ran."""
         ran = 0
         for reconciler in self.reconcilers:
-            if not self.ctx.lease_held():
+            if self._stop.is_set() or not self.ctx.lease_held():  # a SIGTERM stops between reconcilers
                 return ran
             if not self.ctx.is_leader() and not getattr(reconciler, "runs_while_paused", False):
                 continue  # writers paused (hub disconnected): only the hub poll runs
@@ -151,6 +152,7 @@ class ReconcileRunner:
         Whoever sets `stop` should call `wake()` too, so the loop leaves its wait
         at once instead of after up to five seconds (prompt SIGTERM handling).
         """
+        self._stop = stop
         while not stop.is_set():
             if self.ctx.lease_held():
                 self.run_due()

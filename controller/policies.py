@@ -37,7 +37,7 @@ from gpupolicy.model import (
     Proposal,
     parse_policy,
 )
-from gpupolicy.modes import effective_mode
+from gpupolicy.modes import ALL_COMPONENTS, Component, effective_mode, handling
 from kube.events import ObjectRef
 from kube.policies import list_policies, write_status
 
@@ -169,8 +169,13 @@ class PolicyStore:
 
     # -- status ---------------------------------------------------------------
     def desired_status(self, entry: PolicyEntry, default_mode: Mode, prometheus_configured: bool,
-                       now: float) -> dict[str, Any]:
-        """The status this controller wants on the policy now (wire form)."""
+                       now: float, components: Iterable[Component] = ALL_COMPONENTS) -> dict[str, Any]:
+        """The status this controller wants on the policy now (wire form).
+
+        Ready says whether anything acts on the policy: True (Reconciled) only
+        when a running component handles its kind (gpupolicy.modes.HANDLERS);
+        otherwise False with NotImplemented or ControllerDisabled.
+        """
         previous_conditions = {c.get("type"): c for c in entry.raw_status.get("conditions") or []
                                if isinstance(c, dict)}
         conditions: list[Condition] = []
@@ -184,9 +189,10 @@ class PolicyStore:
         else:
             eff = effective_mode(entry.policy, default_mode, prometheus_configured)
             status.effective_mode = eff.mode
+            status.requested_mode = eff.requested
             conditions.append(Condition(type="Valid", status="True", reason="Parsed", message=""))
             if eff.degraded:
-                conditions.append(Condition(type="Degraded", status="True", reason="PrometheusNotConfigured",
+                conditions.append(Condition(type="Degraded", status="True", reason=eff.reason_code,
                                             message=eff.degraded_reason or ""))
             else:
                 conditions.append(Condition(type="Degraded", status="False", reason="AsRequested", message=""))
@@ -202,8 +208,14 @@ class PolicyStore:
                 for pid, proposal in previous_proposals(entry).items():
                     proposals.setdefault(pid, proposal)
             status.proposals = sorted(proposals.values(), key=lambda p: (p.target, p.action))
-            message = f"effective mode {eff.mode.value}" + (" (degraded)" if eff.degraded else "")
-            conditions.append(Condition(type="Ready", status="True", reason="Reconciled", message=message))
+            handled = handling(entry.policy.spec.kind, components)
+            if handled.handled:
+                message = f"effective mode {eff.mode.value}" + (" (degraded)" if eff.degraded else "")
+                conditions.append(Condition(type="Ready", status="True", reason=handled.reason,
+                                            message=f"{message}; {handled.message}"))
+            else:
+                conditions.append(Condition(type="Ready", status="False", reason=handled.reason,
+                                            message=handled.message))
         for condition in conditions:
             old = previous_conditions.get(condition.type)
             same = old is not None and old.get("status") == condition.status
@@ -218,7 +230,8 @@ class PolicyStore:
         """Write every policy status that differs from the one on the object. Returns writes made."""
         writes = 0
         for entry in self.entries():
-            desired = self.desired_status(entry, ctx.default_mode, ctx.prometheus_configured, ctx.clock.now())
+            desired = self.desired_status(entry, ctx.default_mode, ctx.prometheus_configured, ctx.clock.now(),
+                                          ctx.components)
             with self._lock:
                 last = self._written.get(entry.name)
             if _comparable(desired) == _comparable(entry.raw_status) or (

@@ -59,8 +59,9 @@ class Recorder:
     """Events + metrics for applied actions; the caller writes the undo annotation in its patch."""
 
     def __init__(self, api: client.ApiClient, metrics: ControllerMetrics, clock: Clock,
-                 identity: str = "") -> None:
+                 identity: str = "", namespace: str = "kubeon-gpu") -> None:
         self.api = api
+        self.namespace = namespace  # Events live here only (the chart's Role: events in its own namespace)
         self.metrics = metrics
         self.clock = clock
         self.identity = identity
@@ -72,17 +73,18 @@ class Recorder:
         self, target_ref: TargetRef, policy: GpuPolicy, action: str, undo: dict[str, Any], reason: str,
         action_label: str | None = None,
     ) -> None:
-        """An action was applied to `target_ref` under `policy`: Event on both, counter +1."""
+        """An action was applied to `target_ref` under `policy`: an Event on the policy, counter +1.
+
+        The Event names the target; it is about the (cluster-scoped) GpuPolicy so it may live in
+        the optimizer's own namespace, the only one where the chart lets the controller write
+        Events (the install guide's RBAC has none; docs/install.md, Permissions).
+        """
         label = action_label or _action_kind(action)
         message = f"{action}: {reason}" if reason else action
-        target = ObjectRef(target_ref.api_version, target_ref.kind, target_ref.name, target_ref.namespace,
-                           target_ref.uid)
         owner = ObjectRef(API_VERSION, KIND, policy.name, None, policy.metadata.uid)
         now = self.clock.now()
-        emit_event(self.api, target, "GpuPolicyApplied", f"policy {policy.name}: {message}", now,
-                   instance=self.identity)
         emit_event(self.api, owner, "GpuPolicyApplied", f"{target_ref.key}: {message}", now,
-                   instance=self.identity)
+                   instance=self.identity, cluster_scoped_namespace=self.namespace)
         self.metrics.actions.labels(policy=policy.name, action=label).inc()
         self.applied_log.append({"target": target_ref.key, "policy": policy.name, "action": action,
                                  "undo": undo, "reason": reason})
@@ -93,7 +95,7 @@ class Recorder:
     def warning(self, ref: ObjectRef, reason: str, message: str) -> None:
         """A Warning event (e.g. a policy that cannot act as asked)."""
         emit_event(self.api, ref, reason, message, self.clock.now(), event_type="Warning",
-                   instance=self.identity)
+                   instance=self.identity, cluster_scoped_namespace=self.namespace)
 
     def reconcile_error(self, reconciler: str) -> None:
         self.metrics.reconcile_errors.labels(reconciler=reconciler).inc()

@@ -214,8 +214,9 @@ class ScaleToZeroReconciler:
         previous = ctx.policies.previous(policy.name)
         proposals: list[Proposal] = []
         for target in matched_targets(spec, workloads, claimed):
-            if target.namespace not in keda_cache:
-                keda_cache[target.namespace] = kscale.list_scaled_objects(ctx.api, target.namespace)
+            if target.namespace not in keda_cache:  # without --keda: no KEDA RBAC, nothing read
+                keda_cache[target.namespace] = (kscale.list_scaled_objects(ctx.api, target.namespace)
+                                                if ctx.keda else [])
             proposal = self._workload_pass(ctx, policy, spec, mode, target, wake, keda_cache[target.namespace],
                                            previous)
             if proposal is not None:

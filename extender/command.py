@@ -10,10 +10,12 @@ process answers in a few milliseconds, which is far above kube-scheduler's
 rate. `--workers N` is allowed (each worker keeps its own watches and
 assumptions) for read-mostly setups; the chart runs one.
 
-Sources: with `--kubeconfig`, or in-cluster (KUBERNETES_SERVICE_HOST set),
-Reflectors on nodes, assigned pods, GpuPolicies and Namespaces, started in
-the worker after the fork. `--no-watch`: an empty static cache (every node
-is unknown), for smoke tests only.
+Sources: with `--kubeconfig`, in-cluster (KUBERNETES_SERVICE_HOST set), or
+$KUBECONFIG / ~/.kube/config, Reflectors on nodes, assigned pods, GpuPolicies
+and Namespaces, started in the worker after the fork. Without any usable
+configuration the extender refuses to start with one line (exit 2): an
+extender that sees no nodes would answer every filter with "unknown node".
+`--standalone`: an empty static cache (every node is unknown), for trials.
 """
 
 from __future__ import annotations
@@ -33,11 +35,12 @@ log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=8888)
-    parser.add_argument("--bind", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8888, help="port kube-scheduler calls (default: 8888)")
+    parser.add_argument("--bind", default="0.0.0.0", help="address to listen on (default: 0.0.0.0, all)")
     parser.add_argument("--cert-dir", metavar="DIR", help="serve HTTPS with DIR/tls.crt and DIR/tls.key")
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (in-cluster config when unset)")
-    parser.add_argument("--no-watch", action="store_true", help="do not watch the cluster (empty node model)")
+    parser.add_argument("--standalone", "--no-watch", dest="standalone", action="store_true",
+                        help="trials only: no cluster, an empty node model (every node is unknown)")
     parser.add_argument("--default-policy", default=DEFAULT_POLICY, choices=list(POLICIES),
                         help=f"packing policy when no GpuPolicy chooses one (default: {DEFAULT_POLICY})")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
@@ -51,9 +54,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def should_watch(args: argparse.Namespace) -> bool:
-    if args.no_watch:
-        return False
-    return bool(args.kubeconfig or os.environ.get("KUBERNETES_SERVICE_HOST"))
+    return not args.standalone
+
+
+def cluster_config_problem(args: argparse.Namespace) -> str:
+    """Why no cluster configuration is usable ("" when one is, or with --standalone)."""
+    if args.standalone:
+        return ""
+    from kube.config import KubeConfigError, load_configuration
+
+    try:
+        load_configuration(args.kubeconfig)
+    except KubeConfigError as exc:
+        return f"{exc} (give --kubeconfig, run in a cluster, or --standalone for a trial without one)"
+    return ""
 
 
 def make_app_factory(args: argparse.Namespace) -> Any:
@@ -103,6 +117,10 @@ def run(args: argparse.Namespace) -> int:
                 return 2
     if args.kubeconfig and not os.path.isfile(args.kubeconfig):
         print(f"kubeon-gpu extender: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
+        return 2
+    problem = cluster_config_problem(args)
+    if problem:
+        print(f"kubeon-gpu extender: {problem}", file=sys.stderr)
         return 2
     from serving.server import serve
 

@@ -2,7 +2,7 @@
 
 Sizing must use the memory a MIG instance really holds, not the number in its
 name (a real H200's 1g.18gb holds 16.00 GiB). The figures below come from
-`nvidia-smi mig -lgip` (H200: ../shared/data/gpu/h200-mig-lgip.txt), from
+`nvidia-smi mig -lgip` (H200: vendor/gpu/h200-mig-lgip.txt), from
 NVIDIA's MIG user guide (A100, H100), or are estimated from the H200's
 measured ratios where no listing was at hand (`memory_source="estimated"`).
 On a live cluster the GFD label `nvidia.com/mig-<profile>.memory` wins over

@@ -9,7 +9,7 @@ Pure: construction from API objects is plain dict reading.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import cached_property
 from typing import Any
 
@@ -25,6 +25,7 @@ from gpupolicy.catalog import (
     GpuProduct,
 )
 from gpupolicy.model import HUB_DISCONNECTED, HUB_STATE_LABEL, GpuPolicy, Mode, ProposalState, parse_valid_policies
+from gpupolicy.modes import EffectiveMode, effective_mode
 
 DEFAULT_NAMESPACE = "kubeon-gpu"
 PROTECTED_NAMESPACES = frozenset({"kube-system"})
@@ -64,6 +65,13 @@ class ClusterView:
     catalog: Catalog = DEFAULT_CATALOG
     # The hub refused this cluster's token (policies labelled Disconnected): nothing may act.
     hub_disconnected: bool = False
+    # Whether GPU metrics (--prometheus-url) are configured: without them sharing and
+    # scaleToZero stay Recommend (gpupolicy.modes.effective_mode).
+    metrics_configured: bool = False
+
+    def mode_of(self, policy: GpuPolicy) -> EffectiveMode:
+        """The mode `policy` runs in here: the one function every component uses."""
+        return effective_mode(policy, self.default_mode, self.metrics_configured, not self.hub_disconnected)
 
     @cached_property
     def ordered_policies(self) -> tuple[GpuPolicy, ...]:
@@ -139,17 +147,13 @@ class ClusterView:
         return min(found) if found else None
 
     def with_policies(self, policies: Iterable[GpuPolicy]) -> ClusterView:
-        return ClusterView(tuple(policies), self.namespace_labels, self.nodes, self.default_mode,
-                           self.own_namespace, self.catalog)
+        return replace(self, policies=tuple(policies))
 
     def with_nodes(self, nodes: Iterable[NodeInfo]) -> ClusterView:
-        return ClusterView(self.policies, self.namespace_labels, tuple(nodes), self.default_mode,
-                           self.own_namespace, self.catalog)
+        return replace(self, nodes=tuple(nodes))
 
     def with_namespace(self, name: str, labels: Mapping[str, str]) -> ClusterView:
-        merged = {**self.namespace_labels, name: dict(labels)}
-        return ClusterView(self.policies, merged, self.nodes, self.default_mode, self.own_namespace,
-                           self.catalog)
+        return replace(self, namespace_labels={**self.namespace_labels, name: dict(labels)})
 
 
 def in_force(obj: Mapping[str, Any]) -> bool:
@@ -166,6 +170,7 @@ def view_from_objects(
     *,
     default_mode: Mode = Mode.RECOMMEND,
     own_namespace: str = DEFAULT_NAMESPACE,
+    metrics_configured: bool = False,
 ) -> tuple[ClusterView, list[tuple[str, str]]]:
     """Assemble a view from watch-cache objects (plain API dicts). Pure.
 
@@ -180,7 +185,7 @@ def view_from_objects(
         labels[str(meta.get("name"))] = dict(meta.get("labels") or {})
     view = ClusterView(
         policies=tuple(valid), namespace_labels=labels, nodes=tuple(node_from_object(n) for n in nodes),
-        default_mode=default_mode, own_namespace=own_namespace,
+        default_mode=default_mode, own_namespace=own_namespace, metrics_configured=metrics_configured,
         hub_disconnected=any(not in_force(p) for p in policies),
     )
     return view, invalid

@@ -110,8 +110,11 @@ def printer_columns() -> list[dict[str, Any]]:
     return [
         {"name": "Kind", "type": "string", "jsonPath": ".metadata.labels.gpu\\.kubeon\\.io/kind",
          "description": "policy body (set by the admission webhook)"},
-        {"name": "Mode", "type": "string", "jsonPath": ".spec.mode",
-         "description": "Recommend, Approve or Automatic (empty: the install's defaultMode)"},
+        {"name": "Mode", "type": "string", "jsonPath": ".status.effectiveMode",
+         "description": "the mode the optimizer enforces (lowered to Recommend without GPU metrics for "
+                        "sharing and scaleToZero); empty until the controller has seen the policy"},
+        {"name": "Requested", "type": "string", "jsonPath": ".status.requestedMode",
+         "description": "the mode the policy asks for: spec.mode, else the install's defaultMode"},
         {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
         {"name": "Hub", "type": "string", "jsonPath": ".metadata.labels.gpu\\.kubeon\\.io/hub",
          "description": "Connected or Disconnected for hub-managed policies (set by the controller's hub sync)"},

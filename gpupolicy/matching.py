@@ -1,4 +1,4 @@
-"""Which policies cover a pod: label selectors and the per-kind priority rule.
+"""Which policies cover a pod (selectors, per-kind priority), and which GPU products the pod accepts.
 
 A policy's selector matches when every part given matches (namespaces list,
 namespaceSelector on the namespace's labels, podSelector on the pod's labels);
@@ -10,7 +10,9 @@ watch order. Pure.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any
 
+from gpupolicy.catalog import PRODUCT_LABEL, normalise_product_label
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import GpuPolicy, LabelSelector, PolicyKind, Selector
 
@@ -60,3 +62,37 @@ def winning_policies(
     for policy in matching_policies(view, namespace, pod_labels):
         winners.setdefault(policy.spec.kind, policy)
     return winners
+
+
+def pod_allowed_products(pod: Mapping[str, Any]) -> frozenset[str] | None:
+    """GPU products the pod accepts: nodeSelector or required node affinity on `nvidia.com/gpu.product`.
+
+    None: no constraint. With several nodeSelectorTerms (ORed), the union of
+    their `In` values; a term without a product constraint allows any product.
+    The admission rewrite (a MIG profile the pod's nodes offer) and the packing
+    model (where the pod may go) both read it here.
+    """
+    spec = pod.get("spec") or {}
+    if not isinstance(spec, Mapping):
+        return None
+    node_selector = spec.get("nodeSelector") or {}
+    selected = node_selector.get(PRODUCT_LABEL) if isinstance(node_selector, Mapping) else None
+    allowed: set[str] | None = {normalise_product_label(str(selected))} if selected else None
+    affinity = spec.get("affinity") or {}
+    node_affinity = (affinity.get("nodeAffinity") or {}) if isinstance(affinity, Mapping) else {}
+    required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
+    terms = (required.get("nodeSelectorTerms") or []) if isinstance(required, Mapping) else []
+    union: set[str] = set()
+    unconstrained = False
+    for term in terms:
+        values = None
+        for expr in (term or {}).get("matchExpressions") or []:
+            if expr.get("key") == PRODUCT_LABEL and expr.get("operator") == "In":
+                values = {normalise_product_label(str(v)) for v in expr.get("values") or []}
+        if values is None:
+            unconstrained = True
+        else:
+            union |= values
+    if terms and not unconstrained:
+        allowed = union if allowed is None else allowed & union
+    return frozenset(allowed) if allowed is not None else None

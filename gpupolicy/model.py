@@ -347,7 +347,8 @@ class Proposal(_Wire):
 
 class GpuPolicyStatus(_Wire):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
-    effective_mode: Mode | None = None
+    effective_mode: Mode | None = None  # what the optimizer enforces (gpupolicy.modes.effective_mode)
+    requested_mode: Mode | None = None  # spec.mode, else the install's defaultMode
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     proposals: list[Proposal] = Field(default_factory=list)

@@ -1,17 +1,47 @@
-"""The mode a policy really runs in, and why when it differs from what it asks. Pure.
+"""The mode a policy really runs in, and which component acts on each kind. Pure.
 
-The install guide promises that metric-driven policies (sharing's
-right-sizing, scaleToZero) never act on guesses: without a Prometheus URL
-they stay Recommend whatever their mode says, and their status says why.
+One function decides the effective mode, and the webhook, the extender, the
+controller, the dry-run and the policy status (hence `kubectl get
+gpupolicies`) all call it, so what a policy says it does and what the
+components do cannot disagree. Its inputs: the policy's mode, the install's
+defaultMode, whether GPU metrics are configured (the install guide: "without
+prometheus.url, scale to zero and sharing stay in Recommend mode") and
+whether the hub is reachable with a valid token (a revoked token stops every
+action: the guide's "it takes no further action").
+
+`HANDLERS` is the one list of which component acts on which policy kind; a
+kind no running component handles says so in its status (`Ready=False`).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
+from enum import StrEnum
 
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 
 METRIC_DRIVEN = frozenset({PolicyKind.SHARING, PolicyKind.SCALE_TO_ZERO})
+
+
+class Component(StrEnum):
+    """A running part of the optimizer that acts on policies."""
+
+    WEBHOOK = "webhook"      # admission: sharing rewrites, injections, guardrails
+    EXTENDER = "extender"    # kube-scheduler extender: packing and typeFit (needs the second scheduler)
+    CONTROLLER = "controller"  # reconcilers: right-sizing proposals, scale to zero, KEDA autoscaling
+
+
+# Which components act on each kind. A kind with no entry (capacity) is handled by nothing in
+# this version; a new controller adds its kind here and nowhere else.
+HANDLERS: Mapping[PolicyKind, frozenset[Component]] = {
+    PolicyKind.SHARING: frozenset({Component.WEBHOOK}),
+    PolicyKind.SCALE_TO_ZERO: frozenset({Component.CONTROLLER}),
+    PolicyKind.PACKING: frozenset({Component.EXTENDER}),
+    PolicyKind.TYPE_FIT: frozenset({Component.EXTENDER}),
+    PolicyKind.GUARDRAIL: frozenset({Component.WEBHOOK}),
+}
+ALL_COMPONENTS = frozenset(Component)
 
 
 @dataclass(frozen=True)
@@ -19,20 +49,63 @@ class EffectiveMode:
     mode: Mode
     requested: Mode
     degraded_reason: str | None = None  # set when the mode was lowered
+    reason_code: str = "AsRequested"  # condition reason: AsRequested, PrometheusNotConfigured, HubDisconnected
 
     @property
     def degraded(self) -> bool:
         return self.degraded_reason is not None
 
 
-def effective_mode(policy: GpuPolicy, default_mode: Mode, prometheus_configured: bool) -> EffectiveMode:
+def effective_mode(policy: GpuPolicy, default_mode: Mode, prometheus_configured: bool,
+                   hub_connected: bool = True) -> EffectiveMode:
     """The policy's mode (else the install default), lowered to Recommend for metric-driven
-    kinds when no metrics source is configured."""
+    kinds when no metrics source is configured, and for every kind when the hub is
+    configured but cut off (revoked token)."""
     requested = policy.effective_mode(default_mode)
-    if policy.spec.kind in METRIC_DRIVEN and not prometheus_configured:
+    if not hub_connected and requested is not Mode.RECOMMEND:
+        reason = f"the hub is unreachable or the cluster token was revoked: staying Recommend (requested {requested})"
+        return EffectiveMode(Mode.RECOMMEND, requested, reason, "HubDisconnected")
+    if policy.spec.kind in METRIC_DRIVEN and not prometheus_configured and requested is not Mode.RECOMMEND:
         reason = (
             f"{policy.spec.kind.value} needs GPU metrics and no --prometheus-url is configured: "
             f"staying Recommend (requested {requested.value})"
         )
-        return EffectiveMode(Mode.RECOMMEND, requested, reason)
+        return EffectiveMode(Mode.RECOMMEND, requested, reason, "PrometheusNotConfigured")
     return EffectiveMode(requested, requested)
+
+
+@dataclass(frozen=True)
+class Handling:
+    """Whether anything acts on a policy kind here; `reason` is the Ready condition's reason."""
+
+    handled: bool
+    reason: str
+    message: str
+
+
+def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS) -> Handling:
+    """Who acts on `kind` among the `running` components, for the policy's Ready condition."""
+    needed = HANDLERS.get(kind, frozenset())
+    if not needed:
+        return Handling(False, "NotImplemented",
+                        f"no component of this version acts on {kind.value} policies")
+    up = needed & frozenset(running)
+    if not up:
+        names = ", ".join(sorted(needed))
+        return Handling(False, "ControllerDisabled",
+                        f"{kind.value} policies are handled by the {names}, which this install does not run")
+    return Handling(True, "Reconciled", f"handled by the {', '.join(sorted(up))}")
+
+
+def parse_components(text: str) -> frozenset[Component]:
+    """`webhook,extender` -> the components; raises ValueError naming an unknown one."""
+    out: set[Component] = set()
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            out.add(Component(part))
+        except ValueError:
+            known = ", ".join(c.value for c in Component)
+            raise ValueError(f"unknown component {part!r} (known: {known})") from None
+    return frozenset(out)

@@ -114,6 +114,14 @@ def admin_add_cluster() -> Response:
     return _json({"cluster": body["name"], "token": token}, 201)
 
 
+@api.post("/api/v1/admin/clusters/<cluster>/token")
+def admin_new_token(cluster: str) -> Response:
+    """A token for a cluster that has none live (after a revocation)."""
+    actor = _admin()
+    hub().cluster_row(cluster)
+    return _json({"cluster": cluster, "token": hub().token_create(cluster, actor)}, 201)
+
+
 @api.post("/api/v1/admin/clusters/<cluster>/token/rotate")
 def admin_rotate(cluster: str) -> Response:
     token = hub().rotate(cluster, _admin())

@@ -49,32 +49,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--key", default=None, help="TLS private key (PEM)")
     serve.add_argument("--admin-token-file", default=None,
                        help=f"file holding the admin credential (else ${ADMIN_ENV}; else one is generated)")
-    serve.add_argument("--workers", type=int, default=2)
-    serve.add_argument("--threads", type=int, default=4)
+    serve.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (default: 2)")
+    serve.add_argument("--threads", type=int, default=4, help="threads per worker (default: 4)")
 
     token = sub.add_parser("token", help="create, rotate or revoke a cluster's token")
-    token.add_argument("verb", choices=["create", "rotate", "revoke"])
-    token.add_argument("--cluster", required=True)
+    token.add_argument("verb", choices=["create", "rotate", "revoke"],
+                       help="create, rotate or revoke the cluster's token")
+    token.add_argument("--cluster", required=True, help="the cluster's name")
 
     policy = sub.add_parser("policy", help="apply or delete a cluster's policies")
     policy_sub = policy.add_subparsers(dest="verb", required=True)
     apply = policy_sub.add_parser("apply", help="GpuPolicy YAML documents, validated with the CRD's model")
-    apply.add_argument("--cluster", required=True)
-    apply.add_argument("-f", "--file", required=True)
+    apply.add_argument("--cluster", required=True, help="the cluster the policy is for")
+    apply.add_argument("-f", "--file", required=True, help="GpuPolicy YAML to store on the hub")
     delete = policy_sub.add_parser("delete")
-    delete.add_argument("--cluster", required=True)
-    delete.add_argument("--name", required=True)
+    delete.add_argument("--cluster", required=True, help="the cluster the policy is for")
+    delete.add_argument("--name", required=True, help="the GpuPolicy's name")
 
     approval = sub.add_parser("approval", help="approve a proposal's target, or withdraw an approval")
     approval_sub = approval.add_subparsers(dest="verb", required=True)
     add = approval_sub.add_parser("add")
-    add.add_argument("--cluster", required=True)
-    add.add_argument("--policy", required=True)
+    add.add_argument("--cluster", required=True, help="the cluster of the policy")
+    add.add_argument("--policy", required=True, help="the GpuPolicy (Approve mode) the approval is for")
     add.add_argument("--target", required=True, help="Kind/namespace/name")
     add.add_argument("--expires-in", default=None, help="duration (e.g. 24h); default: no expiry")
     withdraw = approval_sub.add_parser("withdraw")
-    withdraw.add_argument("--cluster", required=True)
-    withdraw.add_argument("--id", required=True)
+    withdraw.add_argument("--cluster", required=True, help="the cluster of the approval")
+    withdraw.add_argument("--id", required=True, help="the approval's id (as `approval add` printed it)")
 
 
 def _actor() -> str:
@@ -90,7 +91,10 @@ def _fail(message: str) -> int:
 
 
 def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
-    """(name, spec) for every GpuPolicy document; HubError naming file, document and field."""
+    """(name, spec) for every GpuPolicy document; HubError naming file, document and field.
+
+    Documents of other kinds (a Pod beside its policies) are skipped with a note on stderr: the hub
+    holds policies only."""
     try:
         docs = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
     except OSError as exc:
@@ -101,8 +105,12 @@ def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
     for index, doc in enumerate(docs, start=1):
         if doc is None:
             continue
-        if not isinstance(doc, dict) or doc.get("kind") != "GpuPolicy":
-            raise HubError(400, f"{path}: document {index}: kind must be GpuPolicy")
+        if not isinstance(doc, dict):
+            raise HubError(400, f"{path}: document {index}: not a mapping")
+        if doc.get("kind") != "GpuPolicy":
+            print(f"kubeon-gpu hub: {path}: document {index} ({doc.get('kind')}): not a GpuPolicy, skipped",
+                  file=sys.stderr)
+            continue
         name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
         extra = set(doc) - {"apiVersion", "kind", "metadata", "spec", "status"}
         try:

@@ -140,6 +140,13 @@ def rotate(cluster: str) -> str:
     return render_template("token.html", cluster=cluster, token=hub().rotate(cluster, ACTOR), verb="rotated")
 
 
+@console.post("/clusters/<cluster>/token")
+@signed_in
+def new_token(cluster: str) -> str:
+    hub().cluster_row(cluster)
+    return render_template("token.html", cluster=cluster, token=hub().token_create(cluster, ACTOR), verb="created")
+
+
 @console.post("/clusters/<cluster>/revoke")
 @signed_in
 def revoke(cluster: str) -> Any:

@@ -34,9 +34,13 @@ class ObjectRef:
 def emit_event(
     api: client.ApiClient, ref: ObjectRef, reason: str, message: str, now: float,
     event_type: str = "Normal", component: str = "kubeon-gpu-controller", instance: str = "",
+    cluster_scoped_namespace: str = CLUSTER_SCOPED_EVENT_NAMESPACE,
 ) -> bool:
-    """Create one Event; False (logged) when the API refused it."""
-    namespace = ref.namespace or CLUSTER_SCOPED_EVENT_NAMESPACE
+    """Create one Event; False (logged) when the API refused it.
+
+    An Event about a cluster-scoped object goes to `cluster_scoped_namespace` (the
+    controller passes its own namespace, where its RBAC allows Events)."""
+    namespace = ref.namespace or cluster_scoped_namespace
     stamp = datetime.fromtimestamp(now, tz=UTC)
     body = client.CoreV1Event(
         metadata=client.V1ObjectMeta(name=f"{ref.name}.{uuid.uuid4().hex[:16]}", namespace=namespace),

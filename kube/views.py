@@ -56,14 +56,17 @@ class WatchedView:
 
     def __init__(self, api_client: Any, *, default_mode: Mode = Mode.RECOMMEND,
                  own_namespace: str = DEFAULT_NAMESPACE, with_nodes: bool = False,
-                 feeds: Sequence[Reflector] = (), watch_timeout: int = 300) -> None:
+                 feeds: Sequence[Reflector] = (), watch_timeout: int = 300,
+                 metrics_configured: bool = False) -> None:
         from kubernetes import client
 
         self._default_mode = default_mode
         self._own_namespace = own_namespace
+        self._metrics_configured = metrics_configured  # --prometheus-url given (gpupolicy.modes)
         self._lock = threading.Lock()
         self._dirty = True
-        self._view = ClusterView(default_mode=default_mode, own_namespace=own_namespace)
+        self._view = ClusterView(default_mode=default_mode, own_namespace=own_namespace,
+                                 metrics_configured=metrics_configured)
         core = client.CoreV1Api(api_client)
         t = watch_timeout
         self.policies = Reflector(custom_objects_lister(api_client, GROUP, VERSION, PLURAL),
@@ -114,7 +117,8 @@ class WatchedView:
                 nodes = self.nodes.snapshot().values() if self.nodes is not None else ()
                 self._view, invalid = view_from_objects(
                     self.policies.snapshot().values(), self.namespaces.snapshot().values(), nodes,
-                    default_mode=self._default_mode, own_namespace=self._own_namespace)
+                    default_mode=self._default_mode, own_namespace=self._own_namespace,
+                    metrics_configured=self._metrics_configured)
                 for name, error in invalid:
                     log.warning("ignoring invalid GpuPolicy %s: %s", name, error)
             return self._view

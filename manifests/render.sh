@@ -34,7 +34,7 @@ tmp="$(mktemp -d)"
 trap 'rm -rf "$tmp"' EXIT
 "$helm" template kubeon-gpu-optimizer "$chart" \
   --namespace kubeon-gpu --kube-version "$KUBE_VERSION" --include-crds \
-  --set certificates.mode=external \
+  --set certificates.mode=external --no-hooks \
   --output-dir "$tmp" >/dev/null
 
 rm -rf "$out"

@@ -1,6 +1,6 @@
 """The openb replay procedure (the paper's simulator) and its metrics.
 
-Procedure (../shared/data/openb/README.md): seed a generator; sort pods by
+Procedure (vendor/openb/README.md): seed a generator; sort pods by
 name and shuffle; tune the workload to `tune` x cluster GPU capacity by
 appending pods resampled with replacement (stopping before the one that
 would overshoot); schedule one pod at a time, no departures, no retries.
@@ -15,7 +15,7 @@ the paper; means over seeds 42..51 do.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -86,11 +86,13 @@ def replay(
     tune: float = 1.3,
     keep_placements: bool = False,
     mix_coverage: float = 1.0,
+    progress: Callable[[list[PodDemand]], Iterable[PodDemand]] | None = None,
 ) -> ReplayResult:
     """Run one replay (a policy name or object); raises `UnknownPolicyError` for a bad name.
 
     The context carries the trace's full typical mix (`mix_coverage` 1.0);
     FGD cuts it to the paper's 95% itself, kubeon uses every group.
+    `progress` wraps the arrivals (the CLI passes a tqdm bar on a terminal).
     """
     policy = policy_name if policy_name is not None and not isinstance(policy_name, str) else get_policy(policy_name)
     started = time.perf_counter()
@@ -106,7 +108,7 @@ def replay(
     allocated = 0
     at100: float | None = None
     placements: list[Placement] = []
-    for seq, pod in enumerate(arrivals):
+    for seq, pod in enumerate(progress(arrivals) if progress else arrivals):
         decision = decide(state, pod, policy, ctx)
         arrived += pod.gpu_total_milli
         if decision.node is not None:

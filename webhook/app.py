@@ -48,6 +48,7 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's own request limit is 3 MiB
 INTERNAL_WARNING = "kubeon-gpu: internal error, pod admitted unchanged"
+TOO_DEEP = "the object is nested too deeply to evaluate"
 
 
 def _is_pod(review: Review) -> bool:
@@ -105,6 +106,8 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
             return _json_error(400, str(exc))
         except HttpError as exc:  # the answer cannot be written: the request nests too deeply
             return _json_error(exc.status, exc.message)
+        except RecursionError:  # parsed (orjson reads 1,024 levels), but deeper than Python code walks
+            return _json_error(400, TOO_DEEP)
         except Exception:  # a core bug must not become a 500 that blocks admission
             log.exception("%s failed for uid %s", path, review.uid)
             metrics.errors.labels(path).inc()
@@ -180,6 +183,8 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
             result = dry_run(body["object"], view, ns)
         except DryRunError as exc:
             return _json_error(400, str(exc))
+        except RecursionError:
+            return _json_error(400, TOO_DEEP)
         except Exception as exc:  # a core bug: say so, as JSON, without a traceback
             log.exception("/dry-run failed")
             metrics.errors.labels("/dry-run").inc()

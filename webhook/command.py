@@ -35,12 +35,16 @@ log = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cert-dir", required=True, metavar="DIR", help="directory with tls.crt and tls.key")
-    parser.add_argument("--port", type=int, default=8443)
-    parser.add_argument("--bind", default="0.0.0.0")
+    parser.add_argument("--port", type=int, default=8443, help="HTTPS port to listen on (default: 8443)")
+    parser.add_argument("--bind", default="0.0.0.0", help="address to listen on (default: 0.0.0.0, all)")
     parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (default: 2)")
     parser.add_argument("--threads", type=int, default=4, help="threads per worker (default: 4)")
     parser.add_argument("--namespace", default="kubeon-gpu", help="the optimizer's own namespace (never touched)")
-    parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value)
+    parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
+                        help="mode of GpuPolicies that set none (the install's defaultMode; default: Recommend)")
+    parser.add_argument("--prometheus-url", default=None, metavar="URL",
+                        help="the install's Prometheus (not queried here): without it sharing policies "
+                             "stay Recommend, as the controller reports in their status")
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (in-cluster config when unset)")
     parser.add_argument("--no-watch", action="store_true", help="do not watch the cluster: static view only")
     parser.add_argument("--policies", metavar="FILE", help="GpuPolicy YAML documents for a static view")
@@ -56,7 +60,7 @@ def load_static_view(args: argparse.Namespace) -> ClusterView:
         except (OSError, yaml.YAMLError, DryRunError) as exc:
             raise ValueError(f"{args.policies}: {exc}") from exc
     return ClusterView(policies=tuple(policies), default_mode=Mode(args.default_mode),
-                       own_namespace=args.namespace)
+                       own_namespace=args.namespace, metrics_configured=bool(args.prometheus_url))
 
 
 def should_watch(args: argparse.Namespace) -> bool:
@@ -74,7 +78,8 @@ def make_app_factory(args: argparse.Namespace, static: ClusterView) -> Any:
             from kube.config import load_api_client
 
             source = WatchedView(load_api_client(args.kubeconfig), default_mode=Mode(args.default_mode),
-                                 own_namespace=args.namespace, with_nodes=True).start()
+                                 own_namespace=args.namespace, with_nodes=True,
+                                 metrics_configured=bool(args.prometheus_url)).start()
         else:
             source = StaticView(static)
         app = create_app(source)

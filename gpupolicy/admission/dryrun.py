@@ -16,7 +16,6 @@ created, where the owner resolution and approvals apply).
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -28,6 +27,7 @@ from gpupolicy.catalog import DEFAULT_CATALOG, Catalog
 from gpupolicy.cluster import ClusterView, node_from_object
 from gpupolicy.model import GpuPolicy
 from gpupolicy.patch import diff
+from gpupolicy.quantity import shown
 
 SUPPORTED_KINDS = ("Pod", *TEMPLATE_PATHS)
 
@@ -150,7 +150,7 @@ def dry_run(obj: Any, view: ClusterView, namespace: str | None = None) -> Admiss
         raise DryRunError("object: must be a Kubernetes object")
     kind = obj.get("kind")
     if kind not in SUPPORTED_KINDS:
-        raise DryRunError(f"object.kind: {kind!r} is not one of {', '.join(SUPPORTED_KINDS)}")
+        raise DryRunError(f"object.kind: {shown(kind)} is not one of {', '.join(SUPPORTED_KINDS)}")
     metadata = obj.get("metadata") or {}
     if not isinstance(metadata, Mapping):
         raise DryRunError("object.metadata: must be an object")
@@ -173,9 +173,13 @@ def _combine(
     pod = mutation.object
     validation = validate_pod(pod, view, ns, owner)
     if path:
-        result_obj = copy.deepcopy(dict(obj))
+        # Copy only the levels down to the template (the rest stays shared, so `diff` skips it by
+        # identity): a deep copy of the whole workload was slower and recursed past Python's limit
+        # on objects nested a few hundred levels deep (issue 15).
+        result_obj = dict(obj)
         parent: Any = result_obj
         for key in path[:-1]:
+            parent[key] = dict(parent[key])
             parent = parent[key]
         template = dict(parent[path[-1]])
         template["spec"] = pod["spec"]

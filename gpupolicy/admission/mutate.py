@@ -132,14 +132,25 @@ def _not_applied_warning(policy: GpuPolicy, mode: Mode, owner: str, what: str) -
     return short_warning(f"kubeon-gpu {policy.name} (Recommend): would {what}")
 
 
+def _enforced_type_fit(winners: Mapping[PolicyKind, GpuPolicy], view: ClusterView,
+                       owner: str) -> frozenset[str] | None:
+    """The products an enforced typeFit policy allows the pod (None: no such policy in force)."""
+    policy = winners.get(PolicyKind.TYPE_FIT)
+    if policy is None or policy.spec.type_fit is None or not policy.spec.type_fit.allowed_models:
+        return None
+    if not may_apply(policy, view.mode_of(policy).mode, owner):
+        return None
+    return frozenset(policy.spec.type_fit.allowed_models)
+
+
 def _apply_sharing_policy(
     policy: GpuPolicy, mode: Mode, owner: str, pod: dict[str, Any], view: ClusterView,
-    warnings: list[str], rewritten: dict[str, Any],
+    warnings: list[str], rewritten: dict[str, Any], type_fit_models: frozenset[str] | None,
 ) -> Decision:
     sharing = policy.spec.sharing
     assert sharing is not None
     right_sized = applied_resource(policy.status.proposals, owner) if policy.status else None
-    plan = plan_sharing(pod, sharing, view, right_sized)
+    plan = plan_sharing(pod, sharing, view, right_sized, type_fit_models)
     if plan.resource is None:
         if plan.warning:
             warnings.append(short_warning(f"kubeon-gpu {policy.name}: {plan.warning}"))
@@ -202,10 +213,11 @@ def mutate_pod(
     rewritten: dict[str, Any] = {}
     applied: list[str] = []
     for kind, policy in winners.items():
-        mode = policy.effective_mode(view.default_mode)
+        mode = view.mode_of(policy).mode
         quiet = False
         if kind == PolicyKind.SHARING:
-            decision = _apply_sharing_policy(policy, mode, owner, mutated, view, warnings, rewritten)
+            decision = _apply_sharing_policy(policy, mode, owner, mutated, view, warnings, rewritten,
+                                             _enforced_type_fit(winners, view, owner))
             decisions.append(decision)
             quiet = not decision.applied and decision.action != Action.SKIP
             if decision.applied:
@@ -252,7 +264,7 @@ def validate_pod(
     policy = winning_policies(view, ns, _pod_labels(pod)).get(PolicyKind.GUARDRAIL)
     if policy is None:
         return AdmissionResult(object=pod, note="no guardrail policy matches")
-    mode = policy.effective_mode(view.default_mode)
+    mode = view.mode_of(policy).mode
     violation = _guardrail_violation(pod, policy)
     if not violation:
         return AdmissionResult(object=pod, decisions=[Decision(policy.name, mode, Action.ALLOW, False,

@@ -20,12 +20,15 @@ from typing import Any
 from gpupolicy.catalog import (
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
+    PRODUCT_LABEL,
     SHARED_GPU_RESOURCE,
     GpuProduct,
     MigProfile,
+    normalise_profile_name,
     profile_memory_mib,
 )
 from gpupolicy.cluster import ClusterView
+from gpupolicy.matching import pod_allowed_products
 from gpupolicy.model import Proposal, SharingSpec, SharingStrategy, Toleration
 from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity
 
@@ -136,9 +139,10 @@ def has_skip_marker(pod: Mapping[str, Any]) -> bool:
 
 @dataclass(frozen=True)
 class MigChoice:
-    product: str
+    product: str  # the product(s) it was chosen on, for the decision's reason
     profile: MigProfile
     memory_mib: int
+    pin: str | None = None  # a `nvidia.com/gpu.product` value the pod must be pinned to, when needed
 
 
 @dataclass(frozen=True)
@@ -150,6 +154,7 @@ class SharingPlan:
     skip_reason: str = ""
     warning: str = ""
     detail: str = ""
+    node_selector: Mapping[str, str] | None = None  # added to spec.nodeSelector with the resource
     wanted: str = ""  # the slice it would get once a node offers it (left on whole GPUs for now)
 
 
@@ -162,41 +167,142 @@ def candidate_products(sharing: SharingSpec, view: ClusterView) -> list[GpuProdu
     return on_nodes or [p for p in view.catalog.products if p.mig_capable]
 
 
-def choose_mig_profile(need_mib: float, sharing: SharingSpec, view: ClusterView) -> MigChoice | None:
-    """Smallest profile (memory slices, compute slices, real memory) holding `need_mib`, among those a node
-    offers (ClusterView.offers) first; media profiles skipped."""
+def _named(names: frozenset[str], product: GpuProduct, view: ClusterView) -> bool:
+    return any(view.catalog.product(name) == product for name in names)
+
+
+def landing_products(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
+                     type_fit_models: frozenset[str] | None) -> tuple[list[GpuProduct], str, bool]:
+    """The MIG-capable products the pod may land on, why none when the list is empty, and whether
+    the list is known (False: no node, gpuModels, pin or typeFit says; every catalog product).
+
+    The policy's candidates (gpuModels, else what the nodes have), narrowed by
+    the pod's own nodeSelector / required node affinity on the product label,
+    by an enforced typeFit policy, and by the nodes that exist (when any GPU
+    node is known): a slice no such node offers would leave the pod Pending.
+    """
+    products = candidate_products(sharing, view)
+    pinned = pod_allowed_products(pod)
+    on_nodes = view.node_products()
+    known = bool(sharing.gpu_models or pinned is not None or type_fit_models is not None or on_nodes)
+    if pinned is not None:
+        products = [p for p in products if _named(pinned, p, view)]
+        if not products:
+            return [], f"the pod asks for {', '.join(sorted(pinned))}, no MIG-capable product allowed here", known
+    if type_fit_models is not None:
+        products = [p for p in products if _named(type_fit_models, p, view)]
+        if not products:
+            return [], "the typeFit policy allows no MIG-capable product the pod may use", known
+    if on_nodes:
+        products = [p for p in products if p in on_nodes]
+        if not products:
+            return [], "no node has a MIG-capable product the pod may use", known
+    return products, "", known
+
+
+def _key(profile: MigProfile, memory: int, view: ClusterView) -> tuple[bool, int, int, int, str]:
+    """Offered first (ClusterView.offers), then smallest: memory slices, compute slices, real memory."""
+    return (not view.offers(profile.resource_name), profile.memory_slices, profile.compute_slices, memory,
+            profile.name)
+
+
+def _fits(profile: MigProfile, memory: int, need_mib: float | None, fixed: str | None) -> bool:
+    if profile.media_extensions and fixed is None:
+        return False
+    if fixed is not None:
+        return profile.name == fixed
+    return need_mib is not None and memory >= need_mib
+
+
+def choose_mig_profile(need_mib: float | None, products: list[GpuProduct], view: ClusterView,
+                       fixed: str | None = None, pin: bool = True) -> MigChoice | None:
+    """The smallest profile (memory slices, compute slices, real memory; one a node offers first) that
+    every product has and that holds `need_mib` on each (or the `fixed` one); else the best single
+    product's, pinned.
+
+    Media-extension profiles are skipped unless fixed by the policy. Pin: the
+    product label value as the nodes spell it (the first node of it), else the
+    catalog name; `pin=False` (the products are not known, only the catalog):
+    the best single product's profile, unpinned.
+    """
+    if not products:
+        return None
     best: tuple[tuple[bool, int, int, int, str], MigChoice] | None = None
-    for product in candidate_products(sharing, view):
+    for profile in products[0].profiles:
+        offers = [p.profile(profile.name) for p in products]
+        if any(o is None for o in offers):
+            continue
+        memory = min(profile_memory_mib(o, view.labels_for_product(p))
+                     for o, p in zip(offers, products, strict=True) if o is not None)
+        if _fits(profile, memory, need_mib, fixed) and (best is None or _key(profile, memory, view) < best[0]):
+            best = (_key(profile, memory, view), MigChoice(", ".join(p.product for p in products), profile, memory))
+    if best is not None:
+        return best[1]
+    for product in products:
         labels = view.labels_for_product(product)
         for profile in product.profiles:
-            if profile.media_extensions:
-                continue
             memory = profile_memory_mib(profile, labels)
-            if memory < need_mib:
-                continue
-            key = (not view.offers(profile.resource_name), profile.memory_slices, profile.compute_slices, memory,
-                   profile.name)
-            if best is None or key < best[0]:
-                best = (key, MigChoice(product.product, profile, memory))
+            if _fits(profile, memory, need_mib, fixed) and (best is None or _key(profile, memory, view) < best[0]):
+                pinned = _pin(product, view) if pin else None
+                best = (_key(profile, memory, view), MigChoice(product.product, profile, memory, pinned))
     return best[1] if best else None
 
 
+def _pin(product: GpuProduct, view: ClusterView) -> str:
+    for node in view.nodes:
+        if node.gpu_product and view.catalog.product(node.gpu_product) == product:
+            return node.gpu_product
+    return product.product
+
+
 def declared_need_mib(pod: Mapping[str, Any], sharing: SharingSpec) -> tuple[float | None, str]:
-    """The pod's GPU memory need: its annotation, else the policy's gpuMemory; with where it came from."""
+    """The pod's GPU memory need: its annotation, else the policy's gpuMemory; with where it came from.
+
+    Raises QuantityError (naming the annotation) when the annotation is not a quantity.
+    """
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
     text = annotations.get(ANNOTATION_GPU_MEMORY)
     if text:
         try:
             return parse_bytes_mib(str(text)), f"annotation {text}"
-        except QuantityError:
-            pass
+        except QuantityError as exc:
+            raise QuantityError(f"{ANNOTATION_GPU_MEMORY} {str(text)[:40]!r} is not a memory quantity "
+                                f"(e.g. 20Gi): {exc}") from exc
     if sharing.gpu_memory:
         return parse_bytes_mib(sharing.gpu_memory), f"policy gpuMemory {sharing.gpu_memory}"
     return None, ""
 
 
+def time_slice_guarantee_mib(sharing: SharingSpec, view: ClusterView) -> tuple[float, str] | None:
+    """The GPU memory a time-sliced share is sure to have: GPU memory / replicas, smallest GPU.
+
+    Time slices share one GPU's memory with no isolation, so a pod can count
+    only on its fraction. Replicas: what the time-sliced nodes run
+    (ClusterView.shared_replicas), else the policy's (default 2). None when no
+    GPU product is known.
+    """
+    products = ([p for p in (view.catalog.product(m) for m in sharing.gpu_models) if p is not None]
+                if sharing.gpu_models else view.node_products())
+    if not products:
+        return None
+    replicas = view.shared_replicas() or sharing.time_slicing_replicas
+    smallest = min(products, key=lambda p: p.memory_mib)
+    return smallest.memory_mib / replicas, f"{smallest.product} {smallest.memory_mib}Mi / {replicas} replicas"
+
+
+def _time_slicing_plan(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
+                       single: tuple[str, ...], need: float | None, source: str) -> SharingPlan:
+    guarantee = time_slice_guarantee_mib(sharing, view) if need is not None else None
+    if need is not None and guarantee is not None and need > guarantee[0]:
+        why = f"declares {need:.0f}Mi ({source}), a time-sliced share guarantees {guarantee[0]:.0f}Mi"
+        return SharingPlan(None, skip_reason=f"{why} ({guarantee[1]})",
+                           warning=f"{why}: pod left on a whole GPU")
+    return SharingPlan(SHARED_GPU_RESOURCE, single, detail="time-sliced share")
+
+
 def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
-                 right_sized: Proposal | None = None) -> SharingPlan:
+                 right_sized: Proposal | None = None,
+                 type_fit_models: frozenset[str] | None = None) -> SharingPlan:
     """The target resource for a pod under a sharing policy, if some node offers it (`_plan_sharing`).
 
     A pod is rewritten only to a resource that a node offers, was told to offer
@@ -205,7 +311,7 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
     wanted so the planner counts it. A time-sliced share is 1/replicas of a GPU
     with the replicas the nodes run (from the time-slicing ConfigMap).
     """
-    plan = _plan_sharing(pod, sharing, view, right_sized)
+    plan = _plan_sharing(pod, sharing, view, right_sized, type_fit_models)
     if plan.resource is None:
         return plan
     if not view.offers(plan.resource):
@@ -218,13 +324,15 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
 
 
 def _plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
-                  right_sized: Proposal | None = None) -> SharingPlan:
+                  right_sized: Proposal | None = None,
+                  type_fit_models: frozenset[str] | None = None) -> SharingPlan:
     """Decide the target resource for a pod under a sharing policy (no change made here).
 
     `right_sized`: the policy's Applied right-sizing proposal for the pod's owner.
     Its resource wins over the policy's own sizing (annotation, gpuMemory, fixed
     profile): the policy status is the single source of truth, so the pods get
-    exactly the size the controller measured and applied.
+    exactly the size the controller measured and applied. `type_fit_models`:
+    the products an enforced typeFit policy allows the pod (None: no such policy).
     """
     single: list[str] = []
     multi: list[str] = []
@@ -244,28 +352,44 @@ def _plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterVie
     if right_sized is not None and right_sized.resource and is_sliced_resource(right_sized.resource):
         return SharingPlan(right_sized.resource, tuple(single),
                            detail=f"right-sized from measured peak (proposal {right_sized.id} Applied)")
+    try:
+        need, source = declared_need_mib(pod, sharing)
+    except QuantityError as exc:
+        return SharingPlan(None, skip_reason=str(exc), warning=f"{exc}: pod left unchanged")
     if sharing.strategy == SharingStrategy.TIME_SLICING:
-        return SharingPlan(SHARED_GPU_RESOURCE, tuple(single), detail="time-sliced share")
-    if sharing.mig_profile != "auto":
-        profile = sharing.mig_profile
-        resource = MIG_RESOURCE_PREFIX + profile.removeprefix("mig-").replace("+", ".")
-        return SharingPlan(resource, tuple(single), detail=f"profile {profile} (fixed by policy)")
-    need, source = declared_need_mib(pod, sharing)
-    if need is None:
+        return _time_slicing_plan(pod, sharing, view, tuple(single), need, source)
+    fixed = None if sharing.mig_profile == "auto" else normalise_profile_name(sharing.mig_profile)
+    if fixed is None and need is None:
         return SharingPlan(None, skip_reason="no GPU memory need (gpu.kubeon.io/gpu-memory or gpuMemory)",
                            warning="no GPU memory need declared: set gpu.kubeon.io/gpu-memory")
-    choice = choose_mig_profile(need, sharing, view)
+    products, why_none, known = landing_products(pod, sharing, view, type_fit_models)
+    if not products:
+        return SharingPlan(None, skip_reason=why_none, warning=f"{why_none}: pod left on whole GPUs")
+    choice = choose_mig_profile(need, products, view, fixed, pin=known)
     if choice is None:
-        return SharingPlan(None, skip_reason=f"no MIG profile holds {need:.0f}Mi",
-                           warning=f"no MIG profile holds {need:.0f}Mi: pod left on whole GPUs")
-    detail = (f"{choice.profile.name} on {choice.product} holds {choice.memory_mib}Mi "
-              f">= {need:.0f}Mi ({source})")
-    return SharingPlan(choice.profile.resource_name, tuple(single), detail=detail)
+        what = f"profile {fixed} is offered" if fixed else f"MIG profile holds {need:.0f}Mi"
+        where = ", ".join(p.product for p in products)
+        return SharingPlan(None, skip_reason=f"no {what} on {where}",
+                           warning=f"no {what} on the GPUs the pod may use: pod left on whole GPUs")
+    if fixed is not None:
+        detail = f"profile {fixed} (fixed by policy) on {choice.product}"
+    else:
+        detail = (f"{choice.profile.name} on {choice.product} holds {choice.memory_mib}Mi "
+                  f">= {need:.0f}Mi ({source})")
+    selector = None
+    if choice.pin is not None:
+        selector = {PRODUCT_LABEL: choice.pin}
+        detail += f"; pinned to {PRODUCT_LABEL}={choice.pin} (no one profile fits every GPU it may use)"
+    return SharingPlan(choice.profile.resource_name, tuple(single), detail=detail, node_selector=selector)
 
 
 def apply_sharing(pod: dict[str, Any], plan: SharingPlan) -> dict[str, dict[str, dict[str, str]]]:
     """Swap `nvidia.com/gpu: 1` for the plan's resource; returns the original GPU resources per container."""
     assert plan.resource is not None
+    if plan.node_selector:
+        spec = pod.setdefault("spec", {})
+        current = spec.get("nodeSelector")
+        spec["nodeSelector"] = {**(current if isinstance(current, dict) else {}), **plan.node_selector}
     original: dict[str, dict[str, dict[str, str]]] = {}
     for container in iter_containers(pod):
         name = str(container.get("name", ""))
@@ -299,7 +423,7 @@ def toleration_dict(toleration: Toleration) -> dict[str, Any]:
 
 def ensure_tolerations(pod: dict[str, Any], wanted: Iterable[Mapping[str, Any]]) -> bool:
     """Append each wanted toleration unless an equal one is there already; True when something was added."""
-    spec = pod.setdefault("spec", {})
+    spec = _level(pod, "spec")
     current = spec.get("tolerations")
     existing: list[Any] = list(current) if isinstance(current, list) else []
     added = False
@@ -317,9 +441,17 @@ def resource_toleration(resource: str) -> dict[str, Any]:
     return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
 
 
+def _level(obj: dict[str, Any], key: str) -> dict[str, Any]:
+    """obj[key] as a dict to write into, made when absent or null (JSON null decodes to the empty value)."""
+    value = obj.get(key)
+    if not isinstance(value, dict):
+        value = obj[key] = {}
+    return value
+
+
 def ensure_scheduler(pod: dict[str, Any], scheduler: str) -> bool:
     """Set spec.schedulerName unless the pod already chose a non-default scheduler."""
-    spec = pod.setdefault("spec", {})
+    spec = _level(pod, "spec")
     current = spec.get("schedulerName")
     if current in (None, "", "default-scheduler") and current != scheduler:
         spec["schedulerName"] = scheduler
@@ -328,7 +460,7 @@ def ensure_scheduler(pod: dict[str, Any], scheduler: str) -> bool:
 
 
 def ensure_annotations(pod: dict[str, Any], values: Mapping[str, str]) -> None:
-    metadata = pod.setdefault("metadata", {})
+    metadata = _level(pod, "metadata")
     annotations = metadata.get("annotations")
     if not isinstance(annotations, dict):
         annotations = {}

@@ -10,7 +10,6 @@ CRD's Kind printer column has a plain field to read. Pure.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -19,6 +18,7 @@ from pydantic import ValidationError
 from gpupolicy.catalog import Catalog, normalise_profile_name
 from gpupolicy.model import MANAGED_BY_HUB, MANAGED_BY_LABEL, GpuPolicy, SharingStrategy, parse_policy
 from gpupolicy.patch import diff
+from gpupolicy.quantity import shown
 
 KIND_LABEL = "gpu.kubeon.io/kind"
 
@@ -63,7 +63,7 @@ def catalog_errors(policy: GpuPolicy, catalog: Catalog) -> list[str]:
     for i, model in enumerate(sharing.gpu_models):
         product = catalog.product(model)
         if product is None:
-            errors.append(f"spec.sharing.gpuModels[{i}]: unknown GPU product {model!r}")
+            errors.append(f"spec.sharing.gpuModels[{i}]: unknown GPU product {shown(model)}")
         else:
             known.append(product)
     if sharing.strategy == SharingStrategy.MIG and sharing.mig_profile != "auto":
@@ -71,10 +71,10 @@ def catalog_errors(policy: GpuPolicy, catalog: Catalog) -> list[str]:
         if known:
             missing = [p.product for p in known if p.profile(wanted) is None]
             if missing:
-                errors.append(f"spec.sharing.migProfile: {sharing.mig_profile!r} is not a MIG profile of "
+                errors.append(f"spec.sharing.migProfile: {shown(sharing.mig_profile)} is not a MIG profile of "
                               f"gpuModels {', '.join(missing)}")
         elif not any(p.profile(wanted) for p in catalog.products):
-            errors.append(f"spec.sharing.migProfile: unknown MIG profile {sharing.mig_profile!r}")
+            errors.append(f"spec.sharing.migProfile: unknown MIG profile {shown(sharing.mig_profile)}")
     return errors
 
 
@@ -95,8 +95,8 @@ def kind_label_patch(obj: Mapping[str, Any]) -> list[dict[str, Any]]:
         policy = parse_policy(dict(obj))
     except ValidationError:
         return []
-    labelled = copy.deepcopy(dict(obj))
-    metadata = labelled.setdefault("metadata", {})
+    labelled = dict(obj)  # copies of the levels written only: a deep copy recursed on deep objects
+    metadata = labelled["metadata"] = dict(labelled.get("metadata") or {})
     labels = metadata.get("labels")
     labels = dict(labels) if isinstance(labels, Mapping) else {}
     labels[KIND_LABEL] = str(policy.spec.kind)

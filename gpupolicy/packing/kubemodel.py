@@ -43,8 +43,9 @@ from gpupolicy.catalog import (
     SHARED_GPU_RESOURCE,
     normalise_product_label,
 )
+from gpupolicy.matching import pod_allowed_products as allowed_products
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, NodeState, PodDemand
-from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity
+from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity, shown
 
 DRAINING_KEY = "gpu.kubeon.io/draining"
 GPU_MEMORY_ANNOTATION = "gpu.kubeon.io/gpu-memory"
@@ -75,7 +76,7 @@ def _quantity(value: Any, field: str) -> Decimal:
     try:
         return parse_quantity(value)
     except (QuantityError, ValueError, TypeError) as exc:
-        raise ObjectError(f"{field}: not a quantity: {value!r}") from exc
+        raise ObjectError(f"{field}: not a quantity: {shown(value)}") from exc
 
 
 def _milli(value: Any, field: str) -> int:
@@ -86,7 +87,7 @@ def _mib(value: Any, field: str) -> int:
     try:
         return int(parse_bytes_mib(value))
     except (QuantityError, ValueError, TypeError) as exc:
-        raise ObjectError(f"{field}: not a memory quantity: {value!r}") from exc
+        raise ObjectError(f"{field}: not a memory quantity: {shown(value)}") from exc
 
 
 def _count(value: Any, field: str) -> int:
@@ -115,33 +116,6 @@ def pod_requests(pod: Obj) -> dict[str, Decimal]:
             q = _quantity(value, f"spec.initContainers[{i}].resources.{name}")
             total[name] = max(total.get(name, Decimal(0)), q)
     return total
-
-
-def allowed_products(pod: Obj) -> frozenset[str] | None:
-    """GPU products the pod accepts: nodeSelector or required node affinity on `nvidia.com/gpu.product`.
-
-    With several nodeSelectorTerms (ORed), the union of their `In` values;
-    a term without a product constraint allows any product.
-    """
-    spec = pod.get("spec") or {}
-    selected = (spec.get("nodeSelector") or {}).get(PRODUCT_LABEL)
-    allowed: set[str] | None = {normalise_product_label(selected)} if selected else None
-    terms = _get(spec, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
-                 "nodeSelectorTerms") or []
-    union: set[str] = set()
-    unconstrained = False
-    for term in terms:
-        values = None
-        for expr in (term or {}).get("matchExpressions") or []:
-            if expr.get("key") == PRODUCT_LABEL and expr.get("operator") == "In":
-                values = {normalise_product_label(v) for v in expr.get("values") or []}
-        if values is None:
-            unconstrained = True
-        else:
-            union |= values
-    if terms and not unconstrained:
-        allowed = union if allowed is None else allowed & union
-    return frozenset(allowed) if allowed is not None else None
 
 
 def _explicit_share(annotations: Mapping[str, Any]) -> int:

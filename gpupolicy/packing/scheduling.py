@@ -132,8 +132,8 @@ class PodRequest:
                    pod_owner(pod, namespace), demand)
 
 
-def _applies(policy: GpuPolicy, default_mode: Mode, request: PodRequest) -> bool:
-    mode = policy.effective_mode(default_mode)
+def _applies(policy: GpuPolicy, view: ClusterView, request: PodRequest) -> bool:
+    mode = view.mode_of(policy).mode
     if mode is Mode.AUTOMATIC:
         return True
     return mode is Mode.APPROVE and is_approved(policy.spec.approvals, request.owner)
@@ -158,20 +158,20 @@ def plan_for_pod(view: ClusterView, request: PodRequest, default_policy: str,
         resolved = resolve_strategy(wanted, default_policy)
         if wanted not in (DEFAULT_STRATEGY, "") and wanted not in POLICIES:
             notes.append(f"GpuPolicy {packing.name}: unknown packing strategy {wanted!r}, using {resolved}")
-        if _applies(packing, view.default_mode, request):
+        if _applies(packing, view, request):
             strategy, source = resolved, packing.name
         else:
             recommended = resolved
-            notes.append(f"GpuPolicy {packing.name} ({packing.effective_mode(view.default_mode).value}) "
+            notes.append(f"GpuPolicy {packing.name} ({view.mode_of(packing).mode.value}) "
                          f"would score with {resolved}")
     allowed = None
     type_fit = winners.get(PolicyKind.TYPE_FIT)
     if type_fit is not None and type_fit.spec.type_fit is not None and type_fit.spec.type_fit.allowed_models:
         models = expand_models(type_fit.spec.type_fit.allowed_models, catalog)
-        if _applies(type_fit, view.default_mode, request):
+        if _applies(type_fit, view, request):
             allowed = models
         else:
-            notes.append(f"GpuPolicy {type_fit.name} ({type_fit.effective_mode(view.default_mode).value}) "
+            notes.append(f"GpuPolicy {type_fit.name} ({view.mode_of(type_fit).mode.value}) "
                          f"would allow only {', '.join(sorted(type_fit.spec.type_fit.allowed_models))}")
     return Plan(strategy, source, recommended, allowed, tuple(notes))
 

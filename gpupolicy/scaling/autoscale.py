@@ -24,6 +24,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+import yaml
+
 from gpupolicy.model import AutoscaleSpec
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
@@ -170,3 +172,13 @@ def targets(scaled_object_obj: Mapping[str, Any]) -> tuple[str, str]:
     """(kind, name) a ScaledObject scales; kind defaults to Deployment like KEDA's (pure)."""
     ref = (scaled_object_obj.get("spec") or {}).get("scaleTargetRef") or {}
     return str(ref.get("kind") or "Deployment"), str(ref.get("name") or "")
+
+
+class _NoAliases(yaml.SafeDumper):
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def scaled_object_yaml(obj: Mapping[str, Any]) -> str:
+    """The ScaledObject as YAML to `kubectl apply -f -` (offered when the controller may not write it)."""
+    return yaml.dump(dict(obj), Dumper=_NoAliases, sort_keys=False, default_flow_style=False)

@@ -111,11 +111,9 @@ POLICY_CRD = REPO / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
 @pytest.fixture
 def frame_api():  # type: ignore[no-untyped-def]
     """A fresh test API server with the GpuPolicy CRD and namespaces kubeon-gpu + inference."""
-    kubeapi = pytest.importorskip("tests.kubeapi")
-    server_cls = getattr(kubeapi, "ApiServer", None)
-    if server_cls is None:
-        pytest.skip("tests.kubeapi.ApiServer not available yet")
-    server = server_cls.start(crd_files=[str(POLICY_CRD)])
+    from tests.kubeapi import ApiServer
+
+    server = ApiServer.start(crd_files=[str(POLICY_CRD)])
     try:
         api = server.api_client()
         from kubernetes import client

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from tests.missing import missing
 from tests.promharness import DcgmExporter, PrometheusServer, available
 
 
@@ -28,7 +29,7 @@ def prometheus_factory(dcgm_exporter: DcgmExporter) -> Iterator[Callable[..., Pr
     """start(history=seconds) -> a running Prometheus scraping `dcgm_exporter` (script it first)."""
     reason = available()
     if reason:
-        pytest.skip(reason)
+        missing(reason)
     started: list[PrometheusServer] = []
 
     def start(history: float = 0.0, step: float = 1.0, wait_scrape: bool = True) -> PrometheusServer:
@@ -44,14 +45,15 @@ def prometheus_factory(dcgm_exporter: DcgmExporter) -> Iterator[Callable[..., Pr
 # -- the test API server with the GpuPolicy and KEDA CRDs, and a frame context on it ------------
 _REPO = Path(__file__).resolve().parents[2]
 POLICY_CRD = _REPO / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
-KEDA_CRD = Path("/work/shared/crds/keda.sh_scaledobjects.yaml")
+KEDA_CRD = Path(__file__).resolve().parents[2] / "vendor" / "crds" / "keda.sh_scaledobjects.yaml"
 SCALE_NAMESPACES = ("kubeon-gpu", "research", "ml")
 
 
 @pytest.fixture
 def scale_api() -> Iterator[Any]:
     """A fresh test API server (GpuPolicy + KEDA ScaledObject CRDs) with the namespaces tests use."""
-    kubeapi = pytest.importorskip("tests.kubeapi")
+    from tests import kubeapi
+
     server = kubeapi.ApiServer.start(crd_files=[str(POLICY_CRD), str(KEDA_CRD)])
     try:
         api = server.api_client()
@@ -66,8 +68,10 @@ def scale_api() -> Iterator[Any]:
         server.stop()
 
 
-def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None) -> Any:
-    """The frame's ControllerContext on `api` (leader), with the real Prometheus metrics source."""
+def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None, keda: bool = True) -> Any:
+    """The frame's ControllerContext on `api` (leader), with the real Prometheus metrics source.
+
+    `keda`: as `--keda` (chart keda.enabled=true): these tests drive KEDA ScaledObjects."""
     from controller.context import ControllerContext, SystemClock
     from controller.metrics_source import from_url
     from controller.policies import PolicyStore
@@ -78,5 +82,5 @@ def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None) ->
     return ControllerContext(
         api=api, namespace="kubeon-gpu", default_mode=Mode.RECOMMEND, prometheus_url=prometheus_url,
         metrics=from_url(prometheus_url), clock=clock, recorder=Recorder(api, ControllerMetrics(), clock, "test"),
-        policies=PolicyStore(), is_leader=lambda: True,
+        policies=PolicyStore(), is_leader=lambda: True, keda=keda,
     )

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import yaml
 from kubernetes import client
 
 from controller.autoscale import AutoscaleReconciler
@@ -32,7 +33,7 @@ def policy(mode: str, maximum: int = 4) -> dict[str, Any]:
                 "autoscale": {"targetUtilizationPercent": 60, "min": 1, "max": maximum}}}}
 
 
-def setup(api: client.ApiClient, mode: str) -> ReconcileRunner:
+def setup(api: client.ApiClient, mode: str, keda: bool = True) -> ReconcileRunner:
     apps = client.AppsV1Api(api)
     for name, tier in (("llm", "inference"), ("batch", "batch")):
         obj: dict[str, Any] = make_deployment(name, NS)
@@ -40,7 +41,7 @@ def setup(api: client.ApiClient, mode: str) -> ReconcileRunner:
         apps.create_namespaced_deployment(NS, obj)
     client.CustomObjectsApi(api).create_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies",
                                                               policy(mode))
-    ctx = scale_context(api, PROM)  # a configured source (never queried here): Automatic may act
+    ctx = scale_context(api, PROM, keda=keda)  # a configured source (never queried here): Automatic may act
     return ReconcileRunner(ctx, [PolicySync(), AutoscaleReconciler()])
 
 
@@ -48,6 +49,21 @@ def status(api: client.ApiClient) -> dict[str, Any]:
     obj = client.CustomObjectsApi(api).get_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies",
                                                                  "gpu-autoscale")
     return dict(obj.get("status") or {})
+
+
+def test_without_keda_writes_the_scaled_object_is_offered_as_yaml(scale_api: Any) -> None:
+    """keda.enabled=false (the default; the guide's RBAC has no KEDA rule): even in Automatic nothing is
+    read or written; the ScaledObject's YAML is a Proposed recommendation in the policy status."""
+    api = scale_api.api
+    runner = setup(api, "Automatic", keda=False)
+    runner.run_all()
+    assert kscale.list_scaled_objects(api, NS) == []
+    [proposal] = status(api)["proposals"]
+    assert (proposal["target"], proposal["state"]) == (f"Deployment/{NS}/llm", "Proposed")
+    assert "keda.enabled=true" in proposal["action"]
+    offered = yaml.safe_load(proposal["reason"])
+    assert offered["kind"] == "ScaledObject" and offered["spec"]["scaleTargetRef"]["name"] == "llm"
+    assert "&id" not in proposal["reason"] and "*id" not in proposal["reason"], "no YAML anchors"
 
 
 def test_recommend_shows_the_scaled_object_and_writes_nothing(scale_api: Any) -> None:

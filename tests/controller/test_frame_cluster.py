@@ -11,6 +11,7 @@ by the scale-to-zero tests with tests/promharness).
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
 import pytest
@@ -21,6 +22,7 @@ from controller.leader import LeaderElector
 from controller.policies import PolicySync
 from controller.rightsizing import RightSizingReconciler
 from gpupolicy.model import Mode
+from gpupolicy.modes import parse_components
 from kube.events import list_events
 from kube.leases import LeaseConflict, get_lease, replace_lease
 from tests.controller.conftest import FakeClock, ScriptedMetrics, make_deployment, make_node, make_policy
@@ -259,6 +261,40 @@ def test_without_prometheus_metric_policies_stay_recommend(api: client.ApiClient
     assert deployment(api, "llm")["metadata"]["resourceVersion"] == before
 
 
+def test_status_shows_requested_and_effective_mode(api: client.ApiClient, clock: FakeClock) -> None:
+    """`kubectl get gpupolicies` MODE is status.effectiveMode, REQUESTED status.requestedMode."""
+    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}, mode="Automatic"))
+    create(api, make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
+    r = replica(api, clock, None, "one", mode=Mode.APPROVE)
+    r.elector.step()
+    r.runner.run_all()
+    share = policy_status(api, "share")
+    assert (share["requestedMode"], share["effectiveMode"]) == ("Automatic", "Recommend")
+    assert condition(share, "Degraded")["reason"] == "PrometheusNotConfigured"
+    guard = policy_status(api, "guard")
+    assert (guard["requestedMode"], guard["effectiveMode"]) == ("Approve", "Approve")
+    assert condition(guard, "Degraded")["status"] == "False"
+
+
+def test_kinds_nothing_acts_on_are_not_ready(api: client.ApiClient, clock: FakeClock) -> None:
+    """A capacity policy (no controller in this version) and a packing policy without the extender
+    say so: Ready=False with NotImplemented / ControllerDisabled, never Reconciled."""
+    create(api, make_policy("grow", {"capacity": {"nodePools": ["gpu"]}}))
+    create(api, make_policy("pack", {"packing": {"strategy": "bestfit"}}))
+    create(api, make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
+    r = build(api, identity="one", clock=clock, reconcilers=[PolicySync()],
+              components=parse_components("webhook"))
+    r.elector.step()
+    r.runner.run_all()
+    grow = condition(policy_status(api, "grow"), "Ready")
+    assert (grow["status"], grow["reason"]) == ("False", "NotImplemented")
+    assert "capacity" in grow["message"]
+    pack = condition(policy_status(api, "pack"), "Ready")
+    assert (pack["status"], pack["reason"]) == ("False", "ControllerDisabled") and "extender" in pack["message"]
+    guard = condition(policy_status(api, "guard"), "Ready")
+    assert (guard["status"], guard["reason"]) == ("True", "Reconciled") and "webhook" in guard["message"]
+
+
 def test_no_data_for_the_whole_window_means_no_proposal(api: client.ApiClient, clock: FakeClock) -> None:
     metrics = ScriptedMetrics()
     create(api, make_node("gpu-1"))
@@ -312,8 +348,9 @@ def test_automatic_without_restart_never_writes_the_workload(api: client.ApiClie
     assert {(p["state"], p["resource"]) for p in proposals} == {("Applied", "nvidia.com/mig-1g.10gb")}
     assert scaler_binding_namespaces(api) == set(), "no Restart: no workload write access needed"
     assert len(r.ctx.recorder.applied_log) == 3, "one applied action per workload, never repeated"
-    events = client.CoreV1Api(api).list_namespaced_event("inference").items
-    assert {e.involved_object.name for e in events if e.reason == "GpuPolicyApplied"} == set(versions)
+    events = client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items
+    assert {e.message.split(":")[0] for e in events if e.reason == "GpuPolicyApplied"} == {
+        f"Deployment/inference/{n}" for n in versions}
 
 
 def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock: FakeClock) -> None:
@@ -355,8 +392,78 @@ def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock
     assert llm2["metadata"]["resourceVersion"] == llm["metadata"]["resourceVersion"]
     assert not again.ctx.recorder.applied_log
 
-    events = client.CoreV1Api(api).list_namespaced_event("inference").items
-    assert any(e.involved_object.name == "llm" and e.reason == "GpuPolicyApplied" for e in events)
-    policy_events = client.CoreV1Api(api).list_namespaced_event("default").items
-    assert any(e.involved_object.kind == "GpuPolicy" and e.involved_object.name == "share" for e in policy_events)
+    assert client.CoreV1Api(api).list_namespaced_event("inference").items == [], "no Event RBAC there"
+    policy_events = client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items
+    assert any(e.involved_object.kind == "GpuPolicy" and e.involved_object.name == "share"
+               and e.message.startswith("Deployment/inference/llm: ") for e in policy_events)
     assert r.metrics.actions.labels(policy="share", action="rightsize")._value.get() == 1
+
+
+# -- prompt, safe stop (SIGTERM) ------------------------------------------------------
+class _Slow:
+    """A reconciler still writing when the stop comes: it must find its lease valid throughout."""
+
+    name = "slow"
+    period_seconds = 60.0
+
+    def __init__(self, seconds: float) -> None:
+        import threading
+
+        self.seconds = seconds
+        self.started = threading.Event()
+        self.leader_after: bool | None = None
+
+    def reconcile(self, ctx: Any) -> None:
+        self.started.set()
+        time.sleep(self.seconds)
+        self.leader_after = ctx.is_leader()
+
+
+class _StopsTheProcess:
+    name = "first"
+    period_seconds = 60.0
+
+    def __init__(self) -> None:
+        self.process: ControllerProcess | None = None
+
+    def reconcile(self, ctx: Any) -> None:
+        assert self.process is not None
+        self.process.request_stop()  # a SIGTERM arriving during this reconciler
+
+
+class _Records:
+    name = "second"
+    period_seconds = 60.0
+    ran = False
+
+    def reconcile(self, ctx: Any) -> None:
+        self.ran = True
+
+
+def test_the_lease_is_renewed_until_the_last_pass_ends(api: client.ApiClient) -> None:
+    """Stop during a pass longer than the lease: the lease loop keeps renewing until the reconcile loop
+    has ended (before: it stopped at once, the pass found the lease expired and the process exited 1)."""
+    slow = _Slow(seconds=2.5)
+    lost: list[str] = []
+    process = build(api, identity="stopper", lease_duration=2, renew_interval=0.2, on_lost=lost.append,
+                    reconcilers=[slow])
+    process.start(watch_policies=False)
+    process.run_in_thread()
+    assert slow.started.wait(20)
+    process.stop(release=True)
+    assert lost == [] and slow.leader_after is True
+    lease = get_lease(api, "kubeon-gpu", "kubeon-gpu-optimizer")
+    assert lease is not None and not lease.holder, "released after the pass"
+
+
+def test_a_stop_during_a_pass_runs_no_further_reconciler(api: client.ApiClient) -> None:
+    first, second = _StopsTheProcess(), _Records()
+    process = build(api, identity="stopper", reconcilers=[first, second], on_lost=lambda _: None)
+    first.process = process
+    process.start(watch_policies=False)
+    wait_until = time.monotonic() + 20
+    while not process.elector.is_leader() and time.monotonic() < wait_until:
+        time.sleep(0.05)
+    process.run()  # returns once the stop is seen
+    process.stop()
+    assert not second.ran, "the reconciler after the stop must not run"

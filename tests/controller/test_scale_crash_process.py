@@ -61,7 +61,7 @@ class Controller:
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "controller", "--kubeconfig", kubeconfig, "--identity", identity,
              "--prometheus-url", prometheus_url, "--health-port", "0", "--health-bind", "127.0.0.1",
-             "--lease-duration-seconds", "2", "--renew-seconds", "0.4", "--resync-seconds", "1"],
+             "--lease-duration-seconds", "2", "--renew-seconds", "0.4", "--resync-seconds", "1", "--keda"],
             cwd=REPO, env=env, stdout=self.log_path.open("w"), stderr=subprocess.STDOUT,
         )
 
@@ -111,8 +111,9 @@ def proposals_for(api: client.ApiClient, target: str) -> list[dict[str, Any]]:
 
 
 def applied_events(api: client.ApiClient, name: str) -> list[Any]:
-    return [e for e in client.CoreV1Api(api).list_namespaced_event(NS).items
-            if e.involved_object.name == name and e.reason == "GpuPolicyApplied"]
+    """GpuPolicyApplied Events about Deployment `name` (on the policy, in the optimizer's namespace)."""
+    return [e for e in client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items
+            if e.reason == "GpuPolicyApplied" and e.message.startswith(f"Deployment/{NS}/{name}: ")]
 
 
 def version(api: client.ApiClient, name: str) -> str:

@@ -102,9 +102,10 @@ def make_node(name: str = "n1", product: str = "NVIDIA-A100-SXM4-80GB", *, offer
 
 
 def make_view(*policies: GpuPolicy, nodes: tuple[NodeInfo, ...] = (), default_mode: Mode = Mode.RECOMMEND,
-              namespaces: dict[str, dict[str, str]] | None = None) -> ClusterView:
+              namespaces: dict[str, dict[str, str]] | None = None, metrics: bool = True) -> ClusterView:
+    """A view of a cluster with GPU metrics configured (`metrics=False`: no --prometheus-url)."""
     return ClusterView(policies=policies, nodes=nodes, default_mode=default_mode,
-                       namespace_labels=namespaces or {})
+                       namespace_labels=namespaces or {}, metrics_configured=metrics)
 
 
 def apply(obj: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:

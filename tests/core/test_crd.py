@@ -42,7 +42,10 @@ def test_crd_identity_and_columns() -> None:
     assert spec["scope"] == "Cluster" and spec["names"]["shortNames"] == ["gpup"]
     version = spec["versions"][0]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
-    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Kind", "Mode", "Priority", "Hub", "Age"]
+    assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Kind", "Mode", "Requested", "Priority",
+                                                                         "Hub", "Age"]
+    columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
+    assert columns["Mode"] == ".status.effectiveMode" and columns["Requested"] == ".status.requestedMode"
 
 
 def test_schema_is_structural() -> None:

@@ -44,7 +44,8 @@ def test_bad_input_names_the_file_and_exits_2(tmp_path: Path, capsys) -> None:
     empty = tmp_path / "e.yaml"
     empty.write_text("")
     assert main(["layout", "--nodes", str(empty), "--pods", str(empty), "--policies", str(bad)]) == 2
-    err = capsys.readouterr().err
-    assert err.startswith(f"kubeon-gpu layout: {bad}: GpuPolicy x: ") and "strategy" in err
+    err = capsys.readouterr().err.splitlines()
+    assert f"kubeon-gpu layout: {empty}: empty file: no Kubernetes objects" in err
+    assert any(line.startswith(f"kubeon-gpu layout: {bad}, document 1: spec.sharing.strategy") for line in err), err
     assert main(["layout", "--nodes", str(empty)]) == 2
     assert "give --nodes FILE, --pods FILE and --policies FILE" in capsys.readouterr().err

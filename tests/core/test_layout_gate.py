@@ -14,7 +14,7 @@ WHOLE = make_node("whole", offers_slices=False)
 
 
 def rewrite(policy: GpuPolicy, *nodes: NodeInfo) -> tuple[dict[str, str], dict[str, str], list[str], str]:
-    result = mutate_pod(make_pod(), ClusterView(policies=(policy,), nodes=nodes))
+    result = mutate_pod(make_pod(), ClusterView(policies=(policy,), nodes=nodes, metrics_configured=True))
     pod = apply(make_pod(), result.patch)
     return limits(pod), pod["metadata"].get("annotations") or {}, result.warnings, result.decisions[0].reason
 

@@ -24,8 +24,10 @@ _BIND_FLAG = {"webhook": "--bind", "extender": "--bind", "controller": "--health
 
 
 def run_in_place(cluster: Cluster, pod: dict[str, Any], workdir: Path, health_path: str = "/readyz",
-                 health_port_flag: str = "--health-port", tls: bool = False) -> tuple[Process, dict[str, int]]:
-    """Start the pod's first container; returns the process and its ports by flag name."""
+                 health_port_flag: str = "--health-port", tls: bool = False,
+                 network: dict[str, str] | None = None) -> tuple[Process, dict[str, int]]:
+    """Start the pod's first container; returns the process and its ports by flag name.
+    `network`: environment of the node's network (egress proxy, trusted CAs), not the pod's."""
     meta, spec = pod["metadata"], pod["spec"]
     container = spec["containers"][0]
     root = workdir / meta["name"]
@@ -45,7 +47,7 @@ def run_in_place(cluster: Cluster, pod: dict[str, Any], workdir: Path, health_pa
     if command in _BIND_FLAG:
         args += [_BIND_FLAG[command], "127.0.0.1"]
     args += ["--kubeconfig", cluster.kubeconfig]
-    env = {}
+    env = dict(network or {})
     for item in container.get("env") or []:
         if "value" in item:
             env[item["name"]] = item["value"]

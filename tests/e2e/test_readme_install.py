@@ -1,4 +1,5 @@
-"""The README's "Install in a cluster" block, run line for line against the test cluster.
+"""The README's "Install in a cluster" block, run line for line against the test cluster and a
+real hub.
 
 The commands are read from README.md (the bash block under that heading), so the docs and
 this test cannot drift. Real: kubectl 1.35 and helm 4 from .tools/bin (protobuf bodies,
@@ -6,10 +7,15 @@ server-side apply, watch-list, pod logs), the chart, the test API server with th
 workload controller and kubelet stand-ins making the Deployments ready, and the optimizer's
 own processes run in place of the chart's pods with the chart's arguments, secret volumes and
 env (tests/e2e/inplace.py): the webhook serving the chart's generated certificate behind its
-Service, the controller whose output is the pod log `kubectl logs` reads.
+Service, the controller whose output is the pod log `kubectl logs` reads. The hub is a real
+`kubeon-gpu hub serve` with a certificate for the README's hub host, reached at the README's
+URL through an egress proxy (tests/e2e/egress.py: the cluster's internet, here), so `policies
+synced` in the log is the controller's own line after a real pull of the hub's policy set.
 
 What the test adds around the README's lines, as a user's cluster would have it: the GPU
-Operator's namespace (the README's stated prerequisite); the pods' processes (the kubelet's
+Operator's namespace (the README's stated prerequisite); the hub's side (the cluster's token,
+which replaces the README's `<cluster token>` placeholder as a user does, and one policy for
+the cluster, put by the hub's admin API); the pods' processes (the kubelet's
 job); waiting for the rollout and for the controller's first policy sync (its real output)
 before reading logs, as a user runs that line once the controller is up (the README line
 itself has no wait: run at once after `helm upgrade` it can find nothing yet); the example
@@ -22,17 +28,24 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes import client
 
 from tests.e2e.conftest import CHART, REPO, Process
+from tests.e2e.egress import Egress
 from tests.e2e.inplace import run_in_place
+from tests.hub.conftest import HubProcess, start_hub
 from tests.kubeapi.cluster import Cluster
 from tests.kubeapi.fixtures import make_node
 from tests.kubeapi.scheduler import ALL_SCHEDULERS
+from tests.missing import missing
 
 NAMESPACE = "kubeon-gpu"
 RELEASE = "kubeon-gpu-optimizer"
@@ -54,7 +67,7 @@ def readme_block(heading: str = "## Install in a cluster") -> list[str]:
 def cluster() -> Iterator[Cluster]:
     for tool in ("kubectl", "helm"):
         if not (TOOLS / tool).is_file():
-            pytest.skip(f"{tool} not in .tools/bin (scripts/install-test-deps.sh)")
+            missing(f"{tool} not in .tools/bin (scripts/install-test-deps.sh)")
     with Cluster(nodes=[make_node("node-0", product=None, gpus=0)], crd_files=(), scheduler_name=ALL_SCHEDULERS,
                  karpenter=False) as running:
         yield running
@@ -77,10 +90,11 @@ class Shell:
 
 
 class Pods:
-    """The optimizer processes running in place of the chart's pods."""
+    """The optimizer processes running in place of the chart's pods (`network`: the node's
+    egress and trusted CAs)."""
 
-    def __init__(self, cluster: Cluster, sh: Shell, workdir: Path) -> None:
-        self.cluster, self.sh, self.workdir = cluster, sh, workdir
+    def __init__(self, cluster: Cluster, sh: Shell, workdir: Path, network: dict[str, str]) -> None:
+        self.cluster, self.sh, self.workdir, self.network = cluster, sh, workdir, network
         self.running: dict[str, Process] = {}
 
     def pod_of(self, deployment: str) -> dict[str, Any]:
@@ -93,7 +107,8 @@ class Pods:
 
     def start(self, deployment: str, **kwargs: Any) -> tuple[Process, dict[str, int]]:
         self.stop(deployment)
-        process, ports = run_in_place(self.cluster, self.pod_of(deployment), self.workdir, **kwargs)
+        process, ports = run_in_place(self.cluster, self.pod_of(deployment), self.workdir, network=self.network,
+                                      **kwargs)
         self.running[deployment] = process
         return process, ports
 
@@ -103,23 +118,49 @@ class Pods:
                 self.running.pop(name).stop()
 
 
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[tuple[HubProcess, str, str]]:
+    """A real hub with a certificate for the README's hub host; (hub, url, cluster) from the README."""
+    helm = next(line for line in readme_block() if line.startswith("helm upgrade --install"))
+    url = re.search(r"--set hub\.url=(\S+)", helm)
+    cluster = re.search(r"--set cluster=(\S+)", helm)
+    assert url and cluster, f"the README's helm line sets no hub.url/cluster: {helm}"
+    host = url.group(1).split("://", 1)[1].split("/")[0]
+    process = start_hub(f"sqlite:///{tmp_path}/hub.db", tls=True, dns_names=(host,))
+    yield process, url.group(1), cluster.group(1)
+    process.stop()
+
+
 @pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")  # kubelet-style probes
-def test_readme_install_block_runs_verbatim(cluster: Cluster, tmp_path: Path) -> None:
-    lines = readme_block()
+def test_readme_install_block_runs_verbatim(cluster: Cluster, hub: tuple[HubProcess, str, str],
+                                            tmp_path: Path) -> None:
+    hub_process, hub_url, cluster_name = hub
+    token = hub_process.cli("token", "create", "--cluster", cluster_name)
+    assert token.returncode == 0, token.stderr
+    put = hub_process.client().admin("PUT", f"/clusters/{cluster_name}/policies/share-from-hub", json={
+        "spec": {"mode": "Recommend", "selector": {"namespaces": ["inference"]},
+                 "sharing": {"strategy": "TimeSlicing"}}})
+    assert put.status_code == 200, put.text
+    host = hub_url.split("://", 1)[1].split("/")[0]
+    egress = Egress({f"{host}:443": ("127.0.0.1", int(hub_process.url.rsplit(":", 1)[1]))})
+    lines = [line.replace("<cluster token>", token.stdout.strip().splitlines()[-1]) for line in readme_block()]
     helm_lines = [line for line in lines if line.startswith("helm upgrade --install")]
     assert len(helm_lines) == 1 and any(line.startswith("kubectl get gpupolicies") for line in lines), lines
     sh = Shell(cluster, tmp_path / "helm")
-    pods = Pods(cluster, sh, tmp_path / "pods")
+    pods = Pods(cluster, sh, tmp_path / "pods", {**egress.env, "REQUESTS_CA_BUNDLE": str(hub_process.ca_file)})
     cluster.ensure_namespace("gpu-operator")  # the README's prerequisite: the GPU Operator's namespace
     outputs: dict[str, str] = {}
     try:
         for line in lines:
             if line.startswith("kubectl get gpupolicies"):
                 sh(f"kubectl apply -f {EXAMPLES}")  # a user's policies, admitted by the running webhook
-            if " logs " in line:  # the controller pod's process; its output is the pod log
+                # The controller pod's process (its output is the pod log) has written each one's mode.
                 controller, _ = pods.start(RELEASE)
-                cluster.wait_for(lambda c=controller: "policies synced" in c.log.read_text(), timeout=60,
-                                 message=f"the controller's first policy sync:\n{controller.log_tail()}")
+                cluster.wait_for(lambda: _all_have_a_mode(cluster), timeout=60,
+                                 message=f"the controller's status writes:\n{controller.log_tail()}")
+            if " logs " in line:
+                cluster.wait_for(lambda c=controller: "policies synced count=4" in c.log.read_text(), timeout=60,
+                                 message=f"the controller's policy sync:\n{controller.log_tail()}")
             outputs[line] = sh(line).stdout
             if line.startswith("helm upgrade --install"):
                 _, ports = pods.start(f"{RELEASE}-webhook", tls=True)
@@ -127,12 +168,15 @@ def test_readme_install_block_runs_verbatim(cluster: Cluster, tmp_path: Path) ->
         deploy_line = next(line for line in lines if "get deploy" in line)
         assert re.search(rf"^{RELEASE}\s+\d/\d", outputs[deploy_line], re.M), outputs[deploy_line]
         listing = outputs[next(line for line in lines if line.startswith("kubectl get gpupolicies"))].splitlines()
-        assert listing[0].split() == ["NAME", "KIND", "MODE", "PRIORITY", "AGE"], listing
+        assert listing[0].split() == ["NAME", "KIND", "MODE", "REQUESTED", "PRIORITY", "HUB", "AGE"], listing
         rows = {row.split()[0]: row.split() for row in listing[1:]}
-        assert rows["share-inference"][1:3] == ["sharing", "Automatic"]  # Kind: labelled by the real webhook
-        assert rows["max-two-gpus"][1:3] == ["guardrail", "Recommend"]
+        # Kind: labelled by the real webhook. MODE: what is enforced; the guide's install has no
+        # prometheus.url, so the Automatic sharing policy stays Recommend (REQUESTED says what it asks).
+        assert rows["share-inference"][1:4] == ["sharing", "Recommend", "Automatic"]
+        assert rows["max-two-gpus"][1:4] == ["guardrail", "Recommend", "Recommend"]
         logs_line = next(line for line in lines if " logs " in line)
-        assert "policies synced count=4" in outputs[logs_line]
+        assert re.search(r"policies synced count=1 revision=\d+", outputs[logs_line]), outputs[logs_line]
+        assert "share-from-hub" in sh("kubectl get gpupolicies -o name").stdout  # the pulled set, written
 
         # upgrade with a changed value: the controller's pod rolls to the new arguments
         upgrade = helm_lines[0].replace("--set defaultMode=Recommend", "--set defaultMode=Automatic")
@@ -145,12 +189,49 @@ def test_readme_install_block_runs_verbatim(cluster: Cluster, tmp_path: Path) ->
         history = sh(f"helm -n {NAMESPACE} history {RELEASE}").stdout
         assert "Install complete" in history and "Upgrade complete" in history
 
-        # uninstall: nothing the chart made is left
+        # uninstall: the pre-delete Job cleans up, then nothing the chart made is left
+        hook = threading.Thread(target=_run_uninstall_hook, args=(cluster, tmp_path / "hook"), daemon=True)
+        hook.start()
         sh(f"helm -n {NAMESPACE} uninstall {RELEASE}")
+        hook.join(timeout=5)
+        assert not hook.is_alive(), "helm uninstall ended before its pre-delete Job was run"
         pods.stop()
         assert _left_of_ours(cluster) == _EXPECTED_LEFT
     finally:
         pods.stop()
+        egress.close()
+
+
+def _all_have_a_mode(cluster: Cluster) -> bool:
+    items = client.CustomObjectsApi(cluster.api_client).list_cluster_custom_object(
+        "gpu.kubeon.io", "v1alpha1", "gpupolicies")["items"]
+    return bool(items) and all((p.get("status") or {}).get("effectiveMode") for p in items)
+
+
+def _run_uninstall_hook(cluster: Cluster, workdir: Path, timeout: float = 60.0) -> None:
+    """Play the Job controller and kubelet for the chart's pre-delete Job: run its container's
+    command (`kubeon-gpu controller --uninstall ...`) against the cluster, then mark the Job Complete."""
+    batch = client.BatchV1Api(cluster.api_client)
+    name = f"{RELEASE}-uninstall"
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            job = batch.read_namespaced_job(name, NAMESPACE)
+            break
+        except client.ApiException:
+            time.sleep(0.2)
+    else:
+        raise AssertionError("helm created no pre-delete Job")
+    args = list(job.spec.template.spec.containers[0].args)
+    workdir.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run([sys.executable, "-m", "cli.main", *args, "--kubeconfig", cluster.kubeconfig],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    batch.patch_namespaced_job_status(name, NAMESPACE, {"status": {
+        "succeeded": 1, "startTime": now, "completionTime": now,
+        "conditions": [{"type": "SuccessCriteriaMet", "status": "True", "lastTransitionTime": now},
+                       {"type": "Complete", "status": "True", "lastTransitionTime": now}]}})
 
 
 # What stays after `helm uninstall`, each for a reason outside the chart's control:

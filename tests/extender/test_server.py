@@ -89,3 +89,42 @@ def test_bad_input_through_gunicorn_is_never_a_500(server: tuple[str, ApiServer]
     assert resp.status_code == 400 and "NodeNames" in resp.json()["error"]
     resp = requests.get(f"{base}/filter", timeout=5)
     assert resp.status_code == 405
+
+
+def _no_cluster_env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")}
+    return {**env, "HOME": str(home), "PYTHONUNBUFFERED": "1"}
+
+
+def test_refuses_to_start_without_a_cluster_config(tmp_path: Path) -> None:
+    """No kubeconfig, not in a cluster: one clear line and exit 2, not an extender that knows no node."""
+    done = subprocess.run([sys.executable, "-m", "cli.main", "extender", "--port", str(free_port()),
+                           "--bind", "127.0.0.1"], cwd=REPO, env=_no_cluster_env(tmp_path),
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("kubeon-gpu extender: cannot load Kubernetes configuration")
+    assert "--standalone" in lines[0] and "Traceback" not in done.stderr
+
+
+def test_standalone_starts_without_a_cluster(tmp_path: Path) -> None:
+    port = free_port()
+    log = tmp_path / "extender.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "cli.main", "extender", "--port", str(port),
+                                 "--bind", "127.0.0.1", "--standalone"], cwd=REPO, stdout=sink,
+                                stderr=subprocess.STDOUT, env=_no_cluster_env(tmp_path))
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert proc.poll() is None, log.read_text()
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/readyz", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                pass
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.1)
+    finally:
+        proc.terminate()
+        proc.wait(10)

@@ -20,6 +20,7 @@ import requests
 
 from hub import contract
 from tests.loopback import free_port, wait_for
+from tests.missing import missing
 
 REPO = Path(__file__).resolve().parents[2]
 ADMIN = "test-admin-credential"
@@ -30,20 +31,31 @@ def postgres() -> Iterator[Any]:
     from tests import pgharness
 
     if not pgharness.available():
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is not installed: scripts/install-test-deps.sh installs it")
-        pytest.skip("PostgreSQL binaries not installed (apt-get install postgresql)")
+        missing("PostgreSQL is not installed: scripts/install-test-deps.sh installs it")
     server = pgharness.PostgresServer.start()
     yield server
     server.stop()
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+def _database(request: pytest.FixtureRequest, directory: Path) -> str:
     if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/hub.db"
+        return f"sqlite:///{directory}/hub.db"
     server = request.getfixturevalue("postgres")
     return str(server.fresh_database("hub_" + uuid.uuid4().hex[:12]))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A fresh, empty database."""
+    return _database(request, tmp_path)
+
+
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def shared_hub(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[HubProcess]:
+    """One `kubeon-gpu hub serve` per module and database: tests that share it use their own clusters."""
+    hub = start_hub(_database(request, tmp_path_factory.mktemp("hub")))
+    yield hub
+    hub.stop()
 
 
 def check_response(method: str, path: str, response: requests.Response) -> None:
@@ -106,7 +118,9 @@ class HubProcess:
         return HubClient(self.url, verify=self.ca_file or True)
 
     def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return run_cli("--db", self.db, *args)
+        """`kubeon-gpu hub --db DB ARGS`, run in this process (the real entry point; a subprocess per
+        call would cost a second of imports each, see test_cli_in_a_subprocess for the real one)."""
+        return cli_in_process("--db", self.db, *args)
 
     def stop(self) -> None:
         if self.process.poll() is None:
@@ -118,13 +132,30 @@ class HubProcess:
                 self.process.wait()
 
 
+def cli_in_process(*args: str) -> subprocess.CompletedProcess[str]:
+    import contextlib
+    import io
+
+    from cli.main import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(["hub", *args])
+        except SystemExit as exc:  # argparse refusals
+            code = int(exc.code or 0)
+    return subprocess.CompletedProcess(["kubeon-gpu", "hub", *args], code, out.getvalue(), err.getvalue())
+
+
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "cli.main", "hub", *args], cwd=REPO, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
 
 
-def start_hub(db: str, *, tls: bool = False, port: int | None = None) -> HubProcess:
-    """`kubeon-gpu hub serve` in a subprocess, waited for until /healthz answers."""
+def start_hub(db: str, *, tls: bool = False, port: int | None = None,
+              dns_names: tuple[str, ...] = ("localhost",)) -> HubProcess:
+    """`kubeon-gpu hub serve` in a subprocess, waited for until /healthz answers (with tls, a
+    certificate for `dns_names` and 127.0.0.1 from a fresh CA, `ca_file`)."""
     port = port or free_port()
     workdir = Path(tempfile.mkdtemp(prefix="kubeon-hub-"))
     args = ["serve", "--db", db, "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4"]
@@ -133,7 +164,7 @@ def start_hub(db: str, *, tls: bool = False, port: int | None = None) -> HubProc
         from certs.material import generate_ca, issue_serving_cert
 
         ca = generate_ca("hub-test-ca")
-        serving = issue_serving_cert(ca, ["localhost"], ["127.0.0.1"])
+        serving = issue_serving_cert(ca, list(dns_names), ["127.0.0.1"])
         (workdir / "ca.crt").write_bytes(ca.cert_pem())
         (workdir / "tls.crt").write_bytes(serving.cert_pem())
         (workdir / "tls.key").write_bytes(serving.key_pem())
@@ -159,7 +190,11 @@ def start_hub(db: str, *, tls: bool = False, port: int | None = None) -> HubProc
 
 
 @pytest.fixture
-def hub_server(db_url: str) -> Iterator[HubProcess]:
-    hub = start_hub(db_url)
-    yield hub
-    hub.stop()
+def hub_server(shared_hub: HubProcess) -> HubProcess:
+    return shared_hub
+
+
+@pytest.fixture
+def cluster() -> str:
+    """A cluster name no other test on the shared hub uses."""
+    return "c-" + uuid.uuid4().hex[:10]

@@ -8,12 +8,15 @@ import os
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import pytest
 import requests
 
 from tests.hub.conftest import ADMIN, HubProcess, start_hub
+from tests.loopback import wait_for
+from tests.missing import missing
 
 CHROMIUM = shutil.which("chromium") or "/usr/bin/chromium"
 DRIVER = shutil.which("chromedriver") or "/usr/bin/chromedriver"
@@ -23,9 +26,7 @@ NAME = "prod'; DROP TABLE clusters;--"
 @pytest.fixture
 def browser() -> Iterator[object]:
     if not (os.path.exists(CHROMIUM) and os.path.exists(DRIVER)):
-        if os.environ.get("CI"):
-            pytest.fail("chromium and chromium-driver are not installed: scripts/install-test-deps.sh installs them")
-        pytest.skip("chromium / chromedriver not installed")
+        missing("chromium and chromium-driver are not installed: scripts/install-test-deps.sh installs them")
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 
@@ -51,6 +52,14 @@ def _poll(hub: HubProcess, token: str) -> int:
                         headers={"Authorization": f"Bearer {token}"}, timeout=5).status_code
 
 
+def _policy_set(hub: HubProcess, token: str) -> dict[str, Any]:
+    answer = requests.get(f"{hub.url}/api/v1/clusters/{quote(NAME, safe='')}/policies", timeout=5,
+                          headers={"Authorization": f"Bearer {token}"})
+    assert answer.status_code == 200
+    body: dict[str, Any] = answer.json()
+    return body
+
+
 def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import Select
@@ -64,7 +73,8 @@ def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
     assert d.find_element(By.ID, "credential-error").text == "That is not the admin credential."  # type: ignore[attr-defined]
     d.find_element(By.ID, "credential").send_keys(ADMIN)  # type: ignore[attr-defined]
     d.find_element(By.CSS_SELECTOR, "main button[type=submit]").click()  # type: ignore[attr-defined]
-    assert d.current_url.endswith("/console/audit")  # type: ignore[attr-defined]
+    wait_for(lambda: d.current_url.endswith("/console/audit"),  # type: ignore[attr-defined]
+             what="sign-in to lead back to the page asked for")
 
     # Add cluster: the token is shown once
     d.find_element(By.LINK_TEXT, "Clusters").click()  # type: ignore[attr-defined]
@@ -110,9 +120,8 @@ def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
     # the mode switch
     Select(d.find_element(By.ID, "mode-1")).select_by_value("Automatic")  # type: ignore[attr-defined]
     d.find_element(By.XPATH, "//button[text()='Set mode']").click()  # type: ignore[attr-defined]
-    body = requests.get(f"{hub.url}/api/v1/clusters/{quote(NAME, safe='')}/policies", timeout=5,
-                        headers={"Authorization": f"Bearer {rotated}"}).json()
-    assert body["policies"][0]["spec"]["mode"] == "Automatic"
+    wait_for(lambda: _policy_set(hub, rotated)["policies"][0]["spec"]["mode"] == "Automatic",
+             what="the mode switch to reach the hub")
 
     # a proposal the optimizer reports, approved in the console, reaches the cluster's next poll
     action = {"id": "p-1", "policy": "llm-sharing", "target": "Deployment/inference/llm",
@@ -123,17 +132,19 @@ def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
                          timeout=5).status_code == 200
     d.refresh()  # type: ignore[attr-defined]
     d.find_element(By.CSS_SELECTOR, "button[aria-label='Approve Deployment/inference/llm']").click()  # type: ignore[attr-defined]
-    body = requests.get(f"{hub.url}/api/v1/clusters/{quote(NAME, safe='')}/policies", timeout=5,
-                        headers={"Authorization": f"Bearer {rotated}"}).json()
-    assert [(a["policy"], a["target"]) for a in body["approvals"]] == [("llm-sharing", "Deployment/inference/llm")]
+    wait_for(lambda: [(a["policy"], a["target"]) for a in _policy_set(hub, rotated)["approvals"]]
+             == [("llm-sharing", "Deployment/inference/llm")], what="the approval to reach the cluster's poll")
     assert d.find_element(By.CSS_SELECTOR, "button[aria-label='Withdraw approval of Deployment/inference/llm']")  # type: ignore[attr-defined]
 
     # Revoke token, with a confirmation: the cluster shows disconnected, its token is refused
     d.find_element(By.LINK_TEXT, "Revoke token").click()  # type: ignore[attr-defined]
     d.find_element(By.XPATH, "//button[text()='Yes, revoke the token']").click()  # type: ignore[attr-defined]
-    assert _poll(hub, rotated) == 401
+    wait_for(lambda: _poll(hub, rotated) == 401, what="the revoked token to be refused")
     d.refresh()  # type: ignore[attr-defined]
     assert d.find_element(By.ID, "cluster-state").text == "disconnected"  # type: ignore[attr-defined]
+    d.find_element(By.XPATH, "//button[text()='Create token']").click()  # type: ignore[attr-defined]
+    fresh = d.find_element(By.ID, "token").text  # type: ignore[attr-defined]
+    assert fresh.startswith("kgo_") and _poll(hub, fresh) == 200
 
     # the audit log says who did what
     d.find_element(By.LINK_TEXT, "Audit log").click()  # type: ignore[attr-defined]

@@ -34,65 +34,70 @@ def _token(hub: HubProcess, verb: str, cluster: str) -> str:
     return done.stdout.strip().splitlines()[-1]
 
 
-def test_cluster_reads_its_policies_with_etag_and_304(hub_server: HubProcess, tmp_path: Path) -> None:
-    token = _token(hub_server, "create", "prod-use1-a")
+def test_cluster_reads_its_policies_with_etag_and_304(hub_server: HubProcess, cluster: str, tmp_path: Path) -> None:
+    token = _token(hub_server, "create", cluster)
     assert token.startswith("kgo_")
     (tmp_path / "p.yaml").write_text(POLICY)
-    applied = hub_server.cli("policy", "apply", "--cluster", "prod-use1-a", "-f", str(tmp_path / "p.yaml"))
+    applied = hub_server.cli("policy", "apply", "--cluster", cluster, "-f", str(tmp_path / "p.yaml"))
     assert applied.returncode == 0, applied.stderr
     client = hub_server.client()
-    first = client.request("GET", "/api/v1/clusters/prod-use1-a/policies", token=token)
+    first = client.request("GET", f"/api/v1/clusters/{cluster}/policies", token=token)
     assert first.status_code == 200
     body = first.json()
     assert [p["name"] for p in body["policies"]] == ["idle-to-zero", "inference-sharing"]
     assert body["policies"][1]["spec"]["sharing"] == {"strategy": "MIG", "migProfile": "auto"}
     assert body["revision"] == 2
-    again = client.request("GET", "/api/v1/clusters/prod-use1-a/policies", token=token,
+    again = client.request("GET", f"/api/v1/clusters/{cluster}/policies", token=token,
                            headers={"If-None-Match": first.headers["ETag"]})
     assert again.status_code == 304
-    approval = hub_server.cli("approval", "add", "--cluster", "prod-use1-a", "--policy", "inference-sharing",
+    approval = hub_server.cli("approval", "add", "--cluster", cluster, "--policy", "inference-sharing",
                               "--target", "Deployment/inference/llm")
     assert approval.returncode == 0, approval.stderr
-    changed = client.request("GET", "/api/v1/clusters/prod-use1-a/policies", token=token,
+    changed = client.request("GET", f"/api/v1/clusters/{cluster}/policies", token=token,
                              headers={"If-None-Match": first.headers["ETag"]})
     assert changed.status_code == 200
     assert changed.json()["approvals"] == [{"policy": "inference-sharing", "target": "Deployment/inference/llm",
                                             "id": approval.stdout.strip(), "expires": None}]
-    withdrawn = hub_server.cli("approval", "withdraw", "--cluster", "prod-use1-a", "--id", approval.stdout.strip())
+    withdrawn = hub_server.cli("approval", "withdraw", "--cluster", cluster, "--id", approval.stdout.strip())
     assert withdrawn.returncode == 0, withdrawn.stderr
-    assert client.request("GET", "/api/v1/clusters/prod-use1-a/policies", token=token).json()["approvals"] == []
+    assert client.request("GET", f"/api/v1/clusters/{cluster}/policies", token=token).json()["approvals"] == []
 
 
-def test_a_token_reads_only_its_own_cluster(hub_server: HubProcess) -> None:
-    mine = _token(hub_server, "create", "a")
-    _token(hub_server, "create", "b")
+def test_a_token_reads_only_its_own_cluster(hub_server: HubProcess, cluster: str) -> None:
+    a, b = cluster + "-a", cluster + "-b"
+    mine = _token(hub_server, "create", a)
+    _token(hub_server, "create", b)
     client = hub_server.client()
-    assert client.request("GET", "/api/v1/clusters/b/policies", token=mine).status_code == 403
-    assert client.request("POST", "/api/v1/clusters/b/actions", token=mine, json={"actions": []},
+    assert client.request("GET", f"/api/v1/clusters/{b}/policies", token=mine).status_code == 403
+    assert client.request("POST", f"/api/v1/clusters/{b}/actions", token=mine, json={"actions": []},
                           headers={"Idempotency-Key": "k"}).status_code == 403
-    assert client.request("GET", "/api/v1/clusters/a/policies").status_code == 401
-    assert client.request("GET", "/api/v1/clusters/a/policies", token="kgo_nope").status_code == 401
+    assert client.request("GET", f"/api/v1/clusters/{a}/policies").status_code == 401
+    assert client.request("GET", f"/api/v1/clusters/{a}/policies", token="kgo_nope").status_code == 401
     assert client.request("GET", "/api/v1/admin/clusters", token=mine).status_code == 401
 
 
-def test_rotation_overlap_and_revocation(hub_server: HubProcess) -> None:
-    old = _token(hub_server, "create", "prod")
+def test_rotation_overlap_and_revocation(hub_server: HubProcess, cluster: str) -> None:
+    old = _token(hub_server, "create", cluster)
     client = hub_server.client()
-    path = "/api/v1/clusters/prod/policies"
+    path = f"/api/v1/clusters/{cluster}/policies"
     assert client.request("GET", path, token=old).status_code == 200
-    new = _token(hub_server, "rotate", "prod")
+    new = _token(hub_server, "rotate", cluster)
     assert new != old
     assert client.request("GET", path, token=old).status_code == 200, "the old token works until the new is used"
     assert client.request("GET", path, token=new).status_code == 200
     assert client.request("GET", path, token=old).status_code == 401, "first use of the new token ends the old"
-    revoked = hub_server.cli("token", "revoke", "--cluster", "prod")
+    revoked = hub_server.cli("token", "revoke", "--cluster", cluster)
     assert revoked.returncode == 0, revoked.stderr
     assert client.request("GET", path, token=new).status_code == 401
-    clusters = client.admin("GET", "/clusters").json()["clusters"]
-    assert clusters == [{"name": "prod", "state": "disconnected", "lastPoll": clusters[0]["lastPoll"],
+    clusters = [c for c in client.admin("GET", "/clusters").json()["clusters"] if c["name"] == cluster]
+    assert clusters == [{"name": cluster, "state": "disconnected", "lastPoll": clusters[0]["lastPoll"],
                          "lastPollResult": "revoked", "revision": 0}]
-    verbs = [e["verb"] for e in client.admin("GET", "/audit").json()["entries"]]
+    verbs = [e["verb"] for e in client.admin("GET", "/audit").json()["entries"] if e["cluster"] == cluster]
     assert verbs == ["token.revoke", "token.rotate", "token.create"]
+    fresh = client.admin("POST", f"/clusters/{cluster}/token")
+    assert fresh.status_code == 201
+    assert client.request("GET", path, token=fresh.json()["token"]).status_code == 200
+    assert client.admin("POST", f"/clusters/{cluster}/token").status_code == 409, "one live token at a time"
 
 
 def test_old_token_expires_after_24_hours_unused(db_url: str) -> None:
@@ -111,12 +116,12 @@ def test_old_token_expires_after_24_hours_unused(db_url: str) -> None:
         raise AssertionError("a rotated-out token still works after 24 hours")
 
 
-def test_actions_are_stored_exactly_once(hub_server: HubProcess) -> None:
-    token = _token(hub_server, "create", "prod")
+def test_actions_are_stored_exactly_once(hub_server: HubProcess, cluster: str) -> None:
+    token = _token(hub_server, "create", cluster)
     client = hub_server.client()
     action = {"id": "a1", "policy": "p", "target": "Deployment/ns/w", "action": "scale to 0", "mode": "Automatic",
               "result": "applied", "time": 1_800_000_000.0}
-    path = "/api/v1/clusters/prod/actions"
+    path = f"/api/v1/clusters/{cluster}/actions"
     first = client.request("POST", path, token=token, json={"actions": [action]}, headers={"Idempotency-Key": "b1"})
     assert first.json() == {"accepted": 1, "duplicate": False}
     retry = client.request("POST", path, token=token, json={"actions": [action]}, headers={"Idempotency-Key": "b1"})
@@ -125,14 +130,14 @@ def test_actions_are_stored_exactly_once(hub_server: HubProcess) -> None:
     mixed = client.request("POST", path, token=token, json={"actions": [action, other]},
                            headers={"Idempotency-Key": "b2"})
     assert mixed.json() == {"accepted": 1, "duplicate": False}
-    logged = client.admin("GET", "/clusters/prod/actions").json()["actions"]
+    logged = client.admin("GET", f"/clusters/{cluster}/actions").json()["actions"]
     assert sorted(a["id"] for a in logged) == ["a1", "a2"]
 
 
-def test_bad_input_gets_400_with_a_json_message(hub_server: HubProcess) -> None:
-    token = _token(hub_server, "create", "prod")
+def test_bad_input_gets_400_with_a_json_message(hub_server: HubProcess, cluster: str) -> None:
+    token = _token(hub_server, "create", cluster)
     client = hub_server.client()
-    path = "/api/v1/clusters/prod/actions"
+    path = f"/api/v1/clusters/{cluster}/actions"
     key = {"Idempotency-Key": "k", "Content-Type": "application/json"}
     malformed = client.request("POST", path, token=token, data="{not json", headers=key)
     assert malformed.status_code == 400 and "malformed JSON" in malformed.json()["error"]
@@ -142,18 +147,18 @@ def test_bad_input_gets_400_with_a_json_message(hub_server: HubProcess) -> None:
     assert unknown.status_code == 400 and "'extra' was unexpected" in unknown.json()["error"]
     wrong = client.admin("POST", "/clusters", json={"name": 42})
     assert wrong.status_code == 400 and wrong.json()["field"] == "name"
-    bad_spec = client.admin("PUT", "/clusters/prod/policies/p", json={"spec": {"sharing": {"strategy": "Magic"}}})
+    bad_spec = client.admin("PUT", f"/clusters/{cluster}/policies/p", json={"spec": {"sharing": {"strategy": "Magic"}}})
     assert bad_spec.status_code == 400 and bad_spec.json()["field"] == "spec.sharing.strategy"
-    assert client.admin("GET", "/clusters/prod/policies").json()["policies"] == []
+    assert client.admin("GET", f"/clusters/{cluster}/policies").json()["policies"] == []
 
 
-def test_sql_looking_names_are_stored_literally(hub_server: HubProcess) -> None:
-    name = "x'); DROP TABLE clusters;--"
+def test_sql_looking_names_are_stored_literally(hub_server: HubProcess, cluster: str) -> None:
+    name = f"x'); DROP TABLE clusters;-- {cluster}"
     client = hub_server.client()
     created = client.admin("POST", "/clusters", json={"name": name})
     assert created.status_code == 201
     names = [c["name"] for c in client.admin("GET", "/clusters").json()["clusters"]]
-    assert names == [name]
+    assert name in names and all(n != "x')" for n in names)
     token = created.json()["token"]
     quoted = requests.utils.quote(name, safe="")
     assert client.request("GET", f"/api/v1/clusters/{quoted}/policies", token=token).status_code == 200
@@ -162,21 +167,22 @@ def test_sql_looking_names_are_stored_literally(hub_server: HubProcess) -> None:
     assert refused.status_code == 400 and "'p; DROP'" in refused.json()["error"]
 
 
-def test_policy_file_errors_name_file_document_and_field(hub_server: HubProcess, tmp_path: Path) -> None:
-    _token(hub_server, "create", "prod")
+def test_policy_file_errors_name_file_document_and_field(hub_server: HubProcess, cluster: str, tmp_path: Path) -> None:
+    _token(hub_server, "create", cluster)
     bad = tmp_path / "bad.yaml"
     bad.write_text(POLICY.replace("idleFor: 30m", "idleFor: 30m, idelBelow: 3"))
-    done = hub_server.cli("policy", "apply", "--cluster", "prod", "-f", str(bad))
+    done = hub_server.cli("policy", "apply", "--cluster", cluster, "-f", str(bad))
     assert done.returncode == 2
     assert f"{bad}: document 2 (idle-to-zero): spec.scaleToZero.idelBelow" in done.stderr
     assert "Traceback" not in done.stderr
-    listed = hub_server.client().admin("GET", "/clusters/prod/policies").json()
+    listed = hub_server.client().admin("GET", f"/clusters/{cluster}/policies").json()
     assert listed["policies"] == [], "a file with one bad document applies nothing"
 
 
 def test_the_hub_serves_its_contract(hub_server: HubProcess) -> None:
     served = requests.get(hub_server.url + "/openapi.yaml", timeout=5)
     assert served.ok and served.text.startswith("openapi: 3.1")
+    assert "WARNING: plain HTTP" in hub_server.log.read_text(), "serving without a cert warns"
 
 
 def test_the_contract_is_valid_openapi() -> None:
@@ -185,3 +191,15 @@ def test_the_contract_is_valid_openapi() -> None:
     from hub import contract
 
     validate(contract.document())
+
+
+def test_cli_in_a_subprocess_prints_the_token_alone_on_the_last_line(hub_server: HubProcess, cluster: str) -> None:
+    from tests.hub.conftest import run_cli
+
+    done = run_cli("--db", hub_server.db, "token", "create", "--cluster", cluster)
+    assert done.returncode == 0, done.stderr
+    token = done.stdout.splitlines()[-1]
+    assert token.startswith("kgo_") and " " not in token
+    assert hub_server.client().request("GET", f"/api/v1/clusters/{cluster}/policies", token=token).status_code == 200
+    refused = run_cli("--db", hub_server.db, "token", "rotate", "--cluster", cluster + "-missing")
+    assert refused.returncode == 2 and "not found" in refused.stderr and "Traceback" not in refused.stderr

@@ -187,6 +187,9 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
     assert _replicas(api, "trainer") == 2, "a revoked cluster scaled a workload to zero"
     assert _metric(process, "kubeon_gpu_hub_connected") == 0
     assert {o["metadata"]["labels"]["gpu.kubeon.io/hub"] for o in _policies(api).values()} == {"Disconnected"}
+    for obj in _policies(api).values():
+        hub_condition = next(c for c in obj["status"]["conditions"] if c["type"] == "HubConnected")
+        assert hub_condition["status"] == "False" and hub_condition["reason"] == "Disconnected"
     wait_for(lambda: not mutated(), what="the webhook to admit pods unchanged once disconnected")
     pod = api_pod()
     answer = webhook.post("/mutate", json=review(pod, namespace="inference")).get_json()["response"]
@@ -204,6 +207,8 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
     assert _metric(process, "kubeon_gpu_hub_connected") == 1
     assert {o["metadata"]["labels"]["gpu.kubeon.io/hub"] for o in _policies(api).values()} == {"Connected"}
     _poll(process, clock)
+    assert {next(c["status"] for c in o["status"]["conditions"] if c["type"] == "HubConnected")
+            for o in _policies(api).values()} == {"True"}
     assert _replicas(api, "trainer") == 0
     wait_for(mutated, what="the webhook to rewrite pods again after reconnecting")
     view.stop()

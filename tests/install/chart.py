@@ -12,8 +12,9 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
+
+from tests.missing import missing
 
 REPO = Path(__file__).resolve().parents[2]
 MANIFESTS = REPO / "manifests"
@@ -38,7 +39,7 @@ def tool(name: str) -> str:
     local = REPO / ".tools" / "bin" / name
     if local.exists():
         return str(local)
-    pytest.skip(f"{name} not found in {local.parent}: run scripts/install-test-deps.sh")
+    missing(f"{name} not found in {local.parent}: run scripts/install-test-deps.sh")
     raise AssertionError  # unreachable: skip raises
 
 

@@ -10,14 +10,17 @@ certificate checked with cryptography. Faked: nothing; no cluster is involved
 
 from __future__ import annotations
 
+import argparse
 import base64
 import datetime
+import importlib
 
 import kubernetes_validate
 import pytest
 import yaml
 from cryptography import x509
 
+from cli.main import SUBCOMMANDS
 from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, SHARED_GPU_RESOURCE
 from tests.install.chart import (
     CHART,
@@ -84,7 +87,7 @@ def test_controller_gets_the_guide_settings_and_the_token_mount(guide: list[dict
     assert args[0] == "controller"
     for flag in ("--namespace=kubeon-gpu", "--default-mode=Recommend", "--cluster=prod-use1-a",
                  "--hub-url=https://acme.kubeon.io", "--hub-token-file=/var/run/secrets/kubeon/token",
-                 "--health-port=8080"):
+                 "--hub-poll-interval=60s", "--health-port=8080"):
         assert flag in args
     assert not any(a.startswith("--prometheus-url") for a in args), "no prometheus.url by default"
     pod = one(guide, "Deployment", "kubeon-gpu-optimizer")["spec"]["template"]["spec"]
@@ -109,13 +112,30 @@ def test_prometheus_url_reaches_the_controller() -> None:
     assert "--prometheus-url=http://prometheus.monitoring:9090" in args
 
 
-@pytest.mark.parametrize("provider", PROVIDERS)
-def test_each_capacity_provider_renders_and_validates(provider: str) -> None:
-    docs = render({**GUIDE_SET, "capacity.provider": provider})
-    env = {e["name"]: e.get("value") for e in container(one(docs, "Deployment", "kubeon-gpu-optimizer"))["env"]}
-    assert env["KUBEON_GPU_CAPACITY_PROVIDER"] == provider
-    for doc in docs:
+def test_karpenter_provider_renders_and_validates() -> None:
+    for doc in render({**GUIDE_SET, "capacity.provider": "karpenter"}):
         kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+
+
+@pytest.mark.parametrize("provider", [p for p in PROVIDERS if p != "karpenter"])
+def test_providers_nothing_implements_are_refused_with_a_message(provider: str) -> None:
+    """The guide names them; nothing in this version reads them: refused, never accepted and ignored."""
+    done = run(helm_template_cmd({**GUIDE_SET, "capacity.provider": provider}), check=False)
+    assert done.returncode != 0
+    assert f"capacity.provider={provider}: this version adds and removes GPU nodes only through Karpenter" \
+        in done.stderr
+
+
+def test_burst_enabled_is_refused_and_the_gateway_is_reserved() -> None:
+    done = run(helm_template_cmd({**GUIDE_SET, "burst.enabled": "true"}), check=False)
+    assert done.returncode != 0 and "burst.enabled=true: this version has no burst gateway" in done.stderr
+    render({**GUIDE_SET, "burst.gateway": "10.0.0.5:51820"})  # the guide names it: the schema accepts it
+
+
+def test_no_value_reaches_the_controller_as_an_unread_setting(guide: list[dict]) -> None:
+    """Every env var the chart sets on the controller is one some code reads."""
+    env = {e["name"] for e in container(one(guide, "Deployment", "kubeon-gpu-optimizer")).get("env", [])}
+    assert not env & {"KUBEON_GPU_CAPACITY_PROVIDER", "KUBEON_GPU_BURST_ENABLED", "KUBEON_GPU_HUB_POLL_INTERVAL"}
 
 
 @pytest.mark.parametrize(
@@ -157,8 +177,6 @@ def test_every_object_is_valid_kubernetes(variant: str, version: str) -> None:
 
 
 def test_crd_is_a_copy_of_the_generated_one_and_a_valid_crd(guide: list[dict]) -> None:
-    if not CRD_SOURCE.exists():
-        pytest.skip(f"{CRD_SOURCE} not generated yet (`kubeon-gpu crd`)")
     assert CHART_CRD.read_text() == CRD_SOURCE.read_text(), "chart CRD is stale: run manifests/render.sh"
     crd = one(guide, "CustomResourceDefinition", "gpupolicies.gpu.kubeon.io")
     for version in K8S_VERSIONS:
@@ -287,7 +305,7 @@ def test_webhook_runs_two_replicas_behind_a_pdb(guide: list[dict]) -> None:
 
 def test_extender_service(guide: list[dict]) -> None:
     deployment = one(guide, "Deployment", "kubeon-gpu-optimizer-extender")
-    assert container(deployment)["args"] == ["extender", "--port=8888"]
+    assert container(deployment)["args"] == ["extender", "--port=8888", "--default-mode=Recommend"]
     service = one(guide, "Service", "kubeon-gpu-optimizer-extender")
     assert service["spec"]["ports"][0]["port"] == 8888
 
@@ -343,3 +361,50 @@ def test_image_tag_defaults_to_app_version(defaults: list[dict]) -> None:
     for name in ("kubeon-gpu-optimizer", "kubeon-gpu-optimizer-webhook", "kubeon-gpu-optimizer-extender"):
         image = container(one(defaults, "Deployment", name))["image"]
         assert image.endswith(f":{chart['appVersion']}")
+
+
+COMPONENTS = {"kubeon-gpu-optimizer": "controller", "kubeon-gpu-optimizer-webhook": "webhook",
+              "kubeon-gpu-optimizer-extender": "extender"}
+
+
+def _parsed(deployment: dict) -> argparse.Namespace:
+    """The Deployment's args as the component's own command line parses them (unknown flags fail)."""
+    args = container(deployment)["args"]
+    module = importlib.import_module(SUBCOMMANDS[args[0]][0])
+    parser = argparse.ArgumentParser(prog=args[0], exit_on_error=False)
+    module.add_arguments(parser)
+    return parser.parse_args(args[1:])
+
+
+def test_default_mode_and_prometheus_reach_every_component() -> None:
+    """defaultMode reaches the controller, the webhook and the extender; prometheus.url every component
+    whose effective mode depends on it (the webhook's sharing rewrites, the controller)."""
+    docs = render({**GUIDE_SET, "defaultMode": "Automatic", "prometheus.url": "http://prom.monitoring:9090"})
+    for name, command in COMPONENTS.items():
+        parsed = _parsed(one(docs, "Deployment", name))
+        assert parsed.default_mode == "Automatic", name
+        if command != "extender":  # packing and typeFit do not depend on metrics
+            assert parsed.prometheus_url == "http://prom.monitoring:9090", name
+    for name in COMPONENTS:
+        parsed = _parsed(one(render(GUIDE_SET), "Deployment", name))
+        assert getattr(parsed, "prometheus_url", None) is None, name
+
+
+def test_controller_knows_which_components_act_on_policies() -> None:
+    """Without the second scheduler nothing calls the extender: packing/typeFit policies are not Ready."""
+    assert _parsed(one(render(GUIDE_SET), "Deployment", "kubeon-gpu-optimizer")).components == "webhook,extender"
+    off = render({**GUIDE_SET, "scheduler.enabled": "false"})
+    assert _parsed(one(off, "Deployment", "kubeon-gpu-optimizer")).components == "webhook"
+
+
+def test_uninstall_runs_a_pre_delete_cleanup_unless_asked_to_keep() -> None:
+    """helm uninstall leaves nothing of ours: a pre-delete Job runs `controller --uninstall` as the
+    controller's ServiceAccount; uninstall.cleanup=false keeps everything; the kubectl manifests have none."""
+    job = one(render(GUIDE_SET), "Job", "kubeon-gpu-optimizer-uninstall")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    parsed = _parsed(job)
+    assert parsed.uninstall and parsed.namespace == NAMESPACE and not parsed.keda
+    assert _parsed(one(render({**GUIDE_SET, "keda.enabled": "true"}), "Job", "kubeon-gpu-optimizer-uninstall")).keda
+    assert not find(render({**GUIDE_SET, "uninstall.cleanup": "false"}), "Job")
+    rendered = (CHART.parents[1] / "rendered").glob("*.yaml")
+    assert not any("helm.sh/hook" in p.read_text() for p in rendered)

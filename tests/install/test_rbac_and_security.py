@@ -1,8 +1,8 @@
 """RBAC and pod security of what the chart installs, read from real `helm template` output.
 
 Real: helm 4 renders the chart with the install guide's values; rules are
-compared as sets of (apiGroup, resource, verb) against the guide's list
-(issue 6), and every container's securityContext is read from the render.
+compared rule by rule with the guide's Permissions section, vendored as
+vendor/guide/permissions.yaml, and every container's securityContext is read from the render.
 Faked: nothing; no API server evaluates the rules here (the apply test in
 test_manifests.py loads them into the test API server).
 """
@@ -10,33 +10,46 @@ test_manifests.py loads them into the test API server).
 from __future__ import annotations
 
 from collections.abc import Iterable
+from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.install.chart import GUIDE_SET, NAMESPACE, find, one, pod_specs, render, rule_triples
 
-FULL = ("get", "list", "watch", "create", "update", "patch", "delete")
+GUIDE = Path(__file__).resolve().parents[2] / "vendor" / "guide" / "permissions.yaml"
 
 
 def _expand(groups: Iterable[str], resources: Iterable[str], verbs: Iterable[str]) -> set[tuple[str, ...]]:
     return {(g, r, v) for g in groups for r in resources for v in verbs}
 
 
-# The install guide's ClusterRole kubeon-gpu-optimizer, verbatim.
-GUIDE_CLUSTER_ROLE = (
-    _expand([""], ["nodes", "pods", "namespaces"], ["get", "list", "watch"])
-    | _expand(["apps"], ["deployments", "statefulsets", "replicasets"], ["get", "list", "watch"])
-    | _expand(["policy"], ["poddisruptionbudgets"], ["get", "list", "watch"])
-    | _expand([""], ["nodes"], ["patch"])
-    | _expand([""], ["pods/eviction"], ["create"])
-    | _expand(["karpenter.sh"], ["nodepools", "nodeclaims"], FULL)
-    | _expand(["gpu.kubeon.io"], ["gpupolicies", "gpupolicies/status"], FULL)
-)
-SCALER = _expand(["apps"], ["deployments/scale", "statefulsets/scale"], ["get", "patch"])
-# Beyond the guide, only where the controller binds the scaler: the one-patch park record, KEDA pausing.
-SCALER_EXTRAS = _expand(["apps"], ["deployments", "statefulsets"], ["patch"]) | _expand(
-    ["keda.sh"], ["scaledobjects"], ["get", "create", "update", "patch", "delete"])
+def _rule(rule: dict) -> tuple[frozenset[str], ...]:
+    """One RBAC rule as comparable sets (order inside a rule means nothing)."""
+    return tuple(frozenset(rule.get(k) or ()) for k in ("apiGroups", "resources", "verbs", "resourceNames"))
+
+
+def _guide() -> list[dict]:
+    return [d for d in yaml.safe_load_all(GUIDE.read_text()) if d]
+
+
+# The install guide's Permissions section (vendor/guide/permissions.yaml): ClusterRole, scaler Role,
+# time-slicing Role.
+GUIDE_CLUSTER_ROLE, GUIDE_SCALER, GUIDE_TIME_SLICING = _guide()
+SCALER = rule_triples(GUIDE_SCALER["rules"])
+# Named additions beyond the guide (docs/install.md, Permissions): only where the controller binds the
+# scaler, the one-patch park record on the workload; with keda.enabled=true, the ScaledObjects.
+SCALER_RECORD = _expand(["apps"], ["deployments", "statefulsets"], ["patch"])
+SCALER_KEDA = _expand(["keda.sh"], ["scaledobjects"], ["get", "create", "update", "patch", "delete"])
 CONTROLLER_SA = {"kind": "ServiceAccount", "name": "kubeon-gpu-optimizer", "namespace": NAMESPACE}
+DELEGATION = {
+    ("rbac.authorization.k8s.io", "clusterroles", "bind", "kubeon-gpu-optimizer-scaler"),
+    ("rbac.authorization.k8s.io", "rolebindings", "create", "*"),
+    ("rbac.authorization.k8s.io", "rolebindings", "list", "*"),
+    ("rbac.authorization.k8s.io", "rolebindings", "watch", "*"),
+    ("rbac.authorization.k8s.io", "rolebindings", "get", "kubeon-gpu-optimizer-scaler"),
+    ("rbac.authorization.k8s.io", "rolebindings", "delete", "kubeon-gpu-optimizer-scaler"),
+}
 
 
 @pytest.fixture(scope="module")
@@ -60,37 +73,49 @@ def _roles_bound_to(docs: list[dict], subject: dict) -> list[tuple[str, dict]]:
     return bound
 
 
-def test_cluster_role_equals_the_guide(docs: list[dict]) -> None:
+def test_cluster_role_is_the_guide_rule_by_rule(docs: list[dict]) -> None:
+    """Each rule of the guide's ClusterRole is in the chart's, with the same groups, resources and verbs
+    (Karpenter without update), and the chart's has no other rule."""
     role = one(docs, "ClusterRole", "kubeon-gpu-optimizer")
-    assert rule_triples(role["rules"]) == GUIDE_CLUSTER_ROLE
-    assert all("resourceNames" not in rule for rule in role["rules"])
+    assert sorted(map(_rule, role["rules"]), key=repr) == sorted(map(_rule, GUIDE_CLUSTER_ROLE["rules"]), key=repr)
 
 
-def test_controller_holds_the_guide_plus_only_scoped_extras(docs: list[dict]) -> None:
-    """Everything bound to the controller: the guide's ClusterRole plus named, narrow extras."""
+def test_time_slicing_role_is_the_guide_rule_by_rule(docs: list[dict]) -> None:
+    role = one(docs, "Role", "kubeon-gpu-optimizer-time-slicing")
+    assert role["metadata"]["namespace"] == "gpu-operator"
+    assert [_rule(r) for r in role["rules"]] == [_rule(r) for r in GUIDE_TIME_SLICING["rules"]]
+
+
+def test_scaler_role_is_the_guide_plus_the_named_record_addition(docs: list[dict]) -> None:
+    scaler = one(docs, "ClusterRole", "kubeon-gpu-optimizer-scaler")
+    assert _rule(scaler["rules"][0]) == _rule(GUIDE_SCALER["rules"][0])
+    assert rule_triples(scaler["rules"]) == SCALER | SCALER_RECORD, "no KEDA rule unless keda.enabled"
+    with_keda = one(render({**GUIDE_SET, "keda.enabled": "true"}), "ClusterRole", "kubeon-gpu-optimizer-scaler")
+    assert rule_triples(with_keda["rules"]) == SCALER | SCALER_RECORD | SCALER_KEDA
+
+
+def test_controller_holds_the_guide_plus_only_named_additions(docs: list[dict]) -> None:
+    """Everything bound to the controller: the guide's ClusterRole, the scaler delegation, and Leases +
+    Events in its own namespace only. No KEDA access by default; no Events outside its namespace."""
     grants: dict[str, set[tuple[str, ...]]] = {}
     for scope, role in _roles_bound_to(docs, CONTROLLER_SA):
         grants.setdefault(scope, set()).update(rule_triples(role["rules"], with_names=True))
     cluster = grants.pop("*")
-    extras = {t for t in cluster if t[:3] not in GUIDE_CLUSTER_ROLE}
-    assert {t[:3] for t in cluster} >= GUIDE_CLUSTER_ROLE
-    assert extras == {
-        ("", "events", "create", "*"), ("", "events", "patch", "*"),
-        ("events.k8s.io", "events", "create", "*"), ("events.k8s.io", "events", "patch", "*"),
-        ("rbac.authorization.k8s.io", "clusterroles", "bind", "kubeon-gpu-optimizer-scaler"),
-        ("rbac.authorization.k8s.io", "rolebindings", "create", "*"),
-        ("rbac.authorization.k8s.io", "rolebindings", "list", "*"),
-        ("rbac.authorization.k8s.io", "rolebindings", "watch", "*"),
-        ("rbac.authorization.k8s.io", "rolebindings", "get", "kubeon-gpu-optimizer-scaler"),
-        ("rbac.authorization.k8s.io", "rolebindings", "delete", "kubeon-gpu-optimizer-scaler"),
-        ("keda.sh", "scaledobjects", "list", "*"), ("keda.sh", "scaledobjects", "watch", "*"),
-    }
+    guide = rule_triples(GUIDE_CLUSTER_ROLE["rules"])
+    assert {t[:3] for t in cluster} >= guide
+    assert {t for t in cluster if t[:3] not in guide} == DELEGATION
     assert grants == {
         NAMESPACE: {("coordination.k8s.io", "leases", "create", "*"),
                     ("coordination.k8s.io", "leases", "get", "kubeon-gpu-optimizer"),
-                    ("coordination.k8s.io", "leases", "update", "kubeon-gpu-optimizer")},
+                    ("coordination.k8s.io", "leases", "update", "kubeon-gpu-optimizer"),
+                    ("", "events", "create", "*"), ("", "events", "patch", "*")},
         "gpu-operator": {("", "configmaps", v, "time-slicing-config") for v in ("get", "patch")},
     }
+    keda = {}
+    for scope, role in _roles_bound_to(render({**GUIDE_SET, "keda.enabled": "true"}), CONTROLLER_SA):
+        keda.setdefault(scope, set()).update(rule_triples(role["rules"], with_names=True))
+    assert {t for t in keda["*"] if t[0] == "keda.sh"} == {("keda.sh", "scaledobjects", "list", "*"),
+                                                          ("keda.sh", "scaledobjects", "watch", "*")}
 
 
 def test_time_slicing_role_follows_values() -> None:
@@ -98,12 +123,11 @@ def test_time_slicing_role_follows_values() -> None:
     role = one(docs, "Role", "kubeon-gpu-optimizer-time-slicing")
     assert role["metadata"]["namespace"] == "nvidia"
     assert role["rules"] == [{"apiGroups": [""], "resources": ["configmaps"],
-                              "verbs": ["get", "update", "patch"], "resourceNames": ["ts"]}]
+                              "verbs": ["get", "patch"], "resourceNames": ["ts"]}]
 
 
 def test_scaler_role_exists_but_is_bound_nowhere_by_the_chart(docs: list[dict]) -> None:
-    scaler = one(docs, "ClusterRole", "kubeon-gpu-optimizer-scaler")
-    assert rule_triples(scaler["rules"]) == SCALER | SCALER_EXTRAS
+    one(docs, "ClusterRole", "kubeon-gpu-optimizer-scaler")
     for binding in find(docs, "ClusterRoleBinding") + find(docs, "RoleBinding"):
         assert binding["roleRef"]["name"] != "kubeon-gpu-optimizer-scaler", binding["metadata"]["name"]
 
@@ -146,6 +170,7 @@ def test_second_scheduler_rbac_matches_upstream_example(docs: list[dict]) -> Non
 def test_each_component_runs_as_its_own_service_account(docs: list[dict]) -> None:
     accounts = {name: spec["serviceAccountName"] for name, spec in pod_specs(docs)}
     assert accounts == {
+        "kubeon-gpu-optimizer-uninstall": "kubeon-gpu-optimizer",  # pre-delete: the controller's own RBAC
         "kubeon-gpu-optimizer": "kubeon-gpu-optimizer",
         "kubeon-gpu-optimizer-webhook": "kubeon-gpu-optimizer-webhook",
         "kubeon-gpu-optimizer-extender": "kubeon-gpu-optimizer-extender",
@@ -159,6 +184,7 @@ WRITABLE = {  # the only writable volumes each workload may mount
     "kubeon-gpu-optimizer-webhook": {"/tmp"},
     "kubeon-gpu-optimizer-extender": {"/tmp"},
     "kubeon-gpu-scheduler": set(),
+    "kubeon-gpu-optimizer-uninstall": {"/tmp"},  # the pre-delete hook Job
 }
 
 

@@ -1,6 +1,7 @@
-"""Run the test cluster by hand for trials:
+"""Run the test cluster by hand for trials, or probe a server's API semantics:
 
     python -m tests.kubeapi serve --port 6443 --kubeconfig /tmp/kubeapi.kubeconfig
+    python -m tests.kubeapi probe --kubeconfig /tmp/kubeapi.kubeconfig   # or a real cluster's
 
 Starts the test API server on 127.0.0.1:PORT with the CRDs of manifests/crd and the upstream
 Karpenter/KEDA CRDs installed, one CPU node and `--gpu-nodes` GPU nodes (A100, 8 GPUs), and
@@ -18,7 +19,7 @@ import sys
 import threading
 from pathlib import Path
 
-from tests.kubeapi.cluster import REPO, Cluster
+from tests.kubeapi.cluster import REPO, Cluster, kubectl_binary
 from tests.kubeapi.fixtures import make_node
 
 
@@ -31,7 +32,22 @@ def main(argv: list[str] | None = None) -> int:
     serve.add_argument("--gpu-nodes", type=int, default=1, help="GPU nodes to create (default 1)")
     serve.add_argument("--scheduler-name", default=None,
                        help="schedulerName the scheduler stand-in places (default: every pod)")
+    probe = sub.add_parser("probe", help="check the API semantics the tools rely on (tests/kubeapi/probe.py)")
+    probe.add_argument("--kubeconfig", required=True, help="kubeconfig of the server to probe")
+    probe.add_argument("--kubectl", default="", help="kubectl binary (default: .tools/bin/kubectl, else PATH)")
     args = parser.parse_args(argv)
+    if args.command == "probe":
+        import requests
+        from kubernetes.config.config_exception import ConfigException
+
+        from tests.kubeapi.probe import probe as run_probe
+        from tests.kubeapi.probe import report
+
+        try:
+            return report(run_probe(args.kubeconfig, args.kubectl or kubectl_binary()))
+        except (ConfigException, OSError, requests.ConnectionError) as exc:
+            print(f"python -m tests.kubeapi probe: {args.kubeconfig}: {exc}", file=sys.stderr)
+            return 2
     nodes = [make_node("cpu-0", product=None, gpus=0)] + [make_node(f"gpu-{i}") for i in range(args.gpu_nodes)]
     crds = sorted((REPO / "manifests" / "crd").glob("*.yaml"))
     stop = threading.Event()

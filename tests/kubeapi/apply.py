@@ -10,8 +10,10 @@ elements of associative lists; struct and map nodes above them are only prefixes
 - apply: the config merges into the live object (maps by key, list-maps by their keys, sets
   as a union, everything else replaced); a changed field owned by another manager is a
   conflict (409, the upstream message and FieldManagerConflict causes) unless force, which
-  takes the field away from them; fields the manager applied before and no longer applies are
-  removed unless another manager still owns them (or something under them).
+  takes the field away from them (manager "kubectl" takes the fields of kubectl's
+  last-applied-configuration without conflict: the upgrade from client-side apply); fields
+  the manager applied before and no longer applies are removed unless another manager still
+  owns them (or something under them).
 - update (create, PUT, non-apply PATCH): the writer owns the fields it changed, the others
   lose them; fields gone from the object leave every set.
 
@@ -287,6 +289,18 @@ def _store(sets: dict[tuple[str, str, str], tuple[dict[str, Any], FieldSet]], mi
     return out
 
 
+def _client_side_applied(live: dict[str, Any], schema: Schema) -> FieldSet:
+    """Fields of kubectl's last-applied-configuration: `kubectl apply --server-side` (manager
+    "kubectl") takes them over without conflicts, upstream's upgrade from client-side apply."""
+    text = ((live.get("metadata") or {}).get("annotations") or {}).get(
+        "kubectl.kubernetes.io/last-applied-configuration")
+    try:
+        last = json.loads(text) if text else None
+    except ValueError:
+        return set()
+    return field_set(last, schema) if isinstance(last, dict) else set()
+
+
 def _is_key_field(path: Path) -> bool:
     """A key field of a list-map element (kept while the element is)."""
     return len(path) >= 2 and path[-2].startswith("k:") and path[-1][2:] in json.loads(path[-2][2:])
@@ -318,7 +332,11 @@ def apply(live: dict[str, Any] | None, config: dict[str, Any], schema: Schema, m
         if changed:
             conflicts[ident] = sorted(changed)
     if conflicts and not force:
-        raise conflict_error(conflicts, sets)
+        allowed = _client_side_applied(base, schema) if manager == "kubectl" else set()
+        left = {i: [p for p in paths if p not in allowed] for i, paths in conflicts.items()}
+        left = {i: paths for i, paths in left.items() if paths}
+        if left:
+            raise conflict_error(left, sets)
     for ident, paths in conflicts.items():
         sets[ident] = (sets[ident][0], sets[ident][1] - set(paths))
     others: FieldSet = set().union(*(f for i, (_, f) in sets.items() if i != mine)) if sets else set()

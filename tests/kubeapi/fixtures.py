@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,9 +23,9 @@ import yaml
 
 from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, SHARED_GPU_RESOURCE, Catalog
 
-SHARED_ROOT = Path(os.environ.get("KUBEON_SHARED_DIR", Path(__file__).resolve().parents[3] / "shared"))
-OPENB_NODES_CSV = SHARED_ROOT / "data" / "openb" / "openb_node_list_gpu_node.csv"
-CRD_DIR = SHARED_ROOT / "crds"
+VENDOR = Path(__file__).resolve().parents[2] / "vendor"  # upstream files, copied in (vendor/README.md)
+OPENB_NODES_CSV = VENDOR / "openb" / "openb_node_list_gpu_node.csv"
+CRD_DIR = VENDOR / "crds"
 NODECLAIM_CRD = CRD_DIR / "karpenter.sh_nodeclaims.yaml"
 NODEPOOL_CRD = CRD_DIR / "karpenter.sh_nodepools.yaml"
 SCALEDOBJECT_CRD = CRD_DIR / "keda.sh_scaledobjects.yaml"

@@ -37,12 +37,20 @@ MERGE_KEYS: dict[str, str] = {
 }
 
 
-def apply_patch(current: dict[str, Any], body: bytes, content_type: str, custom: bool) -> dict[str, Any]:
-    """Return current with the patch applied; raise ApiError as kube-apiserver would."""
+def check_patch_type(content_type: str, custom: bool) -> str:
+    """The patch type, or 415 as upstream answers before reading the object (no strategic
+    merge for custom resources)."""
     ctype = content_type.split(";")[0].strip()
+    if ctype not in (MERGE, JSON, STRATEGIC, APPLY) or (custom and ctype == STRATEGIC):
+        raise unsupported_media_type(ctype)
+    return ctype
+
+
+def apply_patch(current: dict[str, Any], body: bytes, content_type: str, custom: bool) -> dict[str, Any]:
+    """Return current with the patch applied; raise ApiError as kube-apiserver would. Apply
+    patches are the registry's (tests/kubeapi/apply.py), not a patch of `current`."""
+    ctype = check_patch_type(content_type, custom)
     if ctype == APPLY:
-        raise ApiError(415, "UnsupportedMediaType", "server-side apply is not implemented by the test API server")
-    if ctype not in (MERGE, JSON, STRATEGIC) or (custom and ctype == STRATEGIC):
         raise unsupported_media_type(ctype)
     try:
         patch = json.loads(body or b"null")

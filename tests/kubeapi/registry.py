@@ -24,7 +24,7 @@ import yaml
 from tests.kubeapi import apply as ssa
 from tests.kubeapi import defaults, eviction, protobuf, schema, status
 from tests.kubeapi.admission import Admission, Attributes
-from tests.kubeapi.patching import APPLY, apply_patch
+from tests.kubeapi.patching import APPLY, apply_patch, check_patch_type
 from tests.kubeapi.resources import Catalog, Resource, from_crd
 from tests.kubeapi.selectors import (
     match_fields,
@@ -154,7 +154,7 @@ class Registry:
 
     def patch(self, res: Resource, ns: str, name: str, body: bytes, content_type: str, opts: Options,
               sub: str = "") -> Obj:
-        if content_type.split(";")[0].strip() == APPLY:
+        if check_patch_type(content_type, res.custom) == APPLY:
             return self.apply(res, ns, name, body, opts, sub)
         for _ in range(10):
             current = self.store.get(res.key, ns, name)

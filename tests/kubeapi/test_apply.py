@@ -176,7 +176,6 @@ def test_custom_resource_list_types() -> None:
                                              ("f:spec", "f:tags", 'v:"t2"'), ("f:spec", "f:order")}
 
 
-@pytest.mark.skipif(not GPU_CRD.exists(), reason="GpuPolicy CRD not generated yet")
 def test_apply_custom_resource_and_status_is_ignored(api: ApiServer) -> None:
     api.install_crd(GPU_CRD)
     path = "/apis/gpu.kubeon.io/v1alpha1/gpupolicies/share"

@@ -19,6 +19,7 @@ from tests.kubeapi.pytest_fixtures import kube_api  # noqa: F401 - the fixture b
 from tests.kubeapi.server import ApiServer
 from tests.kubeapi.test_admission import Webhook, add_label, deny_labelled, hook_entry, register
 from tests.kubeapi.test_crd import GPU_CRD, NODEPOOL_CRD
+from tests.missing import missing
 
 ROOT = Path(__file__).resolve().parents[2]
 KUBECTLS = [p for p in (ROOT / ".tools/bin/kubectl", Path("/usr/bin/kubectl")) if p.exists()]
@@ -42,7 +43,7 @@ def api(kube_api: ApiServer) -> ApiServer:  # noqa: F811
 @pytest.fixture(params=KUBECTLS or [None], ids=lambda p: p.parent.name if p else "none")
 def kubectl(request: pytest.FixtureRequest, api: ApiServer) -> Iterator:
     if request.param is None or not shutil.which(str(request.param)):
-        pytest.skip("kubectl not installed")
+        missing("kubectl not installed: run scripts/install-test-deps.sh")
 
     def run(*args: str, stdin: str | None = None, ok: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([str(request.param), "--kubeconfig", api.kubeconfig, *args], input=stdin,
@@ -94,7 +95,6 @@ rules: [{apiGroups: [""], resources: [pods], verbs: [get]}]
     assert kubectl("get", "cm", "-n", "kubeon-gpu", "-o", "name").stdout.strip() == ""
 
 
-@pytest.mark.skipif(not NODEPOOL_CRD.exists(), reason="upstream CRDs not present")
 def test_custom_resources_with_field_validation(kubectl, api: ApiServer, tmp_path: Path) -> None:
     api.install_crd(NODEPOOL_CRD)
     manifest = tmp_path / "np.yaml"
@@ -115,20 +115,22 @@ spec:
     assert 'nodepool.karpenter.sh "gpu" deleted' in kubectl("delete", "nodepool", "gpu").stdout
 
 
-@pytest.mark.skipif(not GPU_CRD.exists(), reason="GpuPolicy CRD not generated yet")
 def test_gpupolicies(kubectl, tmp_path: Path) -> None:
     kubectl("apply", "-f", str(GPU_CRD))
     manifest = tmp_path / "policy.yaml"
     manifest.write_text("""apiVersion: gpu.kubeon.io/v1alpha1
 kind: GpuPolicy
 metadata: {name: share}
-spec: {mode: Recommend}
+spec: {mode: Automatic}
 """)
     kubectl("create", "-f", str(manifest))
+    # The controller's status write (Automatic asked, Recommend enforced: no Prometheus).
+    kubectl("patch", "gpupolicy", "share", "--subresource=status", "--type=merge",
+            "-p", '{"status": {"effectiveMode": "Recommend", "requestedMode": "Automatic"}}')
     rows = kubectl("get", "gpupolicies").stdout.splitlines()
-    assert rows[0].split()[:3] == ["NAME", "KIND", "MODE"] and rows[1].split()[0] == "share"
-    assert "Recommend" in rows[1]
-    bad = kubectl("create", "-f", "-", stdin=manifest.read_text().replace("Recommend", "Sometimes"), ok=False)
+    assert rows[0].split()[:4] == ["NAME", "KIND", "MODE", "REQUESTED"] and rows[1].split()[0] == "share"
+    assert rows[1].split()[2:4] == ["Recommend", "Automatic"]
+    bad = kubectl("create", "-f", "-", stdin=manifest.read_text().replace("Automatic", "Sometimes"), ok=False)
     assert "spec.mode: Unsupported value" in bad.stderr
     kubectl("delete", "gpupolicy", "share")
 

@@ -14,7 +14,6 @@ import pytest
 
 from gpupolicy.catalog import DEFAULT_CATALOG
 from tests.kubeapi.fixtures import (
-    OPENB_NODES_CSV,
     make_deployment,
     make_node,
     make_nodeclaim,
@@ -91,7 +90,6 @@ def test_gpu_taint_names_each_advertised_resource() -> None:
     assert node["spec"]["taints"] == [{"key": "nvidia.com/mig-1g.5gb", "effect": "NoSchedule"}]
 
 
-@pytest.mark.skipif(not OPENB_NODES_CSV.is_file(), reason="../shared/data/openb not present")
 def test_openb_subset_keeps_file_order_and_maps_models() -> None:
     nodes = nodes_from_openb(models=["T4"], limit=3)
     assert len(nodes) == 3

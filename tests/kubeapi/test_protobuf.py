@@ -12,12 +12,12 @@ import struct
 import subprocess
 from pathlib import Path
 
-import pytest
 import requests
 
 from tests.kubeapi import protobuf
 from tests.kubeapi.pytest_fixtures import kube_api  # noqa: F401 - the fixture behind `api`
 from tests.kubeapi.server import ApiServer
+from tests.missing import missing
 
 KUBECTL = Path(__file__).resolve().parents[2] / ".tools/bin/kubectl"
 PB = {"Content-Type": protobuf.MEDIA, "Accept": f"{protobuf.MEDIA},application/json"}
@@ -107,8 +107,9 @@ def test_go_zero_values_on_read(kube_api: ApiServer) -> None:  # noqa: F811
     assert made["spec"]["securityContext"] == {} and made["spec"]["containers"][0]["resources"] == {}
 
 
-@pytest.mark.skipif(not shutil.which(str(KUBECTL)), reason="kubectl 1.35 not in .tools/bin")
 def test_kubectl_create_sends_protobuf(kube_api: ApiServer) -> None:  # noqa: F811
+    if not shutil.which(str(KUBECTL)):
+        missing("kubectl 1.35 not in .tools/bin (scripts/install-test-deps.sh)")
     def kubectl(*args: str) -> str:
         proc = subprocess.run([str(KUBECTL), "--kubeconfig", kube_api.kubeconfig, *args], capture_output=True,
                               text=True, timeout=30)

@@ -1,4 +1,4 @@
-"""Replays the real H200 NVML trace (/work/shared/data/gpu/h200-nvml-trace.csv) as DCGM series.
+"""Replays the real H200 NVML trace (vendor/gpu/h200-nvml-trace.csv) as DCGM series.
 
 The trace samples utilisation every 0.5 s. dcgm-exporter's GPU_UTIL is the
 share of the last sample period a kernel ran, so the replay serves the mean
@@ -10,13 +10,12 @@ raw readings instead would alias: in the bursty phase readings alternate
 from __future__ import annotations
 
 import csv
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.promharness.exporter import Script
 
-TRACE = Path(os.environ.get("KUBEON_GPU_DATA", "/work/shared/data/gpu")) / "h200-nvml-trace.csv"
+TRACE = Path(__file__).resolve().parents[2] / "vendor" / "gpu" / "h200-nvml-trace.csv"
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ NODES = (NodeInfo("gpu-a100-1", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80G
 
 
 def example_view() -> ClusterView:
-    return ClusterView(policies=tuple(parse_policy(p) for p in POLICIES), nodes=NODES)
+    return ClusterView(policies=tuple(parse_policy(p) for p in POLICIES), nodes=NODES, metrics_configured=True)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ import json
 
 import pytest
 
+from tests.kubeapi.fixtures import make_deployment
 from tests.webhook.payloads import SHARE, api_pod, policy_review, review
 
 
@@ -118,3 +119,30 @@ def test_poisoned_policy_is_refused_naming_the_field(client) -> None:
 def test_long_strings_are_not_echoed_whole(client) -> None:
     status, body = _post(client, "/mutate", json.dumps({"kind": "x" * 100_000}).encode())
     assert status == 400 and len(body["error"]) < 200
+
+
+def test_a_workload_nested_600_levels_is_evaluated_not_a_422(client) -> None:
+    """The dry-run deep-copied the workload: RecursionError, answered 422 "could not evaluate"."""
+    deployment = make_deployment("llm", "inference", gpus=1)
+    deployment["spec"]["template"]["spec"]["x"] = json.loads(_deep(600))
+    status, body = _post(client, "/dry-run", json.dumps({"object": deployment}).encode())
+    assert status == 400 and "nested too deeply" in body["error"], body  # the answer echoes the object
+    deployment["spec"]["template"]["spec"]["x"] = json.loads(_deep(200))
+    status, body = _post(client, "/dry-run", json.dumps({"object": deployment}).encode())
+    assert status == 200 and body["patch"], body
+
+
+def test_a_policy_nested_600_levels_is_labelled_not_an_internal_error(client) -> None:
+    policy = copy.deepcopy(SHARE)
+    policy["metadata"]["x"] = json.loads(_deep(600))
+    status, body = _post(client, "/mutate", json.dumps(policy_review(policy)).encode())
+    assert status == 200 and "internal error" not in json.dumps(body), body
+
+
+@pytest.mark.parametrize("field", ["metadata", "spec"])
+def test_a_pod_with_null_metadata_or_spec_is_reviewed(client, field: str) -> None:
+    """Found by the 10,000-example run: `metadata: null` reached the core, which wrote into None."""
+    pod = copy.deepcopy(POD)
+    pod[field] = None
+    status, body = _post(client, "/mutate", _with_object(pod))
+    assert status == 200 and "internal error" not in json.dumps(body), body

@@ -183,6 +183,27 @@ def test_core_bug_answers_allowed_not_500() -> None:
     assert "internal error" in resp.get_json()["response"]["warnings"][0]
 
 
+def test_validating_webhook_fails_open_counted_and_logged_with_the_uid(caplog) -> None:
+    """A guardrail check that raises admits the pod (fail open, as designed), and an operator can see it:
+    kubeon_webhook_internal_errors_total{path="/validate"} and an ERROR log line naming the request uid."""
+    class Broken(StaticView):
+        def current(self):
+            raise RuntimeError("boom")
+
+    client = create_app(Broken(example_view())).test_client()
+    with caplog.at_level("ERROR", logger="webhook.app"):
+        resp = client.post("/validate", json=review(api_pod(), uid="0f1e2d3c-fail-open"))
+    answer = resp.get_json()["response"]
+    assert resp.status_code == 200 and answer["allowed"] is True and answer["uid"] == "0f1e2d3c-fail-open"
+    assert any("/validate" in r.getMessage() and "0f1e2d3c-fail-open" in r.getMessage() and r.exc_info
+               for r in caplog.records)
+    text = client.get("/metrics").get_data(as_text=True)
+    assert 'kubeon_webhook_internal_errors_total{path="/validate"} 1.0' in text
+    client.post("/validate", json=review(api_pod()))
+    assert 'kubeon_webhook_internal_errors_total{path="/validate"} 2.0' in \
+        client.get("/metrics").get_data(as_text=True)
+
+
 json_bodies = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=5),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=4),

@@ -42,7 +42,8 @@ def server(tmp_path_factory):
     log = open(tmp / "server.log", "wb")  # noqa: SIM115 - closed at teardown
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "webhook", "--cert-dir", str(tmp), "--bind", "127.0.0.1",
-         "--port", str(port), "--workers", "2", "--threads", "2", "--policies", str(policies)],
+         "--port", str(port), "--workers", "2", "--threads", "2", "--policies", str(policies),
+         "--prometheus-url", "http://127.0.0.1:9"],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=Path(__file__).resolve().parents[2])
     base = f"https://127.0.0.1:{port}"
     session = requests.Session()

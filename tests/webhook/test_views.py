@@ -67,7 +67,8 @@ class WebhookProcess:
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "webhook", "--cert-dir", str(tmp), "--bind", "127.0.0.1",
-             "--port", str(port), "--workers", "1", "--threads", "2", "--kubeconfig", str(api.kubeconfig)],
+             "--port", str(port), "--workers", "1", "--threads", "2", "--kubeconfig", str(api.kubeconfig),
+             "--prometheus-url", "http://127.0.0.1:9"],  # configured (never queried by the webhook)
             stdout=self._log, stderr=subprocess.STDOUT, env=env, cwd=REPO)
         self.base = f"https://127.0.0.1:{port}"
         self.session = requests.Session()

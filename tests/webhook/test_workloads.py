@@ -95,7 +95,8 @@ def test_approve_mode_names_the_workload_to_approve() -> None:
     policy = copy.deepcopy(SHARE)
     policy["spec"]["mode"] = "Approve"
     policy["spec"]["approvals"] = ["Deployment/inference/approved"]
-    client = create_app(StaticView(ClusterView(policies=(parse_policy(policy),)))).test_client()
+    view = ClusterView(policies=(parse_policy(policy),), metrics_configured=True)
+    client = create_app(StaticView(view)).test_client()
     pending = answer(client, "/validate", workload_review(workload("Deployment", "inference", template())))
     assert len(pending["warnings"]) == 1
     assert "approve Deployment/inference/llm" in pending["warnings"][0] and len(pending["warnings"][0]) < 120
@@ -107,7 +108,8 @@ def test_approve_mode_names_the_workload_to_approve() -> None:
 def test_cronjob_approval_covers_its_jobs_pods_not_others() -> None:
     policy = copy.deepcopy(SHARE)
     policy["spec"].update(mode="Approve", approvals=["CronJob/inference/nightly"])
-    client = create_app(StaticView(ClusterView(policies=(parse_policy(policy),)))).test_client()
+    view = ClusterView(policies=(parse_policy(policy),), metrics_configured=True)
+    client = create_app(StaticView(view)).test_client()
     ok = answer(client, "/validate", workload_review(workload("CronJob", "inference", template(), "nightly")))
     assert "warnings" not in ok
     other = answer(client, "/validate", workload_review(workload("CronJob", "inference", template(), "weekly")))

@@ -1,0 +1,142 @@
+"""Benchmark `kubeon-gpu dry-run` over a large file against its limit: parsing the same file (not a timed test).
+
+The input: N objects, 70% Pods and 30% Deployments, a third of them asking
+for GPUs in namespaces the example policies select (so MIG rewrites,
+time-slicing and guardrails are decided), the rest plain CPU workloads as in
+a cluster export. 100,000 objects is ~32 MiB of YAML.
+
+Ours: `kubeon-gpu dry-run -f FILE --policies examples/policies.yaml --nodes
+examples/nodes.yaml -o OUTPUT > /dev/null`, a subprocess. The limit: a
+subprocess that only parses the same file with PyYAML's C loader
+(`yaml.load_all(..., CSafeLoader)`, each document dropped as it comes).
+Runs are interleaved ours/limit for --pairs pairs; wall time, CPU time
+(user+sys: steadier than wall on a shared machine) and peak RSS (ru_maxrss
+of the child) are printed per run, then medians and the ratios.
+Goals (issue 16): ours <= 2x the limit's time, <= 250 MiB at 100,000 objects.
+
+    python bench/dryrun.py --objects 100000 --pairs 3 --output yaml
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+LIMIT = "import sys, yaml\nfor _ in yaml.load_all(open(sys.argv[1], 'rb'), Loader=yaml.CSafeLoader):\n    pass\n"
+
+_POD = """\
+apiVersion: v1
+kind: Pod
+metadata:
+  name: {name}
+  namespace: {ns}
+  labels: {{app: {app}, release: r{i}}}
+spec:
+  containers:
+  - name: main
+    image: registry.example.com/{app}:1.{i}
+    ports:
+    - {{containerPort: 8080}}
+    resources:
+      requests: {{cpu: 500m, memory: 1Gi}}
+      limits: {{cpu: "2", memory: 4Gi{gpu}}}
+"""
+
+_DEPLOYMENT = """\
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {name}
+  namespace: {ns}
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {{app: {app}}}
+  template:
+    metadata:
+      labels: {{app: {app}}}
+      annotations: {{gpu.kubeon.io/gpu-memory: {memory}}}
+    spec:
+      containers:
+      - name: server
+        image: registry.example.com/{app}:3.{i}
+        resources:
+          limits: {{cpu: "4", memory: 8Gi{gpu}}}
+"""
+
+# namespace -> app label: the example policies select inference (MIG), research+jupyter (time-slicing), batch.
+_GPU_PLACES = (("inference", "llm"), ("research", "jupyter"), ("batch", "embed"))
+
+
+def generate(path: Path, objects: int) -> None:
+    """Write `objects` documents (70% Pods, 30% Deployments; one in three asks for GPUs), deterministic."""
+    with path.open("w", encoding="utf-8") as fh:
+        for i in range(objects):
+            gpu_place = _GPU_PLACES[i % 3] if i % 3 == 0 else None
+            ns, app = gpu_place or (f"team-{i % 17}", f"svc-{i % 101}")
+            gpu = ", nvidia.com/gpu: 1" if gpu_place else ""
+            template = _DEPLOYMENT if i % 10 >= 7 else _POD
+            if i:
+                fh.write("---\n")
+            fh.write(template.format(name=f"obj-{i}", ns=ns, app=app, i=i, gpu=gpu, memory=f"{8 + i % 24}Gi"))
+
+
+def dry_run_command(path: Path, output: str) -> list[str]:
+    return [sys.executable, "-m", "cli.main", "dry-run", "-f", str(path), "--policies",
+            str(ROOT / "examples/policies.yaml"), "--nodes", str(ROOT / "examples/nodes.yaml"), "-o", output]
+
+
+def measure(command: list[str]) -> tuple[float, float, float]:
+    """Wall seconds, CPU seconds (user+sys) and peak RSS (MiB) of one child, from a fresh parent (ru_* its own)."""
+    probe = ("import resource, subprocess, sys, time\n"
+             "t = time.perf_counter()\n"
+             "rc = subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL).returncode\n"
+             "u = resource.getrusage(resource.RUSAGE_CHILDREN)\n"
+             "print(time.perf_counter() - t, u.ru_utime + u.ru_stime, u.ru_maxrss, rc)\n")
+    out = subprocess.run([sys.executable, "-c", probe, *command], capture_output=True, text=True, cwd=ROOT,
+                         check=True).stdout.split()
+    if out[3] != "0":
+        raise SystemExit(f"{' '.join(command)} exited {out[3]}")
+    return float(out[0]), float(out[1]), int(out[2]) / 1024
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--objects", type=int, default=100_000, help="objects in the generated file")
+    parser.add_argument("--pairs", type=int, default=3, help="interleaved ours/limit pairs (at least 3)")
+    parser.add_argument("--output", default="yaml", choices=("yaml", "json", "jsonl"), help="dry-run -o")
+    parser.add_argument("--file", type=Path, help="use this file instead of generating one")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        path = args.file or Path(tmp) / "objects.yaml"
+        if not args.file:
+            generate(path, args.objects)
+        size = os.path.getsize(path) / 2**20
+        print(f"input: {path.name}, {args.objects} objects, {size:.1f} MiB; output -o {args.output}")
+        ours, limit = [], []
+        for pair in range(args.pairs):
+            ours.append(measure(dry_run_command(path, args.output)))
+            limit.append(measure([sys.executable, "-c", LIMIT, str(path)]))
+            (w, c, m), (lw, lc, lm) = ours[-1], limit[-1]
+            print(f"pair {pair + 1}: ours {w:.2f} s wall {c:.2f} s cpu {m:.0f} MiB | "
+                  f"C-loader parse {lw:.2f} s wall {lc:.2f} s cpu {lm:.0f} MiB | "
+                  f"ratio wall {w / lw:.2f}x cpu {c / lc:.2f}x")
+    w, c, m = (statistics.median(run[i] for run in ours) for i in range(3))
+    lw, lc, lm = (statistics.median(run[i] for run in limit) for i in range(3))
+    print(f"median: ours {w:.2f} s wall, {c:.2f} s cpu, {m:.0f} MiB; limit {lw:.2f} s wall, {lc:.2f} s cpu, "
+          f"{lm:.0f} MiB; ratio wall {w / lw:.2f}x, cpu {c / lc:.2f}x (goal <= 2x); memory {m:.0f} MiB "
+          "(goal <= 250 MiB)")
+    print(f"cpu count {os.cpu_count()}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}, "
+          f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
