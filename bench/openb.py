@@ -1,14 +1,14 @@
-"""openb benchmark: policies x traces x seeds, our means beside the paper's published ones.
+"""openb benchmark: strategies x traces x seeds, our means beside the paper's published ones.
 
-    python bench/openb.py [--policies kubeon,fgd,bestfit] [--traces default,cpu050]
+    python bench/openb.py [--strategies kubeon,fgd,bestfit] [--traces default,cpu050]
                           [--seeds 42-51] [--jobs 2] [--out docs/benchmarks/openb-results.csv]
                           [--data vendor/openb | ../shared/data/openb for the ten held-out traces]
                           [--plot FILE.png]
 
 Writes a CSV of every run and prints a markdown table (mean alloc % at 100%
-arrival, sd, published mean, difference) per trace and policy. `--plot`
+arrival, sd, published mean, difference) per trace and strategy. `--plot`
 also draws GPU allocated against arrived GPU demand (both % of capacity)
-for each policy on the first trace and seed, the FGD paper's figure.
+for each strategy on the first trace and seed, the FGD paper's figure.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gpupolicy.packing.engine import POLICIES
+from gpupolicy.packing.engine import STRATEGIES
 from simulator.replay import replay
 from simulator.trace import load_nodes, load_pods
 
@@ -42,10 +42,10 @@ def parse_seeds(text: str) -> list[int]:
 
 
 def run_one(job: tuple[str, str, int, str]) -> dict[str, object]:
-    trace, policy, seed, data = job
+    trace, strategy, seed, data = job
     nodes = load_nodes(Path(data) / "openb_node_list_gpu_node.csv")
     pods = load_pods(Path(data) / f"openb_pod_list_{trace}.csv")
-    result = replay(nodes, pods, policy, seed)
+    result = replay(nodes, pods, strategy, seed)
     row: dict[str, object] = {"trace": trace}
     row.update(result.summary())
     return row
@@ -63,25 +63,25 @@ def table(rows: list[dict[str, object]], anchors: dict[tuple[str, str], tuple[fl
     groups: dict[tuple[str, str], list[float]] = {}
     secs: dict[tuple[str, str], list[float]] = {}
     for r in rows:
-        key = (str(r["trace"]), str(r["policy"]))
+        key = (str(r["trace"]), str(r["strategy"]))
         groups.setdefault(key, []).append(float(r["alloc_pct_at_100"]))  # type: ignore[arg-type]
         secs.setdefault(key, []).append(float(r["seconds"]))  # type: ignore[arg-type]
     best_fgd = {t: anchors.get((t, "FGD"), (float("nan"), 0.0))[0] for t, _ in groups}
-    lines = ["| trace | policy | seeds | ours (mean alloc % at 100%) | sd | published | ours - published "
+    lines = ["| trace | strategy | seeds | ours (mean alloc % at 100%) | sd | published | ours - published "
              "| vs published FGD | s/replay |",
              "|---|---|---|---|---|---|---|---|---|"]
-    order = {p: i for i, p in enumerate(POLICIES)}
-    for (trace, policy) in sorted(groups, key=lambda k: (TRACES.index(k[0]) if k[0] in TRACES else 99,
+    order = {p: i for i, p in enumerate(STRATEGIES)}
+    for (trace, strategy) in sorted(groups, key=lambda k: (TRACES.index(k[0]) if k[0] in TRACES else 99,
                                                          order.get(k[1], 99))):
-        vals = groups[(trace, policy)]
+        vals = groups[(trace, strategy)]
         mean = statistics.fmean(vals)
         sd = statistics.stdev(vals) if len(vals) > 1 else 0.0
-        pub = anchors.get((trace, PAPER_NAMES.get(policy, "")))
+        pub = anchors.get((trace, PAPER_NAMES.get(strategy, "")))
         pub_txt = f"{pub[0]:.2f}" if pub else "-"
         diff = f"{mean - pub[0]:+.2f}" if pub else "-"
         vs_fgd = f"{mean - best_fgd[trace]:+.2f}"
-        lines.append(f"| {trace} | {policy} | {len(vals)} | {mean:.2f} | {sd:.2f} | {pub_txt} | {diff} | {vs_fgd} "
-                     f"| {statistics.fmean(secs[(trace, policy)]):.1f} |")
+        lines.append(f"| {trace} | {strategy} | {len(vals)} | {mean:.2f} | {sd:.2f} | {pub_txt} | {diff} | {vs_fgd} "
+                     f"| {statistics.fmean(secs[(trace, strategy)]):.1f} |")
     return "\n".join(lines)
 
 
@@ -125,7 +125,9 @@ def plot(path: str, data: Path, trace: str, seed: int, policies: list[str]) -> N
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--policies", default="kubeon,fgd,bestfit,packing,dotprod,random")
+    parser.add_argument("--strategies", "--policies", dest="strategies",
+                        default="kubeon,fgd,bestfit,packing,dotprod,random",
+                        help="packing strategies, comma-separated (--policies: the old name)")
     parser.add_argument("--traces", default=None,
                         help="comma list (default: every trace whose pod list is in --data; vendor/openb "
                              "holds only `default`, --data ../shared/data/openb holds all 11)")
@@ -135,30 +137,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="docs/benchmarks/openb-results.csv")
     parser.add_argument("--plot", metavar="FILE.png", help="draw allocated vs arrived for the first trace and seed")
     args = parser.parse_args(argv)
-    policies = [p for p in args.policies.split(",") if p]
-    unknown = [p for p in policies if p not in POLICIES]
+    strategies = [p for p in args.strategies.split(",") if p]
+    unknown = [p for p in strategies if p not in STRATEGIES]
     if unknown:
-        print(f"error: unknown policy {unknown[0]!r}; choose from {', '.join(POLICIES)}", file=sys.stderr)
+        print(f"error: unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)}", file=sys.stderr)
         return 2
     traces = ([t for t in args.traces.split(",") if t] if args.traces is not None else
               [t for t in TRACES if (Path(args.data) / f"openb_pod_list_{t}.csv").is_file()])
-    jobs = [(t, p, s, args.data) for t in traces for p in policies for s in parse_seeds(args.seeds)]
+    jobs = [(t, p, s, args.data) for t in traces for p in strategies for s in parse_seeds(args.seeds)]
     started = time.time()
     with multiprocessing.Pool(args.jobs) as pool:
         rows = []
         for row in pool.imap_unordered(run_one, jobs):
             rows.append(row)
-            print(f"[{len(rows)}/{len(jobs)}] {row['trace']} {row['policy']} seed {row['seed']}: "
+            print(f"[{len(rows)}/{len(jobs)}] {row['trace']} {row['strategy']} seed {row['seed']}: "
                   f"{row['alloc_pct_at_100']} ({row['seconds']} s)", file=sys.stderr, flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(sorted(rows, key=lambda r: (str(r["trace"]), str(r["policy"]), int(r["seed"]))))  # type: ignore[call-overload]
+        writer.writerows(sorted(rows, key=lambda r: (str(r["trace"]), str(r["strategy"]), int(r["seed"]))))  # type: ignore[call-overload]
     print(table(rows, load_anchors(Path(args.data))))
     print(f"\n{len(jobs)} replays in {time.time() - started:.0f} s wall, {args.jobs} processes")
     if args.plot:
-        plot(args.plot, Path(args.data), traces[0], parse_seeds(args.seeds)[0], policies)
+        plot(args.plot, Path(args.data), traces[0], parse_seeds(args.seeds)[0], strategies)
         print(f"plot: {args.plot}")
     return 0
 

@@ -34,7 +34,7 @@ from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
 from gpupolicy.catalog import GPU_RESOURCE, PRODUCT_LABEL, SHARED_GPU_RESOURCE
-from gpupolicy.packing.engine import DEFAULT_POLICY
+from gpupolicy.packing.engine import DEFAULT_STRATEGY
 from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATION, gpu_indices_from_pod
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
 from kube.views import StaticView
@@ -153,7 +153,7 @@ def replay_through_extender(
     seed: int = 42,
     tune: float = 1.3,
     config: Mapping[str, Any] | None = None,
-    policy: str = DEFAULT_POLICY,
+    strategy: str = DEFAULT_STRATEGY,
     keep_placements: bool = False,
 ) -> ReplayResult:
     """One replay of the live path; the same arrivals and metrics as `simulator.replay.replay`."""
@@ -178,7 +178,7 @@ def replay_through_extender(
     api = ReplayApi(cache)
     for obj in node_objs:
         cache.on_node("ADDED", obj)
-    service = ExtenderService(cache, StaticView(), default_policy=policy, binder=api)
+    service = ExtenderService(cache, StaticView(), default_strategy=strategy, binder=api)
     client = create_app(service).test_client()
     extenders = [(spec, HttpExtender(client, spec)) for spec in profile.extenders]
     cluster = ClusterScores(node_objs)
@@ -211,7 +211,7 @@ def replay_through_extender(
             placements.append(Placement(seq, demand, original, gpu_indices_from_pod(pod) if node else ()))
         if at100 is None and arrived >= capacity:
             at100 = 100.0 * allocated / capacity
-    return ReplayResult(policy=f"{policy}+extender", seed=seed, pods=len(arrivals), alloc_pct_at_100=at100,
+    return ReplayResult(strategy=f"{strategy}+extender", seed=seed, pods=len(arrivals), alloc_pct_at_100=at100,
                         alloc_pct_at_end=100.0 * allocated / capacity, seconds=time.perf_counter() - started,
                         placements=placements)
 

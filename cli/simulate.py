@@ -1,6 +1,6 @@
-"""`kubeon-gpu simulate`: replay an openb-format trace through a packing policy, print one JSON line.
+"""`kubeon-gpu simulate`: replay an openb-format trace through a packing strategy, print one JSON line.
 
-Bad input (missing file or column, bad value, unknown policy) prints one
+Bad input (missing file or column, bad value, unknown strategy) prints one
 line naming it on stderr and exits 2. On a terminal, a progress bar on
 stderr (tqdm) counts the arrivals; nothing is written there otherwise.
 """
@@ -15,7 +15,7 @@ from collections.abc import Iterable
 
 from tqdm import tqdm
 
-from gpupolicy.packing.engine import DEFAULT_POLICY, POLICIES, UnknownPolicyError
+from gpupolicy.packing.engine import DEFAULT_STRATEGY, STRATEGIES, UnknownStrategyError
 from gpupolicy.packing.nodemodel import PodDemand
 from simulator.replay import ReplayResult, replay
 from simulator.trace import TraceError, load_nodes, load_pods
@@ -26,7 +26,7 @@ PLACEMENT_COLUMNS = ("seq", "pod", "node", "gpu_indices", "cpu_milli", "memory_m
 
 EPILOG = """\
 output: one JSON line with these keys
-  policy                  the packing policy replayed
+  strategy                the packing strategy replayed
   seed                    the seed of the arrival order, the resampling and the tie-breaks
   pods                    arrivals replayed: the trace's pods in shuffled order, then pods drawn again
                           from the trace until arrived GPU demand reaches --tune x the cluster's GPU
@@ -41,7 +41,7 @@ output: one JSON line with these keys
 
 example (files vendored in the repository):
   kubeon-gpu simulate --nodes vendor/openb/openb_node_list_gpu_node.csv \\
-      --pods vendor/openb/openb_pod_list_default.csv --policy fgd --seed 42
+      --pods vendor/openb/openb_pod_list_default.csv --strategy fgd --seed 42
 """
 
 
@@ -52,8 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="nodes CSV in openb format (sn,cpu_milli,memory_mib,gpu,model)")
     parser.add_argument("--pods", required=True, metavar="CSV",
                         help="pods CSV in openb format (name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec)")
-    parser.add_argument("--policy", default=DEFAULT_POLICY,
-                        help=f"packing policy: one of {', '.join(POLICIES)} (default: {DEFAULT_POLICY})")
+    parser.add_argument("--strategy", "--policy", dest="strategy", default=DEFAULT_STRATEGY,
+                        help=f"packing strategy: one of {', '.join(STRATEGIES)} (default: {DEFAULT_STRATEGY}; "
+                             "--policy: the old name)")
     parser.add_argument("--seed", type=int, default=42,
                         help="random seed of the arrival order, resampling and tie-breaks (default: 42; "
                              "weights were tuned on 42..51 only)")
@@ -87,8 +88,8 @@ def write_placements(path: str, result: ReplayResult) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.policy not in POLICIES:
-        print(f"error: unknown policy {args.policy!r}; choose from {', '.join(POLICIES)}", file=sys.stderr)
+    if args.strategy not in STRATEGIES:
+        print(f"error: unknown strategy {args.strategy!r}; choose from {', '.join(STRATEGIES)}", file=sys.stderr)
         return 2
     if not args.tune > 0:
         print(f"error: --tune must be positive, got {args.tune}", file=sys.stderr)
@@ -100,12 +101,12 @@ def run(args: argparse.Namespace) -> int:
             from cli.livereplay import SHIPPED_SCHEDULER_CONFIG, load_scheduler_config, replay_through_extender
 
             config = load_scheduler_config(args.scheduler_config or SHIPPED_SCHEDULER_CONFIG)
-            result = replay_through_extender(nodes, pods, args.seed, args.tune, config, args.policy,
+            result = replay_through_extender(nodes, pods, args.seed, args.tune, config, args.strategy,
                                              keep_placements=bool(args.placements))
         else:
-            result = replay(nodes, pods, args.policy, args.seed, args.tune, keep_placements=bool(args.placements),
+            result = replay(nodes, pods, args.strategy, args.seed, args.tune, keep_placements=bool(args.placements),
                             progress=_progress_bar)
-    except (TraceError, UnknownPolicyError, ValueError) as exc:
+    except (TraceError, UnknownStrategyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     if args.placements:

@@ -26,7 +26,7 @@ from controller.context import Clock, ControllerContext, MetricsSource, SystemCl
 from controller.health import HealthServer
 from controller.hubsync import HubSettings, HubState, HubSync
 from controller.leader import LeaderElector, exit_process
-from controller.loop import Reconciler, ReconcileRunner, load_reconcilers
+from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
@@ -173,6 +173,7 @@ def build(
     keda: bool = False,
 ) -> ControllerProcess:
     """Wire one replica. Tests pass a fake clock, scripted metrics and their own `on_lost`."""
+    chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
     clock = clock or SystemClock()
     identity = identity or f"{socket.gethostname()}_{os.getpid()}"
     if metrics is None and prometheus_url:
@@ -195,7 +196,6 @@ def build(
         holds_lease=elector.is_leader, hub_configured=hub is not None,
         components=components | {Component.CONTROLLER}, keda=keda,
     )
-    chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
     if hub is not None:
         sync = HubSync(hub, hub_state, controller_metrics.registry, default_mode)
         recorder.listeners.append(lambda policy, target, action, now: sync.applied(policy, target, action, now=now))
@@ -263,13 +263,17 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         log.error("%s", exc)
         return 2
-    process = build(
-        api, namespace=args.namespace, identity=args.identity, default_mode=Mode(args.default_mode),
-        prometheus_url=args.prometheus_url, lease_name=args.lease_name,
-        lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
-        resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind, hub=hub,
-        components=components, keda=args.keda,
-    )
+    try:
+        process = build(
+            api, namespace=args.namespace, identity=args.identity, default_mode=Mode(args.default_mode),
+            prometheus_url=args.prometheus_url, lease_name=args.lease_name,
+            lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
+            resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind, hub=hub,
+            components=components, keda=args.keda,
+        )
+    except ReconcilerLoadError as exc:
+        log.error("%s", exc)
+        return 1
     log.info("controller starting identity=%s namespace=%s lease=%s prometheus=%s reconcilers=%s",
              process.elector.identity, args.namespace, args.lease_name, bool(args.prometheus_url),
              ",".join(r.name for r in process.runner.reconcilers))

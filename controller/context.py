@@ -15,47 +15,19 @@ Contract for reconcilers (`Reconciler` in controller/loop.py):
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
 
 import kubernetes.client
 
+from controller.policies import PolicyStore
+from controller.recorder import Recorder
+from controller.sources import Clock, MetricsSource, SystemClock
 from gpupolicy.model import Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component
 from gpupolicy.scaling.metrics import Sample, Series
 
-if TYPE_CHECKING:
-    from controller.policies import PolicyStore
-    from controller.recorder import Recorder
-
 __all__ = ["Clock", "ControllerContext", "MetricsSource", "Sample", "Series", "SystemClock"]
-
-
-class MetricsSource(Protocol):
-    """Where GPU metrics come from (controller/metrics_source.py: Prometheus; tests: scripted)."""
-
-    def query_range(self, promql: str, start: float, end: float, step: float) -> list[Series]:
-        """Range query; `start`/`end` are unix seconds, `step` seconds. Empty list when no data."""
-        ...
-
-    def query(self, promql: str) -> list[Sample]:
-        """Instant query at the source's now. Empty list when no data."""
-        ...
-
-
-class Clock(Protocol):
-    """Wall-clock seconds since the epoch (a fake in tests where time matters)."""
-
-    def now(self) -> float: ...
-
-
-class SystemClock:
-    """The real clock."""
-
-    def now(self) -> float:
-        return time.time()
 
 
 @dataclass
@@ -89,3 +61,10 @@ class ControllerContext:
     def prometheus_configured(self) -> bool:
         """Metric-driven kinds (sharing, scaleToZero) act only with a metrics source."""
         return self.metrics is not None and bool(self.prometheus_url)
+
+    def write_status(self) -> int:
+        """Write every policy status that changed (the runner calls this after each pass). Returns writes."""
+        return self.policies.write_status(self.api, default_mode=self.default_mode,
+                                          prometheus_configured=self.prometheus_configured, clock=self.clock,
+                                          is_leader=self.is_leader, metrics=self.recorder.metrics,
+                                          components=self.components)

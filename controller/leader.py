@@ -19,7 +19,7 @@ from collections.abc import Callable
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from controller.context import Clock
+from controller.sources import Clock
 from kube.leases import LeaseConflict, LeaseRecord, create_lease, get_lease, replace_lease
 
 log = logging.getLogger(__name__)

@@ -5,7 +5,9 @@ registry (`RECONCILERS`). The runner acts only while this replica holds the
 lease; after each pass it lets the policy store write the policy statuses
 that changed, so a proposal published by any reconciler reaches the cluster
 in the same pass. A reconciler that raises is logged and retried on its next
-period; it never stops the others.
+period; it never stops the others. A reconciler that cannot be imported or
+built is a broken install, not a concern to skip: `load_reconcilers` raises
+`ReconcilerLoadError` and the process exits non-zero (controller/command.py).
 """
 
 from __future__ import annotations
@@ -35,8 +37,7 @@ class Reconciler(Protocol):
         ...
 
 
-# The ordered registry: (module, class). Each class is constructed with no
-# arguments; missing modules (a concern still being built) are skipped.
+# The ordered registry: (module, class). Each class is constructed with no arguments.
 # Order within one runner tick:
 #   1. policies     - lists and parses GpuPolicies; everything below reads them.
 #   2. rightsizing  - sharing policies: proposals from memory/utilisation history.
@@ -48,7 +49,7 @@ class Reconciler(Protocol):
 #   5. autoscale    - KEDA ScaledObjects; last, it must see which targets scale
 #                     to zero manages (paused-replicas) before generating triggers.
 RECONCILERS: tuple[tuple[str, str], ...] = (
-    ("controller.policies", "PolicySync"),
+    ("controller.policysync", "PolicySync"),
     ("controller.rightsizing", "RightSizingReconciler"),
     ("controller.layout", "LayoutReconciler"),
     ("controller.scaletozero", "ScaleToZeroReconciler"),
@@ -56,21 +57,26 @@ RECONCILERS: tuple[tuple[str, str], ...] = (
 )
 
 
+class ReconcilerLoadError(RuntimeError):
+    """A registered reconciler that cannot be imported or constructed."""
+
+
 def load_reconcilers(
     periods: Mapping[str, float] | None = None,
     registry: Iterable[tuple[str, str]] = RECONCILERS,
 ) -> list[Reconciler]:
-    """Instantiate the registry in order; `periods` overrides `period_seconds` by reconciler name."""
+    """Instantiate the registry in order; `periods` overrides `period_seconds` by reconciler name.
+
+    Raises `ReconcilerLoadError` naming the module when one fails to import or build: a controller
+    silently missing a concern would leave its policies unserved while reporting healthy.
+    """
     loaded: list[Reconciler] = []
     for module_name, class_name in registry:
         try:
-            module = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name != module_name:
-                raise
-            log.info("reconciler not available module=%s", module_name)
-            continue
-        reconciler = getattr(module, class_name)()
+            reconciler = getattr(importlib.import_module(module_name), class_name)()
+        except Exception as exc:
+            raise ReconcilerLoadError(f"reconciler {module_name}.{class_name} cannot be loaded: "
+                                      f"{type(exc).__name__}: {exc}") from exc
         if periods and reconciler.name in periods:
             reconciler.period_seconds = float(periods[reconciler.name])
         loaded.append(reconciler)
@@ -129,7 +135,7 @@ class ReconcileRunner:
         self.passes[reconciler.name] = self.passes.get(reconciler.name, 0) + 1
         if self.ctx.is_leader():
             try:
-                self.ctx.policies.write_status(self.ctx)
+                self.ctx.write_status()
             except Exception:
                 log.exception("policy status write failed")
                 self.ctx.recorder.reconcile_error("status")

@@ -29,7 +29,7 @@ from typing import Any
 from prometheus_api_client import PrometheusConnect
 from urllib3.util.retry import Retry
 
-from controller.context import MetricsSource
+from controller.sources import MetricsSource
 from gpupolicy.scaling.autoscale import workload_max_utilization_query
 from gpupolicy.scaling.metrics import Sample, Series
 

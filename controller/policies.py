@@ -1,10 +1,11 @@
-"""Policy sync and the status writer: the GpuPolicies the controller acts on, and what it tells users.
+"""The policy store and its status writer: the GpuPolicies the controller acts on, and what it tells users.
 
-`PolicySync` (first in the reconciler registry) lists every GpuPolicy, parses
-it with the pydantic model (an invalid one is kept with its error and gets
-`Valid=False`, never a crash) and, without a hub, logs `policies read count=N`
-after each full resync (with a hub, controller/hubsync.py logs `policies synced`
-when it pulls a set). `PolicyStore` holds the latest parse; reconcilers publish their
+`PolicySync` (controller/policysync.py, first in the reconciler registry)
+lists every GpuPolicy and parses it here (`parse_entry`: an invalid one is
+kept with its error and gets `Valid=False`, never a crash); without a hub it
+logs `policies read count=N` after each full resync (with a hub,
+controller/hubsync.py logs `policies synced` when it pulls a set).
+`PolicyStore` holds the latest parse; reconcilers publish their
 proposals and conditions for a policy into it, and `write_status` writes a
 policy's status (effectiveMode, observedGeneration, conditions, proposals)
 through the status subresource only when it changed.
@@ -19,30 +20,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 
-from gpupolicy.model import (
-    API_VERSION,
-    KIND,
-    Condition,
-    GpuPolicy,
-    GpuPolicyStatus,
-    Mode,
-    PolicyKind,
-    Proposal,
-    parse_policy,
-)
+from controller.recorder import ControllerMetrics
+from controller.sources import Clock
+from gpupolicy.model import Condition, GpuPolicy, GpuPolicyStatus, Mode, PolicyKind, Proposal, parse_policy
 from gpupolicy.modes import ALL_COMPONENTS, Component, effective_mode, handling
-from kube.events import ObjectRef
-from kube.policies import list_policies, write_status
-
-if TYPE_CHECKING:
-    from controller.context import ControllerContext
+from kube.policies import write_status
 
 log = logging.getLogger(__name__)
 
@@ -163,10 +152,6 @@ class PolicyStore:
         with self._lock:
             self._contrib.setdefault(policy, {})[source] = _Contribution(list(proposals), list(conditions))
 
-    def published(self, policy: str) -> list[Proposal]:
-        with self._lock:
-            return [p for c in self._contrib.get(policy, {}).values() for p in c.proposals]
-
     # -- status ---------------------------------------------------------------
     def desired_status(self, entry: PolicyEntry, default_mode: Mode, prometheus_configured: bool,
                        now: float, components: Iterable[Component] = ALL_COMPONENTS) -> dict[str, Any]:
@@ -226,30 +211,31 @@ class PolicyStore:
         status.conditions = conditions
         return status.model_dump(by_alias=True, exclude_none=True, mode="json")
 
-    def write_status(self, ctx: ControllerContext) -> int:
+    def write_status(self, api: Any, *, default_mode: Mode, prometheus_configured: bool, clock: Clock,
+                     is_leader: Callable[[], bool], metrics: ControllerMetrics,
+                     components: Iterable[Component] = ALL_COMPONENTS) -> int:
         """Write every policy status that differs from the one on the object. Returns writes made."""
         writes = 0
         for entry in self.entries():
-            desired = self.desired_status(entry, ctx.default_mode, ctx.prometheus_configured, ctx.clock.now(),
-                                          ctx.components)
+            desired = self.desired_status(entry, default_mode, prometheus_configured, clock.now(), components)
             with self._lock:
                 last = self._written.get(entry.name)
             if _comparable(desired) == _comparable(entry.raw_status) or (
                 last is not None and _comparable(desired) == _comparable(last)
             ):
                 continue
-            if not ctx.is_leader():
+            if not is_leader():
                 return writes
-            answer = write_status(ctx.api, entry.name, desired)
+            answer = write_status(api, entry.name, desired)
             writes += 1
-            ctx.recorder.metrics.status_writes.inc()
+            metrics.status_writes.inc()
             with self._lock:
                 self._written[entry.name] = desired
                 if answer is not None and entry.name in self._entries:
                     self._entries[entry.name].raw = answer
             for state in _STATE_ORDER:
                 count = sum(1 for p in desired.get("proposals", []) if p.get("state") == state)
-                ctx.recorder.metrics.proposals.labels(policy=entry.name, state=state).set(count)
+                metrics.proposals.labels(policy=entry.name, state=state).set(count)
         return writes
 
 
@@ -264,48 +250,3 @@ def _comparable(status: dict[str, Any]) -> dict[str, Any]:
 
 def _rfc3339(ts: float) -> str:
     return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-class PolicySync:
-    """Reconciler 1: list + parse every GpuPolicy, publish into the store, log the count."""
-
-    name = "policies"
-
-    def __init__(self, period_seconds: float = 60.0) -> None:
-        self.period_seconds = period_seconds
-        self._reported: dict[str, tuple[str | None, str | None]] = {}  # name -> (uid, error) last evented
-
-    def reconcile(self, ctx: ControllerContext) -> None:
-        items, _ = list_policies(ctx.api)
-        entries = [parse_entry(obj) for obj in items]
-        ctx.policies.replace_all(entries)
-        invalid = [e for e in entries if e.policy is None]
-        for entry in invalid:
-            log.warning("policy invalid name=%s error=%s", entry.name, entry.error)
-        self._report(ctx, invalid)
-        ctx.recorder.metrics.policies.labels(valid="true").set(len(entries) - len(invalid))
-        ctx.recorder.metrics.policies.labels(valid="false").set(len(invalid))
-        if ctx.hub_configured:  # the hub sync logs `policies synced` when it pulls a set
-            log.debug("policies read count=%d invalid=%d", len(entries), len(invalid))
-        else:
-            log.info("policies read count=%d invalid=%d: no hub.url, the GpuPolicy objects in the cluster are "
-                     "the source of truth", len(entries), len(invalid))
-
-    def _report(self, ctx: ControllerContext, invalid: list[PolicyEntry]) -> None:
-        """A Warning Event on each invalid policy, once per error (not once per resync); the leader only.
-
-        The policy is skipped (its status says Valid=False); the Event is what
-        `kubectl describe gpupolicy` and event-based alerting show.
-        """
-        current = {e.name for e in invalid}
-        for gone in set(self._reported) - current:
-            del self._reported[gone]
-        if not ctx.is_leader():
-            return
-        for entry in invalid:
-            uid = (entry.raw.get("metadata") or {}).get("uid")
-            if self._reported.get(entry.name) == (uid, entry.error):
-                continue
-            ref = ObjectRef(API_VERSION, KIND, entry.name, None, uid)
-            ctx.recorder.warning(ref, "InvalidSpec", f"policy skipped, fix the spec: {entry.error}")
-            self._reported[entry.name] = (uid, entry.error)

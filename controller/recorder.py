@@ -16,7 +16,7 @@ from typing import Any
 from kubernetes import client
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from controller.context import Clock
+from controller.sources import Clock
 from gpupolicy.model import API_VERSION, KIND, GpuPolicy
 from gpupolicy.proposals import TargetRef
 from kube.events import ObjectRef, emit_event

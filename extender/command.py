@@ -29,7 +29,7 @@ from typing import Any
 from flask import Flask
 
 from gpupolicy.model import Mode
-from gpupolicy.packing.engine import DEFAULT_POLICY, POLICIES
+from gpupolicy.packing.engine import DEFAULT_STRATEGY, STRATEGIES
 
 log = logging.getLogger(__name__)
 
@@ -41,8 +41,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (in-cluster config when unset)")
     parser.add_argument("--standalone", "--no-watch", dest="standalone", action="store_true",
                         help="trials only: no cluster, an empty node model (every node is unknown)")
-    parser.add_argument("--default-policy", default=DEFAULT_POLICY, choices=list(POLICIES),
-                        help=f"packing policy when no GpuPolicy chooses one (default: {DEFAULT_POLICY})")
+    parser.add_argument("--default-strategy", "--default-policy", dest="default_strategy", default=DEFAULT_STRATEGY,
+                        choices=list(STRATEGIES),
+                        help=f"packing strategy when no GpuPolicy chooses one (default: {DEFAULT_STRATEGY}; "
+                             "--default-policy: the old name)")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
                         help="mode of GpuPolicies that set none (default: Recommend, as the webhook)")
     parser.add_argument("--assume-seconds", type=float, default=30.0,
@@ -95,7 +97,7 @@ def make_app_factory(args: argparse.Namespace) -> Any:
         else:
             log.warning("extender running without a cluster watch: every node is unknown")
             source = StaticView()
-        service = ExtenderService(cache, source, default_policy=args.default_policy, binder=binder)
+        service = ExtenderService(cache, source, default_strategy=args.default_strategy, binder=binder)
         app = create_app(service)
         probes.register(app, service.ready)
         return app

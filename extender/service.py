@@ -31,7 +31,7 @@ import numpy.typing as npt
 from extender.answers import REASONS, UNKNOWN, AnswerWriter
 from extender.cache import ClusterCache
 from extender.nodenames import NodeNameRows
-from gpupolicy.packing.engine import DEFAULT_POLICY, decide, get_policy
+from gpupolicy.packing.engine import DEFAULT_STRATEGY, decide, get_strategy
 from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, cluster_share_basis, resolve_share
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.packing.scheduling import Plan, PodRequest, Screening, choose, screen, used_first_rank
@@ -130,14 +130,14 @@ class _Memo:
 class ExtenderService:
     """The extender's decisions; thread-safe (one lock around the node model and the lookups)."""
 
-    def __init__(self, cache: ClusterCache, source: ViewSource, default_policy: str = DEFAULT_POLICY,
+    def __init__(self, cache: ClusterCache, source: ViewSource, default_strategy: str = DEFAULT_STRATEGY,
                  binder: Binder | None = None) -> None:
-        get_policy(default_policy)  # raises UnknownPolicyError naming the choices
+        get_strategy(default_strategy)  # raises UnknownStrategyError naming the choices
         self.cache = cache
         self.binder = binder
         self._prioritized: dict[str, tuple[str, PodDemand, Plan]] = {}  # uid -> (key, demand, plan), for /bind
         self.source = source
-        self.default_policy = default_policy
+        self.default_strategy = default_strategy
         self.rows = NodeNameRows()
         self._writer = AnswerWriter(())
         self._memo: _Memo | None = None
@@ -156,7 +156,7 @@ class ExtenderService:
         with self.cache.lock:
             state = self.cache.fresh_state(forget=request.key)  # scheduled again: an old assumption is stale
             view = self.source.current()
-            verdict = screen(view, state, request, self.default_policy)
+            verdict = screen(view, state, request, self.default_strategy)
             self.cache.observe(request.key, verdict.demand)  # pending GPU pods are learned into the mix
             rows = self.rows.rows(state, names)
             known = rows >= 0
@@ -191,7 +191,7 @@ class ExtenderService:
             view = self.source.current()
             fallback = resolve_share(request.demand, *cluster_share_basis(state))
             choice = choose(view, state, self.cache.ctx, self.cache.mix(fallback), request, rows,
-                            self.default_policy, screened=screened, compare=log.isEnabledFor(logging.INFO))
+                            self.default_strategy, screened=screened, compare=log.isEnabledFor(logging.INFO))
             points, node = choice.points, choice.node
             if view.hub_disconnected:  # neutral: every node 0, nothing assumed
                 points, node = np.zeros_like(points), None
@@ -239,7 +239,7 @@ class ExtenderService:
                     ctx = self.cache.ctx
                     ctx.mix = self.cache.mix(demand)
                     ctx.tie_rank = used_first_rank(state)
-                    decision = decide(state, demand, get_policy(plan.strategy), ctx,
+                    decision = decide(state, demand, get_strategy(plan.strategy), ctx,
                                       restrict=np.array([row], dtype=np.int64))
                     gpus = decision.gpu_indices if decision.node == row else ()
                 self.cache.assume(key, node, demand, gpus)

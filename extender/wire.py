@@ -23,11 +23,6 @@ class ExtenderFilterResult(TypedDict):
     Error: str
 
 
-class HostPriority(TypedDict):
-    Host: str
-    Score: int
-
-
 class ArgsError(ValueError):
     """ExtenderArgs the extender cannot use; the message names the field."""
 

@@ -269,10 +269,6 @@ class Catalog:
     def names(self) -> list[str]:
         return [p.product for p in self.products]
 
-    def mig_profile_names(self, products: Iterable[str] | None = None) -> set[str]:
-        chosen = self.products if products is None else [p for p in map(self.product, products) if p]
-        return {profile.name for product in chosen for profile in product.profiles}
-
 
 def normalise_product_label(label: str) -> str:
     """GFD appends `-SHARED` when time-sliced and `-MIG-<profile>` under the single strategy."""

@@ -18,10 +18,6 @@ def escape(token: str) -> str:
     return token.replace("~", "~0").replace("/", "~1")
 
 
-def pointer(*tokens: str | int) -> str:
-    return "".join("/" + escape(str(t)) for t in tokens)
-
-
 def diff(old: Any, new: Any, path: str = "") -> list[PatchOp]:
     """Operations that turn `old` into `new` (applying them with any RFC 6902 library gives `new`).
 

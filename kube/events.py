@@ -64,8 +64,3 @@ def emit_event(
         log.warning("event not written kind=%s name=%s reason=%s status=%s", ref.kind, ref.name, reason,
                     exc.status)
         return False
-
-
-def list_events(api: client.ApiClient, namespace: str) -> list[client.CoreV1Event]:
-    """Events in a namespace (tests and diagnostics)."""
-    return list(client.CoreV1Api(api).list_namespaced_event(namespace).items)

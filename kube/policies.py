@@ -22,17 +22,6 @@ def list_policies(api: client.ApiClient) -> tuple[list[dict[str, Any]], str | No
     return list(answer.get("items", [])), (answer.get("metadata") or {}).get("resourceVersion")
 
 
-def get_policy(api: client.ApiClient, name: str) -> dict[str, Any] | None:
-    try:
-        obj: dict[str, Any] = client.CustomObjectsApi(api).get_cluster_custom_object(  # type: ignore[assignment]
-            GROUP, VERSION, PLURAL, name)
-        return obj
-    except ApiException as exc:
-        if exc.status == 404:
-            return None
-        raise
-
-
 def write_status(api: client.ApiClient, name: str, status: dict[str, Any]) -> dict[str, Any] | None:
     """Replace the policy's status (merge patch on /status). None when the policy is gone."""
     body = {"status": status}

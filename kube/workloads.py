@@ -33,7 +33,6 @@ class NotFound(Exception):
 class _KindVerbs:
     plural: str
     list_all: Callable[[client.AppsV1Api], Callable[..., Any]]
-    read: Callable[[client.AppsV1Api], Callable[..., Any]]
     patch: Callable[[client.AppsV1Api], Callable[..., Any]]
     read_scale: Callable[[client.AppsV1Api], Callable[..., Any]]
     patch_scale: Callable[[client.AppsV1Api], Callable[..., Any]]
@@ -43,7 +42,6 @@ _VERBS: dict[str, _KindVerbs] = {
     "Deployment": _KindVerbs(
         "deployments",
         lambda a: a.list_deployment_for_all_namespaces,
-        lambda a: a.read_namespaced_deployment,
         lambda a: a.patch_namespaced_deployment,
         lambda a: a.read_namespaced_deployment_scale,
         lambda a: a.patch_namespaced_deployment_scale,
@@ -51,7 +49,6 @@ _VERBS: dict[str, _KindVerbs] = {
     "StatefulSet": _KindVerbs(
         "statefulsets",
         lambda a: a.list_stateful_set_for_all_namespaces,
-        lambda a: a.read_namespaced_stateful_set,
         lambda a: a.patch_namespaced_stateful_set,
         lambda a: a.read_namespaced_stateful_set_scale,
         lambda a: a.patch_namespaced_stateful_set_scale,
@@ -95,12 +92,6 @@ def list_workloads(api: client.ApiClient, kinds: tuple[str, ...] = WORKLOAD_KIND
         answer = _raw(_verbs(kind).list_all(apps))
         found.extend(_with_kind(list(answer.get("items") or []), kind, "apps/v1"))
     return found
-
-
-def read_workload(api: client.ApiClient, kind: str, namespace: str, name: str) -> dict[str, Any]:
-    obj = _raw(_verbs(kind).read(client.AppsV1Api(api)), name, namespace)
-    obj.setdefault("kind", kind)
-    return obj
 
 
 def patch_workload(api: client.ApiClient, kind: str, namespace: str, name: str,

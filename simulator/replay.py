@@ -20,14 +20,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from gpupolicy.packing.engine import commit, decide, get_policy
+from gpupolicy.packing.engine import commit, decide, get_strategy
 from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
-from gpupolicy.packing.placement import PackingContext, Policy
+from gpupolicy.packing.placement import PackingContext, Strategy
 from gpupolicy.packing.typicalmix import TypicalMix
 
 
 @dataclass(frozen=True)
-class Placement:
+class Arrival:
     """One arrival: where it went (node None when not placed)."""
 
     seq: int
@@ -38,19 +38,19 @@ class Placement:
 
 @dataclass
 class ReplayResult:
-    policy: str
+    strategy: str
     seed: int
     pods: int
     alloc_pct_at_100: float | None
     alloc_pct_at_end: float
     seconds: float
-    placements: list[Placement] = field(default_factory=list)
+    placements: list[Arrival] = field(default_factory=list)
 
     def summary(self) -> dict[str, object]:
         """The CLI's JSON line."""
         at100 = None if self.alloc_pct_at_100 is None else round(self.alloc_pct_at_100, 4)
         return {
-            "policy": self.policy,
+            "strategy": self.strategy,
             "seed": self.seed,
             "pods": self.pods,
             "alloc_pct_at_100": at100,
@@ -81,20 +81,21 @@ def arrival_order(pods: Sequence[PodDemand], capacity_milli: int, tune: float,
 def replay(
     nodes: Sequence[NodeSpec],
     pods: Sequence[PodDemand],
-    policy_name: str | Policy | None = None,
+    strategy_name: str | Strategy | None = None,
     seed: int = 42,
     tune: float = 1.3,
     keep_placements: bool = False,
     mix_coverage: float = 1.0,
     progress: Callable[[list[PodDemand]], Iterable[PodDemand]] | None = None,
 ) -> ReplayResult:
-    """Run one replay (a policy name or object); raises `UnknownPolicyError` for a bad name.
+    """Run one replay (a strategy name or object); raises `UnknownStrategyError` for a bad name.
 
     The context carries the trace's full typical mix (`mix_coverage` 1.0);
     FGD cuts it to the paper's 95% itself, kubeon uses every group.
     `progress` wraps the arrivals (the CLI passes a tqdm bar on a terminal).
     """
-    policy = policy_name if policy_name is not None and not isinstance(policy_name, str) else get_policy(policy_name)
+    strategy = (strategy_name if strategy_name is not None and not isinstance(strategy_name, str)
+                else get_strategy(strategy_name))
     started = time.perf_counter()
     rng = np.random.default_rng(seed)
     by_name = sorted(nodes, key=lambda s: s.name)
@@ -107,20 +108,20 @@ def replay(
     arrived = 0
     allocated = 0
     at100: float | None = None
-    placements: list[Placement] = []
+    placements: list[Arrival] = []
     for seq, pod in enumerate(progress(arrivals) if progress else arrivals):
-        decision = decide(state, pod, policy, ctx)
+        decision = decide(state, pod, strategy, ctx)
         arrived += pod.gpu_total_milli
         if decision.node is not None:
             commit(state, pod, decision)
             allocated += pod.gpu_total_milli
         if keep_placements:
-            placements.append(Placement(seq, pod, None if decision.node is None else state.names[decision.node],
+            placements.append(Arrival(seq, pod, None if decision.node is None else state.names[decision.node],
                                         decision.gpu_indices))
         if at100 is None and arrived >= capacity:
             at100 = 100.0 * allocated / capacity
     return ReplayResult(
-        policy=policy.name,
+        strategy=strategy.name,
         seed=seed,
         pods=len(arrivals),
         alloc_pct_at_100=at100,

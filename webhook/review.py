@@ -13,18 +13,12 @@ from __future__ import annotations
 import base64
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 from gpupolicy.quantity import shown
 from serving.http import encode_json
 
 ADMISSION_API_VERSIONS = ("admission.k8s.io/v1", "admission.k8s.io/v1beta1")
-
-
-class GroupVersionKind(TypedDict, total=False):
-    group: str
-    version: str
-    kind: str
 
 
 class ReviewError(ValueError):

@@ -1,18 +1,18 @@
 """The packing engine: one solver for the extender, the simulator and the consolidation planner. Pure.
 
-`decide(state, demand, policy, ctx)` fits the pod against every node, asks
-the policy to score the feasible ones, and returns a `Decision` (node, GPU
+`decide(state, demand, strategy, ctx)` fits the pod against every node, asks
+the strategy to score the feasible ones, and returns a `Placement` (node, GPU
 indices, and per-node scores and reasons for explanations). MIG and
-time-sliced demands are packed by count for every policy here
+time-sliced demands are packed by count for every strategy here
 (`placement.with_device_counts`), so the extender, the simulator and the
-consolidation planner share that rule too; policies only see milli-GPUs. It never
+consolidation planner share that rule too; strategies only see milli-GPUs. It never
 mutates the state: the caller commits with `commit(state, demand, decision)`
 (Solve, then Record). Ties in score go to the lowest `ctx.tie_rank`.
 
-`POLICIES` is the one ordered registry of scoring strategies, selectable by
-name (`get_policy`); there is no separate policy for MIG/time-sliced pods
+`STRATEGIES` is the one ordered registry of scoring strategies, selectable by
+name (`get_strategy`); there is no separate strategy for MIG/time-sliced pods
 (the count term above applies to all). Order: the project's default first
-(what `--policy` and the extender fall back to), then the paper's policies
+(what `--strategy` and the extender fall back to), then the paper's strategies
 from strongest to weakest, then ablations.
 """
 
@@ -23,57 +23,57 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpupolicy.packing.fragmentation import FgdPolicy
+from gpupolicy.packing.fragmentation import Fgd
 from gpupolicy.packing.nodemodel import IntArray, NodeState, PodDemand
 from gpupolicy.packing.placement import (
     REASON_BY_CODE,
     FitResult,
     FloatArray,
     PackingContext,
-    Policy,
     RejectReason,
+    Strategy,
     fit,
     to_gpu_indices,
     with_device_counts,
 )
-from gpupolicy.packing.strategies.baselines import BestFitPolicy, DotProdPolicy, GpuPackingPolicy, RandomPolicy
-from gpupolicy.packing.strategies.kubeon import KubeonPolicy
+from gpupolicy.packing.strategies.baselines import BestFit, DotProd, GpuPacking, Random
+from gpupolicy.packing.strategies.kubeon import Kubeon
 
-# Order: default first (the fallback of --policy and the extender), then the paper's policies
+# Order: default first (the fallback of --strategy and the extender), then the paper's strategies
 # strongest to weakest, then ablations. Every entry gets the engine's count term for MIG and
 # time-sliced demands in `decide` (placement.with_device_counts).
-POLICIES: dict[str, Policy] = {
+STRATEGIES: dict[str, Strategy] = {
     p.name: p
     for p in (
-        KubeonPolicy(),  # default: FGD + look-ahead/tie-breaking (docs/designs/packing.md)
-        FgdPolicy(),  # the paper's best published policy
-        BestFitPolicy(),
-        GpuPackingPolicy(),
-        DotProdPolicy(),
-        RandomPolicy(),
-        FgdPolicy(name="fgd-exact", description="FGD without the integer rounding (ablation)", exact=True),
+        Kubeon(),  # default: FGD's fragment + named, weighted parts (strategies/kubeon.py)
+        Fgd(),  # the paper's best published strategy
+        BestFit(),
+        GpuPacking(),
+        DotProd(),
+        Random(),
+        Fgd(name="fgd-exact", description="FGD without the integer rounding (ablation)", exact=True),
     )
 }
-DEFAULT_POLICY = next(iter(POLICIES))
+DEFAULT_STRATEGY = next(iter(STRATEGIES))
 
 
-class UnknownPolicyError(ValueError):
-    """A policy name not in `POLICIES`."""
+class UnknownStrategyError(ValueError):
+    """A strategy name not in `STRATEGIES`."""
 
 
-def get_policy(name: str | None) -> Policy:
-    """The policy registered under `name` (the default when None or empty)."""
-    key = name or DEFAULT_POLICY
-    if key not in POLICIES:
-        raise UnknownPolicyError(f"unknown policy {key!r}; choose from {', '.join(POLICIES)}")
-    return POLICIES[key]
+def get_strategy(name: str | None) -> Strategy:
+    """The strategy registered under `name` (the default when None or empty)."""
+    key = name or DEFAULT_STRATEGY
+    if key not in STRATEGIES:
+        raise UnknownStrategyError(f"unknown strategy {key!r}; choose from {', '.join(STRATEGIES)}")
+    return STRATEGIES[key]
 
 
 @dataclass(frozen=True)
-class Decision:
-    """The solver's answer for one pod. `node` is None when no node fits.
+class Placement:
+    """The solver's answer for one pod: where it goes (`node` None when no node fits).
 
-    `scores[n]` is the policy's score of node n (-inf where infeasible),
+    `scores[n]` is the strategy's score of node n (-inf where infeasible),
     `fit.reason(n)` why a node was rejected; `gpu_indices` the GPUs the pod
     takes on the chosen node.
     """
@@ -82,7 +82,7 @@ class Decision:
     gpu_indices: tuple[int, ...]
     scores: FloatArray
     fit: FitResult
-    policy: str
+    strategy: str
 
     @property
     def placed(self) -> bool:
@@ -95,11 +95,11 @@ class Decision:
 def decide(
     state: NodeState,
     demand: PodDemand,
-    policy: Policy,
+    strategy: Strategy,
     ctx: PackingContext,
     restrict: IntArray | None = None,
     fitted: FitResult | None = None,
-) -> Decision:
+) -> Placement:
     """Score `demand` against all nodes (or only `restrict`) and pick the best. Does not mutate.
 
     `fitted`: `fit(state, demand)` when the caller already has it for this
@@ -116,8 +116,8 @@ def decide(
     candidates = np.flatnonzero(feasible)
     scores = np.full(len(state), -np.inf)
     if candidates.size == 0:
-        return Decision(None, (), scores, fitted, policy.name)
-    scored = with_device_counts(state, demand, candidates, policy.score(state, demand, candidates, ctx))
+        return Placement(None, (), scores, fitted, strategy.name)
+    scored = with_device_counts(state, demand, candidates, strategy.score(state, demand, candidates, ctx))
     scores[candidates] = scored.scores
     rank = ctx.rank(state)[candidates]
     top = scored.scores == scored.scores.max()
@@ -128,10 +128,10 @@ def decide(
     best = int(pick[np.argmin(rank[pick])])
     node = int(candidates[best])
     chosen_gpu = int(scored.gpu[best]) if scored.gpu is not None else -1
-    return Decision(node, to_gpu_indices(state, node, demand, chosen_gpu), scores, fitted, policy.name)
+    return Placement(node, to_gpu_indices(state, node, demand, chosen_gpu), scores, fitted, strategy.name)
 
 
-def commit(state: NodeState, demand: PodDemand, decision: Decision) -> None:
+def commit(state: NodeState, demand: PodDemand, decision: Placement) -> None:
     """Apply a decision to the state (the caller that acts does this, not the solver)."""
     if decision.node is not None:
         state.place(decision.node, demand, decision.gpu_indices)
@@ -147,7 +147,7 @@ class NodeVerdict:
     score: float | None
 
 
-def explain(state: NodeState, decision: Decision, nodes: Sequence[int] | None = None) -> list[NodeVerdict]:
+def explain(state: NodeState, decision: Placement, nodes: Sequence[int] | None = None) -> list[NodeVerdict]:
     """Per-node scores and rejection reasons of a decision, best first, for logs and dry-run."""
     idx = range(len(state)) if nodes is None else nodes
     out = []
@@ -161,7 +161,7 @@ def explain(state: NodeState, decision: Decision, nodes: Sequence[int] | None = 
 
 
 def normalise_scores(scores: FloatArray, top: int = 10) -> IntArray:
-    """Map policy scores of feasible nodes to 0..top (the extender's prioritize range)."""
+    """Map strategy scores of feasible nodes to 0..top (the extender's prioritize range)."""
     finite = np.isfinite(scores)
     out = np.zeros(len(scores), dtype=np.int64)
     if not finite.any():

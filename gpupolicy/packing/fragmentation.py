@@ -1,4 +1,4 @@
-"""GPU fragmentation of nodes against a typical pod mix, and the FGD policy built on it. Pure.
+"""GPU fragmentation of nodes against a typical pod mix, and the FGD strategy built on it. Pure.
 
 Fragment of node n for typical pod type m, F_n(m) (README "FGD in brief"):
 if m needs no GPU, or n cannot host m (model, CPU, or fewer than k_m GPUs
@@ -234,7 +234,7 @@ def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = N
     """The context's FragModel for this state and mix (default: `ctx.mix`), built once, then synced."""
     mix = mix if mix is not None else ctx.mix
     if mix is None:
-        raise ValueError("this policy needs a typical pod mix (PackingContext.mix)")
+        raise ValueError("this strategy needs a typical pod mix (PackingContext.mix)")
     model = ctx.caches.get(key)
     flags = (use_memory and mix.memory_mib is not None, copies, modular, copies_weight)
     if (not isinstance(model, FragModel) or model.state is not state or model.mix.key != mix.key
@@ -264,7 +264,7 @@ def best_per_node(n: int, pos: IntArray, gpu: IntArray, value: FloatArray) -> tu
 
 
 @dataclass(frozen=True)
-class FgdPolicy:
+class Fgd:
     """Fragmentation Gradient Descent (Weng et al., ATC'23), exactly as the README specifies."""
 
     name: str = "fgd"
@@ -274,7 +274,7 @@ class FgdPolicy:
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
         if ctx.mix is None:
-            raise ValueError("this policy needs a typical pod mix (PackingContext.mix)")
+            raise ValueError("this strategy needs a typical pod mix (PackingContext.mix)")
         mix = ctx.mix
         cut = ctx.derived(f"fgd-mix-{self.coverage}", (mix,), lambda: mix.truncated(self.coverage))
         model = frag_model(state, ctx, cut)

@@ -1,4 +1,4 @@
-"""Fit rules, rejection reasons and the values a scoring policy returns. Pure.
+"""Fit rules, rejection reasons and the values a scoring strategy returns. Pure.
 
 The fit rules are the openb simulator's (README step 5), extended with the
 resources a real node has: a node fits a pod when it is schedulable, its GPU
@@ -13,7 +13,7 @@ dry-run, logs) explain decisions with the same words.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import IntEnum, StrEnum
 from typing import Any, Protocol, TypeVar
@@ -141,7 +141,7 @@ def best_fit_gpu(state: NodeState, nodes: IntArray, milli: int) -> IntArray:
 
 @dataclass
 class Scored:
-    """A policy's answer for the candidate nodes (feasible ones, in `candidates` order).
+    """A strategy's answer for the candidate nodes (feasible ones, in `candidates` order).
 
     `scores`: higher is better. `gpu`: the GPU index a sharing pod would take
     on that node (-1: use the default rule, best-fit GPU for sharing pods and
@@ -159,11 +159,11 @@ T = TypeVar("T")
 
 @dataclass
 class PackingContext:
-    """What a policy may read besides the state: the typical mix, randomness, tie order, caches.
+    """What a strategy may read besides the state: the typical mix, randomness, tie order, caches.
 
     `tie_rank[n]`: nodes with equal scores go to the lowest rank (the paper's
     simulator: node names prefixed with a per-seed random rank; the extender:
-    the order of the node list). `rng` feeds the `random` policy only.
+    the order of the node list). `rng` feeds the `random` strategy only.
     `caches` holds per-state derived arrays (e.g. fragmentation terms), kept
     in step with the state through `NodeState.row_version`.
     """
@@ -176,7 +176,7 @@ class PackingContext:
     def derived(self, key: str, inputs: tuple[object, ...], build: Callable[[], T]) -> T:
         """`build()`'s value, kept under `key` until one of `inputs` is another object.
 
-        For what a policy works out once per mix or state (a cut mix, feed
+        For what a strategy works out once per mix or state (a cut mix, feed
         rates, per-model pressure): a decision must not redo it, and a new
         mix or state must not see an old one. Knobs the value depends on go in
         `key`.
@@ -195,7 +195,7 @@ class PackingContext:
         return self.tie_rank
 
 
-class Policy(Protocol):
+class Strategy(Protocol):
     """A scoring strategy. `score` is pure apart from reading/updating `ctx.caches` and `ctx.rng`."""
 
     @property
@@ -235,19 +235,19 @@ def lexicographic(first: FloatArray, then: FloatArray | None) -> FloatArray:
 
 
 def with_device_counts(state: NodeState, demand: PodDemand, candidates: IntArray, scored: Scored) -> Scored:
-    """Add the count-based best-fit term for MIG and time-sliced demands to any policy's answer.
+    """Add the count-based best-fit term for MIG and time-sliced demands to any strategy's answer.
 
-    The milli-GPU policies see MIG devices (`nvidia.com/mig-<profile>`) and
+    The milli-GPU strategies see MIG devices (`nvidia.com/mig-<profile>`) and
     time-sliced replicas (`nvidia.com/gpu.shared`) not at all: node-level
     free counts are all that is real for them (the device plugin picks the
-    device), so the engine packs them by count for every policy, in
+    device), so the engine packs them by count for every strategy, in
     `packing.decide`:
     - a pod asking only for such devices: the node left with the fewest free
       units of the requested resources wins (fills partly used nodes before
-      fresh ones); the policy's own order (score, then its tie-break) breaks
+      fresh ones); the strategy's own order (score, then its tie-break) breaks
       ties among equal counts;
-    - a pod asking for whole GPUs too: the policy's score stays first, the
-      count best fit breaks its ties, then the policy's tie-break.
+    - a pod asking for whole GPUs too: the strategy's score stays first, the
+      count best fit breaks its ties, then the strategy's tie-break.
     Other demands pass through unchanged (the simulator's milli-GPU pods).
     """
     if not uses_devices(demand):
@@ -260,7 +260,7 @@ def with_device_counts(state: NodeState, demand: PodDemand, candidates: IntArray
 
 
 def to_gpu_indices(state: NodeState, node: int, demand: PodDemand, chosen_gpu: int) -> tuple[int, ...]:
-    """The GPU indices a placement on `node` uses, given a policy's choice for sharing pods."""
+    """The GPU indices a placement on `node` uses, given a strategy's choice for sharing pods."""
     if not demand.needs_gpu:
         return ()
     if demand.is_sharing:
@@ -268,10 +268,3 @@ def to_gpu_indices(state: NodeState, node: int, demand: PodDemand, chosen_gpu: i
             chosen_gpu = int(best_fit_gpu(state, np.array([node]), demand.gpu_milli)[0])
         return (chosen_gpu,)
     return first_full_gpus(state, node, demand.num_gpu)
-
-
-def names_to_indices(state: NodeState, names: Sequence[str]) -> tuple[IntArray, list[str]]:
-    """Indices of known node names, and the unknown ones (the extender reports those)."""
-    known = [state.index[n] for n in names if n in state.index]
-    unknown = [n for n in names if n not in state.index]
-    return np.array(known, dtype=np.int64), unknown

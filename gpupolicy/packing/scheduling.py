@@ -47,14 +47,14 @@ from gpupolicy.cluster import ClusterView
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.owners import is_approved, pod_owner
-from gpupolicy.packing.engine import POLICIES, Decision, NodeVerdict, decide, explain, get_policy
+from gpupolicy.packing.engine import STRATEGIES, NodeVerdict, Placement, decide, explain, get_strategy
 from gpupolicy.packing.kubemodel import cluster_share_basis, demand_from_pod, resolve_share
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.packing.placement import REASON_BY_CODE, FitResult, PackingContext, RejectReason, fit
 from gpupolicy.packing.typicalmix import TypicalMix
 
 MAX_EXTENDER_SCORE = 10  # upstream MaxExtenderPriority
-DEFAULT_STRATEGY = "default"  # PackingSpec.strategy meaning "the install's default policy"
+SPEC_DEFAULT = "default"  # PackingSpec.strategy meaning "the install's default policy"
 
 # Rejections no eviction can cure, whatever runs on the node.
 ALWAYS_UNRESOLVABLE = frozenset({
@@ -71,7 +71,7 @@ _ALWAYS_BY_CODE: BoolArray = np.array([r in ALWAYS_UNRESOLVABLE for r in REASON_
 class Plan:
     """How one pod is scheduled: the strategy that scores it and the products it may use.
 
-    `strategy`: a name in `packing.POLICIES`.
+    `strategy`: a name in `packing.STRATEGIES`.
     `recommended`: the strategy a Recommend/Approve packing policy would use
     (logged, not applied). `allowed_models`: products allowed by an enforced
     typeFit policy (None: no policy constraint). `notes`: why, for logs.
@@ -139,24 +139,24 @@ def _applies(policy: GpuPolicy, view: ClusterView, request: PodRequest) -> bool:
     return mode is Mode.APPROVE and is_approved(policy.spec.approvals, request.owner)
 
 
-def resolve_strategy(name: str | None, default_policy: str) -> str:
+def resolve_strategy(name: str | None, default_strategy: str) -> str:
     """A PackingSpec strategy as a registered policy name; 'default', empty or unknown -> the default."""
-    if not name or name == DEFAULT_STRATEGY or name not in POLICIES:
-        return default_policy
+    if not name or name == SPEC_DEFAULT or name not in STRATEGIES:
+        return default_strategy
     return name
 
 
-def plan_for_pod(view: ClusterView, request: PodRequest, default_policy: str,
+def plan_for_pod(view: ClusterView, request: PodRequest, default_strategy: str,
                  catalog: Catalog = DEFAULT_CATALOG) -> Plan:
     """The strategy and product constraint for a pod from the matching GpuPolicies. Pure."""
     winners = winning_policies(view, request.namespace, request.labels)
-    strategy, source, recommended = default_policy, "default", None
+    strategy, source, recommended = default_strategy, "default", None
     notes: list[str] = []
     packing = winners.get(PolicyKind.PACKING)
     if packing is not None and packing.spec.packing is not None:
         wanted = packing.spec.packing.strategy
-        resolved = resolve_strategy(wanted, default_policy)
-        if wanted not in (DEFAULT_STRATEGY, "") and wanted not in POLICIES:
+        resolved = resolve_strategy(wanted, default_strategy)
+        if wanted not in (SPEC_DEFAULT, "") and wanted not in STRATEGIES:
             notes.append(f"GpuPolicy {packing.name}: unknown packing strategy {wanted!r}, using {resolved}")
         if _applies(packing, view, request):
             strategy, source = resolved, packing.name
@@ -244,7 +244,7 @@ def identical_to(state: NodeState, node: int, nodes: IntArray) -> BoolArray:
     return out
 
 
-def extender_scores(decision: Decision, nodes: IntArray, state: NodeState | None = None) -> IntArray:
+def extender_scores(decision: Placement, nodes: IntArray, state: NodeState | None = None) -> IntArray:
     """0..10 per node in `nodes`: the decided node 10, other feasible nodes 0..9, infeasible 0.
 
     With `state`, nodes identical to the pick (`identical_to`) get 10 too:
@@ -306,7 +306,7 @@ class Choice:
 
     plan: Plan
     demand: PodDemand
-    decision: Decision
+    decision: Placement
     state: NodeState
     known: IntArray  # the known rows, in input order: what the engine scored
     points: IntArray
@@ -336,12 +336,12 @@ def choose(view: ClusterView, state: NodeState, ctx: PackingContext, mix: Typica
     known = rows if bool(known_mask.all()) else rows[known_mask]
     ctx.mix = mix if mix is not None and len(mix) else TypicalMix.from_pods([demand])
     ctx.tie_rank = used_first_rank(state)
-    decision = decide(state, demand, get_policy(plan.strategy), ctx, restrict=known, fitted=fitted)
+    decision = decide(state, demand, get_strategy(plan.strategy), ctx, restrict=known, fitted=fitted)
     points = np.zeros(len(rows), dtype=np.int64)
     points[known_mask] = extender_scores(decision, known, state)
     node = state.names[decision.node] if decision.node is not None else None
     would = None
     if compare and plan.recommended:
-        other = decide(state, demand, get_policy(plan.recommended), ctx, restrict=known, fitted=decision.fit)
+        other = decide(state, demand, get_strategy(plan.recommended), ctx, restrict=known, fitted=decision.fit)
         would = state.names[other.node] if other.node is not None else None
     return Choice(plan, demand, decision, state, known, points, node, would)

@@ -19,11 +19,10 @@ from kubernetes import client
 
 from controller.command import ControllerProcess, build
 from controller.leader import LeaderElector
-from controller.policies import PolicySync
+from controller.policysync import PolicySync
 from controller.rightsizing import RightSizingReconciler
 from gpupolicy.model import Mode
 from gpupolicy.modes import parse_components
-from kube.events import list_events
 from kube.leases import LeaseConflict, get_lease, replace_lease
 from tests.controller.conftest import FakeClock, ScriptedMetrics, make_deployment, make_node, make_policy
 
@@ -53,7 +52,7 @@ def policy_status(api: client.ApiClient, name: str) -> dict[str, Any]:
 
 
 def invalid_events(api: client.ApiClient) -> list[client.CoreV1Event]:
-    return [e for e in list_events(api, "default")
+    return [e for e in client.CoreV1Api(api).list_namespaced_event("default").items
             if e.reason == "InvalidSpec" and e.involved_object.name == "broken" and e.type == "Warning"]
 
 
@@ -210,7 +209,7 @@ def test_status_has_stable_proposals_and_is_written_only_on_change(
     script_usage(metrics, clock, "llm", 7.1 * GIB)
     r = replica(api, clock, metrics, "one")
     assert r.elector.step()
-    with caplog.at_level(logging.INFO, logger="controller.policies"):
+    with caplog.at_level(logging.INFO, logger="controller.policysync"):
         r.runner.run_all()
     assert "policies read count=3" in caplog.text and "source of truth" in caplog.text
     assert "policies synced" not in caplog.text, "nothing was pulled from a hub"

@@ -22,7 +22,8 @@ from kubernetes import client
 from controller.context import ControllerContext
 from controller.layout import LayoutReconciler
 from controller.loop import ReconcileRunner
-from controller.policies import PolicyStore, PolicySync
+from controller.policies import PolicyStore
+from controller.policysync import PolicySync
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION
 from gpupolicy.capacity.timeslicing import config_key

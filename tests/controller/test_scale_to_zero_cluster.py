@@ -21,7 +21,7 @@ import pytest
 from kubernetes import client
 
 from controller.loop import ReconcileRunner
-from controller.policies import PolicySync
+from controller.policysync import PolicySync
 from controller.scaletozero import ScaleToZeroReconciler
 from gpupolicy.scaling import scaletozero as core
 from kube import scale as kscale

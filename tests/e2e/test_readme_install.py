@@ -16,7 +16,7 @@ What the test adds around the README's lines, as a user's cluster would have it:
 Operator's namespace (the README's stated prerequisite); the hub's side (the cluster's token,
 which replaces the README's `<cluster token>` placeholder as a user does, and one policy for
 the cluster, put by the hub's admin API); the pods' processes (the kubelet's
-job); waiting for the rollout and for the controller's first policy sync (its real output)
+job); waiting for the rollout and for the controller's first hub pull (its real output)
 before reading logs, as a user runs that line once the controller is up (the README line
 itself has no wait: run at once after `helm upgrade` it can find nothing yet); the example
 policies applied before `kubectl get gpupolicies` so the listing has rows. Not covered: the
@@ -159,8 +159,8 @@ def test_readme_install_block_runs_verbatim(cluster: Cluster, hub: tuple[HubProc
                 cluster.wait_for(lambda: _all_have_a_mode(cluster), timeout=60,
                                  message=f"the controller's status writes:\n{controller.log_tail()}")
             if " logs " in line:
-                cluster.wait_for(lambda c=controller: "policies synced count=4" in c.log.read_text(), timeout=60,
-                                 message=f"the controller's policy sync:\n{controller.log_tail()}")
+                cluster.wait_for(lambda c=controller: "policies synced count=1 revision=" in c.log.read_text(),
+                                 timeout=60, message=f"the controller's hub pull:\n{controller.log_tail()}")
             outputs[line] = sh(line).stdout
             if line.startswith("helm upgrade --install"):
                 _, ports = pods.start(f"{RELEASE}-webhook", tls=True)

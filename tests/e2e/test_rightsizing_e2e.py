@@ -31,7 +31,7 @@ import yaml
 from kubernetes import client
 
 from controller.command import ControllerProcess, build
-from controller.policies import PolicySync
+from controller.policysync import PolicySync
 from controller.rightsizing import RightSizingReconciler
 from tests.e2e.conftest import RELEASE_NAMESPACE, Webhook, wait_for_policy
 from tests.kubeapi.cluster import Cluster

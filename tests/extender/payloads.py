@@ -70,7 +70,7 @@ class Harness:
     """A ClusterCache fed by hand with Node/Pod dicts, a static policy view, the real Flask app."""
 
     def __init__(self, nodes: Sequence[Mapping[str, Any]] = (), pods: Sequence[Mapping[str, Any]] = (),
-                 policies: Sequence[Mapping[str, Any]] = (), default_policy: str | None = None) -> None:
+                 policies: Sequence[Mapping[str, Any]] = (), default_strategy: str | None = None) -> None:
         self.now = 0.0
         self.cache = ClusterCache(clock=lambda: self.now)
         for node in nodes:
@@ -78,7 +78,7 @@ class Harness:
         for pod in pods:
             self.cache.on_pod("ADDED", pod)
         self.source = StaticView(ClusterView(policies=tuple(parse_policy(dict(p)) for p in policies)))
-        kwargs = {"default_policy": default_policy} if default_policy else {}
+        kwargs = {"default_strategy": default_strategy} if default_strategy else {}
         self.service = ExtenderService(self.cache, self.source, **kwargs)
         self.app = create_app(self.service)
         self.client = self.app.test_client()

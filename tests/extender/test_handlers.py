@@ -148,10 +148,10 @@ def test_recommend_packing_policy_does_not_change_placement() -> None:
     # bestfit would pick the used node; Recommend only logs that, the default policy scores.
     nodes = [make_node("a-fresh", A100, 8), make_node("b-used", A100, 8)]
     pods = [used_pod("busy", "b-used", 2)]
-    auto = Harness(nodes, pods, policies=[policy("p", {"packing": {"strategy": "bestfit"}})], default_policy="random")
+    auto = Harness(nodes, pods, policies=[policy("p", {"packing": {"strategy": "bestfit"}})], default_strategy="random")
     rec = Harness(nodes, pods, policies=[policy("p", {"packing": {"strategy": "bestfit"}}, mode="Recommend")],
-                  default_policy="random")
-    plain = Harness(nodes, pods, default_policy="random")
+                  default_strategy="random")
+    plain = Harness(nodes, pods, default_strategy="random")
     names = ["a-fresh", "b-used"]
     assert auto.schedule(wire_pod("x", gpus=1), names) == "b-used"
     assert rec.prioritize(wire_pod("x", gpus=1), names) == plain.prioritize(wire_pod("x", gpus=1), names)

@@ -21,7 +21,7 @@ from kubernetes import client
 
 from controller.command import ControllerProcess, build
 from controller.hubsync import HubSettings
-from controller.policies import PolicySync
+from controller.policysync import PolicySync
 from controller.scaletozero import ScaleToZeroReconciler
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
 from gpupolicy.scaling.metrics import Sample, Series

@@ -392,7 +392,9 @@ def update(old: dict[str, Any] | None, new: dict[str, Any], schema: Schema, mana
     before = field_set(old, schema, status=status_only) if old is not None else set()
     changed = {p for p in present if p not in before or value_at(old, p, schema) != value_at(new, p, schema)}
     mine = (manager, "Update", subresource)
-    remaining = field_set(new, schema) | field_set(new, schema, status=True)
+    if not sets and not changed:
+        return
+    remaining = present | field_set(new, schema, status=not status_only)
     prev = sets.get(mine, ({}, None))[1]
     for ident, (entry, fields) in list(sets.items()):
         sets[ident] = (entry, (fields & remaining) - (set() if ident == mine else changed))

@@ -335,36 +335,59 @@ def zero_values(obj: dict[str, Any]) -> dict[str, Any]:
 
 
 def _fill(data: dict[str, Any], desc: Descriptor) -> None:
-    info = _gofields().get(desc.full_name, {})
+    for step in _plan(desc.full_name):
+        kind, jname = step[0], step[1]
+        if kind == "inline":
+            _fill(data, step[2])
+            continue
+        value = data.get(jname)
+        if kind == "zero":
+            if jname not in data:
+                data[jname] = step[2]
+        elif kind == "list":
+            if isinstance(value, list):
+                for item in value:
+                    if isinstance(item, dict):
+                        _fill(item, step[2])
+        elif kind == "map":
+            if isinstance(value, dict):
+                for item in value.values():
+                    if isinstance(item, dict):
+                        _fill(item, step[2])
+        else:  # a singular message
+            if value is None and step[3]:
+                value = data[jname] = {}
+            if isinstance(value, dict):
+                _fill(value, step[2])
+
+
+@cache
+def _plan(full_name: str) -> tuple[tuple[Any, ...], ...]:
+    """What zero-filling does per field of a message, worked out once: ("inline", "", desc),
+    ("zero", json, value), ("list"|"map", json, desc) or ("msg", json, desc, add_when_missing)."""
+    desc = _pool().FindMessageTypeByName(full_name)
+    info = _gofields().get(full_name, {})
+    steps: list[tuple[Any, ...]] = []
     for fdesc in desc.fields:
         jname, flags = info.get(fdesc.name, [fdesc.name, "po"])
         is_msg = fdesc.type == FieldDescriptor.TYPE_MESSAGE
         if "i" in flags:
-            _fill(data, fdesc.message_type)
+            steps.append(("inline", "", fdesc.message_type))
+        elif is_msg and fdesc.message_type.full_name in _OWN_JSON:
             continue
-        value = data.get(jname)
-        if is_msg and fdesc.message_type.full_name in _OWN_JSON:
-            continue
-        if fdesc.is_repeated:
-            if _is_map(fdesc) and isinstance(value, dict):
-                vdesc = fdesc.message_type.fields_by_name["value"]
-                if vdesc.type == FieldDescriptor.TYPE_MESSAGE and vdesc.message_type.full_name not in _OWN_JSON:
-                    for v in value.values():
-                        if isinstance(v, dict):
-                            _fill(v, vdesc.message_type)
-            elif is_msg and isinstance(value, list):
-                for item in value:
-                    if isinstance(item, dict):
-                        _fill(item, fdesc.message_type)
-            continue
-        if is_msg:
-            if value is None and "p" not in flags and "z" not in flags and \
-                    "" not in _gofields().get(fdesc.message_type.full_name, {}):
-                value = data[jname] = {}
-            if isinstance(value, dict):
-                _fill(value, fdesc.message_type)
-        elif jname not in data and "p" not in flags and "o" not in flags:
-            data[jname] = _ZERO.get(fdesc.type, 0)
+        elif _is_map(fdesc):
+            vdesc = fdesc.message_type.fields_by_name["value"]
+            if vdesc.type == FieldDescriptor.TYPE_MESSAGE and vdesc.message_type.full_name not in _OWN_JSON:
+                steps.append(("map", jname, vdesc.message_type))
+        elif fdesc.is_repeated:
+            if is_msg:
+                steps.append(("list", jname, fdesc.message_type))
+        elif is_msg:
+            add = "p" not in flags and "z" not in flags and "" not in _gofields().get(fdesc.message_type.full_name, {})
+            steps.append(("msg", jname, fdesc.message_type, add))
+        elif "p" not in flags and "o" not in flags:
+            steps.append(("zero", jname, _ZERO.get(fdesc.type, 0)))
+    return tuple(steps)
 
 
 _ZERO = {FieldDescriptor.TYPE_STRING: "", FieldDescriptor.TYPE_BOOL: False, FieldDescriptor.TYPE_BYTES: ""}

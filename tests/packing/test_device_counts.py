@@ -1,6 +1,6 @@
 """MIG devices and time-sliced replicas in the engine: every registered policy packs them by count.
 
-Real: NodeState, fit, decide, every policy in POLICIES, NodeState.reset_row.
+Real: NodeState, fit, decide, every policy in STRATEGIES, NodeState.reset_row.
 Faked: nothing; the node states are built by hand.
 
 Why these winners: node-level free counts are all that is real for MIG and
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpupolicy.packing.engine import POLICIES, decide, get_policy
+from gpupolicy.packing.engine import STRATEGIES, decide, get_strategy
 from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
 from gpupolicy.packing.placement import PackingContext, lexicographic
 from tests.packing.builders import make_ctx, make_pod
@@ -41,19 +41,19 @@ def ctx_for(pod: PodDemand) -> PackingContext:
     return make_ctx([pod])  # FGD-style policies need a mix; the pod itself, as the extender's fallback
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("policy", list(STRATEGIES))
 def test_every_policy_packs_mig_pods_onto_the_partly_used_node(policy: str) -> None:
     pod = PodDemand(cpu_milli=1000, memory_mib=1024, mig={MIG: 1})
-    d = decide(mig_shared_state(), pod, get_policy(policy), ctx_for(pod))
+    d = decide(mig_shared_state(), pod, get_strategy(policy), ctx_for(pod))
     assert d.node == 1, "used-mig is left with 1 free slice, fresh-mig with 6"
     assert d.scores.tolist()[:2] == [-6.0, -1.0]
     assert not np.isfinite(d.scores[2:]).any()  # time-sliced and whole-GPU nodes have no MIG slices
 
 
-@pytest.mark.parametrize("policy", list(POLICIES))
+@pytest.mark.parametrize("policy", list(STRATEGIES))
 def test_every_policy_packs_time_sliced_pods_by_replica_count(policy: str) -> None:
     pod = PodDemand(cpu_milli=500, memory_mib=512, shared=1)
-    d = decide(mig_shared_state(), pod, get_policy(policy), ctx_for(pod))
+    d = decide(mig_shared_state(), pod, get_strategy(policy), ctx_for(pod))
     assert d.node == 3, "ts-used keeps 0 free replicas, ts-fresh 3"
     assert d.scores[2] == -3.0 and d.scores[3] == 0.0
 
@@ -65,10 +65,10 @@ def test_equal_counts_go_by_the_policy_score() -> None:
                              NodeSpec("A", 16000, 65536, 0, "T4", shared=4)])
     state.place(1, PodDemand(cpu_milli=8000))
     pod = PodDemand(cpu_milli=1000, shared=1)
-    assert decide(state, pod, get_policy("bestfit"), make_ctx()).node == 1
+    assert decide(state, pod, get_strategy("bestfit"), make_ctx()).node == 1
     # with the same CPU left, the fixed tie order (rank) decides: B first
     state.remove(1, PodDemand(cpu_milli=8000))
-    assert decide(state, pod, get_policy("bestfit"), make_ctx()).node == 0
+    assert decide(state, pod, get_strategy("bestfit"), make_ctx()).node == 0
 
 
 def test_whole_gpu_pod_with_shared_replicas_keeps_the_policy_score_first() -> None:
@@ -76,14 +76,14 @@ def test_whole_gpu_pod_with_shared_replicas_keeps_the_policy_score_first() -> No
     state = NodeState.build([NodeSpec("X", 16000, 65536, 2, "T4", shared=8),
                              NodeSpec("Y", 16000, 65536, 8, "T4", shared=1)])
     pod = PodDemand(cpu_milli=1000, num_gpu=1, gpu_milli=1000, shared=1)
-    d = decide(state, pod, get_policy("bestfit"), make_ctx())
+    d = decide(state, pod, get_strategy("bestfit"), make_ctx())
     assert d.node == 0 and d.gpu_indices == (0,)
 
 
 def test_milli_gpu_pods_are_untouched_by_the_count_term() -> None:
     state = NodeState.build([NodeSpec("A", 8000, 8192, 2, "T4", shared=4), NodeSpec("B", 8000, 8192, 8, "T4")])
     pod = make_pod(gpus=1, cpu=1000)
-    d = decide(state, pod, get_policy("bestfit"), make_ctx())
+    d = decide(state, pod, get_strategy("bestfit"), make_ctx())
     assert d.scores.tolist() == [
         np.trunc((1 - (0.5 * 7000 / 128000 + 0.5 * 1000 / 8000)) * 100),
         np.trunc((1 - (0.5 * 7000 / 128000 + 0.5 * 7000 / 8000)) * 100)]

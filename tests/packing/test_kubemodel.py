@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from gpupolicy.packing.engine import decide, get_policy
+from gpupolicy.packing.engine import decide, get_strategy
 from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
 from gpupolicy.packing.placement import PackingContext, RejectReason
 from gpupolicy.packing.typicalmix import TypicalMix
@@ -65,7 +65,7 @@ def test_state_counts_bound_pods_and_excludes_cordoned_and_draining() -> None:
     assert state.cpu_free[0] == 30000 and state.models == ("NVIDIA-A100-SXM4-80GB",)
     assert state.gpu_memory_mib[0] == 81920
     ctx = PackingContext(mix=TypicalMix.empty())
-    d = decide(state, demand_from_pod(pod("new", gpus=2)), get_policy("bestfit"), ctx)
+    d = decide(state, demand_from_pod(pod("new", gpus=2)), get_strategy("bestfit"), ctx)
     # n1 has one free GPU, n2/n3 are excluded: n4 is the only fit.
     assert state.names[d.node] == "n4"
     assert d.reason(0) is RejectReason.INSUFFICIENT_WHOLE_GPUS
@@ -110,5 +110,5 @@ def test_time_sliced_node_keeps_its_gpus_and_takes_no_whole_gpu_pods() -> None:
     ts = state.index["ts"]
     assert int(state.gpu_count[ts]) == 2 and sorted(state.gpu_free[ts].tolist()[:2]) == [500, 1000]
     whole = demand_from_pod(pod("w", gpus=1))
-    d = decide(state, whole, get_policy("kubeon"), PackingContext(mix=TypicalMix.from_pods([whole])))
+    d = decide(state, whole, get_strategy("kubeon"), PackingContext(mix=TypicalMix.from_pods([whole])))
     assert d.node == state.index["whole"] and d.fit.reason(ts) is RejectReason.NO_GPU

@@ -1,6 +1,6 @@
 """kubeon's typical-mix rules and the modular look-ahead fragment, on hand-worked node states.
 
-Real: the packing engine (fit rules, FragModel, KubeonPolicy, decide). Faked:
+Real: the packing engine (fit rules, FragModel, Kubeon, decide). Faked:
 nothing; node states and the typical mix are built by hand with the builders.
 """
 
@@ -9,10 +9,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from gpupolicy.packing.engine import decide, get_policy
-from gpupolicy.packing.fragmentation import FragModel
+from gpupolicy.packing.engine import decide, get_strategy
+from gpupolicy.packing.fragmentation import FragModel, frag_model, sigmoid_score
 from gpupolicy.packing.placement import PackingContext
-from gpupolicy.packing.strategies.kubeon import KubeonPolicy
+from gpupolicy.packing.strategies.kubeon import Kubeon
 from gpupolicy.packing.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
 
@@ -32,8 +32,8 @@ def test_kubeon_keeps_rare_model_restricted_types_and_spares_their_gpus() -> Non
     pod = make_pod(gpus=1)
     assert len(TypicalMix.from_pods(mix).truncated(0.95)) == 1
     full = TypicalMix.from_pods(mix, coverage=1.0)  # contexts carry the full mix; policies cut it
-    old = decide(state, pod, KubeonPolicy(spec_types=False), PackingContext(mix=full))
-    new = decide(state, pod, get_policy("kubeon"), PackingContext(mix=full))
+    old = decide(state, pod, Kubeon().without("spec-types"), PackingContext(mix=full))
+    new = decide(state, pod, get_strategy("kubeon"), PackingContext(mix=full))
     assert state.names[old.node] == "A" and old.scores.tolist() == [50.0, 50.0]
     assert state.names[new.node] == "B" and new.scores.tolist() == [49.0, 51.0]
 
@@ -66,30 +66,39 @@ def test_modular_after_matches_a_fresh_model_of_the_placed_state(pod: object) ->
         assert FragModel(placed, mix, modular=True).frag[p] == pytest.approx(f)
 
 
-def test_kubeon_keeps_cpu_next_to_free_gpus_for_the_pods_that_need_it() -> None:
-    # Mix: 1-GPU pods asking 4 cores. A and B each have 2 free GPUs; A has 8 cores, B 16.
-    # A CPU-only pod of 4 cores: FGD sees no fragment change on either (both can still host
-    # a typical pod) -> 50 and 50, A first in the order. kubeon blends in (weight 0.25) the
-    # GPUs the node's CPU can no longer feed: on A only one 4-core pod fits afterwards, so one
-    # GPU (1000m) is stranded -> delta -250 -> int(100*sigmoid(-0.25)) = 43; B can still feed
-    # three -> 50. kubeon takes B and leaves A's cores to A's GPUs.
-    mix = [make_pod(gpus=1, cpu=4000)]
-    state = make_state([("A", 8000, 8192, [1000, 1000], "T4"), ("B", 16000, 8192, [1000, 1000], "T4")])
-    pod = make_pod(gpus=0, cpu=4000)
-    full = TypicalMix.from_pods(mix, coverage=1.0)
-    fgd = decide(state, pod, get_policy("fgd"), PackingContext(mix=full))
-    ours = decide(state, pod, get_policy("kubeon"), PackingContext(mix=full))
-    assert state.names[fgd.node] == "A" and fgd.scores.tolist() == [50.0, 50.0]
-    assert state.names[ours.node] == "B" and ours.scores.tolist() == [43.0, 50.0]
-
-
-def test_policies_with_different_fragment_knobs_do_not_share_a_cached_model() -> None:
-    # Same context, same mix: the plain and the copies-blended kubeon must each score with
-    # their own fragment model (the scores of the CPU test above, in either order).
+def _cpu_case() -> tuple:
     mix = TypicalMix.from_pods([make_pod(gpus=1, cpu=4000)], coverage=1.0)
     state = make_state([("A", 8000, 8192, [1000, 1000], "T4"), ("B", 16000, 8192, [1000, 1000], "T4")])
+    return mix, state, make_pod(gpus=0, cpu=4000)
+
+
+def _scores(model: FragModel, pod: object) -> list[float]:
+    nodes = np.arange(len(model.state))
+    f_after, _, _ = model.after(pod, nodes)  # type: ignore[arg-type]
+    return sigmoid_score(model.frag[nodes] - f_after).tolist()
+
+
+def test_the_copies_fragment_counts_gpus_the_free_cpu_can_no_longer_feed() -> None:
+    # Mix: 1-GPU pods asking 4 cores. A and B each have 2 free GPUs; A has 8 cores, B 16.
+    # A CPU-only pod of 4 cores: FGD sees no fragment change on either (both can still host
+    # a typical pod) -> 50 and 50, A first in the order. The copies fragment blended in at
+    # 0.25 counts the GPUs the node's CPU can no longer feed: on A only one 4-core pod fits
+    # afterwards, so one GPU (1000m) is stranded -> delta -250 -> int(100*sigmoid(-0.25)) = 43;
+    # B can still feed three -> 50. (The default strategy no longer blends it in: it did not
+    # earn 0.05 points on the default trace, docs/benchmarks.md; kubeon scores like FGD here.)
+    mix, state, pod = _cpu_case()
+    fgd = decide(state, pod, get_strategy("fgd"), PackingContext(mix=mix))
+    ours = decide(state, pod, get_strategy("kubeon"), PackingContext(mix=mix))
+    assert state.names[fgd.node] == "A" and fgd.scores.tolist() == [50.0, 50.0]
+    assert state.names[ours.node] == "A" and ours.scores.tolist() == [50.0, 50.0]
+    assert _scores(FragModel(state, mix, copies=True, copies_weight=0.25), pod) == [43.0, 50.0]
+
+
+def test_fragment_models_with_different_flags_do_not_share_a_cache_entry() -> None:
+    # Same context, same mix, same cache key: the plain and the copies-blended fragment must
+    # each be their own model (the scores of the CPU test above, in either order).
+    mix, state, pod = _cpu_case()
     ctx = PackingContext(mix=mix)
-    pod = make_pod(gpus=0, cpu=4000)
-    assert decide(state, pod, KubeonPolicy(copies=False), ctx).scores.tolist() == [50.0, 50.0]
-    assert decide(state, pod, KubeonPolicy(), ctx).scores.tolist() == [43.0, 50.0]
-    assert decide(state, pod, KubeonPolicy(copies=False), ctx).scores.tolist() == [50.0, 50.0]
+    assert _scores(frag_model(state, ctx, mix, key="k"), pod) == [50.0, 50.0]
+    assert _scores(frag_model(state, ctx, mix, key="k", copies=True, copies_weight=0.25), pod) == [43.0, 50.0]
+    assert _scores(frag_model(state, ctx, mix, key="k"), pod) == [50.0, 50.0]

@@ -1,6 +1,6 @@
 """kubeon's model pressure: unrestricted pods leave the GPUs that model-restricted pods need.
 
-Real: the packing engine (KubeonPolicy, decide) and gpupolicy/packing/strategies/modelpressure.py.
+Real: the packing engine (Kubeon, decide) and gpupolicy/packing/strategies/modelpressure.py.
 Faked: nothing; states and mixes are built by hand.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 from gpupolicy.packing.engine import decide
 from gpupolicy.packing.nodemodel import NodeState
 from gpupolicy.packing.placement import PackingContext
-from gpupolicy.packing.strategies.kubeon import KubeonPolicy
+from gpupolicy.packing.strategies.kubeon import Kubeon
 from gpupolicy.packing.strategies.modelpressure import model_pressure
 from gpupolicy.packing.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
@@ -38,12 +38,12 @@ def test_an_unrestricted_pod_leaves_the_gpus_restricted_pods_need() -> None:
     # change loses 0.3 x 500 x 0.8 = 120: int(100 sigmoid(0.005)) = 50, and the pod goes to g.
     state = two_models()
     pod = make_pod(1, milli=500)
-    without = decide(state, pod, KubeonPolicy(reserve_weight=0.0), PackingContext(mix=MIX))
-    kubeon = decide(state, pod, KubeonPolicy(), PackingContext(mix=MIX))
+    without = decide(state, pod, Kubeon().without("model-pressure"), PackingContext(mix=MIX))
+    kubeon = decide(state, pod, Kubeon(), PackingContext(mix=MIX))
     assert state.names[without.node] == "p" and without.scores.tolist() == [53.0, 53.0]
     assert state.names[kubeon.node] == "g" and kubeon.scores.tolist() == [50.0, 53.0]
     # a P100 pod pays nothing: it may only go to p
-    restricted = decide(state, make_pod(1, spec="P100"), KubeonPolicy(), PackingContext(mix=MIX))
+    restricted = decide(state, make_pod(1, spec="P100"), Kubeon(), PackingContext(mix=MIX))
     assert state.names[restricted.node] == "p"
 
 

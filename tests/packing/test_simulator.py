@@ -46,11 +46,11 @@ def tight_trace(tmp_path: Path) -> tuple[Path, Path]:
     return nodes, pods
 
 
-@pytest.mark.parametrize("policy", ["kubeon", "fgd"])
-def test_fragmentation_aware_policies_find_the_full_packing(tight_trace: tuple[Path, Path], policy: str) -> None:
+@pytest.mark.parametrize("strategy", ["kubeon", "fgd"])
+def test_fragmentation_aware_strategies_find_the_full_packing(tight_trace: tuple[Path, Path], strategy: str) -> None:
     nodes, pods = (load_nodes(tight_trace[0]), load_pods(tight_trace[1]))
     for seed in range(42, 52):
-        result = replay(nodes, pods, policy, seed, tune=1.0, keep_placements=True)
+        result = replay(nodes, pods, strategy, seed, tune=1.0, keep_placements=True)
         assert result.pods == 5
         assert result.alloc_pct_at_100 == pytest.approx(100.0), (seed, result.placements)
         by_node = defaultdict(list)
@@ -85,16 +85,16 @@ def _random_trace(tmp_path: Path) -> tuple[Path, Path]:
     return write(tmp_path / "n.csv", NODE_HEADER, nodes), write(tmp_path / "p.csv", POD_HEADER, pods)
 
 
-@pytest.mark.parametrize("policy", ["kubeon", "fgd", "bestfit", "packing", "dotprod", "random"])
-def test_placements_csv_never_overcommits(tmp_path: Path, policy: str, capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("strategy", ["kubeon", "fgd", "bestfit", "packing", "dotprod", "random"])
+def test_placements_csv_never_overcommits(tmp_path: Path, strategy: str, capsys: pytest.CaptureFixture[str]) -> None:
     nodes_csv, pods_csv = _random_trace(tmp_path)
     out = tmp_path / "placements.csv"
-    assert main(["simulate", "--nodes", str(nodes_csv), "--pods", str(pods_csv), "--policy", policy,
+    assert main(["simulate", "--nodes", str(nodes_csv), "--pods", str(pods_csv), "--strategy", strategy,
                  "--placements", str(out)]) == 0
     summary = json.loads(capsys.readouterr().out.strip())
-    assert set(summary) == {"policy", "seed", "pods", "alloc_pct_at_100", "alloc_pct_at_end",
+    assert set(summary) == {"strategy", "seed", "pods", "alloc_pct_at_100", "alloc_pct_at_end",
                             "unallocated_pct_at_100", "seconds"}
-    assert summary["policy"] == policy and summary["seed"] == 42
+    assert summary["strategy"] == strategy and summary["seed"] == 42
 
     nodes = {n.name: n for n in load_nodes(nodes_csv)}
     cpu: dict[str, int] = defaultdict(int)
@@ -128,7 +128,7 @@ def test_placements_csv_never_overcommits(tmp_path: Path, policy: str, capsys: p
     assert summary["alloc_pct_at_end"] == pytest.approx(100.0 * placed_milli / capacity, abs=1e-3)
 
 
-def test_unknown_policy_exits_2(tight_trace: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
+def test_unknown_strategy_exits_2(tight_trace: tuple[Path, Path], capsys: pytest.CaptureFixture[str]) -> None:
     nodes, pods = tight_trace
     assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--policy", "tetris"]) == 2
     err = capsys.readouterr().err.strip()

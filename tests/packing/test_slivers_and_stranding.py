@@ -1,6 +1,6 @@
 """The third-round terms of kubeon: sliver waste and CPU stranding, on hand-worked numbers.
 
-Real: the packing engine (FragModel, KubeonPolicy, decide) and the two
+Real: the packing engine (FragModel, Kubeon, decide) and the two
 terms' modules. Faked: nothing; states and mixes are built by hand.
 """
 
@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpupolicy.packing.engine import decide, get_policy
+from gpupolicy.packing.engine import decide, get_strategy
 from gpupolicy.packing.fragmentation import FragModel
 from gpupolicy.packing.placement import PackingContext
-from gpupolicy.packing.strategies.kubeon import KubeonPolicy
+from gpupolicy.packing.strategies.kubeon import Kubeon
 from gpupolicy.packing.strategies.slivers import filler_types, plentiful, sliver_waste, waste_table
 from gpupolicy.packing.strategies.stranding import FeedRate, stranding_relief
 from gpupolicy.packing.typicalmix import TypicalMix
@@ -48,9 +48,9 @@ def test_kubeon_leaves_the_slice_a_typical_pod_fills_where_fgd_takes_a_fresh_gpu
     mix = TypicalMix.from_pods([make_pod(1, milli=320)] * 9 + [make_pod(1, milli=470)])
     state = make_state([("A", 64000, 65536, [790], "A100"), ("C", 64000, 65536, [1000], "A100")])
     pod = make_pod(1, milli=470)
-    fgd = decide(state, pod, get_policy("fgd"), PackingContext(mix=mix))
-    kubeon = decide(state, pod, get_policy("kubeon"), PackingContext(mix=mix))
-    without = decide(state, pod, KubeonPolicy(sliver_weight=0.0), PackingContext(mix=mix))
+    fgd = decide(state, pod, get_strategy("fgd"), PackingContext(mix=mix))
+    kubeon = decide(state, pod, get_strategy("kubeon"), PackingContext(mix=mix))
+    without = decide(state, pod, Kubeon().without("slivers"), PackingContext(mix=mix))
     assert state.names[fgd.node] == "C" and fgd.scores.tolist() == [49.0, 50.0]
     assert state.names[without.node] == "C"
     assert state.names[kubeon.node] == "A" and kubeon.scores.tolist() == [49.0, 45.0]

@@ -1,4 +1,4 @@
-"""The paper's baseline scoring policies: BestFit, GpuPacking, DotProd, Random. Pure, vectorised.
+"""The paper's baseline scoring strategies: BestFit, GpuPacking, DotProd, Random. Pure, vectorised.
 
 Each mirrors the openb artifact's score plugin, including its integer
 truncation, because integer scores create ties and ties (broken by the fixed
@@ -20,7 +20,7 @@ MAX_SPEC_GPU = 8_000.0  # milli-GPU: 8 GPUs
 
 
 @dataclass(frozen=True)
-class BestFitPolicy:
+class BestFit:
     """Prefer the node left with the least free CPU and GPU (equal weights, normalised)."""
 
     name: str = "bestfit"
@@ -34,7 +34,7 @@ class BestFitPolicy:
 
 
 @dataclass(frozen=True)
-class GpuPackingPolicy:
+class GpuPacking:
     """GpuPacking: partly used GPUs first, then free GPUs on used nodes, then empty nodes."""
 
     name: str = "packing"
@@ -65,7 +65,7 @@ class GpuPackingPolicy:
 
 
 @dataclass(frozen=True)
-class DotProdPolicy:
+class DotProd:
     """Tetris-style alignment: prefer nodes whose free (CPU, GPU) vector aligns least with the pod's.
 
     Vectors normalised by the node's capacity; score = 100 * (1 - dot / 2),
@@ -84,7 +84,7 @@ class DotProdPolicy:
 
 
 @dataclass(frozen=True)
-class RandomPolicy:
+class Random:
     """One feasible node, drawn uniformly from the seeded generator, scores 100; the others 0.
 
     (As the artifact's RandomScore plugin. Random integer scores per node would

@@ -11,7 +11,7 @@ those GPUs first.
 (each type's demand spread over its allowed models by their GPU count)
 per GPU of m, divided by the mix's whole GPU demand per GPU of the cluster:
 0 where no restricted type asks for m, 1 where restricted pods alone would
-take m's fair share. KubeonPolicy takes `weight x pressure x the pod's GPU
+take m's fair share. Kubeon takes `weight x pressure x the pod's GPU
 milli` off an unrestricted GPU pod's fragment change. One number per model,
 so nodes of one model keep their ties and FGD's fixed-order packing; a mix
 without restricted types changes nothing.

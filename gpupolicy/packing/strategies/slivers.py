@@ -11,7 +11,7 @@ node's CPU, memory and GPU model still admit after the placement. A
 (470m + 320m) GPU keeps 210m, a (650m + 320m) one 30m. A size whose pods
 are scarce against the slices waiting for them (`plentiful`) is left out: a
 210m slice "filled" by a 160m pod is waste when 810m pods leave twenty 190m
-slices per 160m pod. KubeonPolicy takes
+slices per 160m pod. Kubeon takes
 `weight x waste` off a sharing pod's fragment change before rounding; as
 one number per GPU state it keeps equal GPUs equal, so FGD's fixed-order
 packing survives (a tie-break on the same measure did not help:

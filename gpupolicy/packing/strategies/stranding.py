@@ -10,7 +10,7 @@ per GPU and a G2 node has 12 per GPU: a sharing pod asking 11.9 cores for
 memory) can feed at the mix's mean rate (GPU milli per CPU milli, per MiB,
 over the GPU types, weighted as in the mix). It is 0 on every node that is
 not short, so where no node is short it changes no score and FGD's ties,
-and the fixed-order packing they give, survive. KubeonPolicy adds
+and the fixed-order packing they give, survive. Kubeon adds
 `weight x (stranded before - stranded after)` to FGD's fragment change
 (docs/designs/packing.md, third round).
 """
