@@ -39,7 +39,7 @@ from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATI
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
 from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, ExtenderSpec, Obj, Profile, ProfileError, schedule_one
-from simulator.replay import Placement, ReplayResult, arrival_order
+from simulator.replay import Arrival, ReplayResult, arrival_order
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_SCHEDULER_CONFIG = REPO / "manifests" / "rendered" / "scheduler.yaml"
@@ -188,7 +188,7 @@ def replay_through_extender(
     capacity = float(capacity_milli) or 1.0
     arrived = allocated = 0
     at100: float | None = None
-    placements: list[Placement] = []
+    placements: list[Arrival] = []
     for seq, demand in enumerate(arrivals):
         clock[0] = float(seq)
         pod = pod_object(demand, seq, scheduler_name)
@@ -208,7 +208,7 @@ def replay_through_extender(
             allocated += demand.gpu_total_milli
         if keep_placements:
             original = node.split("-", 1)[1] if node else None
-            placements.append(Placement(seq, demand, original, gpu_indices_from_pod(pod) if node else ()))
+            placements.append(Arrival(seq, demand, original, gpu_indices_from_pod(pod) if node else ()))
         if at100 is None and arrived >= capacity:
             at100 = 100.0 * allocated / capacity
     return ReplayResult(strategy=f"{strategy}+extender", seed=seed, pods=len(arrivals), alloc_pct_at_100=at100,

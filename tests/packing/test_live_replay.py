@@ -45,9 +45,9 @@ def test_kubeon_through_the_extender_allocates_at_least_what_fgd_does(
         placements = tmp_path / f"live-{seed}.csv"
         got = simulate(capsys, "--nodes", str(nodes), "--pods", str(pods), "--seed", str(seed),
                        "--through-extender", "--placements", str(placements))
-        assert got["policy"] == "kubeon+extender" and got["pods"] == sum(1 for _ in placements.open()) - 1
+        assert got["strategy"] == "kubeon+extender" and got["pods"] == sum(1 for _ in placements.open()) - 1
         live.append(float(got["alloc_pct_at_100"]))  # type: ignore[arg-type]
-        ref = simulate(capsys, "--nodes", str(nodes), "--pods", str(pods), "--seed", str(seed), "--policy", "fgd")
+        ref = simulate(capsys, "--nodes", str(nodes), "--pods", str(pods), "--seed", str(seed), "--strategy", "fgd")
         fgd.append(float(ref["alloc_pct_at_100"]))  # type: ignore[arg-type]
     assert sum(live) / len(live) >= sum(fgd) / len(fgd), (live, fgd)
 
