@@ -37,6 +37,7 @@ from controller.context import ControllerContext
 from gpupolicy.capacity import relayout
 from gpupolicy.capacity.layout import (
     MIG,
+    RELAYOUT_ANNOTATION,
     TIME_SLICING,
     WHOLE,
     LayoutPlan,
@@ -106,7 +107,11 @@ class LayoutReconciler:
     # -- the pass -----------------------------------------------------------------
     def reconcile(self, ctx: ControllerContext) -> None:
         policies = ctx.policies.valid(PolicyKind.SHARING)
-        seen = self._read(ctx)
+        nodes = kl.list_nodes(ctx.api)
+        if not policies and not any(RELAYOUT_ANNOTATION in ((n.get("metadata") or {}).get("annotations") or {})
+                                    for n in nodes):
+            return  # nothing to plan and nothing in flight: no pod list, no ConfigMap read
+        seen = self._read(ctx, nodes)
         replicas = key_replicas(seen.data)
         in_flight = self._advance(ctx, seen, policies)
         plan = plan_nodes(read_nodes(seen.nodes, seen.pods, replicas, DEFAULT_CATALOG),
@@ -129,8 +134,8 @@ class LayoutReconciler:
         if seen.configmap is not None and any(m is not Mode.RECOMMEND for m in modes.values()):
             self._cleanup(ctx)
 
-    def _read(self, ctx: ControllerContext) -> _Pass:
-        nodes, pods = kl.list_nodes(ctx.api), kl.list_pods(ctx.api)
+    def _read(self, ctx: ControllerContext, nodes: list[dict[str, Any]]) -> _Pass:
+        pods = kl.list_pods(ctx.api)
         try:
             return _Pass(nodes, pods, kl.read_configmap(ctx.api, self.namespace, self.configmap), "")
         except kl.ConfigMapUnavailable as exc:
