@@ -38,7 +38,7 @@ from tests.kubeapi.scheduler import ALL_SCHEDULERS
 NAMESPACE = "kubeon-gpu"
 RELEASE = "kubeon-gpu-optimizer"
 TOOLS = REPO / ".tools" / "bin"
-EXAMPLES = REPO / "gpupolicy" / "examples" / "policies.yaml"
+EXAMPLES = REPO / "examples" / "policies.yaml"
 
 
 def readme_block(heading: str = "## Install in a cluster") -> list[str]:
