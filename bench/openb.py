@@ -3,9 +3,12 @@
     python bench/openb.py [--strategies kubeon,fgd,bestfit] [--traces default,cpu050]
                           [--seeds 42-51] [--jobs 2] [--out docs/benchmarks/openb-results.csv]
                           [--data vendor/openb | ../shared/data/openb for the ten held-out traces]
+                          [--plot FILE.png]
 
 Writes a CSV of every run and prints a markdown table (mean alloc % at 100%
-arrival, sd, published mean, difference) per trace and strategy.
+arrival, sd, published mean, difference) per trace and strategy. `--plot`
+also draws GPU allocated against arrived GPU demand (both % of capacity)
+for each strategy on the first trace and seed, the FGD paper's figure.
 """
 
 from __future__ import annotations
@@ -82,6 +85,44 @@ def table(rows: list[dict[str, object]], anchors: dict[tuple[str, str], tuple[fl
     return "\n".join(lines)
 
 
+def curve(nodes_csv: Path, pods_csv: Path, policy: str, seed: int) -> tuple[list[float], list[float]]:
+    """(arrived %, allocated %) after each arrival of one replay."""
+    nodes = load_nodes(nodes_csv)
+    result = replay(nodes, load_pods(pods_csv), policy, seed, keep_placements=True)
+    capacity = sum(n.gpu_count for n in nodes) * 1000.0 or 1.0
+    arrived = allocated = 0
+    xs, ys = [], []
+    for placement in result.placements:
+        arrived += placement.pod.gpu_total_milli
+        if placement.node is not None:
+            allocated += placement.pod.gpu_total_milli
+        xs.append(100.0 * arrived / capacity)
+        ys.append(100.0 * allocated / capacity)
+    return xs, ys
+
+
+def plot(path: str, data: Path, trace: str, seed: int, policies: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for policy in policies:
+        xs, ys = curve(data / "openb_node_list_gpu_node.csv", data / f"openb_pod_list_{trace}.csv", policy, seed)
+        ax.plot(xs, ys, label=PAPER_NAMES.get(policy, policy), linewidth=1.2)
+    ax.plot([0, 100], [0, 100], color="grey", linestyle=":", linewidth=0.8)
+    ax.set_xlabel("arrived GPU demand (% of capacity)")
+    ax.set_ylabel("GPU allocated (% of capacity)")
+    ax.set_title(f"openb {trace}, seed {seed}")
+    ax.set_xlim(60, 130)
+    ax.set_ylim(60, 100)
+    ax.legend()
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--strategies", "--policies", dest="strategies",
@@ -94,6 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--data", default=str(DATA))
     parser.add_argument("--out", default="docs/benchmarks/openb-results.csv")
+    parser.add_argument("--plot", metavar="FILE.png", help="draw allocated vs arrived for the first trace and seed")
     args = parser.parse_args(argv)
     strategies = [p for p in args.strategies.split(",") if p]
     unknown = [p for p in strategies if p not in STRATEGIES]
@@ -117,6 +159,9 @@ def main(argv: list[str] | None = None) -> int:
         writer.writerows(sorted(rows, key=lambda r: (str(r["trace"]), str(r["strategy"]), int(r["seed"]))))  # type: ignore[call-overload]
     print(table(rows, load_anchors(Path(args.data))))
     print(f"\n{len(jobs)} replays in {time.time() - started:.0f} s wall, {args.jobs} processes")
+    if args.plot:
+        plot(args.plot, Path(args.data), traces[0], parse_seeds(args.seeds)[0], strategies)
+        print(f"plot: {args.plot}")
     return 0
 
 

@@ -61,6 +61,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tune", type=float, default=1.3,
                         help="replay until arrived GPU demand reaches this multiple of GPU capacity (default: 1.3)")
     parser.add_argument("--placements", metavar="CSV", help="write every placement to this CSV, in arrival order")
+    parser.add_argument("--through-extender", action="store_true",
+                        help="replay through the extender's HTTP endpoints with kube-scheduler's scoring of "
+                             "the scheduler profile (cli/livereplay.py)")
+    parser.add_argument("--scheduler-config", metavar="FILE",
+                        help="KubeSchedulerConfiguration (or its ConfigMap) for --through-extender "
+                             "(default: the chart's, manifests/rendered/scheduler.yaml)")
 
 
 def _progress_bar(arrivals: list[PodDemand]) -> Iterable[PodDemand]:
@@ -91,8 +97,15 @@ def run(args: argparse.Namespace) -> int:
     try:
         nodes = load_nodes(args.nodes)
         pods = load_pods(args.pods)
-        result = replay(nodes, pods, args.strategy, args.seed, args.tune, keep_placements=bool(args.placements),
-                        progress=_progress_bar)
+        if args.through_extender:
+            from cli.livereplay import SHIPPED_SCHEDULER_CONFIG, load_scheduler_config, replay_through_extender
+
+            config = load_scheduler_config(args.scheduler_config or SHIPPED_SCHEDULER_CONFIG)
+            result = replay_through_extender(nodes, pods, args.seed, args.tune, config, args.strategy,
+                                             keep_placements=bool(args.placements))
+        else:
+            result = replay(nodes, pods, args.strategy, args.seed, args.tune, keep_placements=bool(args.placements),
+                            progress=_progress_bar)
     except (TraceError, UnknownStrategyError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

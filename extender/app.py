@@ -1,4 +1,4 @@
-"""The extender's Flask app: POST /filter, POST /prioritize, plus /healthz, /readyz, /metrics.
+"""The extender's Flask app: POST /filter, /prioritize, /bind, plus /healthz, /readyz, /metrics, /debug/mix.
 
 Thin handlers: cap the body, parse ExtenderArgs, call `ExtenderService`,
 serialise. Protocol errors (malformed JSON, a body that is not an object)
@@ -7,7 +7,10 @@ answer HTTP 400 with a JSON message. For /filter, unusable arguments
 internal failures answer 200 with `Error` set, which kube-scheduler reports
 (and skips when the extender is `ignorable`); /prioritize has no error field,
 so it answers 400 for bad arguments and, if the core fails, all-zero scores
-(upstream ignores prioritize errors anyway). Never a 500 with a traceback.
+(upstream ignores prioritize errors anyway). /bind (ExtenderBindingArgs)
+answers `{"Error": ""}` or the reason the binding failed. Never a 500 with
+a traceback. GET /debug/mix shows the typical pod mix in force (also the
+gauge `kubeon_extender_mix_weight`).
 
 Each answer carries `X-Kubeon-Handler-Seconds`, the time spent inside the
 handler (parse to serialise), and `X-Kubeon-Handler-Cpu-Seconds`, the CPU
@@ -24,7 +27,8 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client.registry import Collector
 
 from extender.argsreader import ArgsReader
 from extender.service import ExtenderService
@@ -59,6 +63,33 @@ class ExtenderMetrics:
         self.decisions = Counter("kubeon_extender_decisions_total",
                                  "Filter/prioritize answers by verb, strategy and outcome.",
                                  ["verb", "strategy", "outcome"], registry=registry)
+
+
+class MixCollector(Collector):
+    """The mix in force as `kubeon_extender_mix_weight{cpu_milli,gpu_milli,num_gpu,gpu_spec}`, read at scrape."""
+
+    def __init__(self, service: ExtenderService) -> None:
+        self.service = service
+
+    def collect(self) -> Any:
+        from prometheus_client.core import GaugeMetricFamily
+
+        family = GaugeMetricFamily("kubeon_extender_mix_weight",
+                                   "Weight of each typical GPU pod type in the mix the extender packs against.",
+                                   labels=["cpu_milli", "gpu_milli", "num_gpu", "gpu_spec"])
+        for row in mix_rows(self.service):
+            family.add_metric([str(row["cpu_milli"]), str(row["gpu_milli"]), str(row["num_gpu"]),
+                               str(row["gpu_spec"])], float(row["weight"]))
+        yield family
+
+
+def mix_rows(service: ExtenderService) -> list[dict[str, Any]]:
+    mix = service.cache.mix_in_force()
+    if mix is None:
+        return []
+    return [{"cpu_milli": int(mix.cpu_milli[i]), "gpu_milli": int(mix.gpu_milli[i]), "num_gpu": int(mix.num_gpu[i]),
+             "gpu_spec": "|".join(sorted(mix.allowed[i])) if mix.allowed[i] else "",
+             "weight": round(float(mix.weight[i]), 6)} for i in range(len(mix))]
 
 
 def read_args(reader: ArgsReader, max_bytes: int = 0) -> Any:
@@ -98,6 +129,9 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     install_error_handlers(app)
     instrument(app, prefix="kubeon_extender", registry=registry)
     metrics = ExtenderMetrics(registry)
+    registry.register(MixCollector(service))
+    learned = Gauge("kubeon_extender_mix_gpu_pods", "GPU pods learned into the typical mix.", registry=registry)
+    learned.set_function(lambda: float(service.cache.gpu_pods_learned))
     reader = ArgsReader(loads=_loads)
     app.extensions["kubeon_extender"] = service
     app.extensions["kubeon_extender_args"] = reader
@@ -118,6 +152,11 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             log.exception("/filter failed")
             metrics.decisions.labels("filter", "", "error").inc()
             return _json(filter_error(f"kubeon-gpu extender internal error ({type(exc).__name__})"), started)
+        if not outcome.any_passed and outcome.names and outcome.knows_none:
+            # nothing to say about these nodes: an Error lets an ignorable extender step aside
+            metrics.decisions.labels("filter", outcome.plan.strategy, "unknown-nodes").inc()
+            return _json(filter_error(f"kubeon-gpu: none of the {len(outcome.names)} nodes is in the node model"),
+                         started)
         metrics.decisions.labels("filter", outcome.plan.strategy, "fit" if outcome.any_passed else "none").inc()
         if args.node_objects is not None:  # not nodeCacheCapable: the answer carries Node objects
             try:
@@ -148,5 +187,25 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
         metrics.decisions.labels("prioritize", outcome.plan.strategy,
                                  "placed" if outcome.chosen else "none").inc()
         return _raw(outcome.body(), started)
+
+    @app.post("/bind")
+    def _bind() -> Response:
+        started = _start()
+        body = read_args(reader)
+        if not isinstance(body, dict):
+            return json_error(400, "body: expected an ExtenderBindingArgs JSON object")
+        fields = {key: body.get(key) for key in ("PodName", "PodNamespace", "PodUID", "Node")}
+        missing = [k for k in ("PodName", "PodNamespace", "Node") if not isinstance(fields[k], str) or not fields[k]]
+        if missing:
+            return _json({"Error": f"ExtenderBindingArgs: missing {', '.join(missing)}"}, started)
+        outcome = service.bind(str(fields["PodNamespace"]), str(fields["PodName"]), str(fields["PodUID"] or ""),
+                               str(fields["Node"]))
+        metrics.decisions.labels("bind", "", "error" if outcome.error else "bound").inc()
+        return _json({"Error": outcome.error}, started)
+
+    @app.get("/debug/mix")
+    def _debug_mix() -> Response:
+        started = _start()
+        return _json({"gpu_pods_learned": service.cache.gpu_pods_learned, "types": mix_rows(service)}, started)
 
     return app

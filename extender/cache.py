@@ -2,14 +2,10 @@
 
 What is real on a Kubernetes node (the NVIDIA device plugin, not the
 scheduler, picks devices; docs/designs/extender.md):
-- whole GPUs (`nvidia.com/gpu`): the count of free GPUs = allocatable minus
-  the requests of bound and assumed pods. The engine lays that count on the
-  first GPU slots (1000 milli each); which physical GPU a pod gets is the
-  device plugin's business and is not modelled.
-- MIG devices (`nvidia.com/mig-<profile>`) and time-sliced replicas
-  (`nvidia.com/gpu.shared`): node-level free counts, same arithmetic.
-- milli-GPU sharing (openb's `gpu_milli < 1000`) has no Kubernetes resource:
-  it exists only in the simulator. Live pods are whole-GPU or count pods.
+- per GPU: whole-GPU pods hold whole GPUs, time-sliced share pods their
+  declared fraction of one GPU, each on the GPU indices recorded on the pod
+  by the extender's bind (`kubemodel.py` has the rules); MIG devices and
+  replica counts per node.
 
 Update rules (all under one lock; watch threads only record, requests apply):
 - node ADDED/DELETED, or a change of its capacity, GPU product or memory:
@@ -40,6 +36,7 @@ from gpupolicy.packing.kubemodel import (
     FINISHED_PHASES,
     ObjectError,
     demand_from_pod,
+    gpu_indices_from_pod,
     node_schedulable,
     node_spec,
     occupy,
@@ -54,6 +51,8 @@ log = logging.getLogger(__name__)
 Clock = Callable[[], float]
 DEFAULT_ASSUME_SECONDS = 30.0
 DEFAULT_MIX_REFRESH_SECONDS = 30.0
+MIN_MIX_PODS = 20  # below this many GPU pods seen, the pod being scheduled joins the learned mix
+SEEN_PODS = 50_000  # keys remembered so a pod is learned once (pending, then bound)
 
 
 @dataclass(frozen=True)
@@ -67,6 +66,10 @@ class _Assumed:
     node: str
     demand: PodDemand
     expires: float
+    gpus: tuple[int, ...] = ()
+
+
+Held = tuple[PodDemand, tuple[int, ...]]  # a pod's demand and the GPU indices it is accounted on
 
 
 class ClusterCache:
@@ -84,15 +87,17 @@ class ClusterCache:
         self.assume_seconds = assume_seconds
         self.mix_refresh_seconds = mix_refresh_seconds
         self._nodes: dict[str, _Node] = {}
-        self._pods: dict[str, tuple[str, PodDemand]] = {}  # bound pods: key -> (node, demand)
-        self._by_node: dict[str, dict[str, PodDemand]] = {}
+        self._pods: dict[str, tuple[str, Held]] = {}  # bound pods: key -> (node, (demand, gpus))
+        self._by_node: dict[str, dict[str, Held]] = {}
         self._assumed: dict[str, _Assumed] = {}  # insertion order = expiry order (constant assume_seconds)
-        self._assumed_on: dict[str, dict[str, PodDemand]] = {}  # node -> assumed pods there
+        self._assumed_on: dict[str, dict[str, Held]] = {}  # node -> assumed pods there
         self._structure_dirty = True
         self._dirty_nodes: set[str] = set()
         self._state: NodeState = NodeState.build([])
         self.ctx = PackingContext()
         self._online = OnlineMix()
+        self._seen: dict[str, None] = {}  # pods already learned (insertion order: oldest first)
+        self._recent: list[PodDemand] = []  # the first MIN_MIX_PODS GPU pods (the fallback mix)
         self._mix: TypicalMix | None = None
         self._mix_at = -np.inf
         self.version = 0  # bumped whenever fresh_state applies a change; equal versions = same free resources
@@ -141,14 +146,15 @@ class ClusterCache:
                 log.warning("pod %s ignored: %s", key, exc)
                 self._forget(key)
                 return
+            held = (demand, gpu_indices_from_pod(obj))
             old = self._pods.get(key)
-            if old == (node, demand):
+            if old == (node, held):
                 return
             if old is None:
-                self._online.observe(demand)  # the workload's typical mix, learned from bound pods
+                self.observe(key, demand)  # the workload's typical mix, learned from GPU pods
             self._forget(key)
-            self._pods[key] = (str(node), demand)
-            self._by_node.setdefault(str(node), {})[key] = demand
+            self._pods[key] = (str(node), held)
+            self._by_node.setdefault(str(node), {})[key] = held
             self._dirty_nodes.add(str(node))
 
     def _forget(self, key: str) -> None:
@@ -171,16 +177,21 @@ class ClusterCache:
             self._dirty_nodes.add(assumed.node)
 
     # ---- request side -------------------------------------------------------------------------
-    def assume(self, key: str, node: str, demand: PodDemand) -> None:
-        """Count pod `key` (`scheduling.pod_key`) on `node` until the API shows it bound, it is deleted, or the
-        assumption expires."""
+    def assume(self, key: str, node: str, demand: PodDemand, gpus: tuple[int, ...] = ()) -> None:
+        """Count pod `key` (`scheduling.pod_key`) on `node` (on `gpus`) until the API shows it bound, it is
+        deleted, or the assumption expires."""
         with self.lock:
             if key in self._pods:  # already bound per the watch: nothing to assume
                 return
             self._drop_assumption(key)
-            self._assumed[key] = _Assumed(node, demand, self._clock() + self.assume_seconds)
-            self._assumed_on.setdefault(node, {})[key] = demand
+            self._assumed[key] = _Assumed(node, demand, self._clock() + self.assume_seconds, gpus)
+            self._assumed_on.setdefault(node, {})[key] = (demand, gpus)
             self._dirty_nodes.add(node)
+
+    def forget(self, key: str) -> None:
+        """Drop pod `key`'s assumption (a binding that failed)."""
+        with self.lock:
+            self._drop_assumption(key)
 
     @property
     def assumed(self) -> dict[str, str]:
@@ -189,7 +200,7 @@ class ClusterCache:
 
     def node_pods(self, node: str) -> dict[str, PodDemand]:
         with self.lock:
-            return dict(self._by_node.get(node, {}))
+            return {k: held[0] for k, held in self._by_node.get(node, {}).items()}
 
     def fresh_state(self, forget: str | None = None) -> NodeState:
         """The node model with every recorded event applied. Call with `self.lock` held.
@@ -220,17 +231,54 @@ class ClusterCache:
         self._refresh_mix(now)
         return self._state
 
+    def observe(self, key: str, demand: PodDemand) -> None:
+        """Learn a GPU pod (whole, share, MIG or replica) into the typical mix, once per pod key.
+
+        CPU-only pods are not learned: the mix is what fragmentation is
+        measured against, and a cluster's DaemonSets and batch pods would
+        otherwise crowd the GPU pod types out of the coverage cut. Counts
+        decay per learned GPU pod (`OnlineMix`), so the mix follows a
+        changing workload.
+        """
+        if not (demand.needs_gpu or demand.mig or demand.shared):
+            return
+        with self.lock:
+            if key in self._seen:
+                return
+            self._seen[key] = None
+            if len(self._seen) > SEEN_PODS:
+                del self._seen[next(iter(self._seen))]
+            if len(self._recent) < MIN_MIX_PODS:
+                self._recent.append(demand)
+            self._online.observe(demand)
+
+    @property
+    def gpu_pods_learned(self) -> int:
+        return len(self._seen)
+
     def mix(self, fallback: PodDemand | None = None) -> TypicalMix | None:
-        """The typical pod mix for fragmentation-aware policies; the pod itself when nothing was learned."""
-        if self._mix is not None and len(self._mix):
+        """The typical pod mix for fragmentation-aware policies.
+
+        The learned mix once MIN_MIX_PODS GPU pods were seen; before that,
+        those few pods plus `fallback` (the pod being scheduled).
+        """
+        if len(self._seen) >= MIN_MIX_PODS and self._mix is not None and len(self._mix):
             return self._mix
-        return TypicalMix.from_pods([fallback]) if fallback is not None else None
+        pods = [*self._recent, *([fallback] if fallback is not None else [])]
+        return TypicalMix.from_pods(pods, coverage=1.0) if pods else None
+
+    def mix_in_force(self) -> TypicalMix | None:
+        """The mix the next decision uses (without a fallback pod): /metrics and /debug/mix show it."""
+        with self.lock:
+            self._refresh_mix(self._clock())
+            return self.mix()
 
     def _refresh_mix(self, now: float) -> None:
         # A new mix rebuilds the fragmentation terms (O(nodes x types)): refresh at most every
         # mix_refresh_seconds, or at once while there is none.
         empty = self._mix is None or not len(self._mix)
-        if (empty and self._online.observed) or now - self._mix_at >= self.mix_refresh_seconds:
+        starting = len(self._seen) < MIN_MIX_PODS * 2  # the first pods change the mix most: follow them at once
+        if ((empty or starting) and self._online.observed) or now - self._mix_at >= self.mix_refresh_seconds:
             self._mix = self._online.mix()
             self._mix_at = now
 
@@ -247,10 +295,10 @@ class ClusterCache:
         self.rebuilds += 1
 
     def _occupy_all(self, state: NodeState, index: int, name: str) -> None:
-        for demand in self._by_node.get(name, {}).values():
-            occupy(state, index, demand)
-        for demand in self._assumed_on.get(name, {}).values():
-            occupy(state, index, demand)
+        """Bound and assumed pods on one row, those with recorded GPU indices first."""
+        held = [*self._by_node.get(name, {}).values(), *self._assumed_on.get(name, {}).values()]
+        for demand, gpus in sorted(held, key=lambda h: not h[1]):
+            occupy(state, index, demand, gpus)
 
     def _recompute_row(self, index: int, name: str) -> None:
         """Reset one row to capacity (the engine's `reset_row`), then take every bound and assumed pod off it."""

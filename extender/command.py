@@ -86,15 +86,18 @@ def make_app_factory(args: argparse.Namespace) -> Any:
         logging.getLogger().setLevel(args.log_level)
         cache = ClusterCache(assume_seconds=args.assume_seconds)
         source: ViewSource
+        binder = None
         if should_watch(args):
+            from kube.binding import ApiBinder
             from kube.config import load_api_client
 
-            source = ClusterWatch(load_api_client(args.kubeconfig), cache,
-                                  default_mode=Mode(args.default_mode)).start()
+            api = load_api_client(args.kubeconfig)
+            source = ClusterWatch(api, cache, default_mode=Mode(args.default_mode)).start()
+            binder = ApiBinder(api)
         else:
             log.warning("extender running without a cluster watch: every node is unknown")
             source = StaticView()
-        service = ExtenderService(cache, source, default_strategy=args.default_strategy)
+        service = ExtenderService(cache, source, default_strategy=args.default_strategy, binder=binder)
         app = create_app(service)
         probes.register(app, service.ready)
         return app

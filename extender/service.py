@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -31,9 +31,10 @@ import numpy.typing as npt
 from extender.answers import REASONS, UNKNOWN, AnswerWriter
 from extender.cache import ClusterCache
 from extender.nodenames import NodeNameRows
-from gpupolicy.packing.engine import DEFAULT_STRATEGY, get_strategy
-from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState
-from gpupolicy.packing.scheduling import Plan, PodRequest, Screening, choose, screen
+from gpupolicy.packing.engine import DEFAULT_STRATEGY, decide, get_strategy
+from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, cluster_share_basis, resolve_share
+from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
+from gpupolicy.packing.scheduling import Plan, PodRequest, Screening, choose, screen, used_first_rank
 from kube.views import ViewSource
 
 log = logging.getLogger(__name__)
@@ -57,6 +58,11 @@ class FilterOutcome:
     @property
     def any_passed(self) -> bool:
         return bool(self.passed)
+
+    @property
+    def knows_none(self) -> bool:
+        """No input name is a node of the model (a model not synced yet, or nodes it does not watch)."""
+        return bool((self.rows < 0).all())
 
     def _reasons(self, mask: BoolArray) -> dict[str, str]:
         return {self.names[i]: REASONS[int(self.codes[i])] for i in np.flatnonzero(mask).tolist()}
@@ -95,6 +101,24 @@ class PrioritizeOutcome:
 
 
 @dataclass(frozen=True)
+class BindOutcome:
+    """What /bind did: the node, the GPU indices recorded on the pod, `error` (empty: bound)."""
+
+    node: str
+    gpus: tuple[int, ...]
+    error: str
+
+
+class Binder(Protocol):
+    """Records annotations on a pod, then binds it (kube/binding.py against the API)."""
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None: ...
+
+
+PENDING_REMEMBERED = 1024  # prioritized pods kept for /bind (kube-scheduler binds right after)
+
+
+@dataclass(frozen=True)
 class _Memo:
     """The last /filter's verdict, valid for the same pod (uid) and model version."""
 
@@ -106,9 +130,12 @@ class _Memo:
 class ExtenderService:
     """The extender's decisions; thread-safe (one lock around the node model and the lookups)."""
 
-    def __init__(self, cache: ClusterCache, source: ViewSource, default_strategy: str = DEFAULT_STRATEGY) -> None:
+    def __init__(self, cache: ClusterCache, source: ViewSource, default_strategy: str = DEFAULT_STRATEGY,
+                 binder: Binder | None = None) -> None:
         get_strategy(default_strategy)  # raises UnknownStrategyError naming the choices
         self.cache = cache
+        self.binder = binder
+        self._prioritized: dict[str, tuple[str, PodDemand, Plan]] = {}  # uid -> (key, demand, plan), for /bind
         self.source = source
         self.default_strategy = default_strategy
         self.rows = NodeNameRows()
@@ -130,6 +157,7 @@ class ExtenderService:
             state = self.cache.fresh_state(forget=request.key)  # scheduled again: an old assumption is stale
             view = self.source.current()
             verdict = screen(view, state, request, self.default_strategy)
+            self.cache.observe(request.key, verdict.demand)  # pending GPU pods are learned into the mix
             rows = self.rows.rows(state, names)
             known = rows >= 0
             safe = np.where(known, rows, 0)
@@ -161,13 +189,15 @@ class ExtenderService:
             screened = (memo.screened if memo is not None and memo.uid == request.uid
                         and memo.version == self.cache.version else None)
             view = self.source.current()
-            choice = choose(view, state, self.cache.ctx, self.cache.mix(), request, rows,
+            fallback = resolve_share(request.demand, *cluster_share_basis(state))
+            choice = choose(view, state, self.cache.ctx, self.cache.mix(fallback), request, rows,
                             self.default_strategy, screened=screened, compare=log.isEnabledFor(logging.INFO))
             points, node = choice.points, choice.node
             if view.hub_disconnected:  # neutral: every node 0, nothing assumed
                 points, node = np.zeros_like(points), None
             if node is not None:
-                self.cache.assume(request.key, node, choice.demand)
+                self.cache.assume(request.key, node, choice.demand, choice.decision.gpu_indices)
+                self._remember(request, choice.demand, choice.plan)
             outcome = PrioritizeOutcome(names, rows, points, node, choice.plan, self._writer_for(state))
         _log_notes(request, choice.plan)
         if choice.plan.recommended:
@@ -181,6 +211,46 @@ class ExtenderService:
             log.info("prioritize %s: unknown nodes scored 0: %s", request.name,
                      [n for n, r in zip(names, rows.tolist(), strict=True) if r < 0][:10])
         return outcome
+
+
+    def _remember(self, request: PodRequest, demand: PodDemand, plan: Plan) -> None:
+        self._prioritized[request.uid] = (request.key, demand, plan)
+        while len(self._prioritized) > PENDING_REMEMBERED:
+            del self._prioritized[next(iter(self._prioritized))]
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
+        """kube-scheduler's bindVerb: pick the GPUs on the node it chose, record them on the pod, bind.
+
+        The node is kube-scheduler's choice, not necessarily the engine's:
+        the assumption moves to it at once (never a phantom on the engine's
+        pick), with the GPU indices the engine picks on that node.
+        """
+        if self.binder is None:
+            return BindOutcome(node, (), "kubeon-gpu extender: bind verb used but no API access configured")
+        key = f"{namespace}/{name}"
+        remembered = self._prioritized.pop(uid or key, None)
+        gpus: tuple[int, ...] = ()
+        if remembered is not None:
+            key, demand, plan = remembered
+            with self.cache.lock:
+                state = self.cache.fresh_state(forget=key)  # decide on the node without this very pod on it
+                row = state.index.get(node)
+                if row is not None and demand.needs_gpu:
+                    ctx = self.cache.ctx
+                    ctx.mix = self.cache.mix(demand)
+                    ctx.tie_rank = used_first_rank(state)
+                    decision = decide(state, demand, get_strategy(plan.strategy), ctx,
+                                      restrict=np.array([row], dtype=np.int64))
+                    gpus = decision.gpu_indices if decision.node == row else ()
+                self.cache.assume(key, node, demand, gpus)
+        annotations = {GPU_INDEX_ANNOTATION: ",".join(str(g) for g in gpus)} if gpus else {}
+        try:
+            self.binder.bind(namespace, name, uid, node, annotations)
+        except Exception as exc:  # the API refused: kube-scheduler retries the pod; nothing stays assumed
+            self.cache.forget(key)
+            log.info("bind %s to %s failed: %s", key, node, exc)
+            return BindOutcome(node, gpus, f"binding {key} to {node}: {exc}")
+        return BindOutcome(node, gpus, "")
 
 
 def _log_notes(request: PodRequest, plan: Plan) -> None:

@@ -32,7 +32,6 @@ CONNECTED_WITHIN = 300.0  # a cluster that polled this recently shows as connect
 TOKEN_PREFIX = "kgo_"
 # Policy names become GpuPolicy object names in the cluster: a DNS-1123 subdomain.
 POLICY_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-ACTION_RESULTS = ("proposed", "applied", "failed", "skipped")
 
 
 class HubError(Exception):
@@ -308,10 +307,6 @@ class Hub:
             row.withdrawn = True
             cluster.revision += 1
             self._audit(session, actor, name, "approval.withdraw", f"{row.policy} {row.target} id={approval_id}")
-
-    def find_approval(self, name: str, policy: str, target: str) -> str | None:
-        _, _, approvals = self.policies(name)
-        return next((a["id"] for a in approvals if a["policy"] == policy and a["target"] == target), None)
 
     # -- actions and audit ----------------------------------------------------
     def record_actions(self, name: str, key: str, actions: list[dict[str, Any]]) -> tuple[int, bool]:

@@ -1,8 +1,9 @@
 """Reading openb-format traces (CSV) into the packing engine's values. The simulator's only file I/O.
 
 Nodes: `sn,cpu_milli,memory_mib,gpu,model`. Pods:
-`name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,...` (extra columns are
-ignored). Errors name the file, the row and the column, so the CLI can print
+`name,cpu_milli,memory_mib,num_gpu,gpu_milli` plus optional `gpu_spec`
+(absent: any GPU model, as the published multigpu lists have it; extra
+columns are ignored). Errors name the file, the row and the column, so the CLI can print
 one line and exit 2.
 """
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from gpupolicy.packing.nodemodel import NodeSpec, PodDemand, parse_gpu_spec
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
-POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec")
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")  # gpu_spec optional: any model
 
 
 class TraceError(ValueError):

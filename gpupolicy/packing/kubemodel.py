@@ -1,12 +1,24 @@
 """Kubernetes Node and Pod objects (plain dicts, as the API returns them) to the packing model. Pure.
 
 The extender calls these with what its reflector cached; nothing here talks
-to the API. What is modelled (docs/designs/packing.md, "Live nodes"):
-- Whole GPUs (`nvidia.com/gpu`): the device plugin picks the devices, so
-  only the count of free GPUs is real. The model puts that count on the
-  first GPU slots at 1000 milli and 0 on the rest.
-- Time-sliced replicas (`nvidia.com/gpu.shared`) and MIG devices
-  (`nvidia.com/mig-<profile>`): node-level free counts, fitted by count.
+to the API. What is modelled (docs/designs/packing.md, "Live nodes"), per GPU:
+- Whole GPUs (`nvidia.com/gpu`): a pod holds `num_gpu` GPUs at 1000 milli.
+- Time-sliced shares (`nvidia.com/gpu.shared: 1`): a pod holds a known
+  fraction of one GPU: `gpu.kubeon.io/gpu-share` (milli of one GPU, 1..1000),
+  else its declared GPU memory (`gpu.kubeon.io/gpu-memory`) over the GPU's
+  memory (label `nvidia.com/gpu.memory`), else 1/replicas of the node's
+  time-slicing config (label `nvidia.com/gpu.replicas`, or replicas over GPU
+  count). `share_milli` is the one conversion; the simulator's live replay
+  writes the same annotation for openb's sharing pods.
+- Where a pod's GPU milli lands: the GPU indices in `gpu.kubeon.io/gpu-index`
+  (comma-separated), which the extender's bind verb writes before it binds
+  (docs/designs/extender.md, "Which GPU"). The NVIDIA device plugin does not
+  read it: with time-slicing it hands out replicas by its own allocation
+  policy (distributed by default), so the index is the optimizer's
+  accounting of the GPU's share, exact in sum per node, not a device
+  assignment. Pods without the annotation (bound by another scheduler) take
+  the fullest GPU that still fits them (shares) or the first free ones.
+- MIG devices (`nvidia.com/mig-<profile>`): node-level free counts, fitted by count.
 - GPU product from the GFD label `nvidia.com/gpu.product` (normalised, so
   `-SHARED` and `-MIG-...` suffixes do not split a model), per-GPU memory
   from `nvidia.com/gpu.memory` (MiB).
@@ -18,6 +30,7 @@ to the API. What is modelled (docs/designs/packing.md, "Live nodes"):
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from decimal import Decimal
 from typing import Any
 
@@ -36,7 +49,11 @@ from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity, s
 
 DRAINING_KEY = "gpu.kubeon.io/draining"
 GPU_MEMORY_ANNOTATION = "gpu.kubeon.io/gpu-memory"
+GPU_SHARE_ANNOTATION = "gpu.kubeon.io/gpu-share"  # milli of one GPU a time-sliced pod uses (1..1000)
+GPU_INDEX_ANNOTATION = "gpu.kubeon.io/gpu-index"  # GPU indices on its node the pod is accounted on
 GPU_MEMORY_LABEL = "nvidia.com/gpu.memory"
+GPU_REPLICAS_LABEL = "nvidia.com/gpu.replicas"
+GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 Obj = Mapping[str, Any]
@@ -101,8 +118,27 @@ def pod_requests(pod: Obj) -> dict[str, Decimal]:
     return total
 
 
+def _explicit_share(annotations: Mapping[str, Any]) -> int:
+    text = annotations.get(GPU_SHARE_ANNOTATION)
+    if text is None:
+        return 0
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if not 0 < value <= MILLI:
+        raise ObjectError(f"metadata.annotations.{GPU_SHARE_ANNOTATION}: expected milli of one GPU "
+                          f"(1..{MILLI}), got {text!r}")
+    return value
+
+
 def demand_from_pod(pod: Obj) -> PodDemand:
-    """A Kubernetes Pod dict as a PodDemand. Raises ObjectError naming the bad field."""
+    """A Kubernetes Pod dict as a PodDemand. Raises ObjectError naming the bad field.
+
+    A time-sliced share pod with `gpu.kubeon.io/gpu-share` is a sharing
+    demand of that milli on one GPU; without it the milli depends on the node
+    (`resolve_share`) and stays 0 here.
+    """
     if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
         raise ObjectError("pod: missing spec")
     req = pod_requests(pod)
@@ -110,16 +146,18 @@ def demand_from_pod(pod: Obj) -> PodDemand:
     mig = {name: int(v) for name, v in req.items() if name.startswith(MIG_RESOURCE_PREFIX) and v > 0}
     annotations = _get(pod, "metadata", "annotations") or {}
     gpu_mem = annotations.get(GPU_MEMORY_ANNOTATION)
+    shared = int(req.get(SHARED_GPU_RESOURCE, 0))
+    share = _explicit_share(annotations) if shared == 1 and not gpus else 0
     meta = pod.get("metadata") or {}
     try:
         return PodDemand(
             cpu_milli=int(req.get("cpu", Decimal(0)) * 1000),
             memory_mib=int(req.get("memory", Decimal(0)) / (1024 * 1024)),
-            num_gpu=gpus,
-            gpu_milli=MILLI if gpus else 0,
+            num_gpu=gpus or (1 if share else 0),
+            gpu_milli=MILLI if gpus else share,
             allowed_models=allowed_products(pod),
             mig=mig,
-            shared=int(req.get(SHARED_GPU_RESOURCE, 0)),
+            shared=shared,
             gpu_memory_mib=_mib(gpu_mem, f"metadata.annotations.{GPU_MEMORY_ANNOTATION}") if gpu_mem else 0,
             name=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
         )
@@ -127,8 +165,70 @@ def demand_from_pod(pod: Obj) -> PodDemand:
         raise ObjectError(f"pod: {exc}") from exc
 
 
+def share_milli(demand: PodDemand, gpu_memory_mib: int, replicas: int) -> int:
+    """The milli of one GPU a time-sliced share pod uses on a GPU of `gpu_memory_mib` with `replicas`.
+
+    Declared share first (already in `gpu_milli`), then declared memory over
+    the GPU's memory (rounded up), then one replica's even share (rounded
+    down, so `replicas` shares fit one GPU). 0: not a share, or nothing known.
+    """
+    if demand.shared != 1 or demand.num_gpu > 1 or (demand.num_gpu == 1 and demand.gpu_milli >= MILLI):
+        return 0
+    if demand.gpu_milli:
+        return demand.gpu_milli
+    if demand.gpu_memory_mib and gpu_memory_mib > 0:
+        return min(MILLI, -(-demand.gpu_memory_mib * MILLI // gpu_memory_mib))
+    return MILLI // replicas if replicas > 0 else 0
+
+
+def resolve_share(demand: PodDemand, gpu_memory_mib: int, replicas: int) -> PodDemand:
+    """The demand with its share's milli filled in (`share_milli`); other demands unchanged."""
+    if demand.needs_gpu or demand.shared != 1:
+        return demand
+    milli = share_milli(demand, gpu_memory_mib, replicas)
+    return replace(demand, num_gpu=1, gpu_milli=milli) if milli else demand
+
+
+def node_share_basis(state: NodeState, node: int) -> tuple[int, int]:
+    """(GPU memory MiB, time-slicing replicas per GPU) of one node; 0 where unknown."""
+    count = int(state.gpu_count[node])
+    return int(state.gpu_memory_mib[node]), int(state.shared_cap[node]) // count if count else 0
+
+
+def cluster_share_basis(state: NodeState) -> tuple[int, int]:
+    """The basis for a pending share pod: the smallest GPU memory and replicas among time-sliced nodes.
+
+    Conservative (the largest fraction any such node would charge), so a
+    pending pod never looks smaller than it will be once bound.
+    """
+    sliced = (state.shared_cap > 0) & (state.gpu_count > 0)
+    if not sliced.any():
+        return 0, 0
+    mem = state.gpu_memory_mib[sliced]
+    known = mem[mem > 0]
+    replicas = state.shared_cap[sliced] // state.gpu_count[sliced]
+    return (int(known.min()) if known.size else 0), int(replicas.min())
+
+
+def gpu_indices_from_pod(pod: Obj) -> tuple[int, ...]:
+    """GPU indices recorded on a bound pod (`gpu.kubeon.io/gpu-index`); () when absent or unreadable."""
+    text = (_get(pod, "metadata", "annotations") or {}).get(GPU_INDEX_ANNOTATION)
+    if not text:
+        return ()
+    try:
+        return tuple(int(part) for part in str(text).split(",") if part.strip())
+    except ValueError:
+        return ()
+
+
 def node_spec(node: Obj) -> NodeSpec:
-    """A Kubernetes Node dict's allocatable capacity as a NodeSpec."""
+    """A Kubernetes Node dict's allocatable capacity as a NodeSpec.
+
+    A time-sliced node (replicas advertised as `nvidia.com/gpu.shared`, no
+    `nvidia.com/gpu`) keeps its physical GPUs as rows: the GFD label
+    `nvidia.com/gpu.count`, else replicas over `nvidia.com/gpu.replicas`;
+    it takes no whole-GPU pods (`exclusive` False).
+    """
     name = _get(node, "metadata", "name")
     if not name:
         raise ObjectError("node: missing metadata.name")
@@ -136,15 +236,25 @@ def node_spec(node: Obj) -> NodeSpec:
     labels = _get(node, "metadata", "labels") or {}
     mig = {k: _count(v, f"status.allocatable.{k}") for k, v in alloc.items() if k.startswith(MIG_RESOURCE_PREFIX)}
     gpu_mem = labels.get(GPU_MEMORY_LABEL)
+    whole = _count(alloc.get(GPU_RESOURCE, 0), f"status.allocatable.{GPU_RESOURCE}")
+    shared = _count(alloc.get(SHARED_GPU_RESOURCE, 0), f"status.allocatable.{SHARED_GPU_RESOURCE}")
+    gpus = whole
+    if not whole and shared:
+        count, replicas = str(labels.get(GPU_COUNT_LABEL, "")), str(labels.get(GPU_REPLICAS_LABEL, ""))
+        if count.isdigit():
+            gpus = int(count)
+        elif replicas.isdigit() and int(replicas) > 0:
+            gpus = shared // int(replicas)
     return NodeSpec(
         name=str(name),
         cpu_milli=_milli(alloc.get("cpu", 0), "status.allocatable.cpu"),
         memory_mib=_mib(alloc.get("memory", 0), "status.allocatable.memory"),
-        gpu_count=_count(alloc.get(GPU_RESOURCE, 0), f"status.allocatable.{GPU_RESOURCE}"),
+        gpu_count=gpus,
         model=normalise_product_label(labels.get(PRODUCT_LABEL, "")),
         gpu_memory_mib=int(gpu_mem) if gpu_mem and str(gpu_mem).isdigit() else 0,
         mig={k: v for k, v in mig.items() if v > 0},
-        shared=_count(alloc.get(SHARED_GPU_RESOURCE, 0), f"status.allocatable.{SHARED_GPU_RESOURCE}"),
+        shared=shared,
+        exclusive=bool(whole) or not shared,
     )
 
 
@@ -158,24 +268,30 @@ def node_schedulable(node: Obj) -> bool:
     return not any((t or {}).get("key") == DRAINING_KEY for t in _get(node, "spec", "taints") or [])
 
 
-def occupy(state: NodeState, node: int, demand: PodDemand) -> None:
+def occupy(state: NodeState, node: int, demand: PodDemand, gpu_indices: tuple[int, ...] = ()) -> None:
     """Count a running pod against its node, clamping at zero instead of failing.
 
     The API is the truth: a node may already be over-committed (e.g. capacity
-    shrank under running pods), and the model must still load. Whole GPUs
-    come off the first free slots.
+    shrank under running pods), and the model must still load. GPU milli
+    comes off the recorded `gpu_indices` when they name GPUs of the node;
+    otherwise a share takes the fullest GPU that holds it and whole GPUs the
+    first free slots. A share's milli is resolved against this node.
     """
+    demand = resolve_share(demand, *node_share_basis(state, node))
     state.cpu_free[node] = max(0, state.cpu_free[node] - demand.cpu_milli)
     state.mem_free[node] = max(0, state.mem_free[node] - demand.memory_mib)
     if demand.needs_gpu:
         row = state.gpu_free[node]
-        if demand.is_sharing:
-            fits = np.flatnonzero(row >= demand.gpu_milli)
-            if fits.size:
-                row[fits[0]] -= demand.gpu_milli
-        else:
-            for g in np.flatnonzero(row == MILLI)[: demand.num_gpu]:
-                row[g] = 0
+        present = state.gpu_present[node]
+        chosen = [g for g in gpu_indices if 0 <= g < row.size and present[g]]
+        if len(chosen) != demand.num_gpu:
+            if demand.is_sharing:
+                fits = np.flatnonzero(present & (row >= demand.gpu_milli))
+                chosen = [int(fits[np.argmin(row[fits])])] if fits.size else []
+            else:
+                chosen = [int(g) for g in np.flatnonzero(row == MILLI)[: demand.num_gpu]]
+        for g in chosen:
+            row[g] = max(0, row[g] - demand.gpu_milli)
     for resource, count in demand.mig.items():
         if resource in state.mig_resources:
             r = state.mig_resources.index(resource)
@@ -185,16 +301,23 @@ def occupy(state: NodeState, node: int, demand: PodDemand) -> None:
 
 
 def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj]) -> NodeState:
-    """A NodeState from Node dicts and the Pod dicts bound to them (others are ignored). Pure."""
+    """A NodeState from Node dicts and the Pod dicts bound to them (others are ignored). Pure.
+
+    Pods with recorded GPU indices are counted first, so pods without them
+    fill around what is known.
+    """
     node_list = list(nodes)
     state = NodeState.build(node_spec(n) for n in node_list)
     for i, n in enumerate(node_list):
         state.schedulable[i] = node_schedulable(n)
+    bound = []
     for pod in pods:
         node_name = _get(pod, "spec", "nodeName")
         if not node_name or node_name not in state.index:
             continue
         if _get(pod, "status", "phase") in FINISHED_PHASES:
             continue
-        occupy(state, state.index[node_name], demand_from_pod(pod))
+        bound.append((state.index[node_name], demand_from_pod(pod), gpu_indices_from_pod(pod)))
+    for index, demand, gpus in sorted(bound, key=lambda b: not b[2]):
+        occupy(state, index, demand, gpus)
     return state

@@ -13,10 +13,11 @@ How per-GPU state is modelled
   picks the devices. What is real there are node-level counts: free whole
   GPUs (`nvidia.com/gpu` allocatable minus requests), free time-sliced
   replicas (`nvidia.com/gpu.shared`) and free MIG devices per resource
-  (`nvidia.com/mig-<profile>`). `from_kubernetes` (in `kubemodel.py`) maps the
-  whole-GPU count onto the first `free` GPU slots at 1000 milli and the rest
-  at 0, so the milli-GPU policies see exactly the count; MIG and shared
-  counts live in `mig_free` / `shared_free` and are fitted by count.
+  (`nvidia.com/mig-<profile>`). `kubemodel.py` puts every pod on GPU rows:
+  a whole-GPU or time-sliced share pod on the GPU indices recorded on it
+  (`gpu.kubeon.io/gpu-index`, written by the extender's bind), a share with
+  its declared fraction; MIG and shared counts also live in `mig_free` /
+  `shared_free` and are fitted by count.
 
 Incremental updates (`place`/`remove`) touch one row and refresh the
 per-node summaries (`full_count`, `max_partial`, `gpu_free_total`) that the
@@ -92,6 +93,7 @@ class NodeSpec:
     gpu_memory_mib: int = 0
     mig: Mapping[str, int] = field(default_factory=dict)
     shared: int = 0
+    exclusive: bool = True  # whole GPUs can be requested (False: a time-sliced node advertising only replicas)
 
 
 class NodeState:
@@ -117,6 +119,7 @@ class NodeState:
         mig_resources: Sequence[str],
         mig_cap: IntArray,
         shared_cap: IntArray,
+        exclusive: BoolArray | None = None,
     ) -> None:
         self.names: tuple[str, ...] = tuple(names)
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
@@ -143,6 +146,8 @@ class NodeState:
         self.max_partial = np.zeros(n, dtype=np.int64)
         self.gpu_free_total = self.gpu_count * MILLI
         self.schedulable: BoolArray = np.ones(n, dtype=bool)  # False: cordoned or draining
+        # False: the node's GPUs are advertised only as time-sliced replicas (no whole-GPU requests)
+        self.exclusive: BoolArray = np.ones(n, dtype=bool) if exclusive is None else exclusive.astype(bool)
         self.row_version = np.zeros(n, dtype=np.int64)  # bumped per node change; caches compare it
 
     # ---- construction -------------------------------------------------------------------
@@ -165,6 +170,7 @@ class NodeState:
             mig_resources=mig_resources,
             mig_cap=mig_cap.reshape(len(specs), len(mig_resources)),
             shared_cap=np.array([s.shared for s in specs], dtype=np.int64),
+            exclusive=np.array([s.exclusive for s in specs], dtype=bool),
         )
 
     def copy(self) -> NodeState:
@@ -259,7 +265,8 @@ class NodeState:
                 and spec.memory_mib == self.mem_cap[node] and spec.gpu_count == self.gpu_count[node]
                 and spec.model == self.models[self.model_idx[node]]
                 and spec.gpu_memory_mib == self.gpu_memory_mib[node]
-                and {r: c for r, c in spec.mig.items() if c} == mig and spec.shared == self.shared_cap[node])
+                and {r: c for r, c in spec.mig.items() if c} == mig and spec.shared == self.shared_cap[node]
+                and spec.exclusive == bool(self.exclusive[node]))
         if not same:
             raise ValueError(f"node {self.names[node]}: capacity or layout changed; build a new NodeState")
 

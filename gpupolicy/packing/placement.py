@@ -104,6 +104,8 @@ def fit(state: NodeState, demand: PodDemand) -> FitResult:
     mark(state.mem_free < demand.memory_mib, _Code.INSUFFICIENT_MEMORY)
     if demand.needs_gpu:
         mark(state.gpu_count == 0, _Code.NO_GPU)
+        if not demand.is_sharing:  # a time-sliced node advertises replicas only: no whole GPUs there
+            mark(~state.exclusive, _Code.NO_GPU)
         code = _Code.INSUFFICIENT_GPU_SHARE if demand.is_sharing else _Code.INSUFFICIENT_WHOLE_GPUS
         mark(~gpu_fit_mask(state, demand), code)
         if demand.gpu_memory_mib:

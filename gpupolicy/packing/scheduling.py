@@ -18,8 +18,11 @@ keeps here so it is testable without HTTP:
 - MIG and time-sliced pods are no special case here: the engine's `decide`
   packs them by count for every policy (`placement.with_device_counts`).
 - `extender_scores`: the 0..10 prioritize scores: the engine's chosen node
-  gets 10 alone, the other feasible nodes 0..9 by score, infeasible ones 0,
-  so kube-scheduler (which breaks ties at random) lands where the engine says.
+  (and nodes identical to it) 10, the other feasible nodes 0..9 by score,
+  infeasible ones 0; with the chart's extender weight a one-point lead beats
+  every stock plugin (docs/designs/extender.md, "Profile").
+- A pending time-sliced share pod is sized against the cluster
+  (`kubemodel.cluster_share_basis`) in `screen` and `choose` alike.
 
 An adapter request is three steps: parse the wire pod once (`PodRequest.parse`),
 call one of the two decisions below, write the answer:
@@ -45,7 +48,7 @@ from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.owners import is_approved, pod_owner
 from gpupolicy.packing.engine import STRATEGIES, NodeVerdict, Placement, decide, explain, get_strategy
-from gpupolicy.packing.kubemodel import demand_from_pod
+from gpupolicy.packing.kubemodel import cluster_share_basis, demand_from_pod, resolve_share
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.packing.placement import REASON_BY_CODE, FitResult, PackingContext, RejectReason, fit
 from gpupolicy.packing.typicalmix import TypicalMix
@@ -229,12 +232,33 @@ def used_first_rank(state: NodeState) -> IntArray:
     return rank
 
 
-def extender_scores(decision: Placement, nodes: IntArray) -> IntArray:
-    """0..10 per node in `nodes`: the decided node 10 alone, other feasible nodes 0..9, infeasible 0."""
+def identical_to(state: NodeState, node: int, nodes: IntArray) -> BoolArray:
+    """Per node in `nodes`: same GPU model, same free CPU, memory, GPUs (as a multiset), MIG and replicas."""
+    same = ((state.model_idx[nodes] == state.model_idx[node]) & (state.cpu_free[nodes] == state.cpu_free[node])
+            & (state.mem_free[nodes] == state.mem_free[node]) & (state.shared_free[nodes] == state.shared_free[node])
+            & (state.cpu_cap[nodes] == state.cpu_cap[node]) & (state.mem_cap[nodes] == state.mem_cap[node]))
+    same &= (state.mig_free[nodes] == state.mig_free[node]).all(axis=1)
+    rows = np.sort(state.gpu_free[nodes], axis=1)
+    same &= (rows == np.sort(state.gpu_free[node])).all(axis=1)
+    out: BoolArray = same
+    return out
+
+
+def extender_scores(decision: Placement, nodes: IntArray, state: NodeState | None = None) -> IntArray:
+    """0..10 per node in `nodes`: the decided node 10, other feasible nodes 0..9, infeasible 0.
+
+    With `state`, nodes identical to the pick (`identical_to`) get 10 too:
+    identical nodes get equal scores, and kube-scheduler's random tie-break
+    chooses among them. Nodes that merely score alike do not: the engine's
+    tie order (used nodes first, then a fixed order) is what fills one node
+    after another, and kube-scheduler's spreading plugins would undo it.
+    """
     raw = decision.scores[nodes]
     out = np.zeros(len(nodes), dtype=np.int64)
     finite = np.isfinite(raw)
     chosen = nodes == decision.node if decision.node is not None else np.zeros(len(nodes), dtype=bool)
+    if decision.node is not None and state is not None:
+        chosen = chosen | (finite & identical_to(state, decision.node, nodes))
     others = finite & ~chosen
     if others.any():
         lo, hi = raw[others].min(), raw[others].max()
@@ -245,6 +269,11 @@ def extender_scores(decision: Placement, nodes: IntArray) -> IntArray:
             out[others] = top
     out[chosen] = MAX_EXTENDER_SCORE
     return out
+
+
+def pending_demand(state: NodeState, demand: PodDemand, plan: Plan) -> PodDemand:
+    """A pending pod's demand: the plan's products, a share sized against the cluster."""
+    return resolve_share(constrain(demand, plan.allowed_models), *cluster_share_basis(state))
 
 
 @dataclass(frozen=True)
@@ -261,7 +290,7 @@ class Screening:
 def screen(view: ClusterView, state: NodeState, request: PodRequest, default_strategy: str) -> Screening:
     """Which nodes can take the pod, and for the others whether evicting pods could change that."""
     plan = plan_for_pod(view, request, default_strategy)
-    demand = constrain(request.demand, plan.allowed_models)
+    demand = pending_demand(state, request.demand, plan)
     fitted = fit(state, demand)
     return Screening(plan, demand, state, fitted, unresolvable_mask(state, demand, fitted.codes))
 
@@ -271,7 +300,7 @@ class Choice:
     """/prioritize's verdict on the nodes asked about (`rows`; < 0: unknown, 0 points).
 
     `points[i]`: 0..10 for `rows[i]`; `node`: the engine's pick (None when
-    nothing fits), the one node with 10; `would`: with `compare`, the node
+    nothing fits), with 10 (as are nodes identical to it); `would`: with `compare`, the node
     the Recommend/Approve policy's strategy (`plan.recommended`) would pick.
     """
 
@@ -300,7 +329,7 @@ def choose(view: ClusterView, state: NodeState, ctx: PackingContext, mix: Typica
     to used nodes first (`used_first_rank`).
     """
     plan = plan_for_pod(view, request, default_strategy)
-    demand = constrain(request.demand, plan.allowed_models)
+    demand = pending_demand(state, request.demand, plan)
     fitted = screened.fitted if (screened is not None and screened.state is state
                                  and screened.demand == demand) else None
     known_mask = rows >= 0
@@ -309,7 +338,7 @@ def choose(view: ClusterView, state: NodeState, ctx: PackingContext, mix: Typica
     ctx.tie_rank = used_first_rank(state)
     decision = decide(state, demand, get_strategy(plan.strategy), ctx, restrict=known, fitted=fitted)
     points = np.zeros(len(rows), dtype=np.int64)
-    points[known_mask] = extender_scores(decision, known)
+    points[known_mask] = extender_scores(decision, known, state)
     node = state.names[decision.node] if decision.node is not None else None
     would = None
     if compare and plan.recommended:

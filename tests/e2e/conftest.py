@@ -166,6 +166,7 @@ def scheduler_extender_config(docs: Sequence[dict[str, Any]], url_prefix: str) -
                 ext = config["extenders"][0]
                 return ExtenderConfig(
                     url_prefix, filter_verb=ext.get("filterVerb"), prioritize_verb=ext.get("prioritizeVerb"),
+                    bind_verb=ext.get("bindVerb"),
                     weight=int(ext.get("weight", 1)), node_cache_capable=bool(ext.get("nodeCacheCapable")),
                     managed_resources=tuple(r["name"] for r in ext.get("managedResources") or []),
                     ignorable=bool(ext.get("ignorable")),

@@ -50,7 +50,7 @@ from tests.missing import missing
 NAMESPACE = "kubeon-gpu"
 RELEASE = "kubeon-gpu-optimizer"
 TOOLS = REPO / ".tools" / "bin"
-EXAMPLES = REPO / "gpupolicy" / "examples" / "policies.yaml"
+EXAMPLES = REPO / "examples" / "policies.yaml"
 
 
 def readme_block(heading: str = "## Install in a cluster") -> list[str]:

@@ -174,7 +174,9 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
 
     _put(hub, "idle-research", PARK)
     client.AppsV1Api(api).create_namespaced_deployment("research", make_deployment("trainer", "research", replicas=2))
-    view = WatchedView(api, default_mode=Mode.RECOMMEND, own_namespace="kubeon-gpu", with_nodes=True).start()
+    # An install with prometheus.url, as the controller above: sharing policies are enforced (gpupolicy.modes).
+    view = WatchedView(api, default_mode=Mode.RECOMMEND, own_namespace="kubeon-gpu", with_nodes=True,
+                       metrics_configured=True).start()
     webhook = create_app(view).test_client()
 
     def mutated() -> bool:

@@ -32,6 +32,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from simulator.kubescheduler import Profile
 from tests.kubeapi.fixtures import DEFAULT_SCHEDULER, NODECLAIM_CRD, NODEPOOL_CRD, SCALEDOBJECT_CRD
 from tests.kubeapi.karpenter import Karpenter
 from tests.kubeapi.scheduler import Extender, ExtenderConfig, Scheduler, read_items
@@ -133,9 +134,13 @@ class Cluster:
         return str(self.api.kubeconfig)
 
     # -- hooks for later issues
-    def use_extenders(self, extenders: Sequence[ExtenderConfig]) -> None:
-        """Point the scheduler at these extenders (e.g. a `kubeon-gpu extender` started by a fixture)."""
+    def use_extenders(self, extenders: Sequence[ExtenderConfig], profile: Profile | None = None) -> None:
+        """Point the scheduler at these extenders (e.g. a `kubeon-gpu extender` started by a fixture).
+
+        `profile`: score like kube-scheduler with it (e.g. the chart's rendered profile); None: no scoring.
+        """
         self.scheduler.extenders = [Extender(config) for config in extenders]
+        self.scheduler.profile = profile
 
     # -- deterministic driving
     def step(self) -> int:

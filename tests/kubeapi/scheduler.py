@@ -11,10 +11,15 @@ ignorable, weight), binds through the `binding` subresource and records a
 `Scheduled` or `FailedScheduling` Event. It talks to the API server only
 through the `kubernetes` client over HTTP.
 
-Differences from kube-scheduler, on purpose: no scoring plugins of its own
-(without an extender every feasible node scores 0 and ties go to node-name
-order, so tests are deterministic), no preemption, no inter-pod affinity or
-topology spread, no binding cycle parallelism.
+With a `profile` (simulator.kubescheduler.Profile, e.g. read from the
+chart's rendered KubeSchedulerConfiguration) it scores like kube-scheduler
+v1.35: node sampling, NodeResourcesFit/BalancedAllocation/TaintToleration/
+NodeAffinity, extender weighting, seeded random ties (simulator/kubescheduler.py
+says what is and is not emulated). Without one, on purpose: no scoring
+plugins of its own (every feasible node scores 0 plus the extenders', ties
+go to node-name order, so tests are deterministic). Always: no preemption,
+no inter-pod affinity or topology spread, no binding cycle parallelism. An
+extender with a `bindVerb` binds the pod instead of the stand-in.
 """
 
 from __future__ import annotations
@@ -29,11 +34,21 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+import numpy as np
 import requests
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gpupolicy.quantity import parse_quantity
+from simulator.kubescheduler import (
+    ClusterScores,
+    ExtenderSpec,
+    Profile,
+    matches_node_selector_terms,
+    pod_requests,
+    schedule_one,
+    tolerates,
+)
 from tests.kubeapi.fixtures import DEFAULT_SCHEDULER
 
 log = logging.getLogger(__name__)
@@ -83,30 +98,6 @@ def record_event(core: client.CoreV1Api, obj: Mapping[str, Any], event_type: str
 
 # ---------------------------------------------------------------- pure predicates
 
-def pod_requests(pod: Mapping[str, Any]) -> dict[str, Decimal]:
-    """Effective requests: sum over containers, at least the largest init container, plus overhead.
-
-    A limit without a request counts as the request (the API server defaults it so). Pure.
-    """
-    spec = pod.get("spec") or {}
-
-    def container_requests(container: Mapping[str, Any]) -> dict[str, Decimal]:
-        resources = container.get("resources") or {}
-        merged = {**(resources.get("limits") or {}), **(resources.get("requests") or {})}
-        return {name: parse_quantity(value) for name, value in merged.items()}
-
-    total: dict[str, Decimal] = {}
-    for container in spec.get("containers") or []:
-        for name, value in container_requests(container).items():
-            total[name] = total.get(name, Decimal(0)) + value
-    for container in spec.get("initContainers") or []:
-        for name, value in container_requests(container).items():
-            total[name] = max(total.get(name, Decimal(0)), value)
-    for name, value in (spec.get("overhead") or {}).items():
-        total[name] = total.get(name, Decimal(0)) + parse_quantity(value)
-    return total
-
-
 def node_free(node: Mapping[str, Any], bound: Iterable[Mapping[str, Any]]) -> dict[str, Decimal]:
     """Allocatable minus the requests of the pods bound to the node (one pod slot each). Pure."""
     allocatable = (node.get("status") or {}).get("allocatable") or {}
@@ -126,25 +117,6 @@ def insufficient_resources(pod: Mapping[str, Any], free: Mapping[str, Decimal]) 
     return short
 
 
-def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    """core/v1 toleration matching: empty key with Exists tolerates all; empty effect matches any. Pure."""
-    for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = toleration.get("key") or ""
-        operator = toleration.get("operator") or "Equal"
-        if not key:
-            if operator == "Exists":
-                return True
-            continue
-        if key != taint.get("key"):
-            continue
-        if operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
-
-
 def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> dict[str, Any] | None:
     """The first NoSchedule/NoExecute taint the pod does not tolerate; cordoning counts as a taint. Pure."""
     tolerations = (pod.get("spec") or {}).get("tolerations") or []
@@ -155,42 +127,6 @@ def untolerated_taint(pod: Mapping[str, Any], node: Mapping[str, Any]) -> dict[s
         if taint.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, taint):
             return dict(taint)
     return None
-
-
-def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
-    key, operator = expression["key"], expression["operator"]
-    values = expression.get("values") or []
-    if operator == "In":
-        return key in labels and labels[key] in values
-    if operator == "NotIn":
-        return key not in labels or labels[key] not in values
-    if operator == "Exists":
-        return key in labels
-    if operator == "DoesNotExist":
-        return key not in labels
-    if operator in ("Gt", "Lt"):
-        try:
-            have, want = int(labels[key]), int(values[0])
-        except (KeyError, ValueError, IndexError):
-            return False
-        return have > want if operator == "Gt" else have < want
-    raise ValueError(f"unknown node selector operator {operator!r}")
-
-
-def matches_node_selector_terms(terms: Sequence[Mapping[str, Any]], node: Mapping[str, Any]) -> bool:
-    """nodeSelectorTerms are ORed, the requirements of one term ANDed; an empty term matches nothing. Pure."""
-    labels = (node.get("metadata") or {}).get("labels") or {}
-    fields = {"metadata.name": (node.get("metadata") or {}).get("name", "")}
-    for term in terms:
-        expressions = term.get("matchExpressions") or []
-        field_expressions = term.get("matchFields") or []
-        if not expressions and not field_expressions:
-            continue
-        if all(_expression_matches(e, labels) for e in expressions) and all(
-            _expression_matches(e, fields) for e in field_expressions
-        ):
-            return True
-    return False
 
 
 def selector_mismatch(pod: Mapping[str, Any], node: Mapping[str, Any]) -> str | None:
@@ -248,6 +184,7 @@ class ExtenderConfig:
     url_prefix: str
     filter_verb: str | None = "filter"
     prioritize_verb: str | None = "prioritize"
+    bind_verb: str | None = None
     weight: int = 1
     node_cache_capable: bool = True
     managed_resources: tuple[str, ...] = ()
@@ -325,6 +262,52 @@ class Extender:
             scores[str(entry.get("Host"))] = score * self.config.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
         return scores
 
+    def bind(self, pod: Mapping[str, Any], node: str) -> str:
+        """ExtenderBindingArgs to the bindVerb; the extender's `Error` ('' = bound)."""
+        meta = pod["metadata"]
+        result = self._post(self.config.bind_verb or "bind", {
+            "PodName": meta["name"], "PodNamespace": meta.get("namespace", "default"),
+            "PodUID": meta.get("uid", ""), "Node": node})
+        return str((result or {}).get("Error") or "") if isinstance(result, dict) else "bad ExtenderBindingResult"
+
+
+class _RawCalls:
+    """An `Extender` as the emulation's `ExtenderCalls`: raw 0..10 scores (the emulation weights them)."""
+
+    def __init__(self, extender: Extender, nodes: Mapping[str, dict[str, Any]]) -> None:
+        self.extender = extender
+        self.nodes = nodes
+
+    def _nodes(self, names: list[str]) -> list[dict[str, Any]]:
+        return [self.nodes[n] for n in names]
+
+    def filter(self, pod: Mapping[str, Any], names: list[str]) -> tuple[list[str], dict[str, str]]:
+        try:
+            return self.extender.filter(pod, self._nodes(names))
+        except ExtenderError as exc:
+            raise RuntimeError(str(exc)) from exc
+
+    def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> dict[str, int]:
+        try:
+            weighted = self.extender.prioritize(pod, self._nodes(names))
+        except ExtenderError as exc:
+            raise RuntimeError(str(exc)) from exc
+        scale = self.extender.config.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
+        return {name: value // scale for name, value in weighted.items()}
+
+    def bind(self, pod: Mapping[str, Any], node: str) -> str:
+        try:
+            return self.extender.bind(pod, node)
+        except ExtenderError as exc:
+            return str(exc)
+
+
+def _spec(config: ExtenderConfig) -> ExtenderSpec:
+    return ExtenderSpec(url_prefix=config.url_prefix, filter_verb=config.filter_verb or "",
+                        prioritize_verb=config.prioritize_verb or "", bind_verb=config.bind_verb or "",
+                        weight=config.weight, node_cache_capable=config.node_cache_capable,
+                        ignorable=config.ignorable, managed_resources=config.managed_resources)
+
 
 # ---------------------------------------------------------------- the loop
 
@@ -347,8 +330,12 @@ class Scheduler:
     """
 
     def __init__(self, api_client: client.ApiClient, *, scheduler_name: str | None = DEFAULT_SCHEDULER,
-                 extenders: Sequence[ExtenderConfig] = (), interval: float = 0.05) -> None:
+                 extenders: Sequence[ExtenderConfig] = (), interval: float = 0.05,
+                 profile: Profile | None = None, seed: int = 0) -> None:
         self.core = client.CoreV1Api(api_client)
+        self.profile = profile
+        self.rng = np.random.default_rng(seed)
+        self._next_start = 0
         self.scheduler_name = scheduler_name
         self.extenders = [Extender(config) for config in extenders]
         self.interval = interval
@@ -383,8 +370,21 @@ class Scheduler:
                 if node_name in bound and phase not in ("Succeeded", "Failed"):
                     bound[node_name].append(pod)
             placements = []
+            scoring = None
+            if self.profile is not None:
+                scoring = ClusterScores(nodes)
+                scoring.next_start = self._next_start
+                for node_name, on_node in bound.items():
+                    for running in on_node:
+                        scoring.add(running, node_name)
             for pod in sorted(filter(self._responsible_for, pods), key=_creation_key):
-                placement = self._schedule_pod(pod, nodes, bound)
+                if scoring is not None:
+                    placement = self._schedule_scored(pod, nodes, scoring)
+                    if placement.node:
+                        scoring.add(pod, placement.node)
+                    self._next_start = scoring.next_start
+                else:
+                    placement = self._schedule_pod(pod, nodes, bound)
                 placements.append(placement)
                 if placement.node:
                     bound[placement.node].append(pod)
@@ -427,14 +427,46 @@ class Scheduler:
         if not feasible:
             return self._fail(pod, summarise_failures(len(nodes), failures))
         best = min(scores, key=lambda node_name: (-scores[node_name], node_name))
+        binder = next((e for e in self.extenders if e.config.bind_verb and e.config.interested_in(pod)), None)
         try:
-            self._bind(pod, best)
+            if binder is not None:
+                error = binder.bind(pod, best)
+                if error:
+                    return Placement(namespace, name, None, f"extender bind failed: {error}", scores)
+            else:
+                self._bind(pod, best)
         except ApiException as exc:
             return Placement(namespace, name, None, f"binding failed: {exc.status} {exc.reason}", scores)
         self._last_failure.pop((namespace, name), None)
         message = f"Successfully assigned {namespace}/{name} to {best}"
         self._event(pod, "Normal", "Scheduled", message)
         return Placement(namespace, name, best, message, scores)
+
+    def _schedule_scored(self, pod: Pod, nodes: list[Node], scoring: ClusterScores) -> Placement:
+        """One kube-scheduler cycle with the profile's scoring (simulator.kubescheduler.schedule_one)."""
+        assert self.profile is not None
+        meta = pod["metadata"]
+        namespace, name = meta.get("namespace", "default"), meta["name"]
+        by_name = {n["metadata"]["name"]: n for n in nodes}
+        calls = [(_spec(extender.config), _RawCalls(extender, by_name)) for extender in self.extenders]
+        cycle = schedule_one(scoring, pod, self.profile, calls, self.rng)
+        if cycle.node is None:
+            reasons = {k: v for k, v in cycle.failures.items() if k != "*"}
+            message = cycle.failures.get("*") if not reasons else summarise_failures(len(nodes), reasons)
+            return self._fail(pod, message or "no feasible node")
+        try:
+            if cycle.bound_by is not None:
+                error = cycle.bound_by.bind(pod, cycle.node)
+                if error:
+                    return Placement(namespace, name, None, f"extender bind failed: {error}", cycle.scores)
+            else:
+                self._bind(pod, cycle.node)
+        except ApiException as exc:
+            return Placement(namespace, name, None, f"binding failed: {exc.status} {exc.reason}", cycle.scores)
+        self._last_failure.pop((namespace, name), None)
+        message = f"Successfully assigned {namespace}/{name} to {cycle.node}"
+        self._event(pod, "Normal", "Scheduled", message)
+        return Placement(namespace, name, cycle.node, message, cycle.scores)
 
     def _fail(self, pod: Pod, message: str) -> Placement:
         meta = pod["metadata"]

@@ -70,3 +70,45 @@ def test_state_counts_bound_pods_and_excludes_cordoned_and_draining() -> None:
     assert state.names[d.node] == "n4"
     assert d.reason(0) is RejectReason.INSUFFICIENT_WHOLE_GPUS
     assert d.reason(1) is RejectReason.UNSCHEDULABLE and d.reason(2) is RejectReason.UNSCHEDULABLE
+
+
+# ---------------------------------------------------------------- GPU shares per GPU
+
+def share_pod(name: str, node_name: str | None = None, share: str | None = None, memory: str | None = None,
+              gpu_index: str | None = None) -> dict[str, Any]:
+    annotations = {k: v for k, v in (("gpu.kubeon.io/gpu-share", share), ("gpu.kubeon.io/gpu-memory", memory),
+                                     ("gpu.kubeon.io/gpu-index", gpu_index)) if v is not None}
+    return pod(name, gpus=0, node_name=node_name, limits={"nvidia.com/gpu.shared": "1"},
+               metadata={"annotations": annotations})
+
+
+def test_two_shares_on_one_gpu_and_a_whole_gpu_on_another_from_objects_alone() -> None:
+    n = node("n1", gpus=4, alloc={"nvidia.com/gpu.shared": "16"})  # 4 GPUs, 4 replicas each, both offered
+    pods = [share_pod("s1", "n1", share="300", gpu_index="2"), share_pod("s2", "n1", share="450", gpu_index="2"),
+            {**pod("w", gpus=1, node_name="n1"),
+             "metadata": {"name": "w", "namespace": "ml", "annotations": {"gpu.kubeon.io/gpu-index": "0"}}}]
+    state = state_from_kubernetes([n], pods)
+    assert state.gpu_free[0].tolist() == [0, 1000, 250, 1000]
+    assert int(state.shared_free[0]) == 14 and int(state.full_count[0]) == 2 and int(state.max_partial[0]) == 250
+
+
+def test_share_fraction_from_share_then_memory_then_replicas() -> None:
+    n = node("n1", gpus=2, alloc={"nvidia.com/gpu.shared": "8"})  # 80 GiB GPUs, 4 replicas each
+    pods = [share_pod("declared", "n1", share="100"), share_pod("by-memory", "n1", memory="20Gi"),
+            share_pod("by-replicas", "n1")]
+    state = state_from_kubernetes([n], pods)
+    # fullest GPU that fits first: 100 + 250 (20 GiB of 80) + 250 (1/4) all land on GPU 0
+    assert state.gpu_free[0].tolist() == [400, 1000]
+    assert demand_from_pod(share_pod("x", share="100")).gpu_milli == 100
+    with pytest.raises(ObjectError, match=r"gpu\.kubeon\.io/gpu-share"):
+        demand_from_pod(share_pod("bad", share="1500"))
+
+
+def test_time_sliced_node_keeps_its_gpus_and_takes_no_whole_gpu_pods() -> None:
+    sliced = node("ts", gpus=0, alloc={"nvidia.com/gpu.shared": "8"}, labels={"nvidia.com/gpu.replicas": "4"})
+    state = state_from_kubernetes([sliced, node("whole", gpus=1)], [share_pod("s", "ts", share="500")])
+    ts = state.index["ts"]
+    assert int(state.gpu_count[ts]) == 2 and sorted(state.gpu_free[ts].tolist()[:2]) == [500, 1000]
+    whole = demand_from_pod(pod("w", gpus=1))
+    d = decide(state, whole, get_strategy("kubeon"), PackingContext(mix=TypicalMix.from_pods([whole])))
+    assert d.node == state.index["whole"] and d.fit.reason(ts) is RejectReason.NO_GPU

@@ -155,3 +155,11 @@ def test_bad_value_exits_2_naming_column(tmp_path: Path, capsys: pytest.CaptureF
 def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["simulate", "--nodes", str(tmp_path / "none.csv"), "--pods", str(tmp_path / "p.csv")]) == 2
     assert "none.csv" in capsys.readouterr().err
+
+
+def test_multigpu_list_without_gpu_spec_loads_with_any_model(tmp_path: Path) -> None:
+    """The published multigpu lists have only name,cpu_milli,memory_mib,num_gpu,gpu_milli."""
+    path = tmp_path / "multigpu.csv"
+    path.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\nm-0,8000,16384,2,1000\nm-1,4000,8192,1,250\n")
+    pods = load_pods(path)
+    assert [(p.num_gpu, p.gpu_milli, p.allowed_models) for p in pods] == [(2, 1000, None), (1, 250, None)]

@@ -118,10 +118,16 @@ leaderElection:
   resourceNamespace: {{ .Release.Namespace }}
 profiles:
   - schedulerName: {{ include "kgo.schedulerName" . }}
+    {{- if .Values.scheduler.percentageOfNodesToScore }}
+    percentageOfNodesToScore: {{ .Values.scheduler.percentageOfNodesToScore }}
+    {{- end }}
 extenders:
   - urlPrefix: http://{{ include "kgo.extenderName" . }}.{{ .Release.Namespace }}.svc:8888
     filterVerb: filter
     prioritizeVerb: prioritize
+    {{- if .Values.scheduler.extenderBinds }}
+    bindVerb: bind
+    {{- end }}
     weight: {{ .Values.scheduler.extenderWeight }}
     httpTimeout: {{ .Values.scheduler.httpTimeout }}
     enableHTTPS: false

@@ -1,0 +1,219 @@
+"""The openb replay through the extender's HTTP endpoints, as kube-scheduler calls them (`simulate --through-extender`).
+
+What runs: the extender's Flask app (its real /filter, /prioritize and
+/bind handlers, over the WSGI interface with JSON bodies on the wire), its
+`ClusterCache` fed with Node and Pod objects as the watch would feed it,
+and `simulator.kubescheduler` scoring the profile of a
+KubeSchedulerConfiguration (default: the chart's, manifests/rendered/scheduler.yaml).
+openb nodes become Nodes offering `nvidia.com/gpu` and
+`nvidia.com/gpu.shared` (enough replicas that the count never binds before
+the GPU does; the extender checks the per-GPU share); openb pods become
+Pods: whole-GPU pods request `nvidia.com/gpu`, sharing pods one
+`nvidia.com/gpu.shared` with their fraction in `gpu.kubeon.io/gpu-share`,
+`gpu_spec` a required node affinity on `nvidia.com/gpu.product`.
+
+Arrivals, tie order and metrics are `simulator.replay`'s, from the same
+seed: node names carry the per-seed random rank (as the paper's simulator
+prefixes them), so the extender's row order is the simulator's tie order.
+kube-scheduler's own random ties use a generator seeded from the seed too.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+from flask.testing import FlaskClient
+
+from extender.app import create_app
+from extender.cache import ClusterCache
+from extender.service import ExtenderService
+from gpupolicy.catalog import GPU_RESOURCE, PRODUCT_LABEL, SHARED_GPU_RESOURCE
+from gpupolicy.packing.engine import DEFAULT_STRATEGY
+from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATION, gpu_indices_from_pod
+from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
+from kube.views import StaticView
+from simulator.kubescheduler import ClusterScores, ExtenderSpec, Obj, Profile, ProfileError, schedule_one
+from simulator.replay import Arrival, ReplayResult, arrival_order
+
+REPO = Path(__file__).resolve().parent.parent
+SHIPPED_SCHEDULER_CONFIG = REPO / "manifests" / "rendered" / "scheduler.yaml"
+NAMESPACE = "openb"
+
+
+def load_scheduler_config(path: str | Path = SHIPPED_SCHEDULER_CONFIG) -> dict[str, Any]:
+    """A KubeSchedulerConfiguration: the file itself, or the ConfigMap (`config.yaml`) holding it."""
+    p = Path(path)
+    try:
+        docs = [d for d in yaml.safe_load_all(p.read_text()) if isinstance(d, dict)]
+    except (OSError, yaml.YAMLError) as exc:
+        raise ProfileError(f"{p}: {exc}") from exc
+    for doc in docs:
+        if doc.get("kind") == "KubeSchedulerConfiguration":
+            return doc
+        for text in (doc.get("data") or {}).values():
+            inner = yaml.safe_load(text) if isinstance(text, str) else None
+            if isinstance(inner, dict) and inner.get("kind") == "KubeSchedulerConfiguration":
+                return inner
+    raise ProfileError(f"{p}: no KubeSchedulerConfiguration")
+
+
+def node_object(spec: NodeSpec, name: str, replicas: int) -> dict[str, Any]:
+    alloc = {"cpu": f"{spec.cpu_milli}m", "memory": f"{spec.memory_mib}Mi", "pods": "10000"}
+    labels = {"kubernetes.io/hostname": name}
+    if spec.gpu_count:
+        alloc[GPU_RESOURCE] = str(spec.gpu_count)
+        alloc[SHARED_GPU_RESOURCE] = str(spec.gpu_count * replicas)
+        labels[PRODUCT_LABEL] = spec.model
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+            "spec": {}, "status": {"allocatable": alloc, "capacity": dict(alloc)}}
+
+
+def pod_object(demand: PodDemand, seq: int, scheduler_name: str) -> dict[str, Any]:
+    """An openb pod as a Pod: whole GPUs, or one time-sliced share with its fraction declared."""
+    requests: dict[str, str] = {"cpu": f"{demand.cpu_milli}m", "memory": f"{demand.memory_mib}Mi"}
+    annotations: dict[str, str] = {}
+    if demand.is_sharing:
+        requests[SHARED_GPU_RESOURCE] = "1"
+        annotations[GPU_SHARE_ANNOTATION] = str(demand.gpu_milli)
+    elif demand.needs_gpu:
+        requests[GPU_RESOURCE] = str(demand.num_gpu)
+    spec: dict[str, Any] = {"schedulerName": scheduler_name,
+                            "containers": [{"name": "main", "resources": {"requests": requests,
+                                                                           "limits": dict(requests)}}]}
+    if demand.allowed_models:
+        spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [
+                {"key": PRODUCT_LABEL, "operator": "In", "values": sorted(demand.allowed_models)}]}]}}}
+    name = f"{seq:06d}-{demand.name}"
+    return {"apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{seq}", "annotations": annotations},
+            "spec": spec, "status": {"phase": "Pending"}}
+
+
+class HttpExtender:
+    """kube-scheduler's HTTP extender client over the app's WSGI interface (JSON on the wire, Go field names)."""
+
+    def __init__(self, client: FlaskClient, spec: ExtenderSpec) -> None:
+        self.client = client
+        self.spec = spec
+        self.calls = {"filter": 0, "prioritize": 0, "bind": 0}
+
+    def _post(self, verb: str, body: Mapping[str, Any]) -> Any:
+        self.calls[verb] += 1
+        resp = self.client.post(f"/{verb}", data=json.dumps(body), content_type="application/json")
+        if resp.status_code != 200:
+            raise RuntimeError(f"/{verb}: HTTP {resp.status_code}: {resp.get_data(as_text=True)[:200]}")
+        return json.loads(resp.get_data())
+
+    def filter(self, pod: Obj, names: list[str]) -> tuple[list[str], dict[str, str]]:
+        result = self._post("filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
+        if result.get("Error"):
+            raise RuntimeError(str(result["Error"]))
+        failed = {**(result.get("FailedNodes") or {}), **(result.get("FailedAndUnresolvableNodes") or {})}
+        return list(result.get("NodeNames") or []), failed
+
+    def prioritize(self, pod: Obj, names: list[str]) -> dict[str, int]:
+        return {str(e["Host"]): int(e["Score"]) for e in self._post(
+            "prioritize", {"Pod": pod, "Nodes": None, "NodeNames": names})}
+
+    def bind(self, pod: Obj, node: str) -> str:
+        meta = pod["metadata"]
+        result = self._post("bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"],
+                                     "PodUID": meta["uid"], "Node": node})
+        return str(result.get("Error") or "")
+
+
+class ReplayApi:
+    """The API the extender's bind writes to: the replay's pods, and the watch that feeds the cache."""
+
+    def __init__(self, cache: ClusterCache) -> None:
+        self.cache = cache
+        self.pods: dict[str, dict[str, Any]] = {}
+
+    def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
+        pod = self.pods[f"{namespace}/{name}"]
+        pod["metadata"]["annotations"].update(annotations)
+        self.bound(pod, node)
+
+    def bound(self, pod: dict[str, Any], node: str) -> None:
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running"}
+        self.cache.on_pod("ADDED", pod)  # the watch event of the binding
+
+
+def replay_through_extender(
+    nodes: Sequence[NodeSpec],
+    pods: Sequence[PodDemand],
+    seed: int = 42,
+    tune: float = 1.3,
+    config: Mapping[str, Any] | None = None,
+    strategy: str = DEFAULT_STRATEGY,
+    keep_placements: bool = False,
+) -> ReplayResult:
+    """One replay of the live path; the same arrivals and metrics as `simulator.replay.replay`."""
+    config = config if config is not None else load_scheduler_config()
+    profile = Profile.from_config(config)
+    if not profile.extenders:
+        raise ProfileError("KubeSchedulerConfiguration: no extenders")
+    started = time.perf_counter()
+    rng = np.random.default_rng(seed)
+    by_name = sorted(nodes, key=lambda s: s.name)
+    tie_rank = rng.permutation(len(by_name))
+    capacity_milli = sum(s.gpu_count for s in by_name) * MILLI
+    arrivals = arrival_order(pods, capacity_milli, tune, rng)
+    shares = [p.gpu_milli for p in pods if p.is_sharing]
+    replicas = max(2, MILLI // max(1, min(shares))) if shares else 2
+    names = [f"r{int(tie_rank[i]):05d}-{s.name}" for i, s in enumerate(by_name)]
+    node_objs = sorted((node_object(s, n, replicas) for s, n in zip(by_name, names, strict=True)),
+                       key=lambda o: o["metadata"]["name"])
+
+    clock = [0.0]  # one arrival per second of replay time: the typical mix refreshes every 30 arrivals
+    cache = ClusterCache(clock=lambda: clock[0])
+    api = ReplayApi(cache)
+    for obj in node_objs:
+        cache.on_node("ADDED", obj)
+    service = ExtenderService(cache, StaticView(), default_strategy=strategy, binder=api)
+    client = create_app(service).test_client()
+    extenders = [(spec, HttpExtender(client, spec)) for spec in profile.extenders]
+    cluster = ClusterScores(node_objs)
+    select_rng = np.random.default_rng([seed, 1])
+    scheduler_name = str(((config.get("profiles") or [{}])[0]).get("schedulerName") or "default-scheduler")
+
+    capacity = float(capacity_milli) or 1.0
+    arrived = allocated = 0
+    at100: float | None = None
+    placements: list[Arrival] = []
+    for seq, demand in enumerate(arrivals):
+        clock[0] = float(seq)
+        pod = pod_object(demand, seq, scheduler_name)
+        api.pods[f"{NAMESPACE}/{pod['metadata']['name']}"] = pod
+        cycle = schedule_one(cluster, pod, profile, extenders, select_rng)
+        node = cycle.node
+        if node is not None:
+            if cycle.bound_by is not None:
+                error = cycle.bound_by.bind(pod, node)
+                if error:
+                    node = None
+            else:
+                api.bound(pod, node)
+        arrived += demand.gpu_total_milli
+        if node is not None:
+            cluster.add(pod, node)
+            allocated += demand.gpu_total_milli
+        if keep_placements:
+            original = node.split("-", 1)[1] if node else None
+            placements.append(Arrival(seq, demand, original, gpu_indices_from_pod(pod) if node else ()))
+        if at100 is None and arrived >= capacity:
+            at100 = 100.0 * allocated / capacity
+    return ReplayResult(strategy=f"{strategy}+extender", seed=seed, pods=len(arrivals), alloc_pct_at_100=at100,
+                        alloc_pct_at_end=100.0 * allocated / capacity, seconds=time.perf_counter() - started,
+                        placements=placements)
+
+
+__all__ = ["GPU_INDEX_ANNOTATION", "SHIPPED_SCHEDULER_CONFIG", "load_scheduler_config", "replay_through_extender"]

@@ -1,0 +1,138 @@
+"""The shipped scheduler profile lets packing decide: kube-scheduler's scoring around the real extender.
+
+Real: the chart's KubeSchedulerConfiguration (manifests/rendered/scheduler.yaml,
+kept identical to `helm template` by tests/install/test_manifests.py), read by
+the kube-scheduler emulation (simulator/kubescheduler.py: upstream v1.35
+NodeResourcesFit LeastAllocated, BalancedAllocation, TaintToleration,
+NodeAffinity, extender weighting, seeded random ties), and the extender's
+Flask app with its node model, called over its HTTP handlers. Faked: no API
+server; the extender's cache is fed the Node and Pod objects a watch would
+deliver, and the emulation's node arrays are fed the same pods.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pytest
+
+from cli.livereplay import HttpExtender, load_scheduler_config
+from extender.app import create_app
+from extender.cache import ClusterCache
+from extender.service import ExtenderService
+from kube.views import StaticView
+from simulator.kubescheduler import ClusterScores, Profile, schedule_one
+from tests.kubeapi.fixtures import make_node, make_pod
+
+A100 = "NVIDIA-A100-SXM4-80GB"
+
+
+def running(name: str, node: str, annotations: Mapping[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    pod = make_pod(name, "work", annotations=annotations, **spec)
+    pod["metadata"]["uid"] = f"uid-{name}"
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def pending(name: str, annotations: Mapping[str, str] | None = None, **spec: Any) -> dict[str, Any]:
+    pod = make_pod(name, "work", annotations=annotations, **spec)
+    pod["metadata"]["uid"] = f"uid-{name}"
+    pod["status"] = {"phase": "Pending"}
+    return pod
+
+
+class Scheduled:
+    """The extender (real app over its handlers) and kube-scheduler's scoring of one profile."""
+
+    def __init__(self, nodes: Sequence[dict[str, Any]], pods: Sequence[dict[str, Any]],
+                 config: Mapping[str, Any]) -> None:
+        self.cache = ClusterCache(clock=lambda: 0.0)
+        for node in nodes:
+            self.cache.on_node("ADDED", node)
+        self.cluster = ClusterScores(nodes)
+        for pod in pods:
+            self.cache.on_pod("ADDED", pod)
+            self.cluster.add(pod, pod["spec"]["nodeName"])
+        self.service = ExtenderService(self.cache, StaticView())
+        self.client = create_app(self.service).test_client()
+        self.profile = Profile.from_config(config)
+        self.extenders = [(spec, HttpExtender(self.client, spec)) for spec in self.profile.extenders]
+
+    def place(self, pod: dict[str, Any], seed: int = 0) -> str | None:
+        return schedule_one(self.cluster, pod, self.profile, self.extenders, np.random.default_rng(seed)).node
+
+    def extender_scores(self, pod: dict[str, Any], names: list[str]) -> dict[str, int]:
+        return self.extenders[0][1].prioritize(pod, names)
+
+
+def shipped() -> dict[str, Any]:
+    return load_scheduler_config()
+
+
+def before_this_issue() -> dict[str, Any]:
+    """The profile the chart shipped before: extender weight 5, nothing else set."""
+    config = copy.deepcopy(shipped())
+    config["extenders"][0]["weight"] = 5
+    config["profiles"] = [{"schedulerName": config["profiles"][0]["schedulerName"]}]
+    return config
+
+
+def whole_gpu_case() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    nodes = [make_node("fuller", A100, 8), make_node("emptier", A100, 8)]
+    busy = [running(f"busy-{i}", "fuller", gpus=1, cpu="11", memory="120Gi") for i in range(7)]
+    return nodes, busy, pending("p", gpus=1, cpu="2", memory="8Gi")
+
+
+def time_sliced_case() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    nodes = [make_node("fuller", A100, 2, shared_replicas=4), make_node("emptier", A100, 2, shared_replicas=4)]
+    share = {"gpu.kubeon.io/gpu-share": "500"}
+    busy = [running("half", "fuller", annotations={**share, "gpu.kubeon.io/gpu-index": "0"}, gpus=1,
+                    gpu_resource="nvidia.com/gpu.shared", cpu="40", memory="600Gi")]
+    return nodes, busy, pending("p", annotations=share, gpus=1, gpu_resource="nvidia.com/gpu.shared")
+
+
+def mig_case() -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, Any]]:
+    nodes = [make_node("fuller", A100, 1, mig={"1g.10gb": 7}), make_node("emptier", A100, 1, mig={"1g.10gb": 7})]
+    busy = [running(f"slice-{i}", "fuller", gpus=1, gpu_resource="nvidia.com/mig-1g.10gb", cpu="12",
+                    memory="150Gi") for i in range(6)]
+    return nodes, busy, pending("p", gpus=1, gpu_resource="nvidia.com/mig-1g.10gb")
+
+
+CASES = {"whole-gpu": whole_gpu_case, "time-sliced": time_sliced_case, "mig": mig_case}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_node_the_extender_prefers_wins_against_an_emptier_one(case: str) -> None:
+    nodes, busy, pod = CASES[case]()
+    live = Scheduled(nodes, busy, shipped())
+    scores = live.extender_scores(pod, ["fuller", "emptier"])
+    assert scores["fuller"] > scores["emptier"], scores  # the extender prefers the fuller node
+    assert {live.place(pod, seed) for seed in range(8)} == {"fuller"}
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_profile_before_this_issue_let_spreading_overrule_the_extender(case: str) -> None:
+    """The arithmetic docs/designs/extender.md states: a one-point lead x 5 x 10 loses to 200 points of spread."""
+    nodes, busy, pod = CASES[case]()
+    live = Scheduled(nodes, busy, before_this_issue())
+    assert live.place(pod) == "emptier"
+
+
+def test_identical_nodes_get_equal_extender_scores() -> None:
+    nodes = [make_node(f"same-{i}", A100, 8) for i in range(3)]
+    live = Scheduled(nodes, [], shipped())
+    scores = live.extender_scores(pending("p", gpus=1), ["same-0", "same-1", "same-2"])
+    assert set(scores.values()) == {10}
+
+
+def test_a_pod_the_extender_cannot_place_still_schedules_when_stock_filters_allow() -> None:
+    """Nodes outside the extender's model: it answers Error, and the ignorable extender is skipped."""
+    nodes = [make_node("gpu-0", A100, 8)]
+    live = Scheduled([], [], shipped())  # the extender's model knows no node (not synced yet)
+    live.cluster = ClusterScores(nodes)
+    assert live.profile.extenders[0].ignorable
+    assert live.place(pending("p", gpus=1)) == "gpu-0"

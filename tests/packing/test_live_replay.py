@@ -1,0 +1,63 @@
+"""`kubeon-gpu simulate --through-extender`: a short openb replay through the extender, as kube-scheduler calls it.
+
+Real: the CLI, the openb trace (vendor/openb, the first 100 nodes and 600
+pods), the extender's Flask app and node model built from Node and Pod
+objects, its /filter, /prioritize and /bind handlers, and kube-scheduler's
+scoring of the chart's rendered profile (simulator/kubescheduler.py). The
+FGD referee is the simulator's FGD on the same trace and seeds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+
+from cli.main import main
+
+VENDOR = Path(__file__).resolve().parents[2] / "vendor" / "openb"
+SEEDS = (42, 43, 44)
+
+
+def subset(src: Path, dst: Path, rows: int) -> Path:
+    with src.open(newline="") as fh:
+        reader = csv.reader(fh)
+        kept = [next(reader)] + [row for _, row in zip(range(rows), reader, strict=False)]
+    with dst.open("w", newline="") as fh:
+        csv.writer(fh).writerows(kept)
+    return dst
+
+
+def simulate(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object]:
+    assert main(["simulate", *args]) == 0
+    out: dict[str, object] = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    return out
+
+
+def test_kubeon_through_the_extender_allocates_at_least_what_fgd_does(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = subset(VENDOR / "openb_node_list_gpu_node.csv", tmp_path / "nodes.csv", 100)
+    pods = subset(VENDOR / "openb_pod_list_default.csv", tmp_path / "pods.csv", 600)
+    live, fgd = [], []
+    for seed in SEEDS:
+        placements = tmp_path / f"live-{seed}.csv"
+        got = simulate(capsys, "--nodes", str(nodes), "--pods", str(pods), "--seed", str(seed),
+                       "--through-extender", "--placements", str(placements))
+        assert got["strategy"] == "kubeon+extender" and got["pods"] == sum(1 for _ in placements.open()) - 1
+        live.append(float(got["alloc_pct_at_100"]))  # type: ignore[arg-type]
+        ref = simulate(capsys, "--nodes", str(nodes), "--pods", str(pods), "--seed", str(seed), "--strategy", "fgd")
+        fgd.append(float(ref["alloc_pct_at_100"]))  # type: ignore[arg-type]
+    assert sum(live) / len(live) >= sum(fgd) / len(fgd), (live, fgd)
+
+
+def test_a_bad_scheduler_config_is_a_clear_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "config.yaml"
+    bad.write_text("kind: ConfigMap\ndata: {}\n")
+    nodes = subset(VENDOR / "openb_node_list_gpu_node.csv", tmp_path / "nodes.csv", 5)
+    pods = subset(VENDOR / "openb_pod_list_default.csv", tmp_path / "pods.csv", 5)
+    code = main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--through-extender",
+                 "--scheduler-config", str(bad)])
+    assert code == 2
+    assert "no KubeSchedulerConfiguration" in capsys.readouterr().err
