@@ -84,13 +84,12 @@ def test_the_copies_fragment_counts_gpus_the_free_cpu_can_no_longer_feed() -> No
     # a typical pod) -> 50 and 50, A first in the order. The copies fragment blended in at
     # 0.25 counts the GPUs the node's CPU can no longer feed: on A only one 4-core pod fits
     # afterwards, so one GPU (1000m) is stranded -> delta -250 -> int(100*sigmoid(-0.25)) = 43;
-    # B can still feed three -> 50. (The default strategy no longer blends it in: it did not
-    # earn 0.05 points on the default trace, docs/benchmarks.md; kubeon scores like FGD here.)
+    # B can still feed three -> 50. kubeon blends it in and takes B, leaving A's cores to A's GPUs.
     mix, state, pod = _cpu_case()
     fgd = decide(state, pod, get_strategy("fgd"), PackingContext(mix=mix))
     ours = decide(state, pod, get_strategy("kubeon"), PackingContext(mix=mix))
     assert state.names[fgd.node] == "A" and fgd.scores.tolist() == [50.0, 50.0]
-    assert state.names[ours.node] == "A" and ours.scores.tolist() == [50.0, 50.0]
+    assert state.names[ours.node] == "B" and ours.scores.tolist() == [43.0, 50.0]
     assert _scores(FragModel(state, mix, copies=True, copies_weight=0.25), pod) == [43.0, 50.0]
 
 
