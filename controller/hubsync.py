@@ -412,7 +412,7 @@ class HubSync:
             replace_policy(ctx.api, body)
         # Status says it too; written here because the status writer is paused with the other writers.
         self.publish_condition(ctx)
-        ctx.policies.write_status(dataclasses.replace(ctx, is_leader=ctx.lease_held))
+        dataclasses.replace(ctx, is_leader=ctx.lease_held).write_status()
 
     def publish_condition(self, ctx: ControllerContext) -> None:
         """`HubConnected` in every hub-managed policy's status (written with the other conditions)."""

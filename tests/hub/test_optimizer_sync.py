@@ -65,6 +65,10 @@ def cluster_api() -> Iterator[Any]:
     api = server.api_client()
     for ns in ("kubeon-gpu", "inference", "research"):
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
+    from tests.kubeapi.fixtures import make_node
+
+    # a node that offers time-sliced shares: the webhook rewrites only to a slice some node offers
+    client.CoreV1Api(api).create_node(make_node("t4-0", "Tesla-T4", 2, shared_replicas=4))
     server.api = api
     yield server
     server.stop()
@@ -174,9 +178,8 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
 
     _put(hub, "idle-research", PARK)
     client.AppsV1Api(api).create_namespaced_deployment("research", make_deployment("trainer", "research", replicas=2))
-    # An install with prometheus.url, as the controller above: sharing policies are enforced (gpupolicy.modes).
     view = WatchedView(api, default_mode=Mode.RECOMMEND, own_namespace="kubeon-gpu", with_nodes=True,
-                       metrics_configured=True).start()
+                       metrics_configured=True).start()  # the webhook run with --prometheus-url
     webhook = create_app(view).test_client()
 
     def mutated() -> bool:
