@@ -52,7 +52,7 @@ def policy_status(api: client.ApiClient, name: str) -> dict[str, Any]:
 
 
 def invalid_events(api: client.ApiClient) -> list[client.CoreV1Event]:
-    return [e for e in client.CoreV1Api(api).list_namespaced_event("default").items
+    return [e for e in client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items
             if e.reason == "InvalidSpec" and e.involved_object.name == "broken" and e.type == "Warning"]
 
 

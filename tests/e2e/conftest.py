@@ -223,9 +223,8 @@ def webhook(e2e_cluster: Cluster, tls_dir: Path, tmp_path_factory: pytest.TempPa
         "webhook",
         ["webhook", "--cert-dir", str(tls_dir), "--port", str(port), "--bind", "127.0.0.1",
          "--workers", "1", "--namespace", RELEASE_NAMESPACE, "--kubeconfig", e2e_cluster.kubeconfig,
-         # An install with prometheus.url (the webhook never queries it): sharing policies are enforced
-         # (gpupolicy/modes.py). tests/e2e/test_readme_install.py covers the install without it.
-         "--prometheus-url", "http://prometheus.test"],
+         # an install with prometheus.url (never queried by the webhook): Automatic sharing may act
+         "--prometheus-url", "http://127.0.0.1:9"],
         f"{base}/readyz", tmp_path_factory.mktemp("logs"), verify=str(tls_dir / "ca.crt"), base_url=base)
     try:
         docs = render_chart("certificates.mode=external")

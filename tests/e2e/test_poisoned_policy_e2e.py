@@ -110,7 +110,7 @@ def test_the_stored_one_is_reported_on_its_own_status_and_events(poisoned: Clust
                               message="Valid condition on the poisoned policy")
     assert valid["status"] == "False" and valid["reason"] == "InvalidSpec"
     assert "spec.sharing.gpuMemory" in valid["message"] and "largest quantity" in valid["message"]
-    [event] = poisoned.wait_for(lambda: [e for e in poisoned.events("default", "InvalidSpec")
+    [event] = poisoned.wait_for(lambda: [e for e in poisoned.events("kubeon-gpu", "InvalidSpec")
                                          if e["involvedObject"]["name"] == "poisoned"], timeout=30,
                                 message="InvalidSpec Event on the poisoned policy")
     assert event["type"] == "Warning" and "spec.sharing.gpuMemory" in event["message"]

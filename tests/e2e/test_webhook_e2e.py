@@ -112,8 +112,9 @@ def test_policies_are_labelled_with_their_kind_for_the_printer_column(
                                  "jsonpath={.metadata.labels}").stdout
     assert '"gpu.kubeon.io/kind":"sharing"' in labels
     table = e2e_cluster.kubectl("get", "gpupolicies", "e2e-kind-column").stdout.splitlines()
-    assert table[0].split()[:4] == ["NAME", "KIND", "MODE", "PRIORITY"]
-    assert table[1].split()[:3] == ["e2e-kind-column", "sharing", "Recommend"]
+    assert table[0].split()[:5] == ["NAME", "KIND", "MODE", "REQUESTED", "PRIORITY"]
+    # MODE and REQUESTED come from the controller's status write; no controller runs here.
+    assert table[1].split()[:4] == ["e2e-kind-column", "sharing", "<none>", "<none>"]
 
 
 def test_policy_with_unknown_mig_profile_is_refused_with_the_field_path(
