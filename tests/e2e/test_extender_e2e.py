@@ -69,7 +69,13 @@ def test_whole_gpu_pods_fill_the_partly_used_node_and_never_the_draining_one(clu
     assert placed == ["b-used", "b-used", "a100-whole-0"]
     calls = cluster.scheduler.extenders[0].calls
     assert any(verb == "prioritize" for verb, _ in calls)
-    assert all(set(args) == {"Pod", "Nodes", "NodeNames"} and args["Nodes"] is None for _, args in calls)
+    scheduling = [args for verb, args in calls if verb in ("filter", "prioritize")]
+    assert scheduling and all(set(args) == {"Pod", "Nodes", "NodeNames"} and args["Nodes"] is None
+                              for args in scheduling)
+    # The chart's profile has a bindVerb: the extender binds, with ExtenderBindingArgs (extender/v1).
+    binds = [args for verb, args in calls if verb == "bind"]
+    assert len(binds) == 3 and all(set(args) == {"PodName", "PodNamespace", "PodUID", "Node"} for args in binds)
+    assert [args["Node"] for args in binds] == placed
 
 
 def test_time_sliced_pod_goes_to_the_partly_used_node(cluster: Cluster) -> None:
