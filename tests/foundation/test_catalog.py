@@ -6,7 +6,7 @@ import pytest
 
 from gpupolicy.catalog import DEFAULT_CATALOG, normalise_profile_name, profile_memory_mib
 
-SHARED = Path(__file__).resolve().parents[3] / "shared"
+VENDOR = Path(__file__).resolve().parents[2] / "vendor"  # vendored upstream data (vendor/README.md)
 
 # REFERENCE.md: profile name -> max instances, per product.
 REFERENCE_TABLE = {
@@ -54,7 +54,7 @@ def test_a100_placements(profile: str, slices: int, placements: tuple[int, ...])
 def _lgip_memory() -> dict[str, float]:
     """Parse the real H200's `nvidia-smi mig -lgip` table: profile -> GiB."""
     table = {}
-    for line in (SHARED / "data/gpu/h200-mig-lgip.txt").read_text().splitlines():
+    for line in (VENDOR / "gpu/h200-mig-lgip.txt").read_text().splitlines():
         parts = line.strip("| ").split()
         if len(parts) > 5 and parts[1] == "MIG":
             table[parts[2]] = float(parts[5])
