@@ -90,13 +90,18 @@ class ClusterView:
 
     def node_products(self) -> list[GpuProduct]:
         """Catalog products seen on nodes (GFD product label), in first-seen order, no repeats."""
+        return list(self._node_products)
+
+    @cached_property
+    def _node_products(self) -> tuple[GpuProduct, ...]:
+        """Worked out once per view: each admission asks, and a view can hold thousands of nodes."""
         seen: dict[str, GpuProduct] = {}
         for node in self.nodes:
             label = node.gpu_product
             product = self.catalog.product(label) if label else None
             if product is not None and product.product not in seen:
                 seen[product.product] = product
-        return list(seen.values())
+        return tuple(seen.values())
 
     def labels_for_product(self, product: GpuProduct) -> Mapping[str, str]:
         """Labels of the first node carrying `product` (where GFD `.memory` labels live), else empty."""
