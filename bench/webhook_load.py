@@ -59,7 +59,9 @@ def start_server(workers: int, threads: int) -> tuple[subprocess.Popen, int, str
     proc = subprocess.Popen(
         [sys.executable, "-m", "cli.main", "webhook", "--cert-dir", str(tmp), "--bind", "127.0.0.1",
          "--port", str(port), "--workers", str(workers), "--threads", str(threads),
-         "--policies", str(tmp / "policies.yaml")],
+         "--policies", str(tmp / "policies.yaml"),
+         # an install with prometheus.url (never queried by the webhook): the sharing policy rewrites
+         "--prometheus-url", "http://127.0.0.1:9"],
         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ca = str(tmp / "ca.crt")
     deadline = time.monotonic() + 30

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 
 MIG_RESOURCE_PREFIX = "nvidia.com/mig-"
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -118,8 +119,13 @@ class GpuProduct:
         return next((layout for layout in self.mig_layouts if layout.name == name), None)
 
     def profile(self, name: str) -> MigProfile | None:
-        wanted = normalise_profile_name(name)
-        return next((p for p in self.profiles if p.name == wanted), None)
+        found = self._profiles_by_name.get(name)
+        return found if found is not None else self._profiles_by_name.get(normalise_profile_name(name))
+
+    @cached_property
+    def _profiles_by_name(self) -> dict[str, MigProfile]:
+        """Looked up many times per admission (every profile of every candidate product): a dict, once."""
+        return {p.name: p for p in self.profiles}
 
 
 def normalise_profile_name(name: str) -> str:
