@@ -58,7 +58,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(chart keda.enabled); without it they are offered as YAML in the policy status")
     parser.add_argument("--uninstall", action="store_true",
                         help="once, then exit (the chart's pre-delete hook): take the lease, wake parked "
-                             "workloads, remove the controller's annotations, ScaledObjects and RoleBindings")
+                             "workloads, remove what the optimizer put on nodes and in the time-slicing "
+                             "ConfigMap, delete its ScaledObjects, NodeClaims/NodePools and RoleBindings")
+    parser.add_argument("--keep-capacity", action="store_true",
+                        help="with --uninstall: leave the Karpenter NodeClaims and NodePools the optimizer "
+                             "made (chart uninstall.keepCapacity)")
     parser.add_argument("--lease-name", default="kubeon-gpu-optimizer", help="coordination.k8s.io Lease name")
     parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")
@@ -254,7 +258,10 @@ def run(args: argparse.Namespace) -> int:
     if args.uninstall:
         from controller import uninstall
 
-        return uninstall.run(api, args.namespace, args.lease_name, args.keda)
+        return uninstall.run(
+            api, args.namespace, args.lease_name, args.keda, keep_capacity=args.keep_capacity,
+            gpu_operator_namespace=os.environ.get("KUBEON_GPU_OPERATOR_NAMESPACE") or "gpu-operator",
+            time_slicing_configmap=os.environ.get("KUBEON_GPU_TIME_SLICING_CONFIGMAP") or "time-slicing-config")
     if args.renew_seconds >= args.lease_duration_seconds:
         log.error("--renew-seconds must be shorter than --lease-duration-seconds")
         return 2

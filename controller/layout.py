@@ -37,6 +37,7 @@ from controller.context import ControllerContext
 from gpupolicy.capacity import relayout
 from gpupolicy.capacity.layout import (
     MIG,
+    MIG_CONFIG_FROM_ANNOTATION,
     RELAYOUT_ANNOTATION,
     TIME_SLICING,
     WHOLE,
@@ -48,7 +49,7 @@ from gpupolicy.capacity.layout import (
 )
 from gpupolicy.capacity.layout import plan_layout as plan_nodes
 from gpupolicy.capacity.timeslicing import ConfigMapChange, key_replicas, plan_configmap
-from gpupolicy.catalog import DEFAULT_CATALOG, PLUGIN_CONFIG_LABEL
+from gpupolicy.catalog import DEFAULT_CATALOG, MIG_CONFIG_LABEL, PLUGIN_CONFIG_LABEL
 from gpupolicy.model import (
     API_VERSION,
     KIND,
@@ -233,7 +234,13 @@ class LayoutReconciler:
                                   bool((node.get("spec") or {}).get("unschedulable")), ctx.clock.now(),
                                   policy.name, make_proposal(policy.name, target.target_ref, target.action, "",
                                                              0.0).id)
-            kl.patch_node(ctx.api, target.node, step.patch)
+            patch = step.patch
+            node_meta = node.get("metadata") or {}
+            if MIG_CONFIG_FROM_ANNOTATION not in (node_meta.get("annotations") or {}):  # the first time only
+                before = str((node_meta.get("labels") or {}).get(MIG_CONFIG_LABEL, ""))
+                patch = {**patch, "metadata": {**patch.get("metadata", {}), "annotations": {
+                    **patch.get("metadata", {}).get("annotations", {}), MIG_CONFIG_FROM_ANNOTATION: before}}}
+            kl.patch_node(ctx.api, target.node, patch)
             ctx.recorder.applied(ref, policy, f"Layout: node {target.node} cordoned for MIG {mig}", {},
                                  target.reason, action_label="layout")
             return ""

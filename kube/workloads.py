@@ -113,6 +113,19 @@ def patch_scale(api: client.ApiClient, kind: str, namespace: str, name: str,
     return _raw(call, name, namespace, patch, _content_type=MERGE_PATCH)
 
 
+def evict_pod(api: client.ApiClient, namespace: str, name: str) -> bool:
+    """Evict one pod through the Eviction API (policy/v1). False when a PodDisruptionBudget refuses (429)
+    or the pod is already gone (404): both mean "nothing evicted now"."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    try:
+        client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+    except ApiException as exc:
+        if exc.status in (404, 429):
+            return False
+        raise
+    return True
+
+
 def list_namespaces(api: client.ApiClient) -> dict[str, dict[str, str]]:
     """Namespace name -> labels (policy namespaceSelectors match on them)."""
     answer = _raw(client.CoreV1Api(api).list_namespace)
