@@ -49,7 +49,6 @@ from kubernetes.client.rest import ApiException
 from controller.context import ControllerContext
 from controller.metrics_source import MetricsError, wake_value, workload_utilization
 from controller.workload_access import DEFAULT_SERVICE_ACCOUNT, sync_write_access
-from gpupolicy.matching import label_selector_matches
 from gpupolicy.model import (
     Condition,
     GpuPolicy,
@@ -167,10 +166,7 @@ def matched_targets(spec: ScaleToZeroSpec, workloads: list[dict[str, Any]], clai
     for obj in workloads:
         meta = obj.get("metadata") or {}
         target = _Target(obj, str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
-        if target.namespace not in spec.namespaces or target.ref.key in claimed:
-            continue
-        labels = meta.get("labels") or {}
-        if spec.workload_selector is not None and not label_selector_matches(spec.workload_selector, labels):
+        if target.ref.key in claimed or not core.selects(spec, target.namespace, meta.get("labels") or {}):
             continue
         claimed.add(target.ref.key)
         found.append(target)

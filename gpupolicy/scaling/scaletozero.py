@@ -33,6 +33,7 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import Any
 
+from gpupolicy.matching import label_selector_matches
 from gpupolicy.model import ParkRecord, ScaleToZeroSpec
 from gpupolicy.quantity import parse_duration
 
@@ -136,6 +137,13 @@ class Decision:
         return self.action is not Action.NONE
 
 
+def selects(spec: ScaleToZeroSpec, namespace: str, labels: Mapping[str, str]) -> bool:
+    """Whether the policy body selects a workload: in `namespaces`, and its labels match `workloadSelector`."""
+    if namespace not in spec.namespaces:
+        return False
+    return spec.workload_selector is None or label_selector_matches(spec.workload_selector, dict(labels))
+
+
 def window_seconds(spec: ScaleToZeroSpec) -> float:
     return parse_duration(spec.idle_for)
 
@@ -201,7 +209,7 @@ def _truthy(value: str | None) -> bool:
 
 
 def _undo(action: Action, workload: Workload, replicas: int) -> dict[str, Any]:
-    """What to do to reverse the action (the `gpu.kubeon.io/undo` entry and the Event's text)."""
+    """What to do to reverse the action (kept in the park record and the Event's text)."""
     how = (
         f"set spec.replicas of {workload.ref} to {replicas} and remove status.parked[{workload.ref}]"
         if action is Action.SCALE_TO_ZERO

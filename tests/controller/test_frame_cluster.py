@@ -72,7 +72,8 @@ def pod_of(api: client.ApiClient, deployment_name: str, suffix: str = "a1b2c", n
 
 
 def pod_names(api: client.ApiClient, deployment_name: str, ns: str = "inference") -> set[str]:
-    return {p.metadata.name for p in client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"app={deployment_name}").items}
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"app={deployment_name}").items
+    return {p.metadata.name for p in pods}
 
 
 def scaler_binding_namespaces(api: client.ApiClient) -> set[str]:
@@ -397,7 +398,7 @@ def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock
     assert len(pod_names(api, "llm") & old_pods) == 1 and other_pod in pod_names(api, "embed")
     record = policy_status(api, "share")["restarts"]["Deployment/inference/llm"]
     assert record["undo"]["restartedAt"] == record["startedAt"]
-    restarting = [c for c in policy_status(api, "share")["conditions"] if c["type"] == "RightSizing"][0]
+    restarting = next(c for c in policy_status(api, "share")["conditions"] if c["type"] == "RightSizing")
     assert "restart in progress, 1 pod(s)" in restarting["message"]
     new_pod = pod_of(api, "llm", "ccccc")  # the ReplicaSet's replacement (sized by the webhook)
     states = {p["target"]: p["state"] for p in policy_status(api, "share")["proposals"]}
