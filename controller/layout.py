@@ -102,7 +102,6 @@ class LayoutReconciler:
         self.namespace = namespace or os.environ.get("KUBEON_GPU_OPERATOR_NAMESPACE") or DEFAULT_NAMESPACE
         self.configmap = configmap or os.environ.get("KUBEON_GPU_TIME_SLICING_CONFIGMAP") or DEFAULT_CONFIGMAP
         self.timeout_seconds = timeout_seconds
-        self.last_plan: LayoutPlan | None = None
         self._warned: set[str] = set()
 
     # -- the pass -----------------------------------------------------------------
@@ -117,7 +116,6 @@ class LayoutReconciler:
         in_flight = self._advance(ctx, seen, policies)
         plan = plan_nodes(read_nodes(seen.nodes, seen.pods, replicas, DEFAULT_CATALOG),
                           read_demand(seen.pods, policies, DEFAULT_CATALOG))
-        self.last_plan = plan
         modes = {p.name: effective_mode(p, ctx.default_mode, ctx.prometheus_configured).mode for p in policies}
         needed = plan.keys()
         change = plan_configmap(seen.data, needed, self._used_keys(seen.nodes))
