@@ -371,13 +371,14 @@ def test_automatic_without_restart_never_writes_the_workload(api: client.ApiClie
         f"Deployment/inference/{n}" for n in versions}
 
 
-def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock: FakeClock) -> None:
+def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock: FakeClock, frame_api: Any) -> None:
     metrics = ScriptedMetrics()
     versions = _three_workloads(api, metrics, clock)
     create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Approve",
                             approvals=["Deployment/inference/llm"]))
     old_pods = {pod_of(api, "llm", "aaaaa"), pod_of(api, "llm", "bbbbb")}
     other_pod = pod_of(api, "embed")
+    setup_writes = len(frame_api.writes)  # the test's own creates
     r = replica(api, clock, metrics, "one")
     r.elector.step()
     r.runner.run_all()
@@ -418,6 +419,12 @@ def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock
     again.runner.run_all()
     assert pod_names(api, "llm") == {new_pod}
     assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
+    writes = [w for w in frame_api.writes[setup_writes:] if "/pods/llm-7d9f6c8b5-ccccc" not in w[1]
+              and not w[1].endswith("/inference/pods")]  # less the test's stand-in for the ReplicaSet
+    assert [w for w in writes if w[1].startswith("/apis/apps/")] == [], "no write on any workload"
+    evictions = [p for m, p in writes if p.endswith("/eviction")]
+    assert [(m, p) for m, p in writes if p.endswith("/eviction")] == [("POST", p) for p in evictions]
+    assert sorted(p.split("/")[-2] for p in evictions) == sorted(old_pods), "each old pod evicted once"
 
     assert client.CoreV1Api(api).list_namespaced_event("inference").items == [], "no Event RBAC there"
     policy_events = client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items

@@ -106,6 +106,12 @@ def ours_on(obj: dict[str, Any]) -> list[str]:
             and k != core.DO_NOT_SCALE]
 
 
+def workload_writes(server: Any) -> list[tuple[str, str]]:
+    """Writes to Deployments/StatefulSets the API server saw but the tests' own creates (POST to the
+    collection) and annotations (a user's wake): the install guide grants the optimizer only their /scale."""
+    return [(m, p) for m, p in server.writes if p.startswith("/apis/apps/") and m != "POST"]
+
+
 def bindings(api: client.ApiClient) -> set[str]:
     return set(kscale.list_scaler_bindings(api))
 
@@ -194,6 +200,9 @@ def test_idle_goes_to_zero_then_wakes_by_query(
     assert_applied_events(api, woken, "idle-gpus", ["ScaleToZero", "Wake"])
     assert any(": Wake: " in m and " to 3 replicas" in m for m in messages(api, "llm"))
     assert events_about(api, NS, "Deployment", "nodata") == []
+    writes = workload_writes(scale_api)
+    assert writes == [("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/llm/scale")] * 2, (
+        "park and wake: the scale subresource only (the guide's deployments/scale get, patch)")
 
 
 def test_wake_by_annotation_and_policy_without_wake_signal_warns(
@@ -340,9 +349,12 @@ def test_crash_after_each_write_converges_without_losing_the_count(
     assert versions == {n: workload(api, n)["metadata"]["resourceVersion"] for n in ("llm", "kedad")}
     assert policy_status(api)["parked"] == records
 
+    assert all(p.endswith("/scale") for _, p in workload_writes(scale_api)), workload_writes(scale_api)
+
     # Wake both; crash right after unpausing KEDA; the restart finishes with the recorded counts.
     for name in ("llm", "kedad"):
         client.AppsV1Api(api).patch_namespaced_deployment(name, NS, {"metadata": {"annotations": {core.WAKE: "true"}}})
+    mark = len(workload_writes(scale_api))  # the user's annotations above are not the optimizer's writes
     with pytest.raises(Crash):
         reconciler("unpaused").reconcile(ctx)
     assert workload(api, "kedad")["spec"]["replicas"] == 0 and parked_record(api, "kedad") is not None
@@ -352,6 +364,8 @@ def test_crash_after_each_write_converges_without_losing_the_count(
     assert not kscale.is_paused_at_zero(kscale.list_scaled_objects(api, NS)[0])
     assert parked_record(api, "kedad") is None and parked_record(api, "llm") is None
     assert ours_on(workload(api, "kedad")) == [] and ours_on(workload(api, "llm")) == []
+    woke = workload_writes(scale_api)[mark:]
+    assert woke and all(m == "PATCH" and p.endswith("/scale") for m, p in woke), woke
 
 
 def test_scaler_rolebindings_follow_policy_namespaces(scale_api: Any) -> None:

@@ -154,8 +154,11 @@ def _ours(obj: dict[str, Any]) -> list[str]:
 def test_uninstall_hook_leaves_nothing_of_ours(cluster: Any) -> None:
     api = cluster.api
     _scene(api)
+    mark = len(cluster.writes)
     done = run_hook(cluster.kubeconfig, {"keda.enabled": "true"})
     assert done.returncode == 0, done.stdout + done.stderr
+    on_workloads = [(m, p) for m, p in cluster.writes[mark:] if p.startswith("/apis/apps/")]
+    assert on_workloads == [("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/parked/scale")], on_workloads
 
     apps, core, custom = client.AppsV1Api(api), client.CoreV1Api(api), client.CustomObjectsApi(api)
     parked = apps.read_namespaced_deployment("parked", NS)
