@@ -99,8 +99,8 @@ def _spec_rules() -> list[dict[str, str]]:
         {"rule": "!has(self.sharing) || !has(self.sharing.rollout) || self.sharing.rollout != 'Restart' || "
                  "(has(self.selector) && has(self.selector.namespaces) && size(self.selector.namespaces) > 0)",
          "fieldPath": ".sharing.rollout",
-         "message": "rollout Restart needs selector.namespaces: the controller is granted workload writes "
-                    "only in named namespaces"},
+         "message": "rollout Restart needs selector.namespaces: a restart evicts running pods, and only "
+                    "in named namespaces"},
     ]
 
 
@@ -288,16 +288,16 @@ class GpuPolicySpec(_Wire):
 
     @model_validator(mode="after")
     def _restart_names_namespaces(self) -> GpuPolicySpec:
-        """rollout: Restart writes workloads, which the controller may do only in named namespaces.
+        """rollout: Restart evicts running pods, so a policy that restarts workloads says where.
 
-        The chart grants no cluster-wide workload write; the controller binds its
-        scaler ClusterRole per namespace (docs/designs/install.md), so a policy
-        that restarts workloads must say where. The error names
-        `spec.sharing.rollout` (a ValidationError raised here keeps its loc).
+        A selector without namespaces would let one policy disrupt pods in every
+        namespace its labels happen to match; naming them bounds the restart's
+        reach (docs/designs/controller.md). The error names `spec.sharing.rollout`
+        (a ValidationError raised here keeps its loc).
         """
         if self.sharing is not None and self.sharing.rollout is Rollout.RESTART and not self.selector.namespaces:
-            message = ("rollout Restart needs selector.namespaces: the controller is granted workload "
-                       "writes only in named namespaces")
+            message = ("rollout Restart needs selector.namespaces: a restart evicts running pods, and only "
+                       "in named namespaces")
             raise ValidationError.from_exception_data("GpuPolicySpec", [InitErrorDetails(
                 type=PydanticCustomError("value_error", message), loc=("sharing", "rollout"),
                 input=self.sharing.rollout.value)])
