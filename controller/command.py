@@ -26,7 +26,7 @@ from controller.context import Clock, ControllerContext, MetricsSource, SystemCl
 from controller.health import HealthServer
 from controller.hubsync import HubSettings, HubState, HubSync
 from controller.leader import LeaderElector, exit_process
-from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
+from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers, stoppable
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
@@ -187,6 +187,8 @@ def build(
     controller_metrics = ControllerMetrics()
     elector = LeaderElector(api, namespace, lease_name, identity, clock, lease_duration=lease_duration,
                             renew_interval=renew_interval, on_lost=on_lost)
+    stop = threading.Event()
+    api = stoppable(api, stop)  # the lease loop keeps the original: its release must go through
     store = PolicyStore()
     recorder = Recorder(api, controller_metrics, clock, identity, namespace=namespace)
     hub_state = HubState()
@@ -217,7 +219,7 @@ def build(
             return store.synced or not elector.is_leader()
 
         health = HealthServer(controller_metrics.registry, ready, health_port, health_bind)
-    return ControllerProcess(ctx, elector, runner, controller_metrics, health)
+    return ControllerProcess(ctx, elector, runner, controller_metrics, health, stop_event=stop)
 
 
 def hub_settings(args: argparse.Namespace) -> HubSettings | None:
