@@ -15,7 +15,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -74,14 +74,14 @@ def stoppable(api: kubernetes.client.ApiClient, stop: threading.Event) -> kubern
     guarded = kubernetes.client.ApiClient(api.configuration)
     guarded.default_headers.update(api.default_headers)
     rest = guarded.rest_client  # every generated call ends in rest_client.request
-    inner = rest.request
+    inner: Callable[..., Any] = rest.request
 
     def request(*args: Any, **kwargs: Any) -> Any:
         if stop.is_set():
             raise Stopping("the controller is stopping")
         return inner(*args, **kwargs)
 
-    rest.request = request
+    rest.request = request  # type: ignore[method-assign]
     return guarded
 
 
