@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from gpupolicy.catalog import (
@@ -99,6 +100,18 @@ def iter_containers(pod: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
 
 def quantity_count(value: Any) -> float:
     """A resource count as a number; unparsable counts are treated as 0 (the API server refuses them)."""
+    if isinstance(value, str) and len(value) <= 64:
+        return _text_count(value)
+    return _count(value)
+
+
+@lru_cache(maxsize=4096)
+def _text_count(text: str) -> float:
+    """Counts as written ("1", "8"): a cluster repeats a few, and every review reads each twice."""
+    return _count(text)
+
+
+def _count(value: Any) -> float:
     try:
         return float(parse_quantity(value))
     except (QuantityError, TypeError, ValueError):
