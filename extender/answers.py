@@ -41,6 +41,7 @@ from gpupolicy.packing.placement import REASON_BY_CODE, RejectReason
 ObjArray = npt.NDArray[np.object_]
 UNKNOWN = -1  # reason code of a name the model does not know; REASONS[UNKNOWN] is its message
 MAX_SCORE = 10  # prioritize scores are 0..MAX_SCORE
+UNRESOLVABLE_PER_REASON = 16  # FailedAndUnresolvableNodes: at most this many nodes per reason
 
 
 def _reason(reason: RejectReason) -> str:
@@ -65,6 +66,52 @@ _PREFIXES: dict[str, Callable[[bytes], bytes]] = {
     "key": lambda quoted: b"," + quoted + b":",
     "host": lambda quoted: b',{"Host":' + quoted + b',"Score":',
 }
+
+
+def bounded_unresolvable(pos: npt.NDArray[np.intp], codes: npt.NDArray[Any],
+                         limit: int = UNRESOLVABLE_PER_REASON) -> tuple[npt.NDArray[np.intp], dict[int, int]]:
+    """Of the unresolvable positions `pos`, the first `limit` of each reason (input order kept), and
+    {code: count} of the reasons that had more.
+
+    kube-scheduler gives a node the extender left out of both maps the status
+    of an absent node, UnschedulableAndUnresolvable, exactly what
+    FailedAndUnresolvableNodes says (framework.NewDefaultNodeToStatus;
+    schedule_one.go findNodesThatPassExtenders): listing such a node only adds
+    its reason to the pod's FailedScheduling message. So a bounded sample per
+    reason, its reason naming the full count, tells the user the same.
+    """
+    if pos.size <= limit:
+        return pos, {}
+    at = codes[pos]
+    order = np.argsort(at, kind="stable")
+    grouped = at[order]
+    starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+    counts = np.diff(np.r_[starts, grouped.size])
+    rank = np.arange(grouped.size) - np.repeat(starts, counts)
+    kept = pos[np.sort(order[rank < limit])]
+    crowded = {int(grouped[s]): int(c) for s, c in zip(starts.tolist(), counts.tolist(), strict=True) if c > limit}
+    return kept, crowded
+
+
+def crowded_reason(code: int, count: int) -> str:
+    """A reason shown for a sample of its nodes, with how many nodes it applies to."""
+    return f"{REASONS[code]} ({count} nodes)"
+
+
+def listed_scores(scores: npt.NDArray[np.int64]) -> npt.NDArray[np.intp] | None:
+    """The positions a prioritize answer lists: those scoring above 0 (None: every position).
+
+    kube-scheduler adds each listed host's score x weight to its own and
+    nothing for an unlisted host (prioritizeNodes in schedule_one.go), so a 0
+    listed or left out gives every node the same total. Left out, a node also
+    gets no random tie-break value (Randomizer), so it loses exact ties to
+    listed nodes; at the chart's weight (71: one point is 710, more than the
+    default plugins' 700 swing) a 0-point node never ties a listed one.
+    When no name scores above 0 every name is listed, as before, so
+    kube-scheduler's random tie-break among them stays.
+    """
+    listed = np.flatnonzero(scores > 0)
+    return None if listed.size in (0, scores.size) else listed
 
 
 class AnswerWriter:
@@ -106,25 +153,38 @@ class AnswerWriter:
     def filter_answer(self, names: Sequence[str], rows: npt.NDArray[np.int64], codes: npt.NDArray[Any],
                       hopeless: npt.NDArray[np.bool_]) -> bytes:
         """ExtenderFilterResult with NodeNames (nodeCacheCapable): passed names in input order,
-        FailedNodes / FailedAndUnresolvableNodes with the reason of each other name."""
+        FailedNodes with the reason of every other name preemption could help, and
+        FailedAndUnresolvableNodes bounded (`bounded_unresolvable`)."""
         rejected = codes != 0
         parts = [b'{"Nodes":null,"NodeNames":[']
         parts += self._section("name", names, rows, np.flatnonzero(~rejected))
         parts.append(b'],"FailedNodes":{')
         parts += self._section("key", names, rows, np.flatnonzero(rejected & ~hopeless), _REASON_JSON, codes)
         parts.append(b'},"FailedAndUnresolvableNodes":{')
-        parts += self._section("key", names, rows, np.flatnonzero(rejected & hopeless), _REASON_JSON, codes)
+        kept, crowded = bounded_unresolvable(np.flatnonzero(rejected & hopeless), codes)
+        ends = _REASON_JSON
+        if crowded:
+            ends = ends.copy()
+            for code, count in crowded.items():
+                ends[code] = orjson.dumps(crowded_reason(code, count))
+        parts += self._section("key", names, rows, kept, ends, codes)
         parts.append(b'},"Error":""}')
         return b"".join(parts)
 
     def prioritize_answer(self, names: Sequence[str], rows: npt.NDArray[np.int64],
                           scores: npt.NDArray[np.int64]) -> bytes:
-        """The bare HostPriorityList: one {"Host", "Score"} per input name, in order."""
-        if rows.size == 0 or int(rows.min()) < 0:  # names the state does not know: the general path
+        """The bare HostPriorityList: {"Host", "Score"} for every input name scoring above 0, in order
+        (`listed_scores`); every name when none does."""
+        pos = listed_scores(scores)
+        at_rows = rows if pos is None else rows[pos]
+        if at_rows.size == 0 or int(at_rows.min()) < 0:  # names the state does not know: the general path
             parts = [b"["]
-            parts += self._section("host", names, rows, None, _SCORE_END, scores)
+            parts += self._section("host", names, rows, pos, _SCORE_END, scores)
             parts.append(b"]")
             return b"".join(parts)
+        rows = at_rows
+        if pos is not None:
+            scores = scores[pos]
         entries, lengths = self._zero_entries()
         picked: list[bytes] = entries[rows].tolist()
         picked[0] = picked[0][1:]  # no comma before the first entry
