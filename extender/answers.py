@@ -69,7 +69,7 @@ _PREFIXES: dict[str, Callable[[bytes], bytes]] = {
 
 
 def bounded_unresolvable(pos: npt.NDArray[np.intp], codes: npt.NDArray[Any],
-                         limit: int = UNRESOLVABLE_PER_REASON) -> tuple[npt.NDArray[np.intp], dict[int, int]]:
+                         limit: int) -> tuple[npt.NDArray[np.intp], dict[int, int]]:
     """Of the unresolvable positions `pos`, the first `limit` of each reason (input order kept), and
     {code: count} of the reasons that had more.
 
@@ -161,7 +161,7 @@ class AnswerWriter:
         parts.append(b'],"FailedNodes":{')
         parts += self._section("key", names, rows, np.flatnonzero(rejected & ~hopeless), _REASON_JSON, codes)
         parts.append(b'},"FailedAndUnresolvableNodes":{')
-        kept, crowded = bounded_unresolvable(np.flatnonzero(rejected & hopeless), codes)
+        kept, crowded = bounded_unresolvable(np.flatnonzero(rejected & hopeless), codes, UNRESOLVABLE_PER_REASON)
         ends = _REASON_JSON
         if crowded:
             ends = ends.copy()
