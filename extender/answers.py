@@ -17,10 +17,11 @@ touched megabytes of memory per answer; measured in the gunicorn worker on a
 shared 2-core machine, cache misses made it the largest cost of a request.
 
 A prioritize answer joins per-node entries rendered with score "0"
-(`,{"Host":"name","Score":0}`), then overwrites every digit in one numpy
-assignment at offsets from the entries' cumulative lengths: only the
-engine's pick scores 10, so every other score is one digit; the one "10" is
-spliced in. That halves the pieces to join against prefix + suffix.
+(`,{"Host":"name","Score":0}`), or "10" for the engine's pick and the nodes
+identical to it (thousands in a cluster of many identical nodes: splicing
+them in one by one was a Python loop), then overwrites every one-digit score
+in one numpy assignment at offsets from the entries' cumulative lengths.
+That halves the pieces to join against prefix + suffix.
 
 Names not in the state (rows < 0) get their prefix rendered on the spot
 (rare: a node the watch has not shown yet). One writer belongs to one
@@ -120,7 +121,7 @@ class AnswerWriter:
     def __init__(self, names: Sequence[str]) -> None:
         self.names = names
         self._prefixes: dict[str, ObjArray] = {}
-        self._zero: tuple[ObjArray, npt.NDArray[np.int64]] | None = None
+        self._zero: tuple[ObjArray, ObjArray, npt.NDArray[np.int64]] | None = None
 
     def _prefix_array(self, kind: str) -> ObjArray:
         arr = self._prefixes.get(kind)
@@ -185,26 +186,23 @@ class AnswerWriter:
         rows = at_rows
         if pos is not None:
             scores = scores[pos]
-        entries, lengths = self._zero_entries()
-        picked: list[bytes] = entries[rows].tolist()
+        entries, tens_entries, lengths = self._score_entries()
+        tens = scores >= MAX_SCORE  # the engine's pick and the nodes identical to it: two digits
+        chosen = entries[rows]
+        if tens.any():
+            chosen[tens] = tens_entries[rows[tens]]
+        picked: list[bytes] = chosen.tolist()
         picked[0] = picked[0][1:]  # no comma before the first entry
         buf = np.frombuffer(b"[" + b"".join(picked) + b"]", dtype=np.uint8).copy()
-        ends = np.cumsum(lengths[rows])  # entry i ends (exclusive) at 1 + ends[i] - 1 (comma dropped)
-        digits = ends - 2  # "...,"Score":D}" : the digit is the entry's second-to-last byte
-        buf[digits] = np.minimum(scores, MAX_SCORE - 1) + ord("0")
-        tens = np.flatnonzero(scores >= MAX_SCORE)  # the engine's pick: one entry, two digits
-        if tens.size == 0:
-            return buf.tobytes()
-        parts, start = [], 0
-        for at in digits[tens].tolist():
-            parts += [buf[start:at].tobytes(), str(MAX_SCORE).encode()]
-            start = at + 1
-        parts.append(buf[start:].tobytes())
-        return b"".join(parts)
+        ends = np.cumsum(lengths[rows] + tens)  # entry i ends (exclusive) at 1 + ends[i] - 1 (comma dropped)
+        ones = ~tens
+        buf[ends[ones] - 2] = scores[ones] + ord("0")  # "...,"Score":D}": the digit is second-to-last
+        return buf.tobytes()
 
-    def _zero_entries(self) -> tuple[ObjArray, npt.NDArray[np.int64]]:
-        """`,{"Host":"name","Score":0}` per row and its length (rendered once per state)."""
+    def _score_entries(self) -> tuple[ObjArray, ObjArray, npt.NDArray[np.int64]]:
+        """`,{"Host":"name","Score":0}` and `...:10}` per row, and the first's length (once per state)."""
         if self._zero is None:
-            entries = self._prefix_array("host") + b"0}"
-            self._zero = (entries, np.fromiter(map(len, entries), dtype=np.int64, count=len(entries)))
+            host = self._prefix_array("host")
+            entries = host + b"0}"
+            self._zero = (entries, host + b"10}", np.fromiter(map(len, entries), dtype=np.int64, count=len(entries)))
         return self._zero
