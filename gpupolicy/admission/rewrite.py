@@ -100,14 +100,14 @@ def iter_containers(pod: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
 
 def quantity_count(value: Any) -> float:
     """A resource count as a number; unparsable counts are treated as 0 (the API server refuses them)."""
-    if isinstance(value, str) and len(value) <= 64:
+    if (isinstance(value, str) and len(value) <= 64) or (type(value) is int and -10**18 < value < 10**18):
         return _text_count(value)
     return _count(value)
 
 
-@lru_cache(maxsize=4096)
-def _text_count(text: str) -> float:
-    """Counts as written ("1", "8"): a cluster repeats a few, and every review reads each twice."""
+@lru_cache(maxsize=4096, typed=True)
+def _text_count(text: str | int) -> float:
+    """Counts as written ("1", 8): a cluster repeats a few, and every review reads each twice."""
     return _count(text)
 
 

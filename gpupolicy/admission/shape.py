@@ -91,9 +91,10 @@ def _what(want: str, value: Any) -> str:
     return f"must be {want}, not {_NAMES.get(type(value), 'a ' + type(value).__name__)}"
 
 
-@lru_cache(maxsize=4096)
-def _quantity_text_problem(text: str) -> str:
-    """Why a quantity string is refused ("" when fine): a cluster repeats a few dozen quantities."""
+@lru_cache(maxsize=4096, typed=True)
+def _quantity_text_problem(text: str | int) -> str:
+    """Why a quantity (a string, or a YAML integer such as `nvidia.com/gpu: 1`) is refused ("" when
+    fine): a cluster repeats a few dozen quantities."""
     try:
         parse_nanos(text)
     except QuantityError as exc:
@@ -102,7 +103,7 @@ def _quantity_text_problem(text: str) -> str:
 
 
 def _quantity_problem(value: Any) -> str:
-    if isinstance(value, str) and len(value) <= 64:
+    if (isinstance(value, str) and len(value) <= 64) or (type(value) is int and -10**18 < value < 10**18):
         return _quantity_text_problem(value)
     try:
         parse_nanos(value)
