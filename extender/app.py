@@ -4,8 +4,8 @@ Thin handlers: cap the body, parse ExtenderArgs, call `ExtenderService`,
 serialise. /filter and /prioritize are plain functions of the body bytes in
 front of Flask (serving.wsgi.HotRoutes: at 15,000 nodes Flask's response
 handling of a 300-500 KiB answer was 16% of a request); /bind, /debug/mix,
-/metrics and the probes are Flask routes. Protocol errors (malformed JSON, a body that is not an object)
-answer HTTP 400 with a JSON message. For /filter, unusable arguments
+/metrics and the probes are Flask routes. Protocol errors (malformed JSON,
+a body that is not an object) answer HTTP 400 with a JSON message. For /filter, unusable arguments
 (missing Pod, NodeNames of the wrong type, a pod the model cannot read) and
 internal failures answer 200 with `Error` set, which kube-scheduler reports
 (and skips when the extender is `ignorable`); /prioritize has no error field,
