@@ -27,6 +27,7 @@ from cli.livereplay import replay_through_extender
 from extender.answers import REASONS, UNRESOLVABLE_PER_REASON, AnswerWriter
 from simulator.trace import load_nodes, load_pods
 from tests.extender.payloads import Harness, wire_pod
+from tests.extender.test_answers import expected_filter
 from tests.kubeapi.fixtures import make_node
 from tests.kubeapi.scheduler import summarise_failures
 
@@ -52,13 +53,7 @@ def subset(src: Path, dst: Path, rows: int, spec_every: int = 0) -> Path:
 
 def full_filter_answer(self: AnswerWriter, names: list[str], rows: Any, codes: Any, hopeless: Any) -> bytes:
     """The answer before issue 16: every rejected node with its reason, in both maps."""
-    codes, hopeless = codes.tolist(), hopeless.tolist()
-    return orjson.dumps({
-        "Nodes": None, "NodeNames": [n for n, c in zip(names, codes, strict=True) if c == 0],
-        "FailedNodes": {n: REASONS[c] for n, c, h in zip(names, codes, hopeless, strict=True) if c and not h},
-        "FailedAndUnresolvableNodes": {n: REASONS[c] for n, c, h in zip(names, codes, hopeless, strict=True)
-                                       if c and h},
-        "Error": ""})
+    return expected_filter(names, codes.tolist(), hopeless.tolist())
 
 
 def full_prioritize_answer(self: AnswerWriter, names: list[str], rows: Any, scores: Any) -> bytes:
