@@ -27,7 +27,7 @@ def diff(old: Any, new: Any, path: str = "") -> list[PatchOp]:
     and those levels share every value they did not change, so the walk
     follows exactly the paths the rewrite wrote (a handful of calls per
     review, whatever the pod's size) and finds the same operations as a walk
-    over two independent copies (tests/admission/test_patch_built.py).
+    over two independent copies (tests/core/test_patch_built.py).
     """
     if old is new:
         return []
