@@ -1,0 +1,217 @@
+"""Which GPU nodes to give back: empty, underused or packable onto fewer nodes, always re-placed first. Pure.
+
+Final signatures (capctl's controller and the benchmark call these):
+    @dataclass(frozen=True) class ConsolidationRules: underused_below_percent: float; window_seconds: float;
+        max_disrupted_nodes: int; empty_grace_seconds: float
+    @dataclass(frozen=True) class Disruption: nodes: tuple[int, ...]; method: str; moves: dict[str, int];
+        savings_per_hour: float; explanation: str
+    plan_disruptions(state: NodeState, pods_on: Mapping[int, Sequence[tuple[str, PodDemand]]],
+                     price_per_hour: Sequence[float], usage_percent: Mapping[int, float | None],
+                     rules: ConsolidationRules, *, blocked: Set[int], now: float,
+                     empty_since: Mapping[int, float], in_progress: int = 0,
+                     strategy: Strategy | None = None, ctx: PackingContext | None = None,
+                     max_trials: int = 24) -> list[Disruption]
+
+Inputs: `state` with every pod of `pods_on` placed (rows are nodes);
+`pods_on[n]` the evictable pods of node n (DaemonSet and mirror pods left
+out by the caller); `usage_percent[n]` the node's HIGHEST GPU utilisation
+over the last `rules.window_seconds` (None when the window is not fully
+covered, e.g. no Prometheus: then no usage-aware candidate);
+`blocked` rows that must not be disrupted (do-not-disrupt on node or pod,
+a drain under way, not yet ready); `empty_since[n]` when node n last became
+empty; `in_progress` nodes already being disrupted (they count against
+`max_disrupted_nodes`). Rows with `schedulable` False are neither
+candidates nor destinations.
+
+Methods, in order (Karpenter's disruption order, plus ours):
+1. `empty`: no pods for `empty_grace_seconds` (the "remove the GPU node
+   when the GPU job ends" ask): deleted without a drain.
+2. `underused`: GPU utilisation below `underused_below_percent` for the
+   whole window, and every pod re-places on the other nodes.
+3. `multi-node`: the largest set (2 or more) of the least-used nodes whose
+   pods all re-place on the remaining nodes at once.
+4. `single-node`: one node whose pods all re-place elsewhere.
+Re-placement runs the packing engine (destinations: nodes that hold pods;
+moving pods onto an empty node saves nothing) (the extender's solver) on a copy with
+the candidates cordoned; `moves` are its destinations. At most
+`max_disrupted_nodes - in_progress` nodes in all; at most one multi- or
+single-node action per call (the next loop sees the result). `max_trials`
+bounds the re-placement simulations per call (a loop's time budget).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+
+from gpupolicy.packing.engine import commit, decide, get_strategy
+from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand
+from gpupolicy.packing.placement import PackingContext, Strategy, fit
+from gpupolicy.packing.typicalmix import TypicalMix
+
+EMPTY, UNDERUSED, MULTI_NODE, SINGLE_NODE = "empty", "underused", "multi-node", "single-node"
+
+
+@dataclass(frozen=True)
+class ConsolidationRules:
+    """The policy's `consolidation` block in plain numbers."""
+
+    underused_below_percent: float = 10.0
+    window_seconds: float = 7200.0
+    max_disrupted_nodes: int = 1
+    empty_grace_seconds: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.underused_below_percent <= 100:
+            raise ValueError("underused_below_percent must be within 0..100")
+        if self.window_seconds < 0 or self.empty_grace_seconds < 0:
+            raise ValueError("window_seconds and empty_grace_seconds must be >= 0")
+        if self.max_disrupted_nodes < 0:
+            raise ValueError("max_disrupted_nodes must be >= 0")
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """One planned disruption: the rows to drain and delete, where their pods go, what it saves."""
+
+    nodes: tuple[int, ...]
+    method: str
+    moves: dict[str, int]
+    savings_per_hour: float
+    explanation: str
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:g}h" if seconds >= 3600 else f"{seconds / 60:g}min"
+
+
+def replace_pods(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, PodDemand]],
+                 strategy: Strategy, ctx: PackingContext) -> dict[str, int] | None:
+    """Where the packing engine puts `pods` once `nodes` are gone (None if one does not fit). Pure."""
+    done = _replace(state, nodes, pods, strategy, ctx)
+    return None if done is None else done[0]
+
+
+def _replace(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, PodDemand]],
+             strategy: Strategy, ctx: PackingContext) -> tuple[dict[str, int], NodeState] | None:
+    trial = state.copy()
+    trial.schedulable[list(nodes)] = False
+    moves: dict[str, int] = {}
+    for key, demand in sorted(pods, key=lambda kd: (-kd[1].gpu_total_milli, -kd[1].cpu_milli, kd[0])):
+        fitted = fit(trial, demand)
+        if not fitted.feasible.any():
+            return None
+        decision = decide(trial, demand, strategy, ctx, fitted=fitted)
+        commit(trial, demand, decision)
+        assert decision.node is not None
+        moves[key] = decision.node
+    return moves, trial
+
+
+def _used_milli(state: NodeState, n: int) -> int:
+    return int(state.gpu_count[n]) * MILLI - int(state.gpu_free_total[n])
+
+
+def _explain(state: NodeState, nodes: Sequence[int], pods_on: Mapping[int, Sequence[tuple[str, PodDemand]]],
+             moves: Mapping[str, int], usage: str, savings: float) -> str:
+    names = ", ".join(state.names[n] for n in nodes)
+    count = sum(len(pods_on.get(n, ())) for n in nodes)
+    dest = sorted({state.names[d] for d in moves.values()})
+    where = f"; they fit on {', '.join(dest)}" if dest else ""
+    gpus = int(sum(int(state.gpu_count[n]) for n in nodes))
+    return f"{names}: {count} pods{usage}{where}; frees {gpus} GPUs, about ${savings:.2f}/h"
+
+
+def plan_disruptions(
+    state: NodeState,
+    pods_on: Mapping[int, Sequence[tuple[str, PodDemand]]],
+    price_per_hour: Sequence[float],
+    usage_percent: Mapping[int, float | None],
+    rules: ConsolidationRules,
+    *,
+    blocked: Set[int],
+    now: float,
+    empty_since: Mapping[int, float],
+    in_progress: int = 0,
+    strategy: Strategy | None = None,
+    ctx: PackingContext | None = None,
+    max_trials: int = 24,
+) -> list[Disruption]:
+    """The disruptions to make now, in order (module docstring: methods and budget)."""
+    budget = rules.max_disrupted_nodes - in_progress
+    if budget <= 0:
+        return []
+    strategy = strategy or get_strategy(None)
+    ctx = ctx or PackingContext(mix=TypicalMix.from_pods([d for pods in pods_on.values() for _, d in pods], 1.0))
+    eligible = [n for n in range(len(state)) if state.schedulable[n] and n not in blocked]
+    out: list[Disruption] = []
+    taken: set[int] = set()
+
+    def add(nodes: Sequence[int], method: str, moves: dict[str, int], usage: str = "") -> None:
+        savings = float(sum(price_per_hour[n] for n in nodes))
+        out.append(Disruption(tuple(nodes), method, moves, savings,
+                              _explain(state, nodes, pods_on, moves, usage, savings)))
+        taken.update(nodes)
+
+    for n in eligible:
+        if len(out) >= budget:
+            return out
+        if not pods_on.get(n) and now - empty_since.get(n, now) >= rules.empty_grace_seconds:
+            add([n], EMPTY, {}, " (empty)")
+
+    busy = [n for n in eligible if pods_on.get(n) and n not in taken]
+    trials = 0
+    base = state.copy()
+    base.schedulable[list(taken)] = False
+    # an empty node is no destination: moving pods onto it keeps a node alive to free another
+    base.schedulable[[n for n in range(len(state)) if not pods_on.get(n)]] = False
+
+    underused = [n for n in busy if (u := usage_percent.get(n)) is not None and u < rules.underused_below_percent]
+    for n in sorted(underused, key=lambda n: (-price_per_hour[n], n)):
+        if len(out) >= budget or trials >= max_trials:
+            return out
+        trials += 1
+        done = _replace(base, [n], pods_on[n], strategy, ctx)
+        if done is not None:
+            usage = f", GPU util {usage_percent[n]:.0f}% for {_hours(rules.window_seconds)}"
+            add([n], UNDERUSED, done[0], usage)
+            base = done[1]  # the next candidate re-places around these moves
+
+    room = budget - len(out)
+    if room <= 0:
+        return out
+    # least GPU used per unit of price first: what is cheapest to move for what it saves
+    candidates = sorted((n for n in busy if n not in taken),
+                        key=lambda n: (_used_milli(state, n) / max(price_per_hour[n], 1e-9),
+                                       len(pods_on[n]), n))
+    free_gpu = int(base.gpu_free_total[base.schedulable].sum())
+    # multi-node: the largest prefix (2..room) that re-places, found by halving
+    lo, hi = 2, min(room, len(candidates))
+    best: tuple[list[int], dict[str, int]] | None = None
+    while lo <= hi and trials < max_trials:
+        mid = (lo + hi) // 2
+        group = candidates[:mid]
+        need = sum(_used_milli(state, n) for n in group)
+        moves = None
+        if need <= free_gpu - sum(int(base.gpu_free_total[n]) for n in group):
+            trials += 1
+            moves = replace_pods(base, group, [p for n in group for p in pods_on[n]], strategy, ctx)
+        if moves is not None:
+            best, lo = (group, moves), mid + 1
+        else:
+            hi = mid - 1
+    if best is not None:
+        add(best[0], MULTI_NODE, best[1])
+        return out
+    for n in candidates:
+        if trials >= max_trials:
+            break
+        if _used_milli(state, n) > free_gpu - int(base.gpu_free_total[n]):
+            continue
+        trials += 1
+        moves = replace_pods(base, [n], pods_on[n], strategy, ctx)
+        if moves is not None:
+            add([n], SINGLE_NODE, moves)
+            break
+    return out
+
