@@ -31,6 +31,8 @@ from gpupolicy.capacity.nodepool import (
 from gpupolicy.capacity.provider import KARPENTER, CapacityNode, NewNode
 from gpupolicy.model import CapacitySpec
 
+__all__ = ["GROUP", "VERSION", "KarpenterProvider", "PoolConflict", "apply_nodepool", "claim_to_node",
+           "create_nodeclaim", "delete_nodeclaim", "evict", "list_nodeclaims", "read_nodepool"]
 NODEPOOLS, NODECLAIMS = "nodepools", "nodeclaims"
 APPLY_PATCH = "application/apply-patch+yaml"
 
@@ -102,7 +104,7 @@ def delete_nodeclaim(api: client.ApiClient, name: str) -> None:
 
 def evict(api: client.ApiClient, namespace: str, name: str) -> tuple[int, str]:
     """Ask the Eviction API to remove a pod: (201, "") accepted, (404, "") gone, (429|500, why) refused."""
-    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    body: Any = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
     try:
         client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
     except ApiException as exc:

@@ -18,8 +18,9 @@ takes the next step; nothing of the drain lives in a process:
    goes.
 4. undo: past the deadline (consolidation.drainTimeout) with pods left, or
    when a do-not-disrupt annotation appeared on the node or on a pod,
-   the node is uncordoned (unless it was cordoned before) and the record
-   removed, in one patch; the caller reports why.
+   the node is uncordoned (unless it was cordoned before), the record
+   removed and `gpu.kubeon.io/drain-undone` written, in one patch; the
+   caller reports why and plans no new drain of the node for a cool-down.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 DRAINING_ANNOTATION = "gpu.kubeon.io/draining"
+UNDONE_ANNOTATION = "gpu.kubeon.io/drain-undone"  # {"at", "plan", "message"}: no new drain before the cool-down
 DO_NOT_DISRUPT = ("karpenter.sh/do-not-disrupt", "gpu.kubeon.io/do-not-disrupt")
 MIRROR_ANNOTATION = "kubernetes.io/config.mirror"
 BACKOFF_SECONDS = 5.0  # kubectl drain waits 5 s after a 429
@@ -85,10 +87,21 @@ def record_patch(record: Record) -> dict[str, Any]:
     return {"metadata": {"annotations": {DRAINING_ANNOTATION: record.to_annotation()}}}
 
 
-def undo_patch(record: Record) -> dict[str, Any]:
-    """Uncordon (unless it was cordoned before the drain) and drop the record, in one patch."""
-    return {"metadata": {"annotations": {DRAINING_ANNOTATION: None}},
+def undo_patch(record: Record, now: float, message: str) -> dict[str, Any]:
+    """Uncordon (unless it was cordoned before the drain), drop the record and note why, in one patch."""
+    undone = json.dumps({"at": now, "plan": record.plan, "policy": record.policy, "message": message},
+                        sort_keys=True, separators=(",", ":"))
+    return {"metadata": {"annotations": {DRAINING_ANNOTATION: None, UNDONE_ANNOTATION: undone}},
             "spec": {"unschedulable": True if record.was_unschedulable else None}}
+
+
+def read_undone(annotations: Mapping[str, str]) -> dict[str, Any] | None:
+    """The note an undone drain left ({"at", "plan", "policy", "message"}), None when none or unreadable."""
+    try:
+        raw = json.loads(annotations.get(UNDONE_ANNOTATION) or "null")
+        return raw if isinstance(raw, dict) and isinstance(raw.get("at"), int | float) else None
+    except ValueError:
+        return None
 
 
 def do_not_disrupt(annotations: Mapping[str, Any]) -> str | None:
@@ -133,18 +146,17 @@ def advance(node: str, record: Record, node_annotations: Mapping[str, Any],
         (f"{key} on pod {(p.get('metadata') or {}).get('name')}" for p in left
          if (key := do_not_disrupt((p.get("metadata") or {}).get("annotations") or {}))), None)
     if held and left:
-        return Step("undone", patch=undo_patch(record), pods_left=len(left),
-                    message=f"node {node}: drain undone, {held}; node uncordoned")
+        message = f"node {node}: drain undone, {held}; node uncordoned"
+        return Step("undone", patch=undo_patch(record, now, message), pods_left=len(left), message=message)
     if not left:
         done = Record(**{**record.__dict__, "deleted": True})
         return Step("deleting", patch=record_patch(done), delete_claim=True,
                     message=f"node {node}: empty after {len(record.evicted)} eviction(s); NodeClaim "
                             f"{record.claim} deleted")
     if now >= record.deadline:
-        why = f" ({record.blocked})" if record.blocked else ""
-        return Step("undone", patch=undo_patch(record), pods_left=len(left),
-                    message=f"node {node}: drain not finished within {record.deadline - record.started:.0f}s, "
-                            f"{len(left)} pod(s) left{why}; node uncordoned")
+        message = (f"node {node}: drain not finished within {record.deadline - record.started:.0f}s, "
+                   f"{len(left)} pod(s) left{_why(record)}; node uncordoned")
+        return Step("undone", patch=undo_patch(record, now, message), pods_left=len(left), message=message)
     if now < record.retry_at:
         return Step("waiting", pods_left=len(left),
                     message=f"node {node}: draining, {len(left)} pod(s) left, retrying evictions{_why(record)}")
