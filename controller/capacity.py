@@ -43,7 +43,7 @@ from kubernetes.client.exceptions import ApiException
 from controller.capacity_usage import node_usage
 from controller.context import ControllerContext
 from controller.metrics_source import MetricsError
-from gpupolicy.capacity import drain
+from gpupolicy.capacity import drain, relayout
 from gpupolicy.capacity.consolidation import EMPTY, UNDERUSED, ConsolidationRules, Disruption, plan_disruptions
 from gpupolicy.capacity.demand import (
     LaunchDemand,
@@ -54,8 +54,8 @@ from gpupolicy.capacity.demand import (
     launch_demand,
 )
 from gpupolicy.capacity.instances import InstanceType, load_instances
+from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION, read_demand, read_nodes
 from gpupolicy.capacity.layout import plan_layout as plan_nodes
-from gpupolicy.capacity.layout import read_demand, read_nodes
 from gpupolicy.capacity.nodepool import (
     FOR_PODS_ANNOTATION,
     INSTANCE_TYPE_LABEL,
@@ -67,7 +67,7 @@ from gpupolicy.capacity.nodepool import (
 )
 from gpupolicy.capacity.provider import IMPLEMENTED, CapacityNode, NewNode
 from gpupolicy.capacity.provisioning import Launch, plan_launches
-from gpupolicy.catalog import DEFAULT_CATALOG
+from gpupolicy.catalog import DEFAULT_CATALOG, MIG_CONFIG_LABEL
 from gpupolicy.model import (
     API_VERSION,
     KIND,
@@ -246,10 +246,11 @@ class CapacityReconciler:
     def _unserved(self, ctx: ControllerContext, seen: _Seen, claims: list[CapacityNode]) -> list[tuple[str, str]]:
         """(pod key, resource) of pending shared-GPU pods nothing can serve, launching claims counted."""
         registered = {n["metadata"]["name"] for n in seen.nodes}
+        nodes = [_as_relaid(n) for n in seen.nodes]
         virtual = [claim_as_node(c.claim, self.by_type[c.instance_type], c.labels) for c in claims
                    if not c.deleting and c.node not in registered and c.instance_type in self.by_type]
         sharing = ctx.policies.valid(PolicyKind.SHARING)
-        plan = plan_nodes(read_nodes([*seen.nodes, *virtual], seen.pods, {}, DEFAULT_CATALOG),
+        plan = plan_nodes(read_nodes([*nodes, *virtual], seen.pods, {}, DEFAULT_CATALOG),
                           read_demand(seen.pods, sharing, DEFAULT_CATALOG))
         unserved = {pod for pod, _ in plan.unserved}
         found = []
@@ -387,7 +388,7 @@ class CapacityReconciler:
             undone = drain.read_undone(notes)
             launched_for = set(_claim_annotation(seen, claim.claim).split(",")) if claim else set()
             if (claim is None or claim.deleting or drain.DRAINING_ANNOTATION in notes
-                    or "gpu.kubeon.io/mig-relayout" in notes or drain.do_not_disrupt(notes)
+                    or RELAYOUT_ANNOTATION in notes or drain.do_not_disrupt(notes)
                     or any(drain.do_not_disrupt(_annotations(p)) for p in bound)
                     or (undone is not None and now - float(undone["at"]) < cooldown)
                     or launched_for & pending):
@@ -510,6 +511,22 @@ def _contains(current: Any, desired: Any) -> bool:
     if isinstance(desired, dict):
         return isinstance(current, dict) and all(_contains(current.get(k), v) for k, v in desired.items())
     return bool(current == desired)
+
+
+def _as_relaid(node: dict[str, Any]) -> dict[str, Any]:
+    """A node in a MIG re-layout (controller/layout.py) as it will be: its target layout, schedulable.
+
+    The re-layout cordons it while the MIG manager works, so read as it is it would look like
+    no capacity, and the pods it is being prepared for would get a second node."""
+    record = relayout.read_record(_annotations(node))
+    if record is None:
+        return node
+    meta = _meta(node)
+    labels = {**(meta.get("labels") or {}), MIG_CONFIG_LABEL: record.target}
+    annotations = {k: v for k, v in _annotations(node).items() if k != RELAYOUT_ANNOTATION}
+    return {**node, "metadata": {**meta, "labels": labels, "annotations": annotations},
+            "spec": {**(node.get("spec") or {}),  # cordoned by the re-layout: capacity; by someone else: not
+                     "unschedulable": not record.cordoned and bool((node.get("spec") or {}).get("unschedulable"))}}
 
 
 def _is_gpu_node(node: Mapping[str, Any]) -> bool:
