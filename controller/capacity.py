@@ -291,8 +291,7 @@ class CapacityReconciler:
         room = None if spec.max_gpus is None else max(0, spec.max_gpus - used)
         launches: list[tuple[Launch, LaunchDemand]] = []
         for group in group_by_resource(demands).values():
-            planned = plan_launches([(d.pod, d.demand) for d in group], NodeState.build([]), [], catalog,
-                                    max_gpus=room)
+            planned = self._plan_group(group, catalog, room)
             for launch in planned:
                 launches.append((launch, group[0]))
                 if room is not None:
@@ -310,6 +309,23 @@ class CapacityReconciler:
         else:
             conditions.append(Condition(type="Provisioned", status="True", reason="Planned",
                                         message=f"{len(launches)} node(s) planned for {len(placed)} pending pod(s)"))
+
+    @staticmethod
+    def _plan_group(group: list[LaunchDemand], catalog: list[InstanceType], room: int | None) -> list[Launch]:
+        """Launches for pods waiting on one resource. MIG: planned per product (a slice is a different
+        share of each product's GPU), keeping the plan that places the most pods, then the cheapest."""
+        empty = NodeState.build([])
+        products = sorted({p for d in group for p in d.by_product})
+        if not products:
+            return plan_launches([(d.pod, d.demand) for d in group], empty, [], catalog, max_gpus=room)
+        best: tuple[tuple[int, float], list[Launch]] | None = None
+        for product in products:
+            pods = [(d.pod, d.by_product[product]) for d in group if product in d.by_product]
+            plan = plan_launches(pods, empty, [], catalog, max_gpus=room)
+            score = (-sum(len(launch.pods) for launch in plan), sum(la.instance_type.price_per_hour for la in plan))
+            if plan and (best is None or score < best[0]):
+                best = (score, plan)
+        return best[1] if best else []
 
     def _launch(self, ctx: ControllerContext, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_ok: bool,
                 launch: Launch, sample: LaunchDemand, index: int, proposals: list[Proposal]) -> None:

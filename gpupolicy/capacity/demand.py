@@ -12,7 +12,8 @@ reconciler therefore:
 2. turns each unserved pod into GPU milli under the layout its sharing
    policy asks for (`launch_demand`): a time-sliced share is 1/replicas of a
    GPU; a MIG slice is 1/instances of its profile's `all-<profile>` layout
-   (the GPU Operator's default set), on the products that have the profile;
+   (the GPU Operator's default set), per product that has the profile (the
+   caller plans each product and keeps the cheapest);
 3. groups them by resource, so every node launched runs one layout, and
    `boot_labels` names the MIG layout the node boots with
    (`nvidia.com/mig.config`). A time-sliced node boots whole and the layout
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from gpupolicy.capacity.instances import InstanceType
@@ -64,8 +65,11 @@ class LaunchDemand:
 
     pod: str               # namespace/name
     resource: str          # what it waits for
-    demand: PodDemand      # in whole-GPU milli terms
+    demand: PodDemand      # in whole-GPU milli terms (MIG: the largest share among its products)
     layout: str | None     # the MIG layout a node for it boots with (None: whole / time-sliced later)
+    # MIG: the demand on each product that has the profile (a 1g.10gb is 1/7 of an A100-80GB, 1/4 of
+    # an A100-40GB), so the provisioner can size per product. Empty for time-sliced shares.
+    by_product: Mapping[str, PodDemand] = field(default_factory=dict)
 
 
 def _milli_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
@@ -100,6 +104,7 @@ def launch_demand(pod: Mapping[str, Any], resource: str, policy: GpuPolicy | Non
     profile_name = resource.removeprefix(MIG_RESOURCE_PREFIX)
     worst = 0
     products: set[str] = set()
+    by_product: dict[str, PodDemand] = {}
     layout = ""
     for product in catalog.products:
         if allowed is not None and product.product not in allowed and not set(product.aliases) & allowed:
@@ -108,12 +113,15 @@ def launch_demand(pod: Mapping[str, Any], resource: str, policy: GpuPolicy | Non
         if profile is None or profile.max_instances <= 0:
             continue
         products.add(product.product)
-        worst = max(worst, math.ceil(MILLI / profile.max_instances))
+        milli = min(MILLI, math.ceil(MILLI / profile.max_instances))
+        worst = max(worst, milli)
+        by_product[product.product] = PodDemand(cpu_milli=cpu, memory_mib=mem, num_gpu=1, gpu_milli=milli,
+                                                allowed_models=frozenset({product.product}), name=key)
         layout = "all-" + profile.name.replace("+", ".")
     if not products:
         return None
-    return LaunchDemand(key, resource, PodDemand(cpu_milli=cpu, memory_mib=mem, num_gpu=1, gpu_milli=min(worst, MILLI),
-                                                 allowed_models=frozenset(products), name=key), layout)
+    return LaunchDemand(key, resource, PodDemand(cpu_milli=cpu, memory_mib=mem, num_gpu=1, gpu_milli=worst,
+                                                 allowed_models=frozenset(products), name=key), layout, by_product)
 
 
 def boot_labels(resource: str, layout: str | None) -> dict[str, str]:
