@@ -57,15 +57,13 @@ from gpupolicy.capacity.instances import InstanceType, load_instances
 from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION, read_demand, read_nodes
 from gpupolicy.capacity.layout import plan_layout as plan_nodes
 from gpupolicy.capacity.nodepool import (
-    FOR_PODS_ANNOTATION,
     INSTANCE_TYPE_LABEL,
     POLICY_LABEL,
-    POOL_LABEL,
     allowed_types,
     claim_name,
     desired_nodepool,
 )
-from gpupolicy.capacity.provider import IMPLEMENTED, CapacityNode, NewNode
+from gpupolicy.capacity.provider import IMPLEMENTED, CapacityNode, CapacityProvider, NewNode
 from gpupolicy.capacity.provisioning import Launch, plan_launches
 from gpupolicy.catalog import DEFAULT_CATALOG, MIG_CONFIG_LABEL
 from gpupolicy.model import (
@@ -134,7 +132,7 @@ class _Seen:
 
     nodes: list[dict[str, Any]]
     pods: list[dict[str, Any]]
-    claims: list[dict[str, Any]]
+    claims: list[CapacityNode]
     by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -148,6 +146,7 @@ class CapacityReconciler:
     """Reconciler `capacity` in controller/loop.py's registry."""
 
     name = SOURCE
+    provider: CapacityProvider  # this pass's (Karpenter: over ctx.api)
 
     def __init__(self, period_seconds: float = 10.0, *, instances: list[InstanceType] | None = None,
                  step_seconds: float = 60.0, checkpoint: Checkpoint | None = None) -> None:
@@ -174,7 +173,9 @@ class CapacityReconciler:
         in_flight = any(drain.DRAINING_ANNOTATION in _annotations(n) for n in nodes)
         if not policies and not in_flight:
             return
-        seen = _Seen(nodes, kl.list_pods(ctx.api), kk.list_nodeclaims(ctx.api))
+        provider = kk.KarpenterProvider(ctx.api, self.products)
+        seen = _Seen(nodes, kl.list_pods(ctx.api), provider.nodes())
+        self.provider = provider
         by_name = {p.name: p for p in policies}
         shown = self._advance_drains(ctx, seen, by_name)
         usage = self._usage(ctx, policies, seen)
@@ -204,21 +205,21 @@ class CapacityReconciler:
         except ValueError as exc:
             conditions.append(Condition(type="NodePool", status="False", reason="NoInstanceType", message=str(exc)))
             return False
-        current = kk.read_nodepool(ctx.api, spec.node_pool)
+        shape = self.provider.pool_in_shape(policy.name, spec)
         types = desired["spec"]["template"]["spec"]["requirements"][0]["values"]
         limit = f", limits nvidia.com/gpu={spec.max_gpus}" if spec.max_gpus is not None else ""
         reason = (f"{len(types)} instance type(s) ({', '.join(types[:6])}{', ...' if len(types) > 6 else ''}), "
                   f"taint nvidia.com/gpu:NoSchedule{limit}, disruption budget "
                   f"{spec.consolidation.max_disrupted_nodes} node(s), consolidateAfter Never")
-        if current is not None and _contains(current, desired):
+        if shape:
             proposals.append(make_proposal(policy.name, target, action, f"in shape: {reason}", 0.0, State.APPLIED))
             conditions.append(Condition(type="NodePool", status="True", reason="InShape", message=reason))
             return True
         state = self._decide(ctx, policy, mode, target, action)
-        shown, why = state.state, reason if current is None else f"differs from the declared shape: {reason}"
+        shown, why = state.state, reason if shape is None else f"differs from the declared shape: {reason}"
         ok = False
         if state.apply and ctx.is_leader():
-            problem = kk.KarpenterProvider(ctx.api, self.products).ensure_pool(policy.name, spec)
+            problem = self.provider.ensure_pool(policy.name, spec)
             if problem:
                 shown, why = State.APPROVED, f"not applied: {problem}"
                 conditions.append(Condition(type="NodePool", status="False", reason="FieldConflict",
@@ -233,15 +234,14 @@ class CapacityReconciler:
             shown = State.APPROVED
         if not ok and not any(c.type == "NodePool" for c in conditions):
             conditions.append(Condition(type="NodePool", status="False", reason="NotApplied",
-                                        message=f"{'missing' if current is None else 'not in shape'}; "
+                                        message=f"{'missing' if shape is None else 'not in shape'}; "
                                                 f"{shown.value.lower()} in mode {mode.value}"))
         proposals.append(make_proposal(policy.name, target, action, why, 0.0, shown))
         return ok
 
     # -- 3. provisioning ------------------------------------------------------------------
     def _pool_claims(self, seen: _Seen, pool: str) -> list[CapacityNode]:
-        return [kk.claim_to_node(c, self.products) for c in seen.claims
-                if (_meta(c).get("labels") or {}).get(POOL_LABEL) == pool]
+        return [c for c in seen.claims if c.pool == pool]
 
     def _unserved(self, ctx: ControllerContext, seen: _Seen, claims: list[CapacityNode]) -> list[tuple[str, str]]:
         """(pod key, resource) of pending shared-GPU pods nothing can serve, launching claims counted."""
@@ -270,7 +270,7 @@ class CapacityReconciler:
                 proposals.append(make_proposal(
                     policy.name, f"NodePool/{spec.node_pool}",
                     f"launch NodeClaim {claim.claim} ({claim.instance_type})",
-                    f"launching for {_claim_annotation(seen, claim.claim) or 'pending pods'}", 0.0, State.APPLIED))
+                    f"launching for {', '.join(claim.launched_for) or 'pending pods'}", 0.0, State.APPLIED))
         waiting = self._unserved(ctx, seen, claims)
         if not waiting:
             conditions.append(Condition(type="Provisioned", status="True", reason="NothingPending",
@@ -346,7 +346,7 @@ class CapacityReconciler:
                 shown = State.APPROVED
             else:
                 new = NewNode(name, kind.name, labels, reason, launch.pods)
-                kk.KarpenterProvider(ctx.api, self.products).add(policy.name, spec, new)
+                self.provider.add(policy.name, spec, new)
                 self.checkpoint("launched")
                 ctx.recorder.applied(TargetRef("NodeClaim", "", name, api_version=kk.GROUP), policy,
                                      f"Capacity: {action}", {}, reason, action_label="capacity")
@@ -402,7 +402,7 @@ class CapacityReconciler:
                 blocked.add(row)
             notes = _annotations(node)
             undone = drain.read_undone(notes)
-            launched_for = set(_claim_annotation(seen, claim.claim).split(",")) if claim else set()
+            launched_for = set(claim.launched_for) if claim else set()
             if (claim is None or claim.deleting or drain.DRAINING_ANNOTATION in notes
                     or RELAYOUT_ANNOTATION in notes or drain.do_not_disrupt(notes)
                     or any(drain.do_not_disrupt(_annotations(p)) for p in bound)
@@ -509,7 +509,7 @@ class CapacityReconciler:
                 if exc.status != 404:
                     raise
         if step.delete_claim:
-            kk.delete_nodeclaim(ctx.api, record.claim)
+            self.provider.remove(record.claim)
             self.checkpoint("deleted")
         if step.outcome == "undone":
             log.warning("capacity drain undone: %s", step.message)
@@ -520,13 +520,6 @@ class CapacityReconciler:
                 ctx.recorder.warning(ref, "CapacityDrainUndone", step.message)
             return ""
         return step.message
-
-
-def _contains(current: Any, desired: Any) -> bool:
-    """Every field of `desired` has its value in `current` (extra fields others set are fine)."""
-    if isinstance(desired, dict):
-        return isinstance(current, dict) and all(_contains(current.get(k), v) for k, v in desired.items())
-    return bool(current == desired)
 
 
 def _as_relaid(node: dict[str, Any]) -> dict[str, Any]:
@@ -549,13 +542,6 @@ def _is_gpu_node(node: Mapping[str, Any]) -> bool:
     labels = _meta(node).get("labels") or {}
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     return "nvidia.com/gpu.product" in labels or any(str(k).startswith("nvidia.com/") for k in allocatable)
-
-
-def _claim_annotation(seen: _Seen, claim: str) -> str:
-    for obj in seen.claims:
-        if _meta(obj).get("name") == claim:
-            return str(_annotations(obj).get(FOR_PODS_ANNOTATION, ""))
-    return ""
 
 
 def _sharing_for(resource: str, sharing: list[GpuPolicy]) -> GpuPolicy | None:

@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 from gpupolicy.capacity.nodepool import (
     FIELD_MANAGER,
+    FOR_PODS_ANNOTATION,
     GROUP,
     INSTANCE_TYPE_LABEL,
     POOL_LABEL,
@@ -32,7 +33,7 @@ from gpupolicy.capacity.provider import KARPENTER, CapacityNode, NewNode
 from gpupolicy.model import CapacitySpec
 
 __all__ = ["GROUP", "VERSION", "KarpenterProvider", "PoolConflict", "apply_nodepool", "claim_to_node",
-           "create_nodeclaim", "delete_nodeclaim", "evict", "list_nodeclaims", "read_nodepool"]
+           "contains", "create_nodeclaim", "delete_nodeclaim", "evict", "list_nodeclaims", "read_nodepool"]
 NODEPOOLS, NODECLAIMS = "nodepools", "nodeclaims"
 APPLY_PATCH = "application/apply-patch+yaml"
 
@@ -140,9 +141,11 @@ def claim_to_node(claim: Mapping[str, Any], products: Mapping[str, tuple[str, in
     capacity = status.get("capacity") or {}
     if "nvidia.com/gpu" in capacity:
         gpus = _quantity_int(capacity["nvidia.com/gpu"])
+    launched_for = str((meta.get("annotations") or {}).get(FOR_PODS_ANNOTATION) or "")
     return CapacityNode(claim=str(meta.get("name")), node=status.get("nodeName") or None,
                         pool=labels.get(POOL_LABEL, ""), instance_type=instance_type, gpus=gpus, product=product,
-                        price_per_hour=price, labels=labels, deleting=bool(meta.get("deletionTimestamp")))
+                        price_per_hour=price, labels=labels, deleting=bool(meta.get("deletionTimestamp")),
+                        launched_for=tuple(p for p in launched_for.split(",") if p))
 
 
 class KarpenterProvider:
@@ -154,15 +157,22 @@ class KarpenterProvider:
         self.api = api
         self.products = dict(products)
 
+    def _desired(self, policy: str, spec: CapacitySpec) -> dict[str, Any]:
+        return desired_nodepool(policy, spec, {t: p for t, (p, _, _) in self.products.items()})
+
+    def pool_in_shape(self, policy: str, spec: CapacitySpec) -> bool | None:
+        current = read_nodepool(self.api, spec.node_pool)
+        return None if current is None else contains(current, self._desired(policy, spec))
+
     def ensure_pool(self, policy: str, spec: CapacitySpec) -> str:
-        desired = desired_nodepool(policy, spec, {t: p for t, (p, _, _) in self.products.items()})
+        desired = self._desired(policy, spec)
         try:
             apply_nodepool(self.api, desired)
         except PoolConflict as exc:
             return f"NodePool {spec.node_pool}: {exc}"
         return ""
 
-    def nodes(self, pool: str) -> list[CapacityNode]:
+    def nodes(self, pool: str | None = None) -> list[CapacityNode]:
         return [claim_to_node(c, self.products) for c in list_nodeclaims(self.api, pool)]
 
     def add(self, policy: str, spec: CapacitySpec, new: NewNode) -> str:
@@ -170,5 +180,12 @@ class KarpenterProvider:
         create_nodeclaim(self.api, body)
         return new.name
 
-    def remove(self, node: CapacityNode) -> None:
-        delete_nodeclaim(self.api, node.claim)
+    def remove(self, claim: str) -> None:
+        delete_nodeclaim(self.api, claim)
+
+
+def contains(current: Any, desired: Any) -> bool:
+    """Every field of `desired` has its value in `current` (fields other managers set are fine)."""
+    if isinstance(desired, dict):
+        return isinstance(current, dict) and all(contains(current.get(k), v) for k, v in desired.items())
+    return bool(current == desired)

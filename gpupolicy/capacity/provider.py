@@ -44,6 +44,7 @@ class CapacityNode:
     price_per_hour: float
     labels: Mapping[str, str] = field(default_factory=dict)
     deleting: bool = False     # removal requested (Karpenter: the claim has a deletionTimestamp)
+    launched_for: tuple[str, ...] = ()  # the pending pods (namespace/name) it was added for, if by us
 
     @property
     def launching(self) -> bool:
@@ -67,18 +68,22 @@ class CapacityProvider(Protocol):
 
     name: str
 
+    def pool_in_shape(self, policy: str, spec: CapacitySpec) -> bool | None:
+        """Whether the pool has the declared shape: True, False (differs), None (missing)."""
+        ...
+
     def ensure_pool(self, policy: str, spec: CapacitySpec) -> str:
         """Keep the pool in the declared shape (patch only the fields we own); returns "" or why not."""
         ...
 
-    def nodes(self, pool: str) -> list[CapacityNode]:
-        """The pool's nodes, launching ones included, with their cost."""
+    def nodes(self, pool: str | None = None) -> list[CapacityNode]:
+        """The pool's nodes (every pool's with None), launching ones included, with their cost."""
         ...
 
     def add(self, policy: str, spec: CapacitySpec, new: NewNode) -> str:
         """Ask for one node; returns the provider's handle (the NodeClaim name)."""
         ...
 
-    def remove(self, node: CapacityNode) -> None:
-        """Give a node back (it must be empty of pods that matter: drain first)."""
+    def remove(self, claim: str) -> None:
+        """Give a node back by its handle (it must be empty of pods that matter: drain first)."""
         ...

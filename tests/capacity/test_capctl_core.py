@@ -10,9 +10,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
-import yaml
 
 from controller.capacity_usage import covered, node_usage_query
 from gpupolicy.capacity import drain
@@ -21,6 +19,7 @@ from gpupolicy.capacity.instances import load_instances
 from gpupolicy.capacity.nodepool import allowed_types, claim_name, desired_nodeclaim, desired_nodepool
 from gpupolicy.model import CapacitySpec, Mode, PolicyKind, parse_policy
 from gpupolicy.modes import disruption_mode, handling
+from tests.kubeapi.karpenter import check_against_crd
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = ROOT / "gpupolicy" / "capacity" / "data" / "aws-gpu-instances.csv"
@@ -30,22 +29,6 @@ SPEC = CapacitySpec.model_validate({
     "consolidation": {"underusedBelowPercent": 10, "for": "2h", "maxDisruptedNodes": 1}})
 
 
-def strict(node: Any) -> Any:
-    if isinstance(node, dict):
-        out = {k: strict(v) for k, v in node.items()}
-        if "properties" in out and "additionalProperties" not in out:
-            out["additionalProperties"] = False
-        return out
-    return [strict(v) for v in node] if isinstance(node, list) else node
-
-
-def validate(obj: dict[str, Any], crd: str) -> None:
-    schema = strict(yaml.safe_load((ROOT / "vendor" / "crds" / crd).read_text())["spec"]["versions"][0]["schema"]
-                    ["openAPIV3Schema"])
-    schema["properties"]["metadata"] = {"type": "object"}
-    jsonschema.validate(obj, schema)
-
-
 def products() -> dict[str, str]:
     return {t.name: t.model for t in load_instances(CATALOG)}
 
@@ -53,7 +36,7 @@ def products() -> dict[str, str]:
 # -- NodePool and NodeClaim ------------------------------------------------------------------
 def test_the_nodepool_is_the_declared_shape_and_valid_for_karpenter() -> None:
     pool = desired_nodepool("p", SPEC, products())
-    validate(pool, "karpenter.sh_nodepools.yaml")
+    check_against_crd(pool, "nodepools")
     template = pool["spec"]["template"]["spec"]
     assert template["requirements"][0]["values"] == ["g5.12xlarge", "g5.xlarge", "g6.xlarge", "p4de.24xlarge"]
     assert template["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
@@ -77,7 +60,7 @@ def test_a_nodeclaim_is_valid_named_stably_and_boots_the_layout() -> None:
                                                                                              pods, 1)
     claim = desired_nodeclaim(name, "p", SPEC, "p4de.24xlarge", boot_labels("nvidia.com/mig-1g.10gb", "all-1g.10gb"),
                               pods)
-    validate(claim, "karpenter.sh_nodeclaims.yaml")
+    check_against_crd(claim, "nodeclaims")
     assert claim["metadata"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
     assert claim["metadata"]["labels"]["karpenter.sh/nodepool"] == "gpu"
     assert claim["metadata"]["annotations"]["gpu.kubeon.io/launched-for"].endswith(",+10")

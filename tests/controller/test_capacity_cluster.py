@@ -17,13 +17,9 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
-import yaml
-from kubernetes import client
 
 from controller.capacity import CapacityReconciler
 from controller.context import ControllerContext
@@ -39,10 +35,10 @@ from tests.controller.conftest import FakeClock, ScriptedMetrics
 from tests.kubeapi.cluster import Cluster
 from tests.kubeapi.fixtures import make_deployment, make_node, make_pdb, make_pod
 from tests.kubeapi.gpu_operator import GpuOperator
+from tests.kubeapi.karpenter import check_against_crd
 from tests.kubeapi.scheduler import read_items
 from tests.promharness import DcgmExporter, PrometheusServer, constant, gpu_labels
 
-ROOT = Path(__file__).resolve().parents[2]
 CRD = "manifests/crd/gpupolicies.gpu.kubeon.io.yaml"
 NS = "ml"
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
@@ -170,31 +166,6 @@ def make_world() -> Iterator[Callable[..., World]]:
         cluster.close()
 
 
-def schema(crd_file: str) -> dict[str, Any]:
-    crd = yaml.safe_load((ROOT / "vendor" / "crds" / crd_file).read_text())
-    return dict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
-
-
-def strict(node: Any) -> Any:
-    """The schema with `additionalProperties: false` wherever properties are listed (unknown fields fail)."""
-    if isinstance(node, dict):
-        out = {k: strict(v) for k, v in node.items()}
-        if "properties" in out and "additionalProperties" not in out:
-            out["additionalProperties"] = False
-        return out
-    if isinstance(node, list):
-        return [strict(v) for v in node]
-    return node
-
-
-def assert_valid(obj: dict[str, Any], crd_file: str) -> None:
-    body = {k: v for k, v in obj.items() if k not in ("status",)}
-    body["metadata"] = {k: v for k, v in obj["metadata"].items() if k in ("name", "labels", "annotations")}
-    checked = strict(schema(crd_file))
-    checked["properties"]["metadata"] = {"type": "object"}
-    jsonschema.validate(body, checked)
-
-
 def annotations(obj: dict[str, Any]) -> dict[str, str]:
     return dict(obj["metadata"].get("annotations") or {})
 
@@ -225,9 +196,9 @@ def test_pending_time_sliced_burst_gets_a_nodepool_and_nodeclaims_once(make_worl
     claims = world.claims()
     assert len(claims) == 13  # 50 shares at 4 per L4 GPU, one L4 per g6.xlarge
     for claim in claims.values():
-        assert_valid(claim, "karpenter.sh_nodeclaims.yaml")
+        check_against_crd(claim, "nodeclaims")
         assert claim["metadata"]["labels"]["karpenter.sh/nodepool"] == "gpu"
-    assert_valid(pool, "karpenter.sh_nodepools.yaml")
+    check_against_crd(pool, "nodepools")
     world.runner.run_all()  # the next pass counts the launching claims: no second set
     world.runner.run_all()
     assert set(world.claims()) == set(claims)
@@ -274,7 +245,7 @@ def two_nodes_one_pod_each(world: World, **pod_kw: Any) -> None:
     """gpu-a and gpu-b (8 GPUs each), one 1-GPU Deployment pod on each (the other node cordoned meanwhile)."""
     world.launch("gpu-a")
     world.launch("gpu-b")
-    for name, node, other in (("job-a", "gpu-a", "gpu-b"), ("job-b", "gpu-b", "gpu-a")):
+    for name, other in (("job-a", "gpu-b"), ("job-b", "gpu-a")):
         world.cluster.core.patch_node(other, {"spec": {"unschedulable": True}})
         world.cluster.create(make_deployment(name, NS, 1, gpus=1, tolerations=TOLERATE_GPU, **pod_kw))
         world.cluster.settle()
