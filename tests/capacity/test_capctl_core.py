@@ -46,6 +46,19 @@ def test_the_nodepool_is_the_declared_shape_and_valid_for_karpenter() -> None:
     assert "limits" not in desired_nodepool("p", SPEC.model_copy(update={"max_gpus": None}), products())["spec"]
 
 
+def test_the_crd_check_refuses_what_karpenter_would_prune_or_refuse() -> None:
+    import jsonschema
+
+    pool = desired_nodepool("p", SPEC, products())
+    pool["spec"]["template"]["spec"]["gpuTaints"] = []  # not a NodePool field
+    with pytest.raises(jsonschema.ValidationError, match="gpuTaints"):
+        check_against_crd(pool, "nodepools")
+    pool = desired_nodepool("p", SPEC, products())
+    pool["spec"]["disruption"]["budgets"] = [{"nodes": "ten"}]
+    with pytest.raises(jsonschema.ValidationError, match="does not match"):
+        check_against_crd(pool, "nodepools")
+
+
 def test_no_gpu_model_of_the_catalog_is_a_clear_error() -> None:
     spec = SPEC.model_copy(update={"gpu_models": ["NVIDIA-B200"]})
     assert allowed_types(spec, products()) == []

@@ -15,6 +15,10 @@ What it does, per karpenter.sh/v1 (../shared/REFERENCE.md, Karpenter v1):
   is retried on a later pass, after `evict_retry` seconds), then deletes the
   Node and removes the finalizer so the claim goes away.
 
+`check_against_crd` validates a NodePool or NodeClaim body with Karpenter's
+own CRD schema (vendor/crds), made strict: an unknown field fails where the
+API server would only prune it.
+
 Not modelled: provisioning (creating NodeClaims for pending pods),
 consolidation, drift, expiry, NodePool limits, startup taints, the Node's
 own finalizer; pods that tolerate the disrupted taint are evicted too;
