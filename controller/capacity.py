@@ -66,6 +66,7 @@ from gpupolicy.capacity.nodepool import (
 from gpupolicy.capacity.provider import IMPLEMENTED, CapacityNode, CapacityProvider, NewNode
 from gpupolicy.capacity.provisioning import Launch, plan_launches
 from gpupolicy.catalog import DEFAULT_CATALOG, MIG_CONFIG_LABEL
+from gpupolicy.matching import selector_matches
 from gpupolicy.model import (
     API_VERSION,
     KIND,
@@ -179,13 +180,14 @@ class CapacityReconciler:
         by_name = {p.name: p for p in policies}
         shown = self._advance_drains(ctx, seen, by_name)
         usage = self._usage(ctx, policies, seen)
+        claimed: set[str] = set()  # a pending pod is provisioned for by the first policy covering it
         for policy in policies:
             assert policy.spec.capacity is not None
             mode = effective_mode(policy, ctx.default_mode, ctx.prometheus_configured).mode
             proposals = list(shown.get(policy.name, []))
             conditions: list[Condition] = []
             pool_ok = self._pool(ctx, policy, policy.spec.capacity, mode, proposals, conditions)
-            self._provision(ctx, policy, policy.spec.capacity, mode, seen, pool_ok, proposals, conditions)
+            self._provision(ctx, policy, policy.spec.capacity, mode, seen, pool_ok, proposals, conditions, claimed)
             self._consolidate(ctx, policy, policy.spec.capacity, mode, seen, usage, proposals, conditions)
             ctx.policies.publish(policy.name, SOURCE, proposals, conditions)
 
@@ -263,7 +265,7 @@ class CapacityReconciler:
         return found
 
     def _provision(self, ctx: ControllerContext, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, seen: _Seen,
-                   pool_ok: bool, proposals: list[Proposal], conditions: list[Condition]) -> None:
+                   pool_ok: bool, proposals: list[Proposal], conditions: list[Condition], claimed: set[str]) -> None:
         claims = self._pool_claims(seen, spec.node_pool)
         for claim in claims:  # what was launched stays visible until its node registers
             if claim.launching and claim.labels.get(POLICY_LABEL) == policy.name:
@@ -271,12 +273,14 @@ class CapacityReconciler:
                     policy.name, f"NodePool/{spec.node_pool}",
                     f"launch NodeClaim {claim.claim} ({claim.instance_type})",
                     f"launching for {', '.join(claim.launched_for) or 'pending pods'}", 0.0, State.APPLIED))
-        waiting = self._unserved(ctx, seen, claims)
+        pods = {_pod_key(p): p for p in seen.pods}
+        waiting = [(key, resource) for key, resource in self._unserved(ctx, seen, claims)
+                   if key not in claimed and _covers(policy, pods[key])]
+        claimed.update(key for key, _ in waiting)
         if not waiting:
             conditions.append(Condition(type="Provisioned", status="True", reason="NothingPending",
                                         message="no pending shared-GPU pod lacks a node"))
             return
-        pods = {_pod_key(p): p for p in seen.pods}
         sharing = ctx.policies.valid(PolicyKind.SHARING)
         demands: list[LaunchDemand] = []
         impossible: list[str] = []
@@ -542,6 +546,14 @@ def _is_gpu_node(node: Mapping[str, Any]) -> bool:
     labels = _meta(node).get("labels") or {}
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     return "nvidia.com/gpu.product" in labels or any(str(k).startswith("nvidia.com/") for k in allocatable)
+
+
+def _covers(policy: GpuPolicy, pod: Mapping[str, Any]) -> bool:
+    """The policy's selector covers the pod (namespace labels: the automatic name label only)."""
+    meta = _meta(pod)
+    namespace = str(meta.get("namespace") or "default")
+    return selector_matches(policy.spec.selector, namespace, {"kubernetes.io/metadata.name": namespace},
+                            dict(meta.get("labels") or {}))
 
 
 def _sharing_for(resource: str, sharing: list[GpuPolicy]) -> GpuPolicy | None:

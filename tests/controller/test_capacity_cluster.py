@@ -418,3 +418,19 @@ def test_killing_the_controller_mid_drain_converges(make_world: Any) -> None:
     replaced = [p for p in pods if p["metadata"]["uid"] not in originals.values()]
     assert len(replaced) == 1  # the one evicted pod was replaced once: evicted once for the plan
     assert all(not v["spec"].get("unschedulable") for v in world.nodes().values())
+
+
+def test_a_pending_pod_is_provisioned_for_once_by_the_first_policy_covering_it(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(sharing_policy("mig", "MIG"))
+    first = capacity_policy("first", models=["NVIDIA-A100-SXM4-80GB"])
+    first["spec"].update({"priority": 10, "selector": {"namespaces": [NS]}})
+    second = capacity_policy("second", models=["NVIDIA-A100-SXM4-80GB"])
+    second["spec"]["capacity"]["nodePool"] = "gpu-other"
+    world.create_policy(first)
+    world.create_policy(second)
+    gpu_pods(world, 4, "nvidia.com/mig-1g.10gb")
+    world.rounds(1)
+    pools = [c["metadata"]["labels"]["karpenter.sh/nodepool"] for c in world.claims().values()]
+    assert pools == ["gpu"]
+    assert not [p for p in world.proposals("second") if p["action"].startswith("launch")]
