@@ -44,7 +44,14 @@ from controller.capacity_usage import node_usage
 from controller.context import ControllerContext
 from controller.metrics_source import MetricsError
 from gpupolicy.capacity import drain, relayout
-from gpupolicy.capacity.consolidation import EMPTY, UNDERUSED, ConsolidationRules, Disruption, plan_disruptions
+from gpupolicy.capacity.consolidation import (
+    EMPTY,
+    UNDERUSED,
+    ConsolidationRules,
+    Disruption,
+    plan_disruptions,
+    replace_pods,
+)
 from gpupolicy.capacity.demand import (
     LaunchDemand,
     boot_labels,
@@ -80,8 +87,11 @@ from gpupolicy.model import (
 )
 from gpupolicy.model import ProposalState as State
 from gpupolicy.modes import disruption_mode, effective_mode
+from gpupolicy.packing.engine import get_strategy
 from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
 from gpupolicy.packing.nodemodel import NodeState, PodDemand
+from gpupolicy.packing.placement import PackingContext
+from gpupolicy.packing.typicalmix import TypicalMix
 from gpupolicy.proposals import TargetRef, decide_state, make_proposal
 from kube import karpenter as kk
 from kube import layout as kl
@@ -475,24 +485,31 @@ class CapacityReconciler:
     def _advance_drains(self, ctx: ControllerContext, seen: _Seen,
                         policies: Mapping[str, GpuPolicy]) -> dict[str, list[Proposal]]:
         shown: dict[str, list[Proposal]] = {}
+        state: NodeState | None = None
+        gpu_nodes = [n for n in seen.nodes if _is_gpu_node(n)]
         for node in seen.nodes:
             notes = _annotations(node)
             record = drain.read_record(notes)
             if record is None or not ctx.is_leader():
                 continue
             name = str(node["metadata"]["name"])
-            message = self._step(ctx, name, record, notes, seen.by_node.get(name, []), policies.get(record.policy))
-            if record.policy in policies and message:
-                shown.setdefault(record.policy, []).append(Proposal(
-                    id=record.plan, target=f"Node/{name}", action="drain in progress", reason=message[:500],
-                    state=State.APPLIED))
+            pods = seen.by_node.get(name, [])
+            if state is None:
+                state = _state_or_none(gpu_nodes, seen.pods)
+            outcome, message = self._step(ctx, name, record, notes, pods, policies.get(record.policy),
+                                          _still_fits(state, name, pods))
+            if record.policy in policies:
+                undone = outcome == "undone"
+                shown.setdefault(record.policy, []).append(make_proposal(
+                    record.policy, f"Node/{name}", "drain undone" if undone else "drain in progress", message[:500],
+                    0.0, State.PROPOSED if undone else State.APPLIED))
         return shown
 
     def _step(self, ctx: ControllerContext, name: str, record: drain.Record, notes: Mapping[str, Any],
-              pods: list[dict[str, Any]], policy: GpuPolicy | None) -> str:
-        """One drain step on `name`; returns what it did (the proposal's reason), "" once undone."""
+              pods: list[dict[str, Any]], policy: GpuPolicy | None, fits: bool = True) -> tuple[str, str]:
+        """One drain step on `name`; returns its outcome and what it did (the proposal's reason)."""
         now = ctx.clock.now()
-        step = drain.advance(name, record, notes, pods, now)
+        step = drain.advance(name, record, notes, pods, now, fits)
         if step.evict:
             accepted, refused = [], ""
             for namespace, pod, uid in step.evict:
@@ -503,9 +520,7 @@ class CapacityReconciler:
                     refused = refused or f"eviction of {namespace}/{pod} refused ({status}): {why}"[:300]
             self.checkpoint("evicted")
             kl.patch_node(ctx.api, name, drain.record_patch(drain.after_evictions(record, accepted, refused, now)))
-            if accepted and not refused:  # evicted pods are gone at once on a server without grace periods
-                return step.message
-            return f"{step.message}; {refused}" if refused else step.message
+            return step.outcome, f"{step.message}; {refused}" if refused else step.message
         if step.patch is not None:
             try:
                 kl.patch_node(ctx.api, name, step.patch)
@@ -522,8 +537,7 @@ class CapacityReconciler:
                 refs.append(ObjectRef(API_VERSION, KIND, policy.name, None, policy.metadata.uid))
             for ref in refs:
                 ctx.recorder.warning(ref, "CapacityDrainUndone", step.message)
-            return ""
-        return step.message
+        return step.outcome, step.message
 
 
 def _as_relaid(node: dict[str, Any]) -> dict[str, Any]:
@@ -546,6 +560,28 @@ def _is_gpu_node(node: Mapping[str, Any]) -> bool:
     labels = _meta(node).get("labels") or {}
     allocatable = (node.get("status") or {}).get("allocatable") or {}
     return "nvidia.com/gpu.product" in labels or any(str(k).startswith("nvidia.com/") for k in allocatable)
+
+
+def _state_or_none(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> NodeState | None:
+    try:
+        return state_from_kubernetes(nodes, pods)
+    except ObjectError:
+        return None
+
+
+def _still_fits(state: NodeState | None, node: str, pods: list[dict[str, Any]]) -> bool:
+    """The drainable pods left on `node` re-place on the other nodes (the packing engine, as planned).
+    Unknown (an object the model cannot read) counts as fitting: the deadline still bounds the drain."""
+    if state is None or node not in state.index:
+        return True
+    try:
+        left = [(_pod_key(p), demand_from_pod(p)) for p in pods if drain.drainable(p)]
+    except ObjectError:
+        return True
+    if not left:
+        return True
+    context = PackingContext(mix=TypicalMix.from_pods([d for _, d in left], 1.0))
+    return replace_pods(state, [state.index[node]], left, get_strategy(None), context) is not None
 
 
 def _covers(policy: GpuPolicy, pod: Mapping[str, Any]) -> bool:

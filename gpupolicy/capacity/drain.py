@@ -16,8 +16,10 @@ takes the next step; nothing of the drain lives in a process:
 3. delete: once no drainable pod is left, the NodeClaim is deleted (the
    provider then terminates the instance). The record stays until the Node
    goes.
-4. undo: past the deadline (consolidation.drainTimeout) with pods left, or
-   when a do-not-disrupt annotation appeared on the node or on a pod,
+4. undo: past the deadline (consolidation.drainTimeout) with pods left,
+   when a do-not-disrupt annotation appeared on the node or on a pod, or when
+   the pods left no longer re-place on the other nodes (the caller simulates
+   again before each round of evictions),
    the node is uncordoned (unless it was cordoned before), the record
    removed and `gpu.kubeon.io/drain-undone` written, in one patch; the
    caller reports why and plans no new drain of the node for a cool-down.
@@ -137,8 +139,9 @@ class Step:
 
 
 def advance(node: str, record: Record, node_annotations: Mapping[str, Any],
-            pods: Iterable[Mapping[str, Any]], now: float) -> Step:
-    """The next step of the drain of `node` given its pods now (pods bound to it)."""
+            pods: Iterable[Mapping[str, Any]], now: float, fits: bool = True) -> Step:
+    """The next step of the drain of `node` given its pods now (pods bound to it). `fits`: whether the
+    pods left still re-place on the other nodes (checked again before every round of evictions)."""
     left = [p for p in pods if drainable(p)]
     if record.deleted:
         return Step("deleting", message=f"node {node}: NodeClaim {record.claim} deleted, waiting for it to go")
@@ -153,6 +156,10 @@ def advance(node: str, record: Record, node_annotations: Mapping[str, Any],
         return Step("deleting", patch=record_patch(done), delete_claim=True,
                     message=f"node {node}: empty after {len(record.evicted)} eviction(s); NodeClaim "
                             f"{record.claim} deleted")
+    if not fits:
+        message = (f"node {node}: drain undone, the {len(left)} pod(s) left no longer fit on the other nodes; "
+                   "node uncordoned")
+        return Step("undone", patch=undo_patch(record, now, message), pods_left=len(left), message=message)
     if now >= record.deadline:
         message = (f"node {node}: drain not finished within {record.deadline - record.started:.0f}s, "
                    f"{len(left)} pod(s) left{_why(record)}; node uncordoned")

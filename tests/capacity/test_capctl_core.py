@@ -153,6 +153,11 @@ def test_a_refused_eviction_backs_off_then_past_the_deadline_the_node_is_uncordo
     assert kept.patch is not None and kept.patch["spec"] == {"unschedulable": True}  # someone else's cordon stays
 
 
+def test_pods_that_no_longer_fit_elsewhere_undo_the_drain() -> None:
+    step = drain.advance("n", rec(), {}, [bound("a", "u1")], 1.0, fits=False)
+    assert step.outcome == "undone" and not step.evict and "no longer fit on the other nodes" in step.message
+
+
 def test_do_not_disrupt_undoes_and_an_empty_node_deletes_its_claim_once() -> None:
     held = drain.advance("n", rec(), {}, [bound("a", "u1", annotations={"gpu.kubeon.io/do-not-disrupt": "true"})], 1.0)
     assert held.outcome == "undone" and "gpu.kubeon.io/do-not-disrupt on pod a" in held.message

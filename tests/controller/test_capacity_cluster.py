@@ -434,3 +434,22 @@ def test_a_pending_pod_is_provisioned_for_once_by_the_first_policy_covering_it(m
     pools = [c["metadata"]["labels"]["karpenter.sh/nodepool"] for c in world.claims().values()]
     assert pools == ["gpu"]
     assert not [p for p in world.proposals("second") if p["action"].startswith("launch")]
+
+
+def test_a_drain_whose_pods_no_longer_fit_elsewhere_is_undone(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy())
+    two_nodes_one_pod_each(world)
+    for name in ("job-a", "job-b"):
+        world.cluster.create(make_pdb(f"{name}-pdb", NS, match_labels={"app": name}, min_available=1))
+    world.rounds(1, advance=1)
+    [victim] = [n for n, node in world.nodes().items() if DRAINING_ANNOTATION in annotations(node)]
+    other = ({"gpu-a", "gpu-b"} - {victim}).pop()
+    world.cluster.create(make_pod("filler", NS, gpus=7, tolerations=TOLERATE_GPU))  # the other node is full now
+    world.cluster.settle()
+    assert world.bound()["filler"] == other
+    world.rounds(1, advance=1)
+    node = world.nodes()[victim]
+    assert not node["spec"].get("unschedulable") and DRAINING_ANNOTATION not in annotations(node)
+    undone = [p for p in world.proposals() if p["action"] == "drain undone"]
+    assert undone and "no longer fit on the other nodes" in undone[0]["reason"]
