@@ -94,7 +94,9 @@ class World:
     def restart(self, checkpoint: Callable[[str], None] | None = None) -> None:
         """A new controller process: fresh reconcilers and policy store (what survives is in the API)."""
         self.ctx.policies = PolicyStore()
-        self.capacity = CapacityReconciler(step_seconds=5.0, checkpoint=checkpoint)
+        # 30 s steps: a hole is > 90 s, so the few seconds between the backfilled history and the first
+        # live scrape (longer on a loaded machine) never read as missing data.
+        self.capacity = CapacityReconciler(step_seconds=30.0, checkpoint=checkpoint)
         self.runner = ReconcileRunner(self.ctx, [PolicySync(), LayoutReconciler(timeout_seconds=300),
                                                  self.capacity])
 
