@@ -168,6 +168,7 @@ class CapacityReconciler:
         self.step_seconds = step_seconds
         self.checkpoint = checkpoint or _no_checkpoint
         self._empty_seen: dict[str, float] = {}  # node -> when this process first saw it empty
+        self._was_busy: set[str] = set()  # nodes this process saw with pods
         self.last_launches: list[Launch] = []
         self.last_disruptions: list[Disruption] = []
 
@@ -442,16 +443,18 @@ class CapacityReconciler:
                                     message=f"{len(plan)} disruption(s) planned, {in_progress} drain(s) under way"))
 
     def _empty_since(self, name: str, node: Mapping[str, Any], seen: _Seen, busy: bool, now: float) -> float:
-        """When the node last became empty: its last pod's finish, its creation, or when first seen empty."""
+        """When the node last became empty: the latest of its creation, its last pod's finish and, when
+        this process saw it busy before (pods deleted leave no trace), when it first saw it empty."""
         if busy:
             self._empty_seen.pop(name, None)
+            self._was_busy.add(name)
             return now
         marks = [_timestamp(_meta(node).get("creationTimestamp"))]
         for pod in seen.by_node.get(name, []):
             for status in (pod.get("status") or {}).get("containerStatuses") or []:
                 marks.append(_timestamp(((status.get("state") or {}).get("terminated") or {}).get("finishedAt")))
-        known = [m for m in marks if m is not None]
         first = self._empty_seen.setdefault(name, now)
+        known = [m for m in marks if m is not None] + ([first] if name in self._was_busy else [])
         return max(known) if known else first
 
     def _disrupt(self, ctx: ControllerContext, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, seen: _Seen,

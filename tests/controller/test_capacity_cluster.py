@@ -455,3 +455,26 @@ def test_a_drain_whose_pods_no_longer_fit_elsewhere_is_undone(make_world: Any) -
     assert not node["spec"].get("unschedulable") and DRAINING_ANNOTATION not in annotations(node)
     undone = [p for p in world.proposals() if p["action"] == "drain undone"]
     assert undone and "no longer fit on the other nodes" in undone[0]["reason"]
+
+
+def test_a_node_emptied_by_deleting_its_pods_also_gets_the_grace(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy(emptyFor="1m"))
+    world.launch("gpu-a")
+    world.launch("gpu-b")
+    world.cluster.create(make_deployment("keep", NS, 1, gpus=8, tolerations=TOLERATE_GPU,
+                                         node_selector={"kubernetes.io/hostname": "gpu-b"}))
+    world.cluster.create(make_pod("job", NS, gpus=8, tolerations=TOLERATE_GPU,
+                                  node_selector={"kubernetes.io/hostname": "gpu-a"}))
+    world.cluster.settle()
+    world.clock.advance(600)  # the node is old: its creation says nothing about when it emptied
+    world.runner.run_all()
+    world.cluster.core.delete_namespaced_pod("job", NS)
+    world.runner.run_all()
+    world.clock.advance(30)
+    world.runner.run_all()
+    assert "gpu-a" in world.claims() and not world.claims()["gpu-a"]["metadata"].get("deletionTimestamp")
+    world.clock.advance(31)
+    world.runner.run_all()
+    world.cluster.settle()
+    assert "gpu-a" not in world.claims() and "gpu-b" in world.claims()
