@@ -22,7 +22,6 @@ reconciler therefore:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -113,7 +112,7 @@ def launch_demand(pod: Mapping[str, Any], resource: str, policy: GpuPolicy | Non
         if profile is None or profile.max_instances <= 0:
             continue
         products.add(product.product)
-        milli = min(MILLI, math.ceil(MILLI / profile.max_instances))
+        milli = MILLI // profile.max_instances  # rounded down, so that max_instances fit one GPU
         worst = max(worst, milli)
         by_product[product.product] = PodDemand(cpu_milli=cpu, memory_mib=mem, num_gpu=1, gpu_milli=milli,
                                                 allowed_models=frozenset({product.product}), name=key)

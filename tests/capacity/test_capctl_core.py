@@ -109,7 +109,7 @@ def test_a_time_sliced_share_is_one_replica_of_a_gpu() -> None:
 def test_a_mig_slice_is_one_instance_of_its_all_profile_layout_on_the_products_having_it() -> None:
     found = launch_demand(pod("nvidia.com/mig-1g.10gb"), "nvidia.com/mig-1g.10gb", sharing("MIG"), [])
     assert found is not None and found.layout == "all-1g.10gb"
-    assert found.by_product["NVIDIA-A100-SXM4-80GB"].gpu_milli == 143  # seven 1g.10gb per A100-80GB
+    assert found.by_product["NVIDIA-A100-SXM4-80GB"].gpu_milli == 142  # seven 1g.10gb per A100-80GB (7 x 142 <= 1000)
     assert found.by_product["NVIDIA-A100-SXM4-40GB"].gpu_milli == 250  # four on an A100-40GB
     assert found.demand.gpu_milli == 250 and "NVIDIA-L4" not in found.by_product
     narrowed = launch_demand(pod("nvidia.com/mig-1g.10gb", nodeSelector={"nvidia.com/gpu.product": "NVIDIA-L4"}),
@@ -186,3 +186,21 @@ def test_usage_counts_only_a_covered_window() -> None:
     assert not covered([], 0, 10, 1)
     assert "DCGM_FI_PROF_GR_ENGINE_ACTIVE" in node_usage_query(60) and "Hostname, hostname" in node_usage_query(60)
     assert json.dumps(node_usage_query(30)).count("[30000ms]") == 2
+
+
+def test_fifty_six_1g_slices_fill_exactly_one_eight_gpu_a100_node() -> None:
+    """7 x 1g.10gb per A100-80GB GPU, 8 GPUs: 56 pods, one p4de.24xlarge (a share rounded up to 143 milli
+    fitted only 6 per GPU and asked for a second node)."""
+    from controller.capacity import CapacityReconciler
+
+    group = []
+    for i in range(56):  # 1 CPU each: 56 of the node's 96 (2 each would not fit: CPU, not GPU, decides)
+        small = pod("nvidia.com/mig-1g.10gb")
+        small["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "1"
+        found = launch_demand({**small, "metadata": {"name": f"p{i}", "namespace": "ml"}},
+                              "nvidia.com/mig-1g.10gb", sharing("MIG"), ["NVIDIA-A100-SXM4-80GB"])
+        assert found is not None
+        group.append(found)
+    catalog = [t for t in load_instances(CATALOG) if t.model == "NVIDIA-A100-SXM4-80GB"]
+    plan = CapacityReconciler._plan_group(group, catalog, None)
+    assert [(launch.instance_type.name, len(launch.pods)) for launch in plan] == [("p4de.24xlarge", 56)]
