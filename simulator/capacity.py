@@ -53,11 +53,11 @@ class PodRun:
 
 @dataclass
 class Drain:
-    """Nodes to empty and delete; with `replacement`, that node is launched first and the drain waits for it."""
+    """Nodes to empty and delete; `replacements` are launched first and the drain waits until they are ready."""
 
     rows: tuple[int, ...]
-    replacement: InstanceType | None = None
-    wait_for: int | None = None  # the replacement's row, set by the engine
+    replacements: tuple[InstanceType, ...] = ()
+    wait_for: tuple[int, ...] = ()  # the replacements' rows, set by the engine
 
 
 class Cluster:
@@ -82,6 +82,7 @@ class Cluster:
         self.nodes_now = self.peak_nodes = 0
         self.version = 0  # bumped on every change a controller could react to
         self.scale_ups: list[float] = []
+        self.changed_at: dict[int, float] = {}  # row -> when a pod last came or left
         self.pending: dict[str, PodRun] = {}  # arrived or evicted, not bound: what controllers may read
 
     def log(self, now: float, event: str, row: int, pod: str = "", gpus: str = "") -> None:
@@ -94,7 +95,7 @@ class Cluster:
         start = len(self.kind)
         self.state = with_rows(self.state, [kind.spec(f"row-{start + i}") for i in range(count)])
         self.state.schedulable[start:] = False
-        for i in range(count):
+        for _ in range(count):
             self.kind.append(kind)
             self.alive.append(False)
             self.ready.append(False)
@@ -160,6 +161,7 @@ class Cluster:
         if run.first_bind is None:
             run.first_bind = now
         self.pods_on[row][run.pod.key] = run
+        self.changed_at[row] = now
         self.version += 1
         self.log(now, "place", row, run.pod.key, "|".join(f"{g}:{run.pod.demand.gpu_milli}" for g in gpus))
 
@@ -168,6 +170,7 @@ class Cluster:
         row = run.row
         self.state.remove(row, run.pod.demand, run.gpus)
         del self.pods_on[row][run.pod.key]
+        self.changed_at[row] = now
         run.left = max(0.0, run.left - (now - run.bound_at))
         run.row, run.gpus = None, ()
         self.version += 1
@@ -277,7 +280,7 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
                 failed.add(shape)
 
     now = 0.0
-    tick = 0.0
+    tick = -LOOP  # the first loop runs at 0
     seen_version = -1
     while True:
         # next loop: the next tick at or after the next event, or a due timer, or now if anything changed
@@ -316,7 +319,7 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
         # drains whose replacement is ready: evict and delete
         still: list[Drain] = []
         for drain in drains:
-            if drain.wait_for is not None and not cluster.ready[drain.wait_for]:
+            if not all(cluster.ready[r] for r in drain.wait_for):
                 still.append(drain)
                 continue
             for row in drain.rows:
@@ -331,8 +334,7 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
         for drain in controller.disrupt(cluster, now):
             for row in drain.rows:
                 cluster.cordon(row)
-            if drain.replacement is not None:
-                drain.wait_for = launch(drain.replacement, now)
+            drain.wait_for = tuple(launch(kind, now) for kind in drain.replacements)
             drains.append(drain)
         schedule(now)
     for row in cluster.live_rows():

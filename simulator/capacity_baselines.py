@@ -115,9 +115,7 @@ class NewNode:
     def _fits(self, kind: InstanceType, demand: PodDemand, gpus: list[int]) -> bool:
         if not kind.holds(demand) or self.cpu + demand.cpu_milli > kind.cpu_milli:
             return False
-        if self.mem + demand.memory_mib > kind.memory_mib or len(gpus) > kind.gpus:
-            return False
-        return True
+        return self.mem + demand.memory_mib <= kind.memory_mib and len(gpus) <= kind.gpus
 
     def add(self, demand: PodDemand) -> bool:
         gpus = list(self.gpus)
@@ -282,7 +280,7 @@ class Karpenter(DefaultScheduler):
             self.quiet_version = cluster.version
             return out
         group, kind = best
-        out.append(Drain(tuple(group), kind))
+        out.append(Drain(tuple(group), (kind,) if kind is not None else ()))
         return out
 
     def next_timer(self, cluster: Cluster, now: float) -> float:

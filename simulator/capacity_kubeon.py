@@ -13,6 +13,7 @@ without Prometheus); the request-based methods act.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -31,7 +32,8 @@ from simulator.capacity_trace import TimedPod
 
 # The capacity knobs of the benchmark (tuned on the default trace, seeds 0..2, only).
 RULES = ConsolidationRules(underused_below_percent=10.0, window_seconds=7200.0, max_disrupted_nodes=4,
-                           empty_grace_seconds=0.0)
+                           empty_grace_seconds=0.0, settle_seconds=float(os.environ.get("SETTLE", 0)),
+                           max_evictions_per_pod=int(os.environ.get("PIN", 3)) or None)
 
 
 @dataclass
@@ -51,6 +53,7 @@ class Kubeon:
         self.deleted_seen = 0
         self.empty_since: dict[int, float] = {}
         self.quiet_version = -1
+        self.quiet_until = math.inf
 
     def place(self, cluster: Cluster, demand: PodDemand, ready: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
         self.ctx.tie_rank = used_first_rank(cluster.state)
@@ -78,7 +81,7 @@ class Kubeon:
         for row in list(self.empty_since):
             if not cluster.alive[row]:
                 del self.empty_since[row]
-        if cluster.version == self.quiet_version and now < self.next_timer(cluster, now):
+        if cluster.version == self.quiet_version and now < self.quiet_until:
             return []
         blocked = {r for r in live if not cluster.ready[r]}
         in_progress = sum(1 for r in live if cluster.cordoned[r])
@@ -90,12 +93,16 @@ class Kubeon:
         self.ctx.tie_rank = used_first_rank(view)
         plans = plan_disruptions(view, pods_on, prices, {}, self.rules, blocked=blocked, now=now,
                                  empty_since=self.empty_since, in_progress=in_progress,
-                                 strategy=self.strategy, ctx=self.ctx)
+                                 strategy=self.strategy, ctx=self.ctx, instance_types=self.instance_types,
+                                 evictions={k: p.evictions for r in live for k, p in cluster.pods_on[r].items()},
+                                 changed_at=cluster.changed_at)
         if not plans:
-            self.quiet_version = cluster.version
-        return [Drain(p.nodes) for p in plans]
+            self.quiet_version, self.quiet_until = cluster.version, self.next_timer(cluster, now)
+        return [Drain(p.nodes, p.launches) for p in plans]
 
     def next_timer(self, cluster: Cluster, now: float) -> float:
         due = [t + self.rules.empty_grace_seconds for t in self.empty_since.values()
                if t + self.rules.empty_grace_seconds > now]
+        due += [t + self.rules.settle_seconds for r, t in cluster.changed_at.items()
+                if cluster.alive[r] and t + self.rules.settle_seconds > now]
         return min(due, default=math.inf)
