@@ -261,7 +261,8 @@ class Karpenter(DefaultScheduler):
             others = np.array([r for r in schedulable if r not in set(group)], dtype=np.int64)
             return self._consolidate(cluster, group, others)
 
-        lo, hi = 1, min(len(candidates), budget, KARPENTER_MULTI_NODE_MAX)
+        # multi-node: sizes 2..n (single nodes are the next method's), n = candidates within the budget
+        lo, hi = 2, min(len(candidates), budget, KARPENTER_MULTI_NODE_MAX)
         best: tuple[list[int], InstanceType | None] | None = None
         while lo <= hi:
             mid = (lo + hi) // 2
