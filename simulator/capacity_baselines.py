@@ -41,8 +41,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpupolicy.capacity.instances import InstanceType
-from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand
-from gpupolicy.packing.placement import fit
+from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand, model_mask
+from gpupolicy.packing.placement import fit, gpu_fit_mask
 from simulator.capacity import Cluster, Drain, Figures, PodRun
 from simulator.capacity_trace import TimedPod
 
@@ -160,13 +160,26 @@ def by_size(d: PodDemand) -> tuple[int, int, int]:
     return (-d.cpu_milli, -d.memory_mib, -d.gpu_total_milli)
 
 
+def fits(state: NodeState, d: PodDemand) -> np.ndarray:
+    """The engine's fit rules for the trace's demands (no MIG, replicas or GPU memory), without reasons."""
+    ok: np.ndarray = state.schedulable & (state.cpu_free >= d.cpu_milli) & (state.mem_free >= d.memory_mib)
+    if d.allowed_models is not None:
+        ok &= model_mask(state, d.allowed_models)
+    if d.needs_gpu:
+        ok &= gpu_fit_mask(state, d) & (state.gpu_count > 0)
+    return ok
+
+
 def first_fit(state: NodeState, pods: Sequence[PodDemand], rows: np.ndarray) -> list[PodDemand]:
     """Place `pods` first-fit (row order) on `rows` of `state` (mutated); the pods that found no room."""
     left = []
     allowed = np.zeros(len(state), dtype=bool)
     allowed[rows] = True
     for d in pods:
-        ok = np.flatnonzero(fit(state, d).feasible & allowed)
+        if d.mig or d.shared or d.gpu_memory_mib:
+            ok = np.flatnonzero(fit(state, d).feasible & allowed)
+        else:
+            ok = np.flatnonzero(fits(state, d) & allowed)
         if ok.size:
             row = int(ok[0])
             state.place(row, d, first_gpus(state, row, d))

@@ -40,7 +40,9 @@ Methods, in order (Karpenter's disruption order, plus ours):
    `instance_types`) whose pods re-place on the other nodes plus new nodes
    (`plan_launches`) that cost less than it: a replacement (`launches`,
    launched and ready before the drain; `moves` to row len(state) + i
-   mean the i-th launch). Savings are then the difference in price.
+   mean the i-th launch). Savings are then the difference in price. A
+   replacement is only simulated when a type cheaper than the node holds
+   the pods' summed CPU, memory and GPUs (a bound that skips hopeless ones).
 Re-placement runs the packing engine (destinations: nodes that hold pods;
 moving pods onto an empty node saves nothing) (the extender's solver) on a copy with
 the candidates cordoned; `moves` are its destinations. At most
@@ -113,6 +115,16 @@ def _replacement(state: NodeState, node: int, pods: Sequence[tuple[str, PodDeman
     if moves is None or len(on_new) + len(moves) != len(pods):
         return None
     return {**moves, **on_new}, tuple(launch.instance_type for launch in launches)
+
+
+def _may_replace(node: int, pods: Sequence[tuple[str, PodDemand]], price: float,
+                 instance_types: Sequence[InstanceType]) -> bool:
+    """A quick bound: some type cheaper than the node holds the pods' summed CPU, memory and GPUs."""
+    cpu = sum(d.cpu_milli for _, d in pods)
+    mem = sum(d.memory_mib for _, d in pods)
+    gpus = -(-sum(d.gpu_total_milli for _, d in pods) // MILLI)
+    return any(t.price_per_hour < price and t.cpu_milli >= cpu and t.memory_mib >= mem and t.gpus >= gpus
+               for t in instance_types)
 
 
 def _hours(seconds: float) -> str:
@@ -254,7 +266,8 @@ def plan_disruptions(
             if moves is not None:
                 add([n], SINGLE_NODE, moves)
                 break
-        if not instance_types or trials >= max_trials:
+        if not instance_types or trials >= max_trials or not _may_replace(n, pods_on[n], price_per_hour[n],
+                                                                          instance_types):
             continue
         trials += 1
         replaced = _replacement(base, n, pods_on[n], instance_types, strategy, ctx)
