@@ -29,7 +29,7 @@ def small_trace(path: Path, count: int) -> Path:
 
 
 def test_events_replay_to_the_printed_figures(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    pods = small_trace(tmp_path / "pods.csv", 120)
+    pods = small_trace(tmp_path / "pods.csv", 60)
     events = tmp_path / "events.csv"
     code = main(["simulate", "--capacity", "--nodes", str(NODES), "--pods", str(pods), "--instances",
                  str(INSTANCES), "--compress", "50", "--seed", "1", "--events", str(events), "--workers", "1"])
@@ -38,7 +38,7 @@ def test_events_replay_to_the_printed_figures(tmp_path: Path, capsys: pytest.Cap
     assert set(line["strategies"]) == {"cluster-autoscaler", "karpenter", "lower-bound", "kubeon"}
     kubeon = line["strategies"]["kubeon"]
     figures = check(events, pods, INSTANCES, 50.0)
-    assert figures["pods_finished"] == 120 and figures["pods_never_placed"] == kubeon["pods_never_placed"] == 0
+    assert figures["pods_finished"] == 60 and figures["pods_never_placed"] == kubeon["pods_never_placed"] == 0
     for key in ("gpu_node_hours", "node_hours", "cost", "pending_seconds_p50", "pending_seconds_p95"):
         assert figures[key] == pytest.approx(kubeon[key], abs=0.15), key
     for key in ("evictions", "max_evictions_per_pod", "peak_nodes"):
@@ -47,6 +47,29 @@ def test_events_replay_to_the_printed_figures(tmp_path: Path, capsys: pytest.Cap
     for name in ("cluster-autoscaler", "karpenter", "kubeon"):
         assert line["strategies"][name]["gpu_node_hours"] >= lower["gpu_node_hours"], name
         assert line["strategies"][name]["cost"] >= lower["cost"], name
+
+
+def test_the_checker_catches_a_broken_run(tmp_path: Path) -> None:
+    pods = small_trace(tmp_path / "pods.csv", 2)
+    head = "time,event,node,instance_type,pod,gpus\n"
+    launch = "0.000,launch,n1,openb-t4-4g-96c-384gi,,\n"
+    early = launch + "10.000,place,n1,openb-t4-4g-96c-384gi,openb-pod-0000,0:1000\n"
+    (tmp_path / "early.csv").write_text(head + early)
+    with pytest.raises(AssertionError, match="before ready"):
+        check(tmp_path / "early.csv", pods, INSTANCES, 50.0)
+    short = (launch + "180.000,ready,n1,openb-t4-4g-96c-384gi,,\n"
+             "180.000,place,n1,openb-t4-4g-96c-384gi,openb-pod-0000,0:1000\n"
+             "200.000,finish,n1,openb-t4-4g-96c-384gi,openb-pod-0000,\n"
+             "210.000,delete,n1,openb-t4-4g-96c-384gi,,\n")
+    (tmp_path / "short.csv").write_text(head + short)
+    with pytest.raises(AssertionError, match=r"ran 20\.0 s"):
+        check(tmp_path / "short.csv", pods, INSTANCES, 50.0)
+    crowded = (launch + "180.000,ready,n1,openb-t4-4g-96c-384gi,,\n"
+               "180.000,place,n1,openb-t4-4g-96c-384gi,openb-pod-0000,0:1000\n"
+               "180.000,place,n1,openb-t4-4g-96c-384gi,openb-pod-0001,0:460\n")
+    (tmp_path / "crowded.csv").write_text(head + crowded)
+    with pytest.raises(AssertionError, match="over capacity"):
+        check(tmp_path / "crowded.csv", pods, INSTANCES, 50.0)
 
 
 @pytest.mark.parametrize(("change", "message"), [
