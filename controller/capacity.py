@@ -64,7 +64,6 @@ from gpupolicy.capacity.instances import InstanceType, load_instances
 from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION, read_demand, read_nodes
 from gpupolicy.capacity.layout import plan_layout as plan_nodes
 from gpupolicy.capacity.nodepool import (
-    INSTANCE_TYPE_LABEL,
     POLICY_LABEL,
     allowed_types,
     claim_name,
@@ -429,8 +428,7 @@ class CapacityReconciler:
         for row, node in enumerate(gpu_nodes):
             name = str(node["metadata"]["name"])
             claim = claims.get(name)
-            kind = self.by_type.get(str((_meta(node).get("labels") or {}).get(INSTANCE_TYPE_LABEL, "")))
-            prices.append(kind.price_per_hour if kind is not None and claim is not None else 0.0)
+            prices.append(claim.price_per_hour if claim is not None else 0.0)  # what the provider reports
             bound = [p for p in seen.by_node.get(name, []) if _live(p)]
             movable = [p for p in bound if drain.drainable(p)]
             try:

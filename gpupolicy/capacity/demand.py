@@ -42,7 +42,6 @@ from gpupolicy.packing.kubemodel import ObjectError, pod_requests
 from gpupolicy.packing.nodemodel import MILLI, PodDemand
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
-SHARED_RESOURCES = (SHARED_GPU_RESOURCE, MIG_RESOURCE_PREFIX)
 
 
 def is_shared_resource(resource: str) -> bool:

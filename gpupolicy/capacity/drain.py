@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 DRAINING_ANNOTATION = "gpu.kubeon.io/draining"
@@ -135,7 +135,6 @@ class Step:
     delete_claim: bool = False
     message: str = ""
     pods_left: int = 0
-    extra: dict[str, Any] = field(default_factory=dict)
 
 
 def advance(node: str, record: Record, node_annotations: Mapping[str, Any],

@@ -16,19 +16,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from gpupolicy.model import CAPACITY_PROVIDERS, CapacitySpec
+from gpupolicy.model import CapacitySpec
 from gpupolicy.modes import IMPLEMENTED_CAPACITY_PROVIDERS
 
 KARPENTER = "karpenter"
-PROVIDERS: tuple[str, ...] = CAPACITY_PROVIDERS
 IMPLEMENTED: frozenset[str] = IMPLEMENTED_CAPACITY_PROVIDERS
-
-
-def check_provider(name: str) -> str:
-    """The provider name, or ValueError naming the accepted ones (the `--capacity-provider` flag)."""
-    if name not in PROVIDERS:
-        raise ValueError(f"unknown capacity provider {name!r} (one of {', '.join(PROVIDERS)})")
-    return name
 
 
 @dataclass(frozen=True)
