@@ -2,8 +2,9 @@
 
 The optimizer marks what it writes on nodes so that it can be found again:
 
-- labels and annotations under `gpu.kubeon.io/` are all ours (re-layout and
-  drain records, pool and policy labels, `mig-config-from`);
+- labels and annotations under `gpu.kubeon.io/` are ours (re-layout and
+  drain records, pool and policy labels, `mig-config-from`), but for the ones
+  users set for us to read (`gpu.kubeon.io/do-not-disrupt`), which stay;
 - `nvidia.com/device-plugin.config` is ours when its value is one of our
   time-slicing keys (`kubeon-ts-*`): the key itself leaves the ConfigMap in
   the same uninstall, so the label must not point at it;
@@ -27,6 +28,7 @@ from gpupolicy.capacity.timeslicing import is_our_key
 from gpupolicy.catalog import MIG_CONFIG_LABEL, PLUGIN_CONFIG_LABEL
 
 PREFIX = "gpu.kubeon.io/"
+USERS_KEYS = frozenset({"gpu.kubeon.io/do-not-disrupt"})  # set by users, read by us: theirs to remove
 DRAINING_ANNOTATION = "gpu.kubeon.io/draining"  # the capacity drain's record (wasUnschedulable)
 
 
@@ -36,6 +38,10 @@ def _record(annotations: Mapping[str, str], key: str) -> dict[str, Any]:
     except ValueError:
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def _ours(key: str) -> bool:
+    return key.startswith(PREFIX) and key not in USERS_KEYS
 
 
 def we_cordoned(annotations: Mapping[str, str]) -> bool:
@@ -55,14 +61,14 @@ def node_cleanup_patch(node: Mapping[str, Any]) -> dict[str, Any] | None:
     labels: Mapping[str, str] = meta.get("labels") or {}
     annotations: Mapping[str, str] = meta.get("annotations") or {}
     spec = node.get("spec") or {}
-    new_labels: dict[str, str | None] = {k: None for k in labels if k.startswith(PREFIX)}
+    new_labels: dict[str, str | None] = {k: None for k in labels if _ours(k)}
     if is_our_key(str(labels.get(PLUGIN_CONFIG_LABEL, ""))):
         new_labels[PLUGIN_CONFIG_LABEL] = None
     if MIG_CONFIG_FROM_ANNOTATION in annotations:
         before = annotations[MIG_CONFIG_FROM_ANNOTATION] or None
         if labels.get(MIG_CONFIG_LABEL) != before:
             new_labels[MIG_CONFIG_LABEL] = before
-    new_annotations: dict[str, str | None] = {k: None for k in annotations if k.startswith(PREFIX)}
+    new_annotations: dict[str, str | None] = {k: None for k in annotations if _ours(k)}
     patch: dict[str, Any] = {"metadata": {"resourceVersion": meta.get("resourceVersion")}}
     if new_labels:
         patch["metadata"]["labels"] = new_labels

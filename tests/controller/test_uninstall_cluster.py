@@ -105,6 +105,7 @@ def _scene(api: client.ApiClient) -> dict[str, Any]:
     core.create_node(ts)
     theirs = make_node("gpu-theirs")
     theirs["metadata"]["labels"][PLUGIN_CONFIG_LABEL] = "their-config"  # type: ignore[index]
+    theirs["metadata"]["annotations"] = {"gpu.kubeon.io/do-not-disrupt": "true"}  # type: ignore[index]
     theirs["spec"] = {"unschedulable": True, "taints": [{"key": "team", "value": "x", "effect": "NoSchedule"}]}
     core.create_node(theirs)
     # a node mid re-layout: cordoned by us, our start patch (record + mig-config-from), a taint of ours
@@ -169,7 +170,9 @@ def test_uninstall_hook_leaves_nothing_of_ours(cluster: Any) -> None:
 
     nodes = {n["metadata"]["name"]: n for n in (api.sanitize_for_serialization(x) for x in core.list_node().items)}
     for name, node in nodes.items():
-        assert _ours(node) == [], name
+        assert [k for k in _ours(node) if k != "annotation gpu.kubeon.io/do-not-disrupt"] == [], name
+    assert nodes["gpu-theirs"]["metadata"]["annotations"] == {"gpu.kubeon.io/do-not-disrupt": "true"}, (
+        "an annotation users set for the optimizer to read is theirs: it stays")
     assert nodes["gpu-ts"]["metadata"]["labels"]["team"] == "ml"
     assert PLUGIN_CONFIG_LABEL not in nodes["gpu-ts"]["metadata"]["labels"]
     assert nodes["gpu-theirs"]["metadata"]["labels"][PLUGIN_CONFIG_LABEL] == "their-config"
