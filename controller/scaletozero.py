@@ -38,15 +38,16 @@ workload with a stale record (dropped next pass), never one at 0 without it.
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from controller import crashpoints
 from controller.context import ControllerContext
+from controller.crashpoints import Checkpoint
 from controller.metrics_source import MetricsError, wake_value, workload_utilization
 from controller.workload_access import DEFAULT_SERVICE_ACCOUNT, sync_write_access
 from gpupolicy.model import (
@@ -70,45 +71,14 @@ log = logging.getLogger(__name__)
 SOURCE = "scaletozero"
 HOURS_PER_MONTH = 730.0
 
-# Test seam: called with a step name after each write ("recorded", "paused",
-# "parked", "unpaused", "woken"); a test raises from it to simulate a crash there.
-Checkpoint = Callable[[str], None]
 CHECKPOINTS = ("recorded", "paused", "parked", "unpaused", "woken")
-
-# Crash injection for process-level tests (docs/designs/scale-to-zero.md, "Test hook"):
-# KUBEON_GPU_CRASH_AT=<checkpoint> makes the process die with os._exit(137), the
-# code of a SIGKILL, right after that write and before anything later in the pass
-# (the next write, Events, metrics, the policy status). Unset (production): inert.
+# Crash injection for process tests (controller/crashpoints.py).
 CRASH_ENV = "KUBEON_GPU_CRASH_AT"
-CRASH_EXIT_CODE = 137
-
-
-def _no_checkpoint(_step: str) -> None:
-    return None
 
 
 def crash_checkpoint_from_env(environ: Mapping[str, str] | None = None) -> Checkpoint | None:
-    """The `KUBEON_GPU_CRASH_AT` hook, or None when the variable is unset or names no checkpoint.
-
-    Why a process exit and not an exception: only a real exit shows that a restart
-    converges from what reached the API server (no finally, no status write, no lease release).
-    """
-    step = (os.environ if environ is None else environ).get(CRASH_ENV, "").strip()
-    if not step:
-        return None
-    if step not in CHECKPOINTS:
-        log.error("%s=%r names no checkpoint (one of %s): ignored", CRASH_ENV, step, ", ".join(CHECKPOINTS))
-        return None
-    log.warning("test hook armed: %s=%s, the process exits %d after that write", CRASH_ENV, step,
-                CRASH_EXIT_CODE)
-
-    def crash(at: str) -> None:
-        if at == step:
-            log.error("crash injected at checkpoint=%s (%s), exiting %d", at, CRASH_ENV, CRASH_EXIT_CODE)
-            logging.shutdown()
-            os._exit(CRASH_EXIT_CODE)
-
-    return crash
+    """The `KUBEON_GPU_CRASH_AT` hook, or None when unset or naming no checkpoint (production: inert)."""
+    return crashpoints.from_env(CRASH_ENV, CHECKPOINTS, environ)
 
 
 def gpus_per_pod(workload: Mapping[str, Any]) -> float:
@@ -193,7 +163,7 @@ class ScaleToZeroReconciler:
         self.step_seconds = step_seconds
         self.max_gap_seconds = max_gap_seconds if max_gap_seconds is not None else 3 * step_seconds
         self.service_account = service_account
-        self.checkpoint = checkpoint or crash_checkpoint_from_env() or _no_checkpoint
+        self.checkpoint = checkpoint or crash_checkpoint_from_env() or crashpoints.no_checkpoint
         self.last_decisions: dict[str, core.Decision] = {}  # target key -> decision (diagnostics, tests)
 
     # -- the pass -----------------------------------------------------------------

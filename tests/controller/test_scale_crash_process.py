@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from controller.scaletozero import CRASH_ENV, CRASH_EXIT_CODE
+from controller.crashpoints import CRASH_EXIT_CODE
+from controller.scaletozero import CRASH_ENV
 from gpupolicy.scaling import scaletozero as core
 from kube import scale as kscale
 from tests.controller.test_scale_to_zero_cluster import (
