@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpupolicy.packing.fragmentation import SHAPES_KEPT, FragModel
-from gpupolicy.packing.placement import to_gpu_indices
+from gpupolicy.packing.placement import PackingContext, to_gpu_indices
 from gpupolicy.packing.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
 
@@ -18,7 +18,7 @@ def _cluster() -> tuple:
 
 def test_cached_f_after_follows_placements_and_matches_a_fresh_model() -> None:
     state, mix = _cluster()
-    model = FragModel(state, mix, use_memory=True, copies=True, copies_weight=0.25)
+    model = FragModel(state, mix, copies=True, copies_weight=0.25)
     nodes = np.arange(len(state))
     pod = make_pod(2, cpu=8000)
     first, _, _ = model.after(pod, nodes)
@@ -28,7 +28,7 @@ def test_cached_f_after_follows_placements_and_matches_a_fresh_model() -> None:
     second, _, _ = model.after(pod, nodes)
     assert second[3] != first[3]
     np.testing.assert_array_equal(np.delete(second, 3), np.delete(first, 3))
-    fresh, _, _ = FragModel(state, mix, use_memory=True, copies=True, copies_weight=0.25).after(pod, nodes)
+    fresh, _, _ = FragModel(state, mix, copies=True, copies_weight=0.25).after(pod, nodes)
     np.testing.assert_allclose(second, fresh, rtol=0, atol=1e-9)
 
 
@@ -41,3 +41,13 @@ def test_a_subset_of_nodes_reads_the_same_values_and_shapes_are_bounded() -> Non
     for cpu in range(1, SHAPES_KEPT + 10):
         model.after(make_pod(1, cpu=cpu), np.arange(len(state)))
     assert len(model._after_by_shape) == SHAPES_KEPT
+
+
+def test_context_keeps_a_derived_value_until_an_input_is_another_object() -> None:
+    ctx = PackingContext()
+    builds: list[int] = []
+    state, mix = _cluster()
+    first, second = state, _cluster()[0]
+    for node_state in (first, first, second, first):
+        ctx.derived("feed", (mix, node_state), lambda: builds.append(1) or len(builds))
+    assert len(builds) == 3  # first, second, first again: the equal twin still counts as new
