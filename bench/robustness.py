@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     with open(args.out, "w", newline="") as fh:
         writer = csv.DictWriter(fh, fieldnames=list(rows[0]))
         writer.writeheader()
-        writer.writerows(sorted(rows, key=lambda r: (int(r["factor"]), str(r["strategy"]), int(r["seed"]))))  # type: ignore[call-overload]
+        writer.writerows(sorted(rows, key=lambda r: (int(r["factor"]), str(r["strategy"]), int(r["seed"]))))
     at = {(int(r["factor"]), str(r["strategy"]), int(r["seed"])): float(r["alloc_pct_at_100"])  # type: ignore[arg-type, call-overload]
           for r in rows}
     first, *others = strategies
