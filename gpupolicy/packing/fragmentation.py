@@ -35,11 +35,14 @@ SHAPES_KEPT = 32  # whole-GPU/CPU-only pod shapes whose F_after per node is kept
 class FragModel:
     """Per-node fragmentation terms for one state and one mix, kept in step incrementally."""
 
-    def __init__(self, state: NodeState, mix: TypicalMix, copies: bool = False, copies_weight: float = 1.0) -> None:
+    def __init__(self, state: NodeState, mix: TypicalMix, use_memory: bool = False, copies: bool = False,
+                 copies_weight: float = 1.0) -> None:
         self.state = state
+        self.copies_weight = copies_weight
         self.mix = mix
         self.copies = copies
-        self.copies_weight = copies_weight
+        self.use_memory = use_memory and mix.memory_mib is not None
+        self.mem = mix.memory_mib if mix.memory_mib is not None else np.zeros(len(mix), dtype=np.int64)
         self.gm = mix.gpu_milli  # (M,)
         self.k = mix.num_gpu
         self.cpu = mix.cpu_milli
@@ -52,9 +55,12 @@ class FragModel:
         # per-type constants of the copies term, computed once instead of per call
         self.per_copy = (self.k * self.gm).astype(np.float64)  # (M,)
         self.cpu_div = np.maximum(self.cpu, 1).astype(np.float64)
+        self.mem_div = np.maximum(self.mem, 1).astype(np.float64)
         self.cpu_free_types = np.flatnonzero(self.cpu <= 0)  # their CPU never limits copies (inf)
-        # inf * 0 is NaN (then 0 after nan_to_num): only types needing no CPU and no GPU
+        self.mem_free_types = np.flatnonzero(self.mem <= 0)
+        # inf * 0 is NaN (then 0 after nan_to_num): only types needing no CPU/memory and no GPU
         self.cpu_nan_types = np.flatnonzero((self.cpu <= 0) & (self.per_copy == 0))
+        self.mem_nan_types = np.flatnonzero((self.mem <= 0) & (self.per_copy == 0))
         n, m = len(state), len(mix)
         self.ge = np.zeros((n, m), dtype=np.int64)
         self.small = np.zeros((n, m), dtype=np.int64)
@@ -62,7 +68,7 @@ class FragModel:
         self.seen = np.full(n, -1, dtype=np.int64)
         self._slots: IntArray | None = None
         # F_after per node for each recent whole-GPU/CPU-only pod shape, valid while the row's version holds
-        self._after_by_shape: OrderedDict[tuple[int, int], tuple[FloatArray, IntArray]] = OrderedDict()
+        self._after_by_shape: OrderedDict[tuple[int, int, int], tuple[FloatArray, IntArray]] = OrderedDict()
         self.sync()
 
     def sync(self) -> None:
@@ -75,12 +81,13 @@ class FragModel:
         at_least = (free[:, :, None] >= self.gm[None, None, :]) & present[:, :, None]  # (D, G, M)
         self.ge[dirty] = at_least.sum(axis=1)
         self.small[dirty] = np.where(at_least, 0, free[:, :, None]).sum(axis=1)
-        self.frag[dirty] = self.fragment(dirty, self.state.cpu_free[dirty], self.state.gpu_free_total[dirty],
-                                         self.ge[dirty], self.small[dirty])
+        self.frag[dirty] = self.fragment(
+            dirty, self.state.cpu_free[dirty], self.state.mem_free[dirty], self.state.gpu_free_total[dirty],
+            self.ge[dirty], self.small[dirty])
         self.seen[dirty] = self.state.row_version[dirty]
 
-    def fragment(self, nodes: IntArray, cpu_free: IntArray, total: IntArray, ge: IntArray, small: IntArray,
-                 need: IntArray | None = None) -> FloatArray:
+    def fragment(self, nodes: IntArray, cpu_free: IntArray, mem_free: IntArray, total: IntArray, ge: IntArray,
+                 small: IntArray, need: IntArray | None = None) -> FloatArray:
         """F for hypothetical node rows (candidates x M inputs) -> (candidates,).
 
         `need`: GPUs (>= gpu_milli) a type needs in `ge` (default its count `k`);
@@ -94,6 +101,8 @@ class FragModel:
         tmp = np.greater_equal(cpu_free[:, None], self.cpu[None, :])
         host &= tmp
         host &= np.greater_equal(ge, (self.k if need is None else need)[None, :], out=tmp)
+        if self.use_memory:
+            host &= np.greater_equal(mem_free[:, None], self.mem[None, :], out=tmp)
         # where(host, small, total) as total - host * (total - small): exact on these integers, and
         # without where's data-dependent branches (the host mask is irregular)
         total_col = total.astype(np.float64)[:, None]
@@ -104,8 +113,8 @@ class FragModel:
             out = np.subtract(total_col, masked, out=masked) @ self.p
             return out
         plain = np.subtract(total_col, masked) if self.copies_weight < 1.0 else None
-        # CPU-limited copies: a node with 8 free GPUs and CPU for 2 typical pods strands 6
-        # usable = min(where(host, total - small, 0), cpu copies * per copy)
+        # CPU/memory-limited copies: a node with 8 free GPUs and CPU for 2 typical pods strands 6
+        # usable = min(where(host, total - small, 0), cpu copies * per copy, memory copies * per copy)
         usable = masked
         cap = np.divide(cpu_free.astype(np.float64)[:, None], self.cpu_div[None, :])
         np.floor(cap, out=cap)
@@ -113,9 +122,17 @@ class FragModel:
         if self.cpu_free_types.size:
             cap[:, self.cpu_free_types] = np.inf * self.per_copy[self.cpu_free_types]
         np.minimum(usable, cap, out=usable)
+        if self.use_memory:
+            np.divide(mem_free.astype(np.float64)[:, None], self.mem_div[None, :], out=cap)
+            np.floor(cap, out=cap)
+            cap *= self.per_copy[None, :]
+            if self.mem_free_types.size:
+                cap[:, self.mem_free_types] = np.inf * self.per_copy[self.mem_free_types]
+            np.minimum(usable, cap, out=usable)
         # NaN only in the inf * 0 columns; every cap is finite elsewhere, so usable never holds +-inf
-        if self.cpu_nan_types.size:
-            usable[:, self.cpu_nan_types] = np.nan_to_num(usable[:, self.cpu_nan_types], nan=0.0, posinf=0.0)
+        for cols in (self.cpu_nan_types, self.mem_nan_types if self.use_memory else self.mem_nan_types[:0]):
+            if cols.size:
+                usable[:, cols] = np.nan_to_num(usable[:, cols], nan=0.0, posinf=0.0)
         stranded = np.subtract(total_col, usable, out=usable)
         out = stranded @ self.p
         if plain is not None:  # blend with FGD's fragment
@@ -140,6 +157,7 @@ class FragModel:
         if not demand.is_sharing:
             return self._after_by_node(demand, nodes), np.arange(len(nodes)), np.full(len(nodes), -1, dtype=np.int64)
         cpu_after = st.cpu_free[nodes] - demand.cpu_milli
+        mem_after = st.mem_free[nodes] - demand.memory_mib
         d = demand.gpu_milli
         free = st.gpu_free[nodes]
         usable = st.gpu_present[nodes] & (free >= d)
@@ -160,21 +178,21 @@ class FragModel:
         small -= f * below  # - where(f < gm, f, 0)
         small += f2 * below2  # + where(f2 < gm, f2, 0)
         total = st.gpu_free_total[rows] - d
-        f_after = self.fragment(rows, cpu_after[pos], total, ge, small)
+        f_after = self.fragment(rows, cpu_after[pos], mem_after[pos], total, ge, small)
         return f_after, pos, gpu.astype(np.int64)
 
     def _after_by_node(self, demand: PodDemand, nodes: IntArray) -> FloatArray:
         """F_after of a whole-GPU or CPU-only pod on each of `nodes`, recomputed only for changed rows.
 
         Such a pod's F_after on node n depends on n's row and the pod's shape
-        (CPU, GPU count) alone, and a live cluster schedules the same
+        (CPU, memory, GPU count) alone, and a live cluster schedules the same
         few shapes (replicas of one workload) over nodes of which one changes
         per pod: keeping the last values per shape turns the (candidates x M)
         work of every decision into work on the rows that moved.
         """
         st = self.state
         k = demand.num_gpu if demand.needs_gpu else 0
-        shape = (demand.cpu_milli, k)
+        shape = (demand.cpu_milli, demand.memory_mib, k)
         cached = self._after_by_shape.get(shape)
         if cached is None:
             cached = (np.zeros(len(st), dtype=np.float64), np.full(len(st), -1, dtype=np.int64))
@@ -189,7 +207,8 @@ class FragModel:
             total = st.gpu_free_total[stale] - k * MILLI
             # ge - k >= k_m as ge >= k_m + k (types without GPU never host: static_ok)
             need = self.k + np.where(self.gpu_type, k, 0)
-            values[stale] = self.fragment(stale, st.cpu_free[stale] - demand.cpu_milli, total, self.ge[stale],
+            values[stale] = self.fragment(stale, st.cpu_free[stale] - demand.cpu_milli,
+                                          st.mem_free[stale] - demand.memory_mib, total, self.ge[stale],
                                           self.small[stale], need)
             versions[stale] = st.row_version[stale]
         out: FloatArray = values[nodes]
@@ -197,15 +216,17 @@ class FragModel:
 
 
 def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = None,
-               key: str = "frag", copies: bool = False, copies_weight: float = 1.0) -> FragModel:
+               key: str = "frag", use_memory: bool = False, copies: bool = False,
+               copies_weight: float = 1.0) -> FragModel:
     """The context's FragModel for this state and mix (default: `ctx.mix`), built once, then synced."""
     mix = mix if mix is not None else ctx.mix
     if mix is None:
         raise ValueError("this strategy needs a typical pod mix (PackingContext.mix)")
     model = ctx.caches.get(key)
+    flags = (use_memory and mix.memory_mib is not None, copies, copies_weight)
     if (not isinstance(model, FragModel) or model.state is not state or model.mix.key != mix.key
-            or (model.copies, model.copies_weight) != (copies, copies_weight)):
-        model = FragModel(state, mix, copies, copies_weight)
+            or (model.use_memory, model.copies, model.copies_weight) != flags):
+        model = FragModel(state, mix, use_memory, copies, copies_weight)
         ctx.caches[key] = model
     model.sync()
     return model

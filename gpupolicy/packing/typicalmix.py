@@ -38,6 +38,7 @@ class TypicalMix:
     num_gpu: npt.NDArray[np.int64]
     allowed: tuple[frozenset[str] | None, ...]
     weight: npt.NDArray[np.float64]
+    memory_mib: npt.NDArray[np.int64] | None = None  # mean memory of each group (not part of the key)
 
     def __len__(self) -> int:
         return len(self.weight)
@@ -45,8 +46,9 @@ class TypicalMix:
     @property
     def key(self) -> tuple[object, ...]:
         """Identity for caches: same types and weights give the same key."""
+        mem = b"" if self.memory_mib is None else self.memory_mib.tobytes()
         return (self.cpu_milli.tobytes(), self.gpu_milli.tobytes(), self.num_gpu.tobytes(),
-                self.allowed, self.weight.tobytes())
+                self.allowed, self.weight.tobytes(), mem)
 
     def allowed_matrix(self, models: tuple[str, ...]) -> npt.NDArray[np.bool_]:
         """(M x number of models): may type m run on a GPU of that model."""
@@ -60,7 +62,8 @@ class TypicalMix:
         """The types where `keep` is true, weights renormalised."""
         w = self.weight[keep]
         return TypicalMix(self.cpu_milli[keep], self.gpu_milli[keep], self.num_gpu[keep],
-                          tuple(a for a, k in zip(self.allowed, keep, strict=True) if k), w / w.sum())
+                          tuple(a for a, k in zip(self.allowed, keep, strict=True) if k), w / w.sum(),
+                          None if self.memory_mib is None else self.memory_mib[keep])
 
     def prefix_for(self, coverage: float) -> int:
         """How many of the most common types cover `coverage` of pods."""
@@ -80,11 +83,15 @@ class TypicalMix:
             return self
         w = self.weight[:keep]
         return TypicalMix(self.cpu_milli[:keep], self.gpu_milli[:keep], self.num_gpu[:keep], self.allowed[:keep],
-                          w / w.sum())
+                          w / w.sum(), None if self.memory_mib is None else self.memory_mib[:keep])
 
     @classmethod
-    def from_counts(cls, counts: dict[PodKey, float], coverage: float = COVERAGE) -> TypicalMix:
-        """Keep the most common keys until `coverage` of the total; weights renormalised."""
+    def from_counts(cls, counts: dict[PodKey, float], coverage: float = COVERAGE,
+                    memory: dict[PodKey, float] | None = None) -> TypicalMix:
+        """Keep the most common keys until `coverage` of the total; weights renormalised.
+
+        `memory`: summed memory per key (same units as counts), for the mean per group.
+        """
         if not counts:
             return cls.empty()
         total = float(sum(counts.values()))
@@ -108,21 +115,25 @@ class TypicalMix:
             num_gpu=np.array([k[2] for k, _ in kept], dtype=np.int64),
             allowed=tuple(k[3] for k, _ in kept),
             weight=weights / weights.sum(),
+            memory_mib=None if memory is None else np.array(
+                [round(memory.get(k, 0.0) / c) if c else 0 for k, c in kept], dtype=np.int64),
         )
 
     @classmethod
     def from_pods(cls, pods: Iterable[PodDemand], coverage: float = COVERAGE) -> TypicalMix:
         """The mix of a trace's pods (CPU-only pods included)."""
         counts: dict[PodKey, float] = {}
+        memory: dict[PodKey, float] = {}
         for pod in pods:
             key = pod_key(pod)
             counts[key] = counts.get(key, 0.0) + 1.0
-        return cls.from_counts(counts, coverage)
+            memory[key] = memory.get(key, 0.0) + pod.memory_mib
+        return cls.from_counts(counts, coverage, memory)
 
     @classmethod
     def empty(cls) -> TypicalMix:
         z = np.zeros(0, dtype=np.int64)
-        return cls(z, z.copy(), z.copy(), (), np.zeros(0, dtype=np.float64))
+        return cls(z, z.copy(), z.copy(), (), np.zeros(0, dtype=np.float64), z.copy())
 
 
 class OnlineMix:
@@ -140,14 +151,17 @@ class OnlineMix:
         self.coverage = coverage
         self._scale = 1.0  # counts are stored divided by the running decay factor
         self._counts: dict[PodKey, float] = {}
+        self._memory: dict[PodKey, float] = {}
         self._cached: TypicalMix | None = seed
 
     def observe(self, pod: PodDemand) -> None:
         self._scale /= self.decay
         key = pod_key(pod)
         self._counts[key] = self._counts.get(key, 0.0) + self._scale
+        self._memory[key] = self._memory.get(key, 0.0) + self._scale * pod.memory_mib
         if self._scale > 1e100:  # renormalise before float overflow
             self._counts = {k: v / self._scale for k, v in self._counts.items()}
+            self._memory = {k: v / self._scale for k, v in self._memory.items()}
             self._scale = 1.0
         self._cached = None
 
@@ -157,5 +171,5 @@ class OnlineMix:
 
     def mix(self) -> TypicalMix:
         if self._cached is None:
-            self._cached = TypicalMix.from_counts(dict(self._counts), self.coverage)
+            self._cached = TypicalMix.from_counts(dict(self._counts), self.coverage, dict(self._memory))
         return self._cached

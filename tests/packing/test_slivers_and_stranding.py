@@ -33,8 +33,9 @@ def test_a_slice_counts_only_the_fillers_the_node_can_still_host() -> None:
     # one 160m pod (30m waste) on a node with 4 cores left, nothing (190m waste) on one with 1.
     mix = TypicalMix.from_pods([make_pod(1, milli=160, cpu=4000)] * 3 + [make_pod(1, milli=810, cpu=3000)] * 7)
     state = make_state([("rich", 8000, 65536, [1000], "A100"), ("poor", 8000, 65536, [1000], "A100")])
-    model = FragModel(state, mix)
-    waste = sliver_waste(model, np.array([190, 190]), np.array([4000, 1000]), np.array([0, 1]))
+    model = FragModel(state, mix, use_memory=True)
+    waste = sliver_waste(model, np.array([190, 190]), np.array([4000, 1000]), np.array([60000, 60000]),
+                         np.array([0, 1]))
     assert waste.tolist() == [30.0, 190.0]
 
 
@@ -75,8 +76,8 @@ def test_a_slice_only_scarce_fillers_fit_is_waste() -> None:
     mix = TypicalMix.from_pods([make_pod(1, milli=810)] * 6 + [make_pod(1, milli=320)] * 3
                                + [make_pod(1, milli=160)])
     state = make_state([("n", 64000, 65536, [1000], "A100")])
-    model = FragModel(state, mix)
-    args = (np.array([210, 680]), np.array([60000, 60000]), np.array([0, 0]))
+    model = FragModel(state, mix, use_memory=True)
+    args = (np.array([210, 680]), np.array([60000, 60000]), np.array([60000, 60000]), np.array([0, 0]))
     assert sliver_waste(model, *args).tolist() == [50.0, 40.0]  # 160; 320 + 320 (or 320 + 160 + 160)
     assert sliver_waste(model, *args, filler_types(model, 0.4)).tolist() == [210.0, 40.0]  # 320 + 320 only
 
@@ -84,11 +85,11 @@ def test_a_slice_only_scarce_fillers_fit_is_waste() -> None:
 def test_feed_rate_strands_the_gpus_free_cpu_cannot_feed() -> None:
     # The mix's GPU pods ask 10 cores per GPU: 0.1 GPU milli per CPU milli.
     mix = TypicalMix.from_pods([make_pod(1, cpu=10_000, mem=0), make_pod(0, cpu=2000, mem=0)])
-    rate = FeedRate.of(mix)
-    assert rate.per_cpu == 0.1
+    rate = FeedRate.of(mix, use_memory=False)
+    assert rate.per_cpu == 0.1 and rate.per_mib == np.inf
     # 4 free GPUs, 20 cores: 2 fed, 2000 milli stranded
     state = make_state([("n", 20_000, 65536, [1000] * 4, "A100")])
-    assert rate.stranded(state.gpu_free_total, state.cpu_free).tolist() == [2000.0]
+    assert rate.stranded(state.gpu_free_total, state.cpu_free, state.mem_free).tolist() == [2000.0]
     rows = np.array([0])
     assert stranding_relief(state, make_pod(1, cpu=10_000), rows, rate).tolist() == [0.0]  # in step
     assert stranding_relief(state, make_pod(1, cpu=2000), rows, rate).tolist() == [800.0]  # GPU-heavy: relieves
@@ -97,4 +98,4 @@ def test_feed_rate_strands_the_gpus_free_cpu_cannot_feed() -> None:
 
 def test_a_mix_without_cpu_never_strands() -> None:
     rate = FeedRate.of(TypicalMix.from_pods([make_pod(1, cpu=0, mem=0)]))
-    assert rate.stranded(np.array([8000]), np.array([0])).tolist() == [0.0]
+    assert rate.stranded(np.array([8000]), np.array([0]), np.array([0])).tolist() == [0.0]

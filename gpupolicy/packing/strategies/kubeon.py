@@ -3,7 +3,8 @@
 How `Kubeon` scores a node for a pod:
 1. `Fragment`: FGD's fragment change against the typical pod mix (how much
    free GPU the placement turns into GPU no typical pod can use), with the
-   copies of typical pods the node's free CPU can still feed counted;
+   typical pods' memory and the copies the node's free CPU and memory can
+   still feed counted;
 2. plus each term (`ShareStranding`, `SliverWaste`), in milli-GPU, before
    rounding;
 3. FGD's rounding, int(100 * sigmoid(delta / 1000)): it creates ties, and
@@ -17,15 +18,15 @@ the default openb trace, seeds 42..51, when that part alone is removed
 (`Kubeon().without(name)`, bench/ablation.py; table and protocol in
 docs/benchmarks.md). The weights are frozen in `WEIGHTS`, the one place
 they are set. Every part whose removal cost less than 0.05 points there was
-removed (issue 13): CPU stranding of whole-GPU pods, typical pods' memory,
-the CPU-only pods' least-free-GPU tie-break, the GPU pods' used-nodes-first
-tie-break, and the two parts that acted only on model-restricted pods,
-which the default trace has none of (model-restricted types kept in the
-mix, model pressure: 0.00 in the simulator and through the extender).
-One exception, flagged: the CPU-fed copies blend costs only 0.03 in the
-simulator but 1.2 points on the same trace and seed through the extender,
-where kube-scheduler, not the engine, places the CPU-only pods
-(`kubeon-gpu simulate --through-extender`; docs/benchmarks.md).
+removed (issue 13): CPU stranding of whole-GPU pods, the CPU-only pods'
+least-free-GPU tie-break, the GPU pods' used-nodes-first tie-break, and the
+two parts that acted only on model-restricted pods, which the default
+trace has none of (model-restricted types kept in the mix, model
+pressure: 0.00 in the simulator and through the extender). A part is
+measured on both paths of the tuning trace: the copies blend (0.03 in the
+simulator) and typical pods' memory (0.00) earn 1.2 and 2.2 points through
+the extender, where kube-scheduler, not the engine, places the CPU-only
+pods (`kubeon-gpu simulate --through-extender`, seed 42; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -87,24 +88,29 @@ class Fragment:
       but lost 0.5 on cpu250: rare multi-GPU groups make nodes look
       fragmented when they are not.
     - `copies` (weight `WEIGHTS.copies`): that share of the fragment counts
-      the free GPU milli the node's free CPU can no longer feed (a node with
-      8 free GPUs and cores for 2 typical pods strands 6). In the simulator
-      the engine places every CPU-only pod and this earns 0.03; through the
-      extender kube-scheduler's spreading places them, on the nodes with
-      the most free CPU, and removing it costs 1.2 points (seed 42).
-
-    Typical pods' memory is not counted (FGD looks at CPU and GPU only).
+      the free GPU milli the node's free CPU and memory can no longer feed
+      (a node with 8 free GPUs and cores for 2 typical pods strands 6). In
+      the simulator the engine places every CPU-only pod and this earns
+      0.03; through the extender kube-scheduler's spreading places them, on
+      the nodes with the most free CPU and memory, and removing it costs
+      1.2 points (seed 42).
+    - `memory`: a node hosts a typical pod only with memory for it too, and
+      memory caps the copies (FGD looks at CPU and GPU only). 0.00 in the
+      simulator; through the extender, where the trace's CPU-only pods (a
+      median 50 GiB each) land by spreading, +2.2 points (seed 42: 93.63 ->
+      95.82). Sharing-pod stranding and slivers count memory with it.
     """
 
     coverage: float = COVERAGE
     copies: float = WEIGHTS.copies
+    memory: bool = True
 
     def typical(self, mix: TypicalMix) -> TypicalMix:
         """The types this fragment counts: the coverage prefix."""
         return mix.truncated(self.coverage)
 
     def model(self, state: NodeState, ctx: PackingContext, mix: TypicalMix) -> FragModel:
-        return frag_model(state, ctx, mix, key="kubeon-frag", copies=self.copies > 0,
+        return frag_model(state, ctx, mix, key="kubeon-frag", use_memory=self.memory, copies=self.copies > 0,
                           copies_weight=self.copies if self.copies > 0 else 1.0)
 
 
@@ -126,8 +132,8 @@ class ShareStranding:
     def __call__(self, c: Candidates) -> FloatArray | None:
         if not c.demand.is_sharing:
             return None
-        mix = c.mix
-        rate = c.ctx.derived("kubeon-feed", (mix,), lambda: FeedRate.of(mix))
+        mix, use_memory = c.mix, c.model.use_memory
+        rate = c.ctx.derived(f"kubeon-feed-{use_memory}", (mix,), lambda: FeedRate.of(mix, use_memory=use_memory))
         out: FloatArray = self.weight * stranding_relief(c.state, c.demand, c.rows, rate)
         return out
 
@@ -155,7 +161,8 @@ class SliverWaste:
         st, d, model, scarcity = c.state, c.demand, c.model, self.scarcity
         fillers = c.ctx.derived(f"kubeon-fillers-{scarcity}", (model,), lambda: filler_types(model, scarcity))
         left = st.gpu_free[c.rows, c.gpu] - d.gpu_milli
-        waste = sliver_waste(model, left, st.cpu_free[c.rows] - d.cpu_milli, c.rows, fillers)
+        waste = sliver_waste(model, left, st.cpu_free[c.rows] - d.cpu_milli, st.mem_free[c.rows] - d.memory_mib,
+                             c.rows, fillers)
         out: FloatArray = -self.weight * waste
         return out
 
@@ -172,7 +179,7 @@ class Kubeon:
     fragment: Fragment = field(default_factory=Fragment)
     terms: tuple[Term, ...] = DEFAULT_TERMS
 
-    PARTS = ("copies", "share-stranding", "slivers", "scarcity")
+    PARTS = ("memory", "copies", "share-stranding", "slivers", "scarcity")
 
     def without(self, *parts: str) -> Kubeon:
         """This strategy minus the named parts (`PARTS`): the ablations of docs/benchmarks.md."""
@@ -182,6 +189,8 @@ class Kubeon:
         frag, terms = self.fragment, self.terms
         if "copies" in parts:
             frag = replace(frag, copies=0.0)
+        if "memory" in parts:
+            frag = replace(frag, memory=False)
         if "scarcity" in parts:
             terms = tuple(replace(t, scarcity=0.0) if isinstance(t, SliverWaste) else t for t in terms)
         terms = tuple(t for t in terms if t.name not in parts)

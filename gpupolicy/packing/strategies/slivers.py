@@ -7,7 +7,7 @@ an 810m pod is waste on a node with no CPU left for a 160m pod.
 
 `sliver_waste(left)` = left - the largest sum of typical sharing sizes
 (repeats allowed) that fits in it, over the sizes whose typical pods the
-node's CPU and GPU model still admit after the placement. A
+node's CPU, memory and GPU model still admit after the placement. A
 (470m + 320m) GPU keeps 210m, a (650m + 320m) one 30m. A size whose pods
 are scarce against the slices waiting for them (`plentiful`) is left out: a
 210m slice "filled" by a 160m pod is waste when 810m pods leave twenty 190m
@@ -86,9 +86,9 @@ def filler_types(model: FragModel, scarcity: float) -> IntArray:
     return out
 
 
-def sliver_waste(model: FragModel, left: IntArray, cpu_left: IntArray, nodes: IntArray,
-                 fillers: IntArray | None = None) -> FloatArray:
-    """Waste of a slice of `left` milli on each of `nodes` with `cpu_left` free after the pod.
+def sliver_waste(model: FragModel, left: IntArray, cpu_left: IntArray, mem_left: IntArray,
+                 nodes: IntArray, fillers: IntArray | None = None) -> FloatArray:
+    """Waste of a slice of `left` milli on each of `nodes` with `cpu_left` / `mem_left` free after the pod.
 
     `fillers`: the typical types that may fill it (`filler_types`; default
     every sharing type). A caller keeps them per mix: this runs per decision.
@@ -101,6 +101,8 @@ def sliver_waste(model: FragModel, left: IntArray, cpu_left: IntArray, nodes: In
     if sizes.size > MAX_SIZES:  # more sizes than mask bits: every size counts, whatever the node can host
         return waste_table(tuple(sizes.tolist()))[idx]
     ok = (cpu_left[:, None] >= model.cpu[share][None, :]) & model.model_ok[nodes][:, share]
+    if model.use_memory:
+        ok &= mem_left[:, None] >= model.mem[share][None, :]
     # per row, the set of sizes some hostable type has, as a bit mask over `sizes`
     has = (ok.astype(np.float64) @ (model.gm[share][:, None] == sizes[None, :])) > 0
     mask = has.astype(np.int64) @ (np.int64(1) << np.arange(sizes.size, dtype=np.int64))
