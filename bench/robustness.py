@@ -35,6 +35,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.openb import parse_seeds  # noqa: E402
 from gpupolicy.packing.engine import STRATEGIES  # noqa: E402
 from gpupolicy.packing.nodemodel import PodDemand  # noqa: E402
 from simulator.replay import replay  # noqa: E402
@@ -43,13 +44,6 @@ from simulator.trace import load_nodes, load_pods  # noqa: E402
 DATA = ROOT / "vendor" / "openb"
 DAEMONSET_SHAPES = ((100, 128), (200, 256), (500, 512))  # (cpu milli, memory MiB)
 BATCH_SHAPES = ((1000, 2048), (2000, 4096), (4000, 8192))
-
-
-def parse_seeds(text: str) -> list[int]:
-    if "-" in text:
-        lo, hi = text.split("-", 1)
-        return list(range(int(lo), int(hi) + 1))
-    return [int(s) for s in text.split(",") if s]
 
 
 def cpu_only_pods(count: int, seed: int) -> list[PodDemand]:
@@ -93,7 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"error: --factors: expected comma-separated integers, got {args.factors!r}", file=sys.stderr)
         return 2
-    seeds = parse_seeds(args.seeds)
+    try:
+        seeds = parse_seeds(args.seeds)
+    except ValueError:
+        print(f"error: --seeds: expected N-M or a comma-separated list, got {args.seeds!r}", file=sys.stderr)
+        return 2
     jobs = [(f, s, seed, args.data) for f in factors for s in strategies for seed in seeds]
     started = time.time()
     rows: list[dict[str, object]] = []
