@@ -15,6 +15,7 @@ from collections.abc import Iterable
 
 from tqdm import tqdm
 
+from cli import simcapacity
 from gpupolicy.packing.engine import DEFAULT_STRATEGY, STRATEGIES, UnknownStrategyError
 from gpupolicy.packing.nodemodel import PodDemand
 from simulator.replay import ReplayResult, replay
@@ -55,8 +56,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strategy", "--policy", dest="strategy", default=DEFAULT_STRATEGY,
                         help=f"packing strategy: one of {', '.join(STRATEGIES)} (default: {DEFAULT_STRATEGY}; "
                              "--policy: the old name)")
-    parser.add_argument("--seed", type=int, default=42,
-                        help="random seed of the arrival order, resampling and tie-breaks (default: 42; "
+    parser.add_argument("--seed", type=int, default=None,
+                        help="random seed of the arrival order, resampling and tie-breaks (default: 42, "
+                             "0 with --capacity; "
                              "weights were tuned on 42..51 only)")
     parser.add_argument("--tune", type=float, default=1.3,
                         help="replay until arrived GPU demand reaches this multiple of GPU capacity (default: 1.3)")
@@ -67,6 +69,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler-config", metavar="FILE",
                         help="KubeSchedulerConfiguration (or its ConfigMap) for --through-extender "
                              "(default: the chart's, manifests/rendered/scheduler.yaml)")
+    simcapacity.add_arguments(parser)
 
 
 def _progress_bar(arrivals: list[PodDemand]) -> Iterable[PodDemand]:
@@ -88,6 +91,10 @@ def write_placements(path: str, result: ReplayResult) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.capacity:
+        return simcapacity.run_capacity(args)
+    if args.seed is None:
+        args.seed = 42
     if args.strategy not in STRATEGIES:
         print(f"error: unknown strategy {args.strategy!r}; choose from {', '.join(STRATEGIES)}", file=sys.stderr)
         return 2

@@ -1,0 +1,70 @@
+"""`kubeon-gpu simulate --capacity`: GPU-node-hours and cost of four capacity strategies, one JSON line.
+
+Bad input (missing file or column, bad value) prints one line naming the
+file, row and field on stderr and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import sys
+
+from gpupolicy.capacity.instances import load_instances
+from simulator.capacity import EVENT_COLUMNS
+from simulator.capacity_compare import compare
+from simulator.capacity_trace import load_timed_pods
+from simulator.trace import TraceError, load_nodes
+
+EPILOG = """\
+--capacity: replay the pods with arrivals and departures from zero nodes, buying nodes from --instances;
+output: one JSON line {"compress", "delay", "seed", "pods", "max_gpus", "strategies": {name: figures}} for
+cluster-autoscaler, karpenter, lower-bound and kubeon, each with gpu_node_hours, node_hours, cost,
+pending_seconds_p50/p95 (arrival to first bind), evictions, max_evictions_per_pod, peak_nodes,
+pods_never_placed (and wall/cpu seconds). --nodes gives the GPU limit (its GPU count). Rules:
+docs/designs/capacity.md. --events writes kubeon's run as CSV time,event,node,instance_type,pod,gpus.
+"""
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.epilog = (parser.epilog or "") + "\n" + EPILOG
+    group = parser.add_argument_group("capacity benchmark (--capacity)")
+    group.add_argument("--capacity", action="store_true", help="run the capacity benchmark (issue 19)")
+    group.add_argument("--instances", metavar="CSV", help="instance catalog (vendor/openb/instances.csv)")
+    group.add_argument("--compress", type=float, default=1.0, metavar="F",
+                       help="arrivals at creation_time / F; run times kept (default 1)")
+    group.add_argument("--delay", type=float, default=180.0, help="seconds from node request to ready (default 180)")
+    group.add_argument("--events", metavar="CSV", help="write kubeon's events to this CSV")
+    group.add_argument("--workers", type=int, default=2, help="processes for the strategies (default 2)")
+
+
+def run_capacity(args: argparse.Namespace) -> int:
+    if not args.instances:
+        print("error: --capacity needs --instances CSV", file=sys.stderr)
+        return 2
+    if not args.compress > 0 or args.delay < 0:
+        print("error: --compress must be positive and --delay >= 0", file=sys.stderr)
+        return 2
+    seed = 0 if args.seed is None else args.seed
+    try:
+        max_gpus = sum(n.gpu_count for n in load_nodes(args.nodes))
+        instance_types = load_instances(args.instances)
+        pods = load_timed_pods(args.pods, args.compress)
+        figures, events = compare(pods, instance_types, max_gpus=max_gpus, seed=seed, delay=args.delay,
+                                  keep_events=bool(args.events), workers=max(1, args.workers))
+    except (TraceError, ValueError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if args.events and events is not None:
+        try:
+            with open(args.events, "w", newline="") as fh:
+                out = csv.writer(fh)
+                out.writerow(EVENT_COLUMNS)
+                out.writerows(events)
+        except OSError as exc:
+            print(f"error: --events {args.events}: {exc.strerror or exc}", file=sys.stderr)
+            return 2
+    print(json.dumps({"compress": args.compress, "delay": args.delay, "seed": seed, "pods": len(pods),
+                      "max_gpus": max_gpus, "strategies": {n: f.summary() for n, f in figures.items()}}))
+    return 0

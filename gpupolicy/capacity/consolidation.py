@@ -1,0 +1,289 @@
+"""Which GPU nodes to give back: empty, underused or packable onto fewer nodes, always re-placed first. Pure.
+
+Final signatures (capctl's controller and the benchmark call these):
+    @dataclass(frozen=True) class ConsolidationRules: underused_below_percent: float; window_seconds: float;
+        max_disrupted_nodes: int; empty_grace_seconds: float
+    @dataclass(frozen=True) class Disruption: nodes: tuple[int, ...]; method: str; moves: dict[str, int];
+        savings_per_hour: float; explanation: str
+    plan_disruptions(state: NodeState, pods_on: Mapping[int, Sequence[tuple[str, PodDemand]]],
+                     price_per_hour: Sequence[float], usage_percent: Mapping[int, float | None],
+                     rules: ConsolidationRules, *, blocked: Set[int], now: float,
+                     empty_since: Mapping[int, float], in_progress: int = 0,
+                     strategy: Strategy | None = None, ctx: PackingContext | None = None,
+                     max_trials: int = 24, instance_types: Sequence[InstanceType] = (),
+                     evictions: Mapping[str, int] | None = None,
+                     changed_at: Mapping[int, float] | None = None) -> list[Disruption]
+
+Inputs: `state` with every pod of `pods_on` placed (rows are nodes);
+`pods_on[n]` the evictable pods of node n (DaemonSet and mirror pods left
+out by the caller); `usage_percent[n]` the node's HIGHEST GPU utilisation
+over the last `rules.window_seconds` (None when the window is not fully
+covered, e.g. no Prometheus: then no usage-aware candidate);
+`blocked` rows that must not be disrupted (do-not-disrupt on node or pod,
+a drain under way, not yet ready); `empty_since[n]` when node n last became
+empty; `in_progress` nodes already being disrupted (they count against
+`max_disrupted_nodes`); `evictions[key]` how often each pod was evicted
+already (a pod at `rules.max_evictions_per_pod` pins its node: no pod is
+disrupted without end); `changed_at[n]` when a pod last came to or left
+node n (a busy node settles `rules.settle_seconds` before it is a
+candidate, as Karpenter's consolidateAfter). Rows with `schedulable` False are neither
+candidates nor destinations.
+
+Methods, in order (Karpenter's disruption order, plus ours):
+1. `empty`: no pods for `empty_grace_seconds` (the "remove the GPU node
+   when the GPU job ends" ask): deleted without a drain.
+2. `underused`: GPU utilisation below `underused_below_percent` for the
+   whole window, and every pod re-places on the other nodes.
+3. `multi-node`: the largest set (2 or more) of the least-used nodes whose
+   pods all re-place on the remaining nodes at once.
+4. `single-node`: one node whose pods all re-place elsewhere, or (given
+   `instance_types`) whose pods re-place on the other nodes plus new nodes
+   (`plan_launches`) that cost less than it: a replacement (`launches`,
+   launched and ready before the drain; `moves` to row len(state) + i
+   mean the i-th launch). Savings are then the difference in price. A
+   replacement is only simulated when a type cheaper than the node holds
+   the pods' summed CPU, memory and GPUs (a bound that skips hopeless ones).
+Re-placement runs the packing engine (destinations: nodes that hold pods;
+moving pods onto an empty node saves nothing) (the extender's solver) on a copy with
+the candidates cordoned; `moves` are its destinations. At most
+`max_disrupted_nodes - in_progress` nodes in all; at most one multi- or
+single-node action per call (the next loop sees the result). `max_trials`
+bounds the re-placement simulations per call (a loop's time budget).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence, Set
+from dataclasses import dataclass
+
+from gpupolicy.capacity.instances import InstanceType
+from gpupolicy.capacity.provisioning import plan_launches
+from gpupolicy.packing.engine import commit, decide, get_strategy
+from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand
+from gpupolicy.packing.placement import PackingContext, Strategy, fit
+from gpupolicy.packing.typicalmix import TypicalMix
+
+EMPTY, UNDERUSED, MULTI_NODE, SINGLE_NODE = "empty", "underused", "multi-node", "single-node"
+
+
+@dataclass(frozen=True)
+class ConsolidationRules:
+    """The policy's `consolidation` block in plain numbers."""
+
+    underused_below_percent: float = 10.0
+    window_seconds: float = 7200.0
+    max_disrupted_nodes: int = 1
+    empty_grace_seconds: float = 0.0
+    max_evictions_per_pod: int | None = 3  # a pod evicted this often pins its node (None: no limit)
+    settle_seconds: float = 0.0  # a non-empty node is a candidate once its pods have not changed this long
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.underused_below_percent <= 100:
+            raise ValueError("underused_below_percent must be within 0..100")
+        if self.window_seconds < 0 or self.empty_grace_seconds < 0 or self.settle_seconds < 0:
+            raise ValueError("window_seconds, empty_grace_seconds and settle_seconds must be >= 0")
+        if self.max_disrupted_nodes < 0:
+            raise ValueError("max_disrupted_nodes must be >= 0")
+        if self.max_evictions_per_pod is not None and self.max_evictions_per_pod < 0:
+            raise ValueError("max_evictions_per_pod must be >= 0")
+
+
+@dataclass(frozen=True)
+class Disruption:
+    """One planned disruption: the rows to drain and delete, where their pods go, what it saves."""
+
+    nodes: tuple[int, ...]
+    method: str
+    moves: dict[str, int]
+    savings_per_hour: float
+    explanation: str
+    launches: tuple[InstanceType, ...] = ()  # replacements to launch first; moves to row len(state) + i go there
+
+
+def _replacement(state: NodeState, node: int, pods: Sequence[tuple[str, PodDemand]],
+                 instance_types: Sequence[InstanceType], strategy: Strategy, ctx: PackingContext
+                 ) -> tuple[dict[str, int], tuple[InstanceType, ...]] | None:
+    """Moves and new nodes for `node`'s pods: the remaining nodes first, then cheapest new capacity."""
+    trial = state.copy()
+    trial.schedulable[node] = False
+    launches = plan_launches(pods, trial, [], instance_types, strategy=strategy, ctx=ctx)
+    on_new = {key: len(state) + i for i, launch in enumerate(launches) for key in launch.pods}
+    if not launches:
+        return None  # everything fits on the remaining nodes: a deletion, not a replacement
+    rest = [(k, d) for k, d in pods if k not in on_new]
+    moves = replace_pods(trial, [node], rest, strategy, ctx) if rest else {}
+    if moves is None or len(on_new) + len(moves) != len(pods):
+        return None
+    return {**moves, **on_new}, tuple(launch.instance_type for launch in launches)
+
+
+def _may_replace(node: int, pods: Sequence[tuple[str, PodDemand]], price: float,
+                 instance_types: Sequence[InstanceType]) -> bool:
+    """A quick bound: some type cheaper than the node holds the pods' summed CPU, memory and GPUs."""
+    cpu = sum(d.cpu_milli for _, d in pods)
+    mem = sum(d.memory_mib for _, d in pods)
+    gpus = -(-sum(d.gpu_total_milli for _, d in pods) // MILLI)
+    return any(t.price_per_hour < price and t.cpu_milli >= cpu and t.memory_mib >= mem and t.gpus >= gpus
+               for t in instance_types)
+
+
+def _hours(seconds: float) -> str:
+    return f"{seconds / 3600:g}h" if seconds >= 3600 else f"{seconds / 60:g}min"
+
+
+def replace_pods(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, PodDemand]],
+                 strategy: Strategy, ctx: PackingContext) -> dict[str, int] | None:
+    """Where the packing engine puts `pods` once `nodes` are gone (None if one does not fit). Pure."""
+    done = _replace(state, nodes, pods, strategy, ctx)
+    return None if done is None else done[0]
+
+
+def _replace(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, PodDemand]],
+             strategy: Strategy, ctx: PackingContext) -> tuple[dict[str, int], NodeState] | None:
+    trial = state.copy()
+    trial.schedulable[list(nodes)] = False
+    moves: dict[str, int] = {}
+    for key, demand in sorted(pods, key=lambda kd: (-kd[1].gpu_total_milli, -kd[1].cpu_milli, kd[0])):
+        fitted = fit(trial, demand)
+        if not fitted.feasible.any():
+            return None
+        decision = decide(trial, demand, strategy, ctx, fitted=fitted)
+        commit(trial, demand, decision)
+        assert decision.node is not None
+        moves[key] = decision.node
+    return moves, trial
+
+
+def _used_milli(state: NodeState, n: int) -> int:
+    return int(state.gpu_count[n]) * MILLI - int(state.gpu_free_total[n])
+
+
+def _explain(state: NodeState, nodes: Sequence[int], pods_on: Mapping[int, Sequence[tuple[str, PodDemand]]],
+             moves: Mapping[str, int], usage: str, savings: float) -> str:
+    names = ", ".join(state.names[n] for n in nodes)
+    count = sum(len(pods_on.get(n, ())) for n in nodes)
+    dest = sorted({state.names[d] for d in moves.values()})
+    where = f"; they fit on {', '.join(dest)}" if dest else ""
+    gpus = int(sum(int(state.gpu_count[n]) for n in nodes))
+    return f"{names}: {count} pods{usage}{where}; frees {gpus} GPUs, about ${savings:.2f}/h"
+
+
+def plan_disruptions(
+    state: NodeState,
+    pods_on: Mapping[int, Sequence[tuple[str, PodDemand]]],
+    price_per_hour: Sequence[float],
+    usage_percent: Mapping[int, float | None],
+    rules: ConsolidationRules,
+    *,
+    blocked: Set[int],
+    now: float,
+    empty_since: Mapping[int, float],
+    in_progress: int = 0,
+    strategy: Strategy | None = None,
+    ctx: PackingContext | None = None,
+    max_trials: int = 24,
+    instance_types: Sequence[InstanceType] = (),
+    evictions: Mapping[str, int] | None = None,
+    changed_at: Mapping[int, float] | None = None,
+) -> list[Disruption]:
+    """The disruptions to make now, in order (module docstring: methods and budget)."""
+    budget = rules.max_disrupted_nodes - in_progress
+    if budget <= 0:
+        return []
+    strategy = strategy or get_strategy(None)
+    ctx = ctx or PackingContext(mix=TypicalMix.from_pods([d for pods in pods_on.values() for _, d in pods], 1.0))
+    limit = rules.max_evictions_per_pod
+    pinned = set() if limit is None or not evictions else {
+        n for n, pods in pods_on.items() if any(evictions.get(key, 0) >= limit for key, _ in pods)}
+    eligible = [n for n in range(len(state)) if state.schedulable[n] and n not in blocked and n not in pinned]
+    out: list[Disruption] = []
+    taken: set[int] = set()
+
+    def add(nodes: Sequence[int], method: str, moves: dict[str, int], usage: str = "") -> None:
+        savings = float(sum(price_per_hour[n] for n in nodes))
+        out.append(Disruption(tuple(nodes), method, moves, savings,
+                              _explain(state, nodes, pods_on, moves, usage, savings)))
+        taken.update(nodes)
+
+    for n in eligible:
+        if len(out) >= budget:
+            return out
+        if not pods_on.get(n) and now - empty_since.get(n, now) >= rules.empty_grace_seconds:
+            add([n], EMPTY, {}, " (empty)")
+
+    changed = changed_at or {}
+    busy = [n for n in eligible if pods_on.get(n) and n not in taken
+            and now - changed.get(n, -float("inf")) >= rules.settle_seconds]
+    trials = 0
+    base = state.copy()
+    base.schedulable[list(taken)] = False
+    # an empty node is no destination: moving pods onto it keeps a node alive to free another
+    base.schedulable[[n for n in range(len(state)) if not pods_on.get(n)]] = False
+    if rules.settle_seconds:
+        # nor is a node whose pods still come and go: moved pods go where pods stay
+        base.schedulable[[n for n in range(len(state))
+                          if now - changed.get(n, -float("inf")) < rules.settle_seconds]] = False
+
+    underused = [n for n in busy if (u := usage_percent.get(n)) is not None and u < rules.underused_below_percent]
+    for n in sorted(underused, key=lambda n: (-price_per_hour[n], n)):
+        if len(out) >= budget or trials >= max_trials:
+            return out
+        trials += 1
+        done = _replace(base, [n], pods_on[n], strategy, ctx)
+        if done is not None:
+            usage = f", GPU util {usage_percent[n]:.0f}% for {_hours(rules.window_seconds)}"
+            add([n], UNDERUSED, done[0], usage)
+            base = done[1]  # the next candidate re-places around these moves
+
+    room = budget - len(out)
+    if room <= 0:
+        return out
+    # least GPU used per unit of price first: what is cheapest to move for what it saves
+    candidates = sorted((n for n in busy if n not in taken),
+                        key=lambda n: (_used_milli(state, n) / max(price_per_hour[n], 1e-9),
+                                       len(pods_on[n]), n))
+    free_gpu = int(base.gpu_free_total[base.schedulable].sum())
+    # multi-node: the largest prefix (2..room) that re-places, found by halving
+    lo, hi = 2, min(room, len(candidates))
+    best: tuple[list[int], dict[str, int]] | None = None
+    while lo <= hi and trials < max_trials:
+        mid = (lo + hi) // 2
+        group = candidates[:mid]
+        need = sum(_used_milli(state, n) for n in group)
+        moves = None
+        if need <= free_gpu - sum(int(base.gpu_free_total[n]) for n in group):
+            trials += 1
+            moves = replace_pods(base, group, [p for n in group for p in pods_on[n]], strategy, ctx)
+        if moves is not None:
+            best, lo = (group, moves), mid + 1
+        else:
+            hi = mid - 1
+    if best is not None:
+        add(best[0], MULTI_NODE, best[1])
+        return out
+    for n in candidates:
+        if trials >= max_trials:
+            break
+        if _used_milli(state, n) <= free_gpu - int(base.gpu_free_total[n]):
+            trials += 1
+            moves = replace_pods(base, [n], pods_on[n], strategy, ctx)
+            if moves is not None:
+                add([n], SINGLE_NODE, moves)
+                break
+        if not instance_types or trials >= max_trials or not _may_replace(n, pods_on[n], price_per_hour[n],
+                                                                          instance_types):
+            continue
+        trials += 1
+        replaced = _replacement(base, n, pods_on[n], instance_types, strategy, ctx)
+        if replaced is None:
+            continue
+        moves, launches = replaced
+        savings = price_per_hour[n] - sum(t.price_per_hour for t in launches)
+        if savings > 0:
+            names = ", ".join(t.name for t in launches)
+            out.append(Disruption((n,), SINGLE_NODE, moves, savings,
+                                  _explain(state, [n], pods_on, {k: d for k, d in moves.items() if d < len(state)},
+                                           f"; replaced by {names}", savings), launches))
+            break
+    return out
+

@@ -1,0 +1,405 @@
+"""The referees of the capacity benchmark: Karpenter's and Cluster Autoscaler's documented rules, the lower bound.
+
+They are not the product (kubeon's rules are gpupolicy/capacity); they are
+what the product is measured against, from the upstream documentation and
+code (cited in docs/designs/capacity.md):
+- `default_place`: kube-scheduler's default scoring, NodeResourcesFit
+  LeastAllocated over cpu and memory (weights 1, 1) plus
+  NodeResourcesBalancedAllocation over cpu and memory, integer scores
+  0..100 each, ties broken at random (selectHost). Extended resources such
+  as nvidia.com/gpu are filtered on but not scored by default.
+- `Karpenter`: provisioning batches the pending pods no existing or
+  in-flight node holds, packs them (largest first) onto new NodeClaims, each
+  keeping the instance types that still fit all its pods, and launches the
+  cheapest remaining type. Disruption, every loop, in order: Emptiness
+  (consolidateAfter 0), Expiration (expireAfter 720h, forceful), multi-node
+  consolidation (the longest prefix of candidates by disruption cost that
+  can be deleted or replaced by ONE cheaper node, found by binary search,
+  at most 100), single-node consolidation (the first candidate that can be
+  deleted or replaced by a cheaper node). Scheduling simulation: the
+  candidates' pods first-fit on the other nodes. Budget: 10% of the nodes
+  (rounded up) disrupted at once. A replacement is launched first and the
+  candidates are drained once it is ready.
+- `ClusterAutoscaler`: scale-up for pods no node or upcoming node holds:
+  per node group (instance type) a first-fit-decreasing estimate of the new
+  nodes, the least-waste expander (least unused CPU and memory, averaged)
+  picks one group per loop. Scale-down: a node whose GPU requests are below
+  50% of its GPUs and whose pods fit elsewhere is unneeded; after 10
+  minutes unneeded it goes, empty ones in bulk (up to 10), a non-empty one
+  per loop; no scale-down within 10 minutes of a scale-up.
+- `lower_bound`: the GPU-hours the pods request (shares as fractions) and
+  their cost at the cheapest price per GPU of an allowed type that holds
+  the pod.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from gpupolicy.capacity.instances import InstanceType
+from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand, model_mask
+from gpupolicy.packing.placement import fit, gpu_fit_mask
+from simulator.capacity import Cluster, Drain, Figures, PodRun
+from simulator.capacity_trace import TimedPod
+
+MAX_NODE_SCORE = 100
+KARPENTER_BUDGET_PERCENT = 10
+KARPENTER_EXPIRE_AFTER = 720 * 3600.0
+KARPENTER_MULTI_NODE_MAX = 100
+CA_UTILISATION_THRESHOLD = 0.5
+CA_UNNEEDED_TIME = 600.0
+CA_DELAY_AFTER_ADD = 600.0
+CA_MAX_EMPTY_BULK_DELETE = 10
+
+
+def first_gpus(state: NodeState, row: int, demand: PodDemand) -> tuple[int, ...]:
+    """The device plugin's pick: the lowest-indexed GPUs that hold the demand."""
+    if not demand.needs_gpu:
+        return ()
+    free = state.gpu_free[row]
+    present = state.gpu_present[row]
+    if demand.is_sharing:
+        return (int(np.flatnonzero(present & (free >= demand.gpu_milli))[0]),)
+    return tuple(int(g) for g in np.flatnonzero(present & (free == MILLI))[: demand.num_gpu])
+
+
+def default_scores(state: NodeState, demand: PodDemand, rows: np.ndarray) -> np.ndarray:
+    """kube-scheduler's LeastAllocated + BalancedAllocation (cpu, memory) for `rows`."""
+    cap_cpu, cap_mem = state.cpu_cap[rows], state.mem_cap[rows]
+    req_cpu = cap_cpu - state.cpu_free[rows] + demand.cpu_milli
+    req_mem = cap_mem - state.mem_free[rows] + demand.memory_mib
+    least = ((cap_cpu - req_cpu) * MAX_NODE_SCORE // cap_cpu + (cap_mem - req_mem) * MAX_NODE_SCORE // cap_mem) // 2
+    f_cpu = np.minimum(req_cpu / cap_cpu, 1.0)
+    f_mem = np.minimum(req_mem / cap_mem, 1.0)
+    balanced = ((1.0 - np.abs(f_cpu - f_mem) / 2.0) * MAX_NODE_SCORE).astype(np.int64)
+    out: np.ndarray = least + balanced
+    return out
+
+
+@dataclass
+class DefaultScheduler:
+    """kube-scheduler with its default scoring (the scheduler both baselines run beside)."""
+
+    seed: int = 0
+    rng: np.random.Generator = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def place(self, cluster: Cluster, demand: PodDemand, ready: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
+        state = cluster.state
+        rows = ready[fit(state, demand).feasible[ready]]
+        if not rows.size:
+            return None
+        scores = default_scores(state, demand, rows)
+        top = rows[scores == scores.max()]
+        row = int(top[self.rng.integers(top.size)]) if top.size > 1 else int(top[0])
+        return row, first_gpus(state, row, demand)
+
+
+# ---- bin packing on new nodes, shared by the two baselines' estimates ------------------------
+@dataclass
+class NewNode:
+    """A node not yet launched in a simulation: the types still possible and the pods on it."""
+
+    options: list[InstanceType]
+    cpu: int = 0
+    mem: int = 0
+    gpus: list[int] = field(default_factory=list)  # milli used per GPU, as many as the smallest option has
+    pods: list[PodDemand] = field(default_factory=list)
+
+    def _fits(self, kind: InstanceType, demand: PodDemand, gpus: list[int]) -> bool:
+        if not kind.holds(demand) or self.cpu + demand.cpu_milli > kind.cpu_milli:
+            return False
+        return self.mem + demand.memory_mib <= kind.memory_mib and len(gpus) <= kind.gpus
+
+    def add(self, demand: PodDemand) -> bool:
+        gpus = list(self.gpus)
+        if demand.needs_gpu:
+            if demand.is_sharing:
+                room = [g for g, u in enumerate(gpus) if MILLI - u >= demand.gpu_milli]
+                if room:
+                    gpus[room[0]] += demand.gpu_milli
+                else:
+                    gpus.append(demand.gpu_milli)
+            else:
+                gpus.extend([MILLI] * demand.num_gpu)
+        left = [k for k in self.options if self._fits(k, demand, gpus)]
+        if not left:
+            return False
+        self.options, self.gpus = left, gpus
+        self.cpu += demand.cpu_milli
+        self.mem += demand.memory_mib
+        self.pods.append(demand)
+        return True
+
+    def cheapest(self) -> InstanceType:
+        return min(self.options, key=lambda t: (t.price_per_hour, t.name))
+
+
+def pack_new(pods: Sequence[PodDemand], types: Sequence[InstanceType]) -> tuple[list[NewNode], list[PodDemand]]:
+    """Karpenter's packing of pods onto new NodeClaims (pods in the given order); the pods no type holds."""
+    nodes: list[NewNode] = []
+    unfit: list[PodDemand] = []
+    for demand in pods:
+        if any(n.add(demand) for n in nodes):
+            continue
+        node = NewNode([t for t in types if t.holds(demand)])
+        if node.options and node.add(demand):
+            nodes.append(node)
+        else:
+            unfit.append(demand)
+    return nodes, unfit
+
+
+def by_size(d: PodDemand) -> tuple[int, int, int]:
+    return (-d.cpu_milli, -d.memory_mib, -d.gpu_total_milli)
+
+
+def fits(state: NodeState, d: PodDemand) -> np.ndarray:
+    """The engine's fit rules for the trace's demands (no MIG, replicas or GPU memory), without reasons."""
+    ok: np.ndarray = state.schedulable & (state.cpu_free >= d.cpu_milli) & (state.mem_free >= d.memory_mib)
+    if d.allowed_models is not None:
+        ok &= model_mask(state, d.allowed_models)
+    if d.needs_gpu:
+        ok &= gpu_fit_mask(state, d) & (state.gpu_count > 0)
+    return ok
+
+
+def first_fit(state: NodeState, pods: Sequence[PodDemand], rows: np.ndarray) -> list[PodDemand]:
+    """Place `pods` first-fit (row order) on `rows` of `state` (mutated); the pods that found no room."""
+    left = []
+    allowed = np.zeros(len(state), dtype=bool)
+    allowed[rows] = True
+    for d in pods:
+        if d.mig or d.shared or d.gpu_memory_mib:
+            ok = np.flatnonzero(fit(state, d).feasible & allowed)
+        else:
+            ok = np.flatnonzero(fits(state, d) & allowed)
+        if ok.size:
+            row = int(ok[0])
+            state.place(row, d, first_gpus(state, row, d))
+        else:
+            left.append(d)
+    return left
+
+
+def _pending_left(cluster: Cluster, pending: Sequence[PodRun]) -> list[PodDemand]:
+    """Pending pods (largest first) that no live, schedulable node (ready or in flight) holds."""
+    trial = cluster.state.copy()
+    rows = np.array([r for r in cluster.live_rows() if not cluster.cordoned[r]], dtype=np.int64)
+    return first_fit(trial, sorted((r.pod.demand for r in pending), key=by_size), rows)
+
+
+@dataclass
+class Karpenter(DefaultScheduler):
+    """Karpenter v1's provisioning and disruption beside kube-scheduler's default scoring."""
+
+    instance_types: Sequence[InstanceType] = ()
+    max_gpus: int | None = None
+    name: str = "karpenter"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.planned: set[str] = set()
+        self.deleted_seen = 0
+        self.quiet_version = -1
+
+    def provision(self, cluster: Cluster, pending: Sequence[PodRun], now: float) -> list[InstanceType]:
+        keys = {r.pod.key for r in pending}
+        deleted = cluster.serial - cluster.nodes_now
+        if keys <= self.planned and deleted == self.deleted_seen:
+            return []
+        self.planned, self.deleted_seen = keys, deleted
+        nodes, _ = pack_new(_pending_left(cluster, pending), self.instance_types)
+        gpus = sum(cluster.kind[r].gpus for r in cluster.live_rows())
+        out = []
+        for node in nodes:
+            kind = node.cheapest()
+            if self.max_gpus is not None and gpus + kind.gpus > self.max_gpus:
+                continue
+            gpus += kind.gpus
+            out.append(kind)
+        return out
+
+    def _consolidate(self, cluster: Cluster, group: Sequence[int], others: np.ndarray
+                     ) -> tuple[bool, InstanceType | None]:
+        """Can `group` go: (True, None) delete, (True, type) replace by one cheaper node, (False, None) no."""
+        trial = cluster.state.copy()
+        # pending pods keep the room they are waiting for (Karpenter's simulation schedules them too)
+        first_fit(trial, sorted((r.pod.demand for r in cluster.pending.values()), key=by_size), others)
+        pods = sorted((p.pod.demand for r in group for p in cluster.pods_on[r].values()), key=by_size)
+        left = first_fit(trial, pods, others)
+        if not left:
+            return True, None
+        nodes, unfit = pack_new(left, self.instance_types)
+        if unfit or len(nodes) != 1:
+            return False, None
+        price = sum(cluster.kind[r].price_per_hour for r in group)
+        kinds = {cluster.kind[r].name for r in group}
+        options = [t for t in nodes[0].options if t.price_per_hour < price and t.name not in kinds]
+        if not options:
+            return False, None
+        return True, min(options, key=lambda t: (t.price_per_hour, t.name))
+
+    def disrupt(self, cluster: Cluster, now: float) -> list[Drain]:
+        live = cluster.live_rows()
+        out: list[Drain] = []
+        expired = [r for r in live if not cluster.cordoned[r] and now - cluster.requested_at[r]
+                   >= KARPENTER_EXPIRE_AFTER]
+        out.extend(Drain((r,)) for r in expired)  # forceful: no budget, no replacement first
+        if cluster.version == self.quiet_version and not out:
+            return out
+        budget = math.ceil(len(live) * KARPENTER_BUDGET_PERCENT / 100) - sum(1 for r in live if cluster.cordoned[r])
+        ready = [r for r in live if cluster.ready[r] and not cluster.cordoned[r] and r not in expired]
+        empty = [r for r in ready if not cluster.pods_on[r]]
+        if empty and budget > 0:
+            out.extend(Drain((r,)) for r in empty[:budget])
+            return out
+        if budget <= 0:
+            return out
+
+        def cost(r: int) -> tuple[float, int]:
+            remaining = max(0.0, 1.0 - (now - cluster.requested_at[r]) / KARPENTER_EXPIRE_AFTER)
+            return (len(cluster.pods_on[r]) * remaining, r)
+
+        candidates = sorted((r for r in ready if cluster.pods_on[r]), key=cost)
+        schedulable = [r for r in live if not cluster.cordoned[r] and r not in expired]
+
+        def attempt(group: Sequence[int]) -> tuple[bool, InstanceType | None]:
+            others = np.array([r for r in schedulable if r not in set(group)], dtype=np.int64)
+            return self._consolidate(cluster, group, others)
+
+        # multi-node: sizes 2..n (single nodes are the next method's), n = candidates within the budget
+        lo, hi = 2, min(len(candidates), budget, KARPENTER_MULTI_NODE_MAX)
+        best: tuple[list[int], InstanceType | None] | None = None
+        while lo <= hi:
+            mid = (lo + hi) // 2
+            ok, kind = attempt(candidates[:mid])
+            if ok:
+                best, lo = (candidates[:mid], kind), mid + 1
+            else:
+                hi = mid - 1
+        if best is None:
+            for r in candidates:
+                ok, kind = attempt([r])
+                if ok:
+                    best = ([r], kind)
+                    break
+        if best is None:
+            self.quiet_version = cluster.version
+            return out
+        group, kind = best
+        out.append(Drain(tuple(group), (kind,) if kind is not None else ()))
+        return out
+
+    def next_timer(self, cluster: Cluster, now: float) -> float:
+        ages = [cluster.requested_at[r] + KARPENTER_EXPIRE_AFTER for r in cluster.live_rows()]
+        return min(ages, default=math.inf)
+
+
+@dataclass
+class ClusterAutoscaler(DefaultScheduler):
+    """Cluster Autoscaler's documented scale-up and scale-down beside kube-scheduler's default scoring."""
+
+    instance_types: Sequence[InstanceType] = ()
+    max_gpus: int | None = None
+    name: str = "cluster-autoscaler"
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.unneeded_since: dict[int, float] = {}
+        self.last_scale_up = -math.inf
+        self.quiet_version = -1
+
+    def provision(self, cluster: Cluster, pending: Sequence[PodRun], now: float) -> list[InstanceType]:
+        left = _pending_left(cluster, pending)
+        if not left:
+            return []
+        best: tuple[float, float, InstanceType, int] | None = None
+        for kind in self.instance_types:
+            fitting = [d for d in left if kind.holds(d)]
+            if not fitting:
+                continue
+            nodes, _ = pack_new(fitting, [kind])
+            count = len(nodes)
+            cpu = sum(n.cpu for n in nodes) / (kind.cpu_milli * count)
+            mem = sum(n.mem for n in nodes) / (kind.memory_mib * count)
+            waste = ((1 - cpu) + (1 - mem)) / 2
+            key = (waste, float(self.rng.random()), kind, count)
+            if best is None or key[:2] < best[:2]:
+                best = key
+        if best is None:
+            return []
+        kind, count = best[2], best[3]
+        if self.max_gpus is not None and kind.gpus:
+            gpus = sum(cluster.kind[r].gpus for r in cluster.live_rows())
+            count = min(count, max(0, (self.max_gpus - gpus) // kind.gpus))
+        if count:
+            self.last_scale_up = now
+        return [kind] * count
+
+    def disrupt(self, cluster: Cluster, now: float) -> list[Drain]:
+        live = cluster.live_rows()
+        if now - self.last_scale_up < CA_DELAY_AFTER_ADD:
+            return []
+        if any(cluster.cordoned[r] for r in live):
+            return []  # a drain is under way: one non-empty node at a time
+        ready = [r for r in live if cluster.ready[r]]
+        if cluster.version != self.quiet_version:
+            self.quiet_version = cluster.version
+            trial = cluster.state.copy()
+            unneeded: list[int] = []
+            for r in ready:
+                gpus = cluster.kind[r].gpus
+                used = (gpus * MILLI - int(trial.gpu_free_total[r])) / (gpus * MILLI) if gpus else 0.0
+                if used >= CA_UTILISATION_THRESHOLD:
+                    continue
+                others = np.array([o for o in ready if o != r and o not in unneeded], dtype=np.int64)
+                pods = [p.pod.demand for p in cluster.pods_on[r].values()]
+                if pods:
+                    attempt = trial.copy()
+                    for p in cluster.pods_on[r].values():
+                        attempt.remove(r, p.pod.demand, p.gpus)
+                    if first_fit(attempt, sorted(pods, key=by_size), others):
+                        continue
+                    trial = attempt
+                unneeded.append(r)
+            self.unneeded_since = {r: self.unneeded_since.get(r, now) for r in unneeded}
+        due = [r for r, t in self.unneeded_since.items() if now - t >= CA_UNNEEDED_TIME]
+        empty = [r for r in due if not cluster.pods_on[r]][:CA_MAX_EMPTY_BULK_DELETE]
+        if empty:
+            for r in empty:
+                del self.unneeded_since[r]
+            return [Drain((r,)) for r in empty]
+        busy = [r for r in due if cluster.pods_on[r]]
+        if busy:
+            del self.unneeded_since[busy[0]]
+            return [Drain((busy[0],))]
+        return []
+
+    def next_timer(self, cluster: Cluster, now: float) -> float:
+        due = [t + CA_UNNEEDED_TIME for t in self.unneeded_since.values()]
+        after_add = self.last_scale_up + CA_DELAY_AFTER_ADD
+        if due and after_add > now:
+            due.append(after_add)
+        return min(due, default=math.inf)
+
+
+def lower_bound(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType]) -> Figures:
+    """GPU-hours requested and their cost at the cheapest per-GPU price of an allowed type that holds each pod."""
+    gpu_hours = cost = 0.0
+    for p in pods:
+        d = p.demand
+        if not d.needs_gpu:
+            continue
+        gpus = d.gpu_total_milli / MILLI
+        hours = p.duration / 3600.0
+        prices = [t.price_per_gpu_hour for t in instance_types if t.holds(d) and t.gpus]
+        gpu_hours += gpus * hours
+        cost += gpus * hours * min(prices, default=math.nan)
+    return Figures(gpu_hours, 0.0, cost, 0.0, 0.0, 0, 0, 0, 0)

@@ -1,0 +1,66 @@
+"""The capacity benchmark's comparison: the four strategies of issue 19 on one trace, one seed.
+
+`compare` runs `cluster-autoscaler`, `karpenter` and `kubeon` through the
+same engine (simulator/capacity.py) and adds `lower-bound`; the strategies
+run in parallel processes (they share nothing), and each reports its own CPU
+seconds so a loaded machine does not hide the cost. `max_gpus` is the GPUs
+of the node list (`--nodes`): the NodePool limit every strategy gets.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ProcessPoolExecutor
+
+from gpupolicy.capacity.instances import InstanceType
+from simulator.capacity import DEFAULT_DELAY, Controller, Figures, run
+from simulator.capacity_baselines import ClusterAutoscaler, Karpenter, lower_bound
+from simulator.capacity_kubeon import Kubeon
+from simulator.capacity_trace import TimedPod
+
+STRATEGIES = ("cluster-autoscaler", "karpenter", "lower-bound", "kubeon")
+
+
+def controller(name: str, pods: Sequence[TimedPod], instance_types: Sequence[InstanceType],
+               max_gpus: int | None, seed: int) -> Controller:
+    if name == "kubeon":
+        return Kubeon(pods, instance_types, max_gpus=max_gpus)
+    if name == "karpenter":
+        return Karpenter(seed=seed, instance_types=instance_types, max_gpus=max_gpus)
+    if name == "cluster-autoscaler":
+        return ClusterAutoscaler(seed=seed, instance_types=instance_types, max_gpus=max_gpus)
+    raise ValueError(f"unknown capacity strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+
+
+def run_one(name: str, pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], max_gpus: int | None,
+            seed: int, delay: float, keep_events: bool) -> tuple[Figures, list[tuple[object, ...]] | None]:
+    """One strategy's figures (with its wall and CPU seconds), and its events when asked."""
+    if name == "lower-bound":
+        return lower_bound(pods, instance_types), None
+    events: list[tuple[object, ...]] | None = [] if keep_events else None
+    wall, cpu = time.perf_counter(), time.process_time()
+    figures = run(pods, instance_types, controller(name, pods, instance_types, max_gpus, seed), delay=delay,
+                  events=events)
+    figures.extra = {"wall_seconds": time.perf_counter() - wall, "cpu_seconds": time.process_time() - cpu}
+    return figures, events
+
+
+def compare(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], *, max_gpus: int | None,
+            seed: int = 0, delay: float = DEFAULT_DELAY, keep_events: bool = False, workers: int = 2,
+            strategies: Sequence[str] = STRATEGIES
+            ) -> tuple[dict[str, Figures], list[tuple[object, ...]] | None]:
+    """Figures per strategy (in `strategies` order) and kubeon's events (when `keep_events`)."""
+    for name in strategies:
+        if name not in STRATEGIES:
+            raise ValueError(f"unknown capacity strategy {name!r}; choose from {', '.join(STRATEGIES)}")
+    # slowest first, so two workers finish together
+    order = sorted(strategies, key=lambda n: ("karpenter", "kubeon", "cluster-autoscaler", "lower-bound").index(n))
+    args = [(n, pods, instance_types, max_gpus, seed, delay, keep_events and n == "kubeon") for n in order]
+    if workers <= 1:
+        results = [run_one(*a) for a in args]
+    else:
+        with ProcessPoolExecutor(max_workers=workers) as pool:
+            results = list(pool.map(run_one, *zip(*args, strict=True)))
+    by_name = dict(zip(order, results, strict=True))
+    return {n: by_name[n][0] for n in strategies}, by_name.get("kubeon", (None, None))[1]

@@ -1,0 +1,108 @@
+"""The `kubeon` strategy of the capacity benchmark: the production decision core, nothing of its own.
+
+Placement is the packing engine (`gpupolicy.packing.engine.decide` with the
+default strategy and the extender's used-nodes-first tie order), provisioning
+is `gpupolicy.capacity.provisioning.plan_launches`, consolidation is
+`gpupolicy.capacity.consolidation.plan_disruptions`. This adapter only keeps
+what a controller keeps between loops (when each node became empty) and
+skips loops whose inputs did not change. The trace has no GPU utilisation,
+so usage-aware candidates are off (`usage_percent` is empty, as a cluster
+without Prometheus); the request-based methods act.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from gpupolicy.capacity.consolidation import ConsolidationRules, plan_disruptions
+from gpupolicy.capacity.instances import InstanceType
+from gpupolicy.capacity.provisioning import plan_launches
+from gpupolicy.packing.engine import decide, get_strategy
+from gpupolicy.packing.nodemodel import PodDemand
+from gpupolicy.packing.placement import PackingContext
+from gpupolicy.packing.scheduling import used_first_rank
+from gpupolicy.packing.typicalmix import TypicalMix
+from simulator.capacity import Cluster, Drain, PodRun
+from simulator.capacity_trace import TimedPod
+
+# The capacity knobs of the benchmark (tuned on the default trace, seeds 0..2, only).
+RULES = ConsolidationRules(underused_below_percent=10.0, window_seconds=7200.0, max_disrupted_nodes=4,
+                           empty_grace_seconds=0.0, settle_seconds=float(os.environ.get("SETTLE", 0)),
+                           max_evictions_per_pod=int(os.environ.get("PIN", 3)) or None)
+
+
+@dataclass
+class Kubeon:
+    """The controller under test."""
+
+    pods: Sequence[TimedPod]
+    instance_types: Sequence[InstanceType]
+    max_gpus: int | None = None
+    rules: ConsolidationRules = RULES
+    name: str = "kubeon"
+
+    def __post_init__(self) -> None:
+        self.strategy = get_strategy(None)
+        self.ctx = PackingContext(mix=TypicalMix.from_pods([p.demand for p in self.pods], 1.0))
+        self.planned: set[str] = set()
+        self.deleted_seen = 0
+        self.empty_since: dict[int, float] = {}
+        self.quiet_version = -1
+        self.quiet_until = math.inf
+
+    def place(self, cluster: Cluster, demand: PodDemand, ready: np.ndarray) -> tuple[int, tuple[int, ...]] | None:
+        self.ctx.tie_rank = used_first_rank(cluster.state)
+        decision = decide(cluster.state, demand, self.strategy, self.ctx, restrict=ready)
+        return None if decision.node is None else (decision.node, decision.gpu_indices)
+
+    def provision(self, cluster: Cluster, pending: Sequence[PodRun], now: float) -> list[InstanceType]:
+        keys = {r.pod.key for r in pending}
+        deleted = cluster.serial - cluster.nodes_now
+        if keys <= self.planned and deleted == self.deleted_seen:
+            return []  # the same pods against no less capacity: the last plan stands
+        self.planned, self.deleted_seen = keys, deleted
+        self.ctx.tie_rank = used_first_rank(cluster.state)
+        launches = plan_launches([(r.pod.key, r.pod.demand) for r in pending], cluster.state, [],
+                                 self.instance_types, max_gpus=self.max_gpus, strategy=self.strategy, ctx=self.ctx)
+        return [launch.instance_type for launch in launches]
+
+    def disrupt(self, cluster: Cluster, now: float) -> list[Drain]:
+        live = cluster.live_rows()
+        for row in live:
+            if cluster.pods_on[row] or not cluster.ready[row]:
+                self.empty_since.pop(row, None)
+            else:
+                self.empty_since.setdefault(row, now)
+        for row in list(self.empty_since):
+            if not cluster.alive[row]:
+                del self.empty_since[row]
+        if cluster.version == self.quiet_version and now < self.quiet_until:
+            return []
+        blocked = {r for r in live if not cluster.ready[r]}
+        in_progress = sum(1 for r in live if cluster.cordoned[r])
+        pods_on = {r: [(k, p.pod.demand) for k, p in cluster.pods_on[r].items()] for r in live}
+        prices = [k.price_per_hour for k in cluster.kind]
+        # destinations are ready nodes only: an evicted pod must not wait for a node still starting
+        view = cluster.state.copy()
+        view.schedulable[list(blocked)] = False
+        self.ctx.tie_rank = used_first_rank(view)
+        plans = plan_disruptions(view, pods_on, prices, {}, self.rules, blocked=blocked, now=now,
+                                 empty_since=self.empty_since, in_progress=in_progress,
+                                 strategy=self.strategy, ctx=self.ctx, instance_types=self.instance_types,
+                                 evictions={k: p.evictions for r in live for k, p in cluster.pods_on[r].items()},
+                                 changed_at=cluster.changed_at)
+        if not plans:
+            self.quiet_version, self.quiet_until = cluster.version, self.next_timer(cluster, now)
+        return [Drain(p.nodes, p.launches) for p in plans]
+
+    def next_timer(self, cluster: Cluster, now: float) -> float:
+        due = [t + self.rules.empty_grace_seconds for t in self.empty_since.values()
+               if t + self.rules.empty_grace_seconds > now]
+        due += [t + self.rules.settle_seconds for r, t in cluster.changed_at.items()
+                if cluster.alive[r] and t + self.rules.settle_seconds > now]
+        return min(due, default=math.inf)

@@ -1,0 +1,109 @@
+"""Each referee does what its documented rules say, on hand-made clusters (docs/designs/capacity.md)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+
+from gpupolicy.capacity.instances import InstanceType
+from gpupolicy.packing.nodemodel import NodeState, PodDemand
+from simulator.capacity import run
+from simulator.capacity_baselines import ClusterAutoscaler, DefaultScheduler, Karpenter, lower_bound
+from simulator.capacity_kubeon import Kubeon
+from simulator.capacity_trace import TimedPod
+
+T4X4 = InstanceType("t4x4", "T4", 4, 96000, 393216, 2.696)
+P100X1 = InstanceType("p100x1", "P100", 1, 8000, 61440, 1.522)
+BIG = InstanceType("a10x1", "A10", 1, 128000, 1048576, 2.024)
+HOUR = 3600.0
+
+
+def pod(name: str, at: float, seconds: float, gpus: int = 1, cpu: int = 4000, milli: int = 1000) -> TimedPod:
+    return TimedPod(name, PodDemand(cpu_milli=cpu, memory_mib=8192, num_gpu=gpus, gpu_milli=milli, name=name),
+                    at, seconds)
+
+
+def replay(controller: object, pods: list[TimedPod]) -> list[tuple[float, str, str, str, str]]:
+    events: list[tuple[object, ...]] = []
+    run(pods, [T4X4, P100X1, BIG], controller, events=events)  # type: ignore[arg-type]
+    return [(float(str(t)), str(e), str(n), str(k), str(p)) for t, e, n, k, p, _ in events]
+
+
+def test_karpenter_batches_pending_pods_onto_the_cheapest_type_that_holds_them_all() -> None:
+    events = replay(Karpenter(instance_types=[T4X4, P100X1, BIG]), [pod(f"p{i}", 0, HOUR) for i in range(3)])
+    launches = [e for e in events if e[1] == "launch"]
+    assert [(t, kind) for t, _, _, kind, _ in launches] == [(0.0, "t4x4")]  # not three P100 nodes
+
+
+def test_karpenter_emptiness_deletes_a_node_in_the_loop_after_its_last_pod() -> None:
+    events = replay(Karpenter(instance_types=[T4X4, P100X1, BIG]), [pod("a", 0, 100)])
+    finish = next(t for t, e, *_ in events if e == "finish")
+    delete = next(t for t, e, *_ in events if e == "delete")
+    assert 0 <= delete - finish <= 10.0
+
+
+def test_karpenter_replaces_nodes_by_a_cheaper_one_within_its_10_percent_budget() -> None:
+    # single-GPU pods arriving apart each get the cheapest node for one pod (a P100, $1.522/h); two of them
+    # fit one T4x4 ($2.696/h < $3.044/h): multi-node consolidation replaces pairs once 11 nodes allow 2.
+    pods = [pod(f"p{i:02}", 600 * i, 30 * HOUR) for i in range(20)]
+    events = replay(Karpenter(instance_types=[T4X4, P100X1, BIG]), pods)
+    kinds = [kind for _, e, _, kind, _ in events if e == "launch"]
+    assert kinds[:11] == ["p100x1"] * 11  # budget: ceil(10% of 10 nodes) = 1, no pair before the 11th
+    assert "t4x4" in kinds
+    for t in {t for t, e, *_ in events if e == "evict"}:
+        assert len({n for u, e, n, _, _ in events if e == "evict" and u == t}) <= 2  # ceil(10% of <= 20 nodes)
+
+
+def test_karpenter_expires_nodes_after_720h_and_evicts_their_pods() -> None:
+    events = replay(Karpenter(instance_types=[T4X4, P100X1, BIG]), [pod("long", 0, 1000 * HOUR)])
+    evictions = [t for t, e, *_ in events if e == "evict"]
+    assert len(evictions) == 1 and 720 * HOUR <= evictions[0] <= 720 * HOUR + 10
+
+
+def test_cluster_autoscaler_least_waste_picks_the_group_wasting_least_cpu_and_memory() -> None:
+    # 90 cores: both the T4x4 (96 cores) and the A10 host (128 cores) hold it; least-waste takes the T4x4
+    events = replay(ClusterAutoscaler(instance_types=[T4X4, P100X1, BIG]), [pod("a", 0, HOUR, cpu=90000)])
+    assert [kind for _, e, _, kind, _ in events if e == "launch"] == ["t4x4"]
+
+
+def test_cluster_autoscaler_removes_an_underused_node_after_10_minutes_unneeded() -> None:
+    # three pods on one T4x4; two leave at 1h: 1 of 4 GPUs requested (< 50%), and the pod fits nowhere else:
+    # the node stays. A second node holding one pod next to a half-full first one goes 10 minutes later.
+    ca = ClusterAutoscaler(instance_types=[T4X4])
+    pods = [pod("a", 0, 5 * HOUR), pod("b", 0, HOUR), pod("c", 0, HOUR),
+            pod("d", 2 * HOUR, 5 * HOUR, gpus=4), pod("e", 2 * HOUR + 60, 5 * HOUR)]
+    events = [(t, e, n, k, p) for t, e, n, k, p in replay(ca, pods)]
+    deletes = [(t, n) for t, e, n, _, _ in events if e == "delete"]
+    first_node = next(n for _, e, n, _, p in events if e == "place" and p == "a")
+    assert deletes[0][1] != first_node or deletes[0][0] >= 5 * HOUR  # the lone pod's node is not removed early
+    assert all(t - 2 * HOUR >= 600 or t >= 5 * HOUR for t, _ in deletes)  # never within 10 min of a scale-up
+
+
+def test_cluster_autoscaler_keeps_an_empty_node_10_minutes() -> None:
+    events = replay(ClusterAutoscaler(instance_types=[T4X4]), [pod("a", 0, HOUR)])
+    finish = next(t for t, e, *_ in events if e == "finish")
+    delete = next(t for t, e, *_ in events if e == "delete")
+    assert 600 <= delete - finish <= 620
+
+
+def test_default_scoring_spreads_where_the_packing_engine_fills() -> None:
+    # one of two T4x4 nodes already runs a pod: kube-scheduler's LeastAllocated + BalancedAllocation sends
+    # the next pod to the empty one; kubeon's packing engine puts it beside the first
+    cluster = SimpleNamespace(state=NodeState.build([T4X4.spec("a"), T4X4.spec("b")]))
+    first = pod("first", 0, HOUR, cpu=40000).demand
+    cluster.state.place(0, first, (0,))
+    nxt = pod("next", 0, HOUR).demand
+    ready = np.array([0, 1])
+    spot = DefaultScheduler(seed=0).place(cluster, nxt, ready)  # type: ignore[arg-type]
+    assert spot == (1, (0,))
+    packed = Kubeon([pod("first", 0, HOUR, cpu=40000), pod("next", 0, HOUR)], [T4X4]).place(
+        cluster, nxt, ready)  # type: ignore[arg-type]
+    assert packed is not None and packed[0] == 0
+
+
+def test_lower_bound_counts_shares_as_fractions_at_the_cheapest_fitting_price_per_gpu() -> None:
+    figures = lower_bound([pod("a", 0, HOUR, gpus=1, milli=500), pod("cpu", 0, HOUR, gpus=0, milli=0),
+                           pod("b", 0, 2 * HOUR, gpus=2)], [T4X4, P100X1])
+    assert figures.gpu_node_hours == 0.5 + 4.0
+    assert abs(figures.cost - 4.5 * 2.696 / 4) < 1e-9

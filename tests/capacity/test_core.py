@@ -1,0 +1,117 @@
+"""The capacity decision core on hand-made clusters: instance catalog, launches, disruptions."""
+
+from __future__ import annotations
+
+import pytest
+
+from gpupolicy.capacity.consolidation import ConsolidationRules, plan_disruptions
+from gpupolicy.capacity.instances import InstanceType, load_instances, parse_instances
+from gpupolicy.capacity.provisioning import plan_launches
+from gpupolicy.packing.nodemodel import NodeState, PodDemand
+
+T4X4 = InstanceType("t4x4", "T4", 4, 96000, 393216, 2.696)
+P100X1 = InstanceType("p100x1", "P100", 1, 8000, 61440, 1.522)
+V100X8 = InstanceType("v100x8", "V100M16", 8, 64000, 262144, 24.864)
+TYPES = [T4X4, P100X1, V100X8]
+
+
+def gpu_pod(name: str, gpus: int = 1, milli: int = 1000, cpu: int = 4000) -> tuple[str, PodDemand]:
+    return name, PodDemand(cpu_milli=cpu, memory_mib=8192, num_gpu=gpus, gpu_milli=milli, name=name)
+
+
+def test_vendored_catalog_loads() -> None:
+    types = load_instances("vendor/openb/instances.csv")
+    assert len(types) == 15
+    assert {t.model for t in types} >= {"G2", "T4", "V100M16"}
+
+
+@pytest.mark.parametrize(("row", "message"), [
+    ({"gpus": "x"}, "field 'gpus' is not an integer"),
+    ({"price_per_hour": "-1"}, "field 'price_per_hour' must be a non-negative number"),
+    ({"model": ""}, "field 'model' is empty"),
+])
+def test_bad_catalog_rows_name_row_and_field(row: dict[str, str], message: str) -> None:
+    good = {"instance_type": "a", "model": "T4", "gpus": "2", "cpu_milli": "8000", "memory_mib": "1024",
+            "price_per_hour": "1.0"}
+    with pytest.raises(ValueError, match=f"cat.csv:3: {message}"):
+        parse_instances([good, {**good, "instance_type": "b", **row}], "cat.csv")
+
+
+def test_a_burst_of_pending_pods_launches_the_nodes_once() -> None:
+    pending = [gpu_pod(f"p{i}") for i in range(50)]
+    launches = plan_launches(pending, NodeState.build([]), [], TYPES)
+    assert sum(len(launch.pods) for launch in launches) == 50
+    assert sum(launch.instance_type.gpus for launch in launches) == 52  # 12 x T4x4 + one shrunk remainder
+    assert all(launch.instance_type.model == "T4" for launch in launches)
+    # the same pods, with those launches already requested: nothing more
+    again = plan_launches(pending, NodeState.build([]), [launch.instance_type for launch in launches], TYPES)
+    assert again == []
+
+
+def test_pods_that_fit_on_existing_nodes_get_no_launch() -> None:
+    state = NodeState.build([T4X4.spec("t4-a")])
+    assert plan_launches([gpu_pod("a"), gpu_pod("b", 3)], state, [], TYPES) == []
+    state.schedulable[0] = False  # cordoned: not capacity
+    assert len(plan_launches([gpu_pod("a")], state, [], TYPES)) == 1
+
+
+def test_max_gpus_caps_launches_and_unfit_pods_get_none() -> None:
+    pending = [gpu_pod(f"p{i}", 4) for i in range(5)] + [gpu_pod("huge", 8, cpu=200000)]
+    launches = plan_launches(pending, NodeState.build([]), [], TYPES, max_gpus=12)
+    assert sum(launch.instance_type.gpus for launch in launches) <= 12
+    assert all("huge" not in launch.pods for launch in launches)
+
+
+def _cluster(*pods_per_node: list[tuple[str, PodDemand]]) -> tuple[NodeState, dict[int, list[tuple[str, PodDemand]]]]:
+    state = NodeState.build([T4X4.spec(f"t4-{i}") for i in range(len(pods_per_node))])
+    pods_on = {}
+    for n, pods in enumerate(pods_per_node):
+        used = 0
+        for _key, demand in pods:
+            state.place(n, demand, tuple(range(used, used + demand.num_gpu)))
+            used += demand.num_gpu
+        pods_on[n] = list(pods)
+    return state, pods_on
+
+
+RULES = ConsolidationRules(underused_below_percent=10, window_seconds=7200, max_disrupted_nodes=2,
+                           empty_grace_seconds=30)
+
+
+def test_empty_node_goes_after_the_grace() -> None:
+    state, pods_on = _cluster([gpu_pod("a")], [])
+    prices = [T4X4.price_per_hour] * 2
+    kw = {"blocked": set(), "empty_since": {1: 100.0}}
+    assert [d.method for d in plan_disruptions(state, pods_on, prices, {}, RULES, now=110.0, **kw)] == []
+    plans = plan_disruptions(state, pods_on, prices, {}, RULES, now=131.0, **kw)
+    assert plans[0].method == "empty" and plans[0].nodes == (1,)
+
+
+def test_single_node_moves_pods_where_they_fit_and_never_otherwise() -> None:
+    state, pods_on = _cluster([gpu_pod("a", 3)], [gpu_pod("b")])
+    prices = [T4X4.price_per_hour] * 2
+    plans = plan_disruptions(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={})
+    assert [(d.method, d.nodes, d.moves) for d in plans] == [("single-node", (1,), {"b": 0})]
+    assert plans[0].explanation == "t4-1: 1 pods; they fit on t4-0; frees 4 GPUs, about $2.70/h"
+    full, pods_full = _cluster([gpu_pod("a", 4)], [gpu_pod("b")])
+    assert plan_disruptions(full, pods_full, prices, {}, RULES, blocked=set(), now=0.0, empty_since={}) == []
+    other = plan_disruptions(state, pods_on, prices, {}, RULES, blocked={1}, now=0.0, empty_since={})
+    assert [(d.nodes, d.moves) for d in other] == [((0,), {"a": 1})]  # blocked keeps t4-1, t4-0 moves onto it
+    assert plan_disruptions(state, pods_on, prices, {}, RULES, blocked={0, 1}, now=0.0, empty_since={}) == []
+
+
+def test_multi_node_takes_several_nodes_at_once_within_the_budget() -> None:
+    state, pods_on = _cluster([gpu_pod("a")], [gpu_pod("b")], [gpu_pod("c")], [gpu_pod("d")])
+    prices = [T4X4.price_per_hour] * 4
+    plans = plan_disruptions(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={})
+    assert len(plans) == 1 and plans[0].method == "multi-node" and len(plans[0].nodes) == 2
+    assert set(plans[0].moves.values()).isdisjoint(plans[0].nodes)
+
+
+def test_underused_node_is_named_with_its_utilisation() -> None:
+    state, pods_on = _cluster([gpu_pod("a", 2)], [gpu_pod("b")])
+    prices = [T4X4.price_per_hour] * 2
+    plans = plan_disruptions(state, pods_on, prices, {0: 50.0, 1: 3.0}, RULES, blocked=set(), now=0.0,
+                             empty_since={})
+    assert plans[0].method == "underused" and plans[0].nodes == (1,)
+    assert "GPU util 3% for 2h" in plans[0].explanation
