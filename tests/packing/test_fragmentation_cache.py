@@ -18,7 +18,7 @@ def _cluster() -> tuple:
 
 def test_cached_f_after_follows_placements_and_matches_a_fresh_model() -> None:
     state, mix = _cluster()
-    model = FragModel(state, mix, copies=True, copies_weight=0.25)
+    model = FragModel(state, mix, use_memory=True, copies=True, copies_weight=0.25)
     nodes = np.arange(len(state))
     pod = make_pod(2, cpu=8000)
     first, _, _ = model.after(pod, nodes)
@@ -28,7 +28,7 @@ def test_cached_f_after_follows_placements_and_matches_a_fresh_model() -> None:
     second, _, _ = model.after(pod, nodes)
     assert second[3] != first[3]
     np.testing.assert_array_equal(np.delete(second, 3), np.delete(first, 3))
-    fresh, _, _ = FragModel(state, mix, copies=True, copies_weight=0.25).after(pod, nodes)
+    fresh, _, _ = FragModel(state, mix, use_memory=True, copies=True, copies_weight=0.25).after(pod, nodes)
     np.testing.assert_allclose(second, fresh, rtol=0, atol=1e-9)
 
 
