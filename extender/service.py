@@ -171,6 +171,8 @@ class ExtenderService:
             if passed_names:  # what /prioritize will send next: remember its rows
                 self.rows.remember(state, passed_names, rows[passed])
             self._memo = _Memo(request.uid, self.cache.version, verdict)
+            if len(passed_names) == 1:  # kube-scheduler skips /prioritize and binds at once: /bind needs the pod
+                self._remember(request, verdict.demand, verdict.plan)
             outcome = FilterOutcome(names, rows, codes, hopeless, verdict.plan, self._writer_for(state),
                                     passed_names)
         _log_notes(request, verdict.plan)

@@ -78,6 +78,22 @@ def arrival_order(pods: Sequence[PodDemand], capacity_milli: int, tune: float,
     return shuffled
 
 
+def interleave(arrivals: list[PodDemand], extra: Sequence[PodDemand], rng: np.random.Generator) -> list[PodDemand]:
+    """`arrivals` with each of `extra` inserted at a uniformly drawn position (order within each kept)."""
+    if not extra:
+        return arrivals
+    slots = np.sort(rng.integers(0, len(arrivals) + 1, size=len(extra)))
+    out: list[PodDemand] = []
+    j = 0
+    for i, pod in enumerate(arrivals):
+        while j < len(extra) and slots[j] <= i:
+            out.append(extra[j])
+            j += 1
+        out.append(pod)
+    out.extend(extra[j:])
+    return out
+
+
 def replay(
     nodes: Sequence[NodeSpec],
     pods: Sequence[PodDemand],
@@ -87,11 +103,15 @@ def replay(
     keep_placements: bool = False,
     mix_coverage: float = 1.0,
     progress: Callable[[list[PodDemand]], Iterable[PodDemand]] | None = None,
+    extra: Sequence[PodDemand] = (),
 ) -> ReplayResult:
     """Run one replay (a strategy name or object); raises `UnknownStrategyError` for a bad name.
 
-    The context carries the trace's full typical mix (`mix_coverage` 1.0);
-    FGD cuts it to the paper's 95% itself, kubeon uses every group.
+    The context carries the workload's full typical mix (`mix_coverage` 1.0);
+    each strategy cuts it (FGD to the paper's 95%). `extra`: pods that arrive
+    besides the trace's (bench/robustness.py's CPU-only pods), each at a
+    position drawn from its own generator, so the trace's arrivals stay those
+    of the plain replay; they are part of the workload's mix.
     `progress` wraps the arrivals (the CLI passes a tqdm bar on a terminal).
     """
     strategy = (strategy_name if strategy_name is not None and not isinstance(strategy_name, str)
@@ -101,8 +121,9 @@ def replay(
     by_name = sorted(nodes, key=lambda s: s.name)
     state = NodeState.build(by_name)
     tie_rank = rng.permutation(len(by_name)).astype(np.int64)
-    arrivals = arrival_order(pods, state.gpu_capacity_milli, tune, rng)
-    ctx = PackingContext(mix=TypicalMix.from_pods(pods, mix_coverage), rng=rng, tie_rank=tie_rank)
+    arrivals = interleave(arrival_order(pods, state.gpu_capacity_milli, tune, rng), extra,
+                          np.random.default_rng([seed, 2]))
+    ctx = PackingContext(mix=TypicalMix.from_pods([*pods, *extra], mix_coverage), rng=rng, tie_rank=tie_rank)
 
     capacity = float(state.gpu_capacity_milli) or 1.0
     arrived = 0

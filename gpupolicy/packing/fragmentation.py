@@ -36,12 +36,11 @@ class FragModel:
     """Per-node fragmentation terms for one state and one mix, kept in step incrementally."""
 
     def __init__(self, state: NodeState, mix: TypicalMix, use_memory: bool = False, copies: bool = False,
-                 modular: bool = False, copies_weight: float = 1.0) -> None:
+                 copies_weight: float = 1.0) -> None:
         self.state = state
         self.copies_weight = copies_weight
         self.mix = mix
         self.copies = copies
-        self.modular = modular
         self.use_memory = use_memory and mix.memory_mib is not None
         self.mem = mix.memory_mib if mix.memory_mib is not None else np.zeros(len(mix), dtype=np.int64)
         self.gm = mix.gpu_milli  # (M,)
@@ -49,9 +48,6 @@ class FragModel:
         self.cpu = mix.cpu_milli
         self.p = mix.weight
         self.gpu_type = self.gm > 0
-        self.gm_safe = np.maximum(self.gm, 1)
-        # free milli a whole-GPU pod takes away from a fully free GPU's remainder (modular look-ahead)
-        self.full_rem = np.where(self.gpu_type, MILLI % self.gm_safe, 0)
         allowed = mix.allowed_matrix(state.models)  # (M, models)
         self.model_ok: BoolArray = allowed[:, state.model_idx].T if len(state.models) else np.zeros(
             (len(state), len(mix)), dtype=bool)  # (N, M)
@@ -84,12 +80,7 @@ class FragModel:
         present = self.state.gpu_present[dirty]
         at_least = (free[:, :, None] >= self.gm[None, None, :]) & present[:, :, None]  # (D, G, M)
         self.ge[dirty] = at_least.sum(axis=1)
-        if self.modular:
-            # look-ahead: what stays free on each GPU once it is filled with type-m pods only
-            self.small[dirty] = np.where(present[:, :, None], free[:, :, None] % self.gm_safe[None, None, :],
-                                         0).sum(axis=1)
-        else:
-            self.small[dirty] = np.where(at_least, 0, free[:, :, None]).sum(axis=1)
+        self.small[dirty] = np.where(at_least, 0, free[:, :, None]).sum(axis=1)
         self.frag[dirty] = self.fragment(
             dirty, self.state.cpu_free[dirty], self.state.mem_free[dirty], self.state.gpu_free_total[dirty],
             self.ge[dirty], self.small[dirty])
@@ -183,13 +174,9 @@ class FragModel:
         below2 = f2 < gm
         ge = self.ge[rows]
         ge -= below2 > below  # ge - (f >= gm) + (f2 >= gm)
-        if self.modular:
-            gs = self.gm_safe[None, :]
-            small = self.small[rows] - f % gs + f2 % gs
-        else:
-            small = self.small[rows]
-            small -= f * below  # - where(f < gm, f, 0)
-            small += f2 * below2  # + where(f2 < gm, f2, 0)
+        small = self.small[rows]
+        small -= f * below  # - where(f < gm, f, 0)
+        small += f2 * below2  # + where(f2 < gm, f2, 0)
         total = st.gpu_free_total[rows] - d
         f_after = self.fragment(rows, cpu_after[pos], mem_after[pos], total, ge, small)
         return f_after, pos, gpu.astype(np.int64)
@@ -220,9 +207,9 @@ class FragModel:
             total = st.gpu_free_total[stale] - k * MILLI
             # ge - k >= k_m as ge >= k_m + k (types without GPU never host: static_ok)
             need = self.k + np.where(self.gpu_type, k, 0)
-            small = self.small[stale] - (k * self.full_rem)[None, :] if self.modular else self.small[stale]
             values[stale] = self.fragment(stale, st.cpu_free[stale] - demand.cpu_milli,
-                                          st.mem_free[stale] - demand.memory_mib, total, self.ge[stale], small, need)
+                                          st.mem_free[stale] - demand.memory_mib, total, self.ge[stale],
+                                          self.small[stale], need)
             versions[stale] = st.row_version[stale]
         out: FloatArray = values[nodes]
         return out
@@ -230,16 +217,16 @@ class FragModel:
 
 def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = None,
                key: str = "frag", use_memory: bool = False, copies: bool = False,
-               modular: bool = False, copies_weight: float = 1.0) -> FragModel:
+               copies_weight: float = 1.0) -> FragModel:
     """The context's FragModel for this state and mix (default: `ctx.mix`), built once, then synced."""
     mix = mix if mix is not None else ctx.mix
     if mix is None:
         raise ValueError("this strategy needs a typical pod mix (PackingContext.mix)")
     model = ctx.caches.get(key)
-    flags = (use_memory and mix.memory_mib is not None, copies, modular, copies_weight)
+    flags = (use_memory and mix.memory_mib is not None, copies, copies_weight)
     if (not isinstance(model, FragModel) or model.state is not state or model.mix.key != mix.key
-            or (model.use_memory, model.copies, model.modular, model.copies_weight) != flags):
-        model = FragModel(state, mix, use_memory, copies, modular, copies_weight)
+            or (model.use_memory, model.copies, model.copies_weight) != flags):
+        model = FragModel(state, mix, use_memory, copies, copies_weight)
         ctx.caches[key] = model
     model.sync()
     return model

@@ -92,3 +92,17 @@ def test_a_refused_binding_leaves_no_assumption(api: ApiServer) -> None:
                                       "Node": "b"}).get_json()
     assert "409" in answer["Error"]
     assert "default/s3" not in cache.assumed
+
+
+def test_a_pod_that_passed_the_filter_on_one_node_is_bound_with_its_gpu_index(api: ApiServer) -> None:
+    # One feasible node: kube-scheduler skips /prioritize and binds at once (upstream schedule_one);
+    # the bind still records the GPU the share is accounted on, from what /filter read.
+    http, _cache, core = setup(api)
+    pod = share_pod(core, "s3")
+    assert http.post("/filter", json=args(pod, ["b"])).get_json()["NodeNames"] == ["b"]
+    answer = http.post("/bind", json={"PodName": "s3", "PodNamespace": "default",
+                                      "PodUID": pod["metadata"]["uid"], "Node": "b"}).get_json()
+    assert answer == {"Error": ""}
+    stored = json.loads(core.read_namespaced_pod("s3", "default", _preload_content=False).data)
+    assert stored["spec"]["nodeName"] == "b"
+    assert stored["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] in ("0", "1")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from gpupolicy.packing.fragmentation import SHAPES_KEPT, FragModel
-from gpupolicy.packing.placement import to_gpu_indices
+from gpupolicy.packing.placement import PackingContext, to_gpu_indices
 from gpupolicy.packing.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
 
@@ -41,3 +41,13 @@ def test_a_subset_of_nodes_reads_the_same_values_and_shapes_are_bounded() -> Non
     for cpu in range(1, SHAPES_KEPT + 10):
         model.after(make_pod(1, cpu=cpu), np.arange(len(state)))
     assert len(model._after_by_shape) == SHAPES_KEPT
+
+
+def test_context_keeps_a_derived_value_until_an_input_is_another_object() -> None:
+    ctx = PackingContext()
+    builds: list[int] = []
+    state, mix = _cluster()
+    first, second = state, _cluster()[0]
+    for node_state in (first, first, second, first):
+        ctx.derived("feed", (mix, node_state), lambda: builds.append(1) or len(builds))
+    assert len(builds) == 3  # first, second, first again: the equal twin still counts as new

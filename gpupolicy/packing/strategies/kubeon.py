@@ -3,9 +3,10 @@
 How `Kubeon` scores a node for a pod:
 1. `Fragment`: FGD's fragment change against the typical pod mix (how much
    free GPU the placement turns into GPU no typical pod can use), with the
-   the copies of typical pods the node's free CPU can still feed counted;
-2. plus each term (`ShareStranding`, `ModelPressure`, `SliverWaste`), in
-   milli-GPU, before rounding;
+   typical pods' memory and the copies the node's free CPU and memory can
+   still feed counted;
+2. plus each term (`ShareStranding`, `SliverWaste`), in milli-GPU, before
+   rounding;
 3. FGD's rounding, int(100 * sigmoid(delta / 1000)): it creates ties, and
    ties packed in the fixed node order fill nodes one after another, which
    is most of FGD's strength;
@@ -16,14 +17,16 @@ Each part says in its docstring why it helps and by how much: the drop on
 the default openb trace, seeds 42..51, when that part alone is removed
 (`Kubeon().without(name)`, bench/ablation.py; table and protocol in
 docs/benchmarks.md). The weights are frozen in `WEIGHTS`, the one place
-they are set. A part whose removal cost less than 0.05 points there was
-removed: CPU stranding of whole-GPU pods, typical pods' memory, the CPU-only
-pods' least-free-GPU tie-break, the GPU pods' used-nodes-first tie-break.
-Two exceptions, flagged: the CPU-fed copies blend cost only ~0.02 there
-once the others were gone, but the live path needs it (kubeon through the
-extender falls below FGD without it, tests/packing/test_live_replay.py);
-and the two parts that act only on model-restricted pods, which the default
-trace has none of (`Fragment.spec_types`, `ModelPressure`).
+they are set. Every part whose removal cost less than 0.05 points there was
+removed (issue 13): CPU stranding of whole-GPU pods, the CPU-only pods'
+least-free-GPU tie-break, the GPU pods' used-nodes-first tie-break, and the
+two parts that acted only on model-restricted pods, which the default
+trace has none of (model-restricted types kept in the mix, model
+pressure: 0.00 in the simulator and through the extender). A part is
+measured on both paths of the tuning trace: the copies blend (0.03 in the
+simulator) and typical pods' memory (0.00) earn 1.2 and 2.2 points through
+the extender, where kube-scheduler, not the engine, places the CPU-only
+pods (`kubeon-gpu simulate --through-extender`, seed 42; docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -31,12 +34,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
-import numpy as np
-
 from gpupolicy.packing.fragmentation import FragModel, best_per_node, frag_model, sigmoid_score
 from gpupolicy.packing.nodemodel import IntArray, NodeState, PodDemand
 from gpupolicy.packing.placement import FloatArray, PackingContext, Scored
-from gpupolicy.packing.strategies.modelpressure import model_pressure
 from gpupolicy.packing.strategies.slivers import filler_types, sliver_waste
 from gpupolicy.packing.strategies.stranding import FeedRate, stranding_relief
 from gpupolicy.packing.typicalmix import COVERAGE, TypicalMix
@@ -53,7 +53,6 @@ class Weights:
     share_stranding: float = 8.0  # per milli-GPU a sharing pod strands (or stops stranding)
     sliver: float = 3.0  # per milli-GPU of a GPU slice no typical sharing size can fill
     sliver_scarcity: float = 0.4  # a filler size rarer than this x the slices waiting for it does not count
-    model_pressure: float = 0.3  # per milli-GPU x pressure: set on gpuspec traces (no default-trace signal)
 
 
 WEIGHTS = Weights()
@@ -83,36 +82,35 @@ class Term(Protocol):
 
 @dataclass(frozen=True)
 class Fragment:
-    """FGD's fragment (fragmentation.py) against the typical mix, with two refinements.
+    """FGD's fragment (fragmentation.py) against the most common types covering `coverage` of pods, as FGD.
 
-    - `coverage`: the most common types covering 95% of pods, as FGD;
-      `spec_types` also keeps every type restricted to GPU models however
-      rare (such a pod can use only a few nodes; with its type in the mix,
-      placements stop fragmenting exactly those nodes). Inert on the
-      default trace (no pod there is restricted: 0.00); gpuspec20 +0.40,
-      gpuspec10 +0.19 when it was added.
+    - `coverage`: every group (coverage 1.0) gained 0.1-0.4 on 9 of 11 traces
+      but lost 0.5 on cpu250: rare multi-GPU groups make nodes look
+      fragmented when they are not.
     - `copies` (weight `WEIGHTS.copies`): that share of the fragment counts
-      the free GPU milli the node's free CPU can no longer feed (a node with
-      8 free GPUs and cores for 2 typical pods strands 6). Every pod the
-      replay fails before the 100% point fails on CPU, not GPU.
-
-    Typical pods' memory is not counted (FGD looks at CPU and GPU only):
-    counting it changed nothing that earned its keep on the default trace.
+      the free GPU milli the node's free CPU and memory can no longer feed
+      (a node with 8 free GPUs and cores for 2 typical pods strands 6). In
+      the simulator the engine places every CPU-only pod and this earns
+      0.03; through the extender kube-scheduler's spreading places them, on
+      the nodes with the most free CPU and memory, and removing it costs
+      1.2 points (seed 42).
+    - `memory`: a node hosts a typical pod only with memory for it too, and
+      memory caps the copies (FGD looks at CPU and GPU only). 0.00 in the
+      simulator; through the extender, where the trace's CPU-only pods (a
+      median 50 GiB each) land by spreading, +2.2 points (seed 42: 93.63 ->
+      95.82). Sharing-pod stranding and slivers count memory with it.
     """
 
     coverage: float = COVERAGE
-    spec_types: bool = True
     copies: float = WEIGHTS.copies
+    memory: bool = True
 
     def typical(self, mix: TypicalMix) -> TypicalMix:
-        """The types this fragment counts: the coverage prefix, plus the model-restricted ones."""
-        keep = np.arange(len(mix)) < mix.prefix_for(self.coverage)
-        if self.spec_types:
-            keep |= np.array([a is not None for a in mix.allowed], dtype=bool)
-        return mix.select(keep)
+        """The types this fragment counts: the coverage prefix."""
+        return mix.truncated(self.coverage)
 
     def model(self, state: NodeState, ctx: PackingContext, mix: TypicalMix) -> FragModel:
-        return frag_model(state, ctx, mix, key="kubeon-frag", copies=self.copies > 0,
+        return frag_model(state, ctx, mix, key="kubeon-frag", use_memory=self.memory, copies=self.copies > 0,
                           copies_weight=self.copies if self.copies > 0 else 1.0)
 
 
@@ -124,9 +122,8 @@ class ShareStranding:
     mix's rate (strategies/stranding.py); 0 on nodes that are not
     short, so ties survive there. Sharing pods ask the most CPU per GPU milli
     (an 11.9-core pod for 470m on a 12-cores-per-GPU node), hence the weight.
-    Removing it cost 0.06 points from the previous default and 0.38 from the
-    default without the copies blend (10/10 seeds worse each); the same
-    term for whole-GPU pods earned 0.03 and went.
+    Removing it costs 0.25 points on the default trace (0.38 without the
+    copies blend); the same term for whole-GPU pods earned 0.03 and went.
     """
 
     weight: float = WEIGHTS.share_stranding
@@ -142,29 +139,6 @@ class ShareStranding:
 
 
 @dataclass(frozen=True)
-class ModelPressure:
-    """An unrestricted GPU pod's change loses `weight` x its GPU milli x the pressure on the node's GPU model.
-
-    Pressure (strategies/modelpressure.py): what model-restricted types of
-    the mix want from a model per GPU, against the mix's demand per GPU; 0
-    where no type is restricted, so a mix without restricted types changes
-    nothing. Unrestricted pods then leave the GPUs restricted pods need.
-    Inert on the default trace (0.00); gpuspec20 +1.42 when it was added.
-    """
-
-    weight: float = WEIGHTS.model_pressure
-    name: str = "model-pressure"
-
-    def __call__(self, c: Candidates) -> FloatArray | None:
-        if not c.demand.needs_gpu or c.demand.allowed_models is not None:
-            return None
-        state, mix = c.state, c.mix
-        pressure = c.ctx.derived("kubeon-pressure", (mix, state, state.models), lambda: model_pressure(state, mix))
-        out: FloatArray = -self.weight * c.demand.gpu_total_milli * pressure[state.model_idx[c.rows]]
-        return out
-
-
-@dataclass(frozen=True)
 class SliverWaste:
     """A sharing pod's change loses `weight` x the part of the GPU slice it leaves that nothing typical fills.
 
@@ -173,8 +147,8 @@ class SliverWaste:
     that are not scarce (`scarcity`: a 160m filler beside 810m pods' twenty
     190m slices per 160m pod does not count). One number per GPU state, so
     equal GPUs stay equal and the fixed-order packing survives. Removing it
-    costs 0.26-0.27 points on the default trace, counting scarce fillers
-    too 0.18-0.24 (10/10 seeds worse each).
+    costs 0.29 points on the default trace, counting scarce fillers too
+    0.18 (bench/ablation.py, 2026-12-01).
     """
 
     weight: float = WEIGHTS.sliver
@@ -193,7 +167,7 @@ class SliverWaste:
         return out
 
 
-DEFAULT_TERMS: tuple[Term, ...] = (ShareStranding(), ModelPressure(), SliverWaste())
+DEFAULT_TERMS: tuple[Term, ...] = (ShareStranding(), SliverWaste())
 
 
 @dataclass(frozen=True)
@@ -201,11 +175,11 @@ class Kubeon:
     """The default strategy: `fragment` + `terms`, then FGD's rounding; ties go to the engine's node order."""
 
     name: str = "kubeon"
-    description: str = "FGD's fragment + CPU-fed copies, sharing-pod stranding, slivers, model pressure (default)"
+    description: str = "FGD's fragment + CPU-fed copies, sharing-pod CPU stranding, sliver waste (default)"
     fragment: Fragment = field(default_factory=Fragment)
     terms: tuple[Term, ...] = DEFAULT_TERMS
 
-    PARTS = ("spec-types", "copies", "share-stranding", "model-pressure", "slivers", "scarcity")
+    PARTS = ("memory", "copies", "share-stranding", "slivers", "scarcity")
 
     def without(self, *parts: str) -> Kubeon:
         """This strategy minus the named parts (`PARTS`): the ablations of docs/benchmarks.md."""
@@ -213,10 +187,10 @@ class Kubeon:
         if unknown:
             raise ValueError(f"unknown part(s) {sorted(unknown)}; choose from {', '.join(self.PARTS)}")
         frag, terms = self.fragment, self.terms
-        if "spec-types" in parts:
-            frag = replace(frag, spec_types=False)
         if "copies" in parts:
             frag = replace(frag, copies=0.0)
+        if "memory" in parts:
+            frag = replace(frag, memory=False)
         if "scarcity" in parts:
             terms = tuple(replace(t, scarcity=0.0) if isinstance(t, SliverWaste) else t for t in terms)
         terms = tuple(t for t in terms if t.name not in parts)
@@ -228,7 +202,7 @@ class Kubeon:
         if ctx.mix is None:
             raise ValueError("this strategy needs a typical pod mix (PackingContext.mix)")
         full, frag = ctx.mix, self.fragment
-        mix = ctx.derived(f"kubeon-mix-{frag.coverage}-{frag.spec_types}", (full,), lambda: frag.typical(full))
+        mix = ctx.derived(f"kubeon-mix-{frag.coverage}", (full,), lambda: frag.typical(full))
         model = frag.model(state, ctx, mix)
         f_after, pos, gpu = model.after(demand, candidates)
         delta = model.frag[candidates][pos] - f_after
