@@ -33,7 +33,6 @@ from gpupolicy.packing.nodemodel import NodeState, PodDemand
 from simulator.capacity_trace import TimedPod
 
 LOOP = 10.0  # seconds between controller loops
-REUSE_ROWS = __import__("os").environ.get("REUSE", "1") == "1"
 DEFAULT_DELAY = 180.0  # seconds from a node's request to its readiness
 EVENT_COLUMNS = ("time", "event", "node", "instance_type", "pod", "gpus")
 
@@ -143,8 +142,7 @@ class Cluster:
         self.log(now, "delete", row)
         self.alive[row] = self.ready[row] = False
         self.state.schedulable[row] = False
-        if REUSE_ROWS:
-            self.free_rows[kind.name].append(row)
+        self.free_rows[kind.name].append(row)
         self.nodes_now -= 1
         self.version += 1
 

@@ -219,10 +219,6 @@ def plan_disruptions(
     base.schedulable[list(taken)] = False
     # an empty node is no destination: moving pods onto it keeps a node alive to free another
     base.schedulable[[n for n in range(len(state)) if not pods_on.get(n)]] = False
-    if rules.settle_seconds:
-        # nor is a node whose pods still come and go: moved pods go where pods stay
-        base.schedulable[[n for n in range(len(state))
-                          if now - changed.get(n, -float("inf")) < rules.settle_seconds]] = False
 
     underused = [n for n in busy if (u := usage_percent.get(n)) is not None and u < rules.underused_below_percent]
     for n in sorted(underused, key=lambda n: (-price_per_hour[n], n)):
