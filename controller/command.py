@@ -29,7 +29,7 @@ from controller.leader import LeaderElector, exit_process
 from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
-from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
+from gpupolicy.model import CAPACITY_PROVIDERS, GROUP, PLURAL, VERSION, Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component, parse_components
 
 log = logging.getLogger("controller")
@@ -56,6 +56,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--keda", action="store_true",
                         help="write KEDA ScaledObjects for scaleToZero.autoscale and pause them while parked "
                              "(chart keda.enabled); without it they are offered as YAML in the policy status")
+    parser.add_argument("--capacity-provider", default="karpenter",
+                        choices=list(CAPACITY_PROVIDERS),
+                        help="who adds and removes GPU nodes (chart capacity.provider); only karpenter is "
+                             "implemented: capacity policies under the others report Ready=False NotImplemented")
     parser.add_argument("--uninstall", action="store_true",
                         help="once, then exit (the chart's pre-delete hook): take the lease, wake parked "
                              "workloads, remove the controller's annotations, ScaledObjects and RoleBindings")
@@ -171,6 +175,7 @@ def build(
     hub: HubSettings | None = None,
     components: frozenset[Component] = ALL_COMPONENTS,
     keda: bool = False,
+    capacity_provider: str = "karpenter",
 ) -> ControllerProcess:
     """Wire one replica. Tests pass a fake clock, scripted metrics and their own `on_lost`."""
     chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
@@ -194,7 +199,7 @@ def build(
         api=api, namespace=namespace, default_mode=default_mode, prometheus_url=prometheus_url,
         metrics=metrics, clock=clock, recorder=recorder, policies=store, is_leader=may_write,
         holds_lease=elector.is_leader, hub_configured=hub is not None,
-        components=components | {Component.CONTROLLER}, keda=keda,
+        components=components | {Component.CONTROLLER}, keda=keda, capacity_provider=capacity_provider,
     )
     if hub is not None:
         sync = HubSync(hub, hub_state, controller_metrics.registry, default_mode)
@@ -269,7 +274,7 @@ def run(args: argparse.Namespace) -> int:
             prometheus_url=args.prometheus_url, lease_name=args.lease_name,
             lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
             resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind, hub=hub,
-            components=components, keda=args.keda,
+            components=components, keda=args.keda, capacity_provider=args.capacity_provider,
         )
     except ReconcilerLoadError as exc:
         log.error("%s", exc)

@@ -53,6 +53,9 @@ class ControllerContext:
     # The lease alone (the hub poll runs on it while writers are paused); None: same as is_leader.
     holds_lease: Callable[[], bool] | None = None
     hub_configured: bool = False
+    # --capacity-provider (chart capacity.provider): who adds and removes GPU nodes. Only karpenter
+    # is implemented; capacity policies under the others report Ready=False NotImplemented.
+    capacity_provider: str = "karpenter"
 
     def lease_held(self) -> bool:
         return self.holds_lease() if self.holds_lease is not None else self.is_leader()
@@ -67,4 +70,4 @@ class ControllerContext:
         return self.policies.write_status(self.api, default_mode=self.default_mode,
                                           prometheus_configured=self.prometheus_configured, clock=self.clock,
                                           is_leader=self.is_leader, metrics=self.recorder.metrics,
-                                          components=self.components)
+                                          components=self.components, capacity_provider=self.capacity_provider)

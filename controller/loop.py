@@ -48,12 +48,16 @@ class Reconciler(Protocol):
 #                     (scale to zero reads the replicas right-sizing left).
 #   5. autoscale    - KEDA ScaledObjects; last, it must see which targets scale
 #                     to zero manages (paused-replicas) before generating triggers.
+#   6. capacity     - capacity policies: the NodePool, NodeClaims for pending shared-GPU
+#                     pods, drains; after layout, so an empty node the layout re-lays
+#                     for waiting pods is counted before any new node is asked for.
 RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.policysync", "PolicySync"),
     ("controller.rightsizing", "RightSizingReconciler"),
     ("controller.layout", "LayoutReconciler"),
     ("controller.scaletozero", "ScaleToZeroReconciler"),
     ("controller.autoscale", "AutoscaleReconciler"),
+    ("controller.capacity", "CapacityReconciler"),
 )
 
 

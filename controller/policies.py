@@ -154,7 +154,8 @@ class PolicyStore:
 
     # -- status ---------------------------------------------------------------
     def desired_status(self, entry: PolicyEntry, default_mode: Mode, prometheus_configured: bool,
-                       now: float, components: Iterable[Component] = ALL_COMPONENTS) -> dict[str, Any]:
+                       now: float, components: Iterable[Component] = ALL_COMPONENTS,
+                       capacity_provider: str = "karpenter") -> dict[str, Any]:
         """The status this controller wants on the policy now (wire form).
 
         Ready says whether anything acts on the policy: True (Reconciled) only
@@ -193,7 +194,7 @@ class PolicyStore:
                 for pid, proposal in previous_proposals(entry).items():
                     proposals.setdefault(pid, proposal)
             status.proposals = sorted(proposals.values(), key=lambda p: (p.target, p.action))
-            handled = handling(entry.policy.spec.kind, components)
+            handled = handling(entry.policy.spec.kind, components, capacity_provider)
             if handled.handled:
                 message = f"effective mode {eff.mode.value}" + (" (degraded)" if eff.degraded else "")
                 conditions.append(Condition(type="Ready", status="True", reason=handled.reason,
@@ -213,11 +214,12 @@ class PolicyStore:
 
     def write_status(self, api: Any, *, default_mode: Mode, prometheus_configured: bool, clock: Clock,
                      is_leader: Callable[[], bool], metrics: ControllerMetrics,
-                     components: Iterable[Component] = ALL_COMPONENTS) -> int:
+                     components: Iterable[Component] = ALL_COMPONENTS, capacity_provider: str = "karpenter") -> int:
         """Write every policy status that differs from the one on the object. Returns writes made."""
         writes = 0
         for entry in self.entries():
-            desired = self.desired_status(entry, default_mode, prometheus_configured, clock.now(), components)
+            desired = self.desired_status(entry, default_mode, prometheus_configured, clock.now(), components,
+                                          capacity_provider)
             with self._lock:
                 last = self._written.get(entry.name)
             if _comparable(desired) == _comparable(entry.raw_status) or (

@@ -8,6 +8,7 @@ Python attributes are snake_case.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any, Literal
@@ -242,16 +243,70 @@ class TypeFitSpec(_Wire):
     preferred_models: list[str] = Field(default_factory=list)
 
 
+class NodeClassRef(_Wire):
+    """Karpenter's nodeClassRef: the cloud node class the NodePool's nodes are made from."""
+
+    group: str = Field(min_length=1)
+    kind: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+
+
+CAPACITY_PROVIDERS = ("karpenter", "eks-nodegroups", "aks-nodepools", "gke-nodepools")
+_NODEPOOL_NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
+
+
+class ConsolidationSpec(_Wire):
+    """When a GPU node is given back (docs/designs/capacity.md, "Controller").
+
+    `underusedBelowPercent` / `for`: DCGM utilisation of every GPU of the node
+    below the threshold for the whole window (needs Prometheus; without it
+    usage-aware consolidation stays Recommend). `emptyFor`: the grace after a
+    node's last GPU pod ended before the node is removed. `drainTimeout`: a
+    drain that has not emptied the node by then is undone (uncordoned).
+    """
+
+    underused_below_percent: float = Field(default=10.0, ge=0, le=100)
+    for_: str = Field(default="2h", alias="for", json_schema_extra=_DURATION_SCHEMA)
+    max_disrupted_nodes: int = Field(default=1, ge=0)
+    empty_for: str = Field(default="1m", json_schema_extra=_DURATION_SCHEMA)
+    drain_timeout: str = Field(default="15m", json_schema_extra=_DURATION_SCHEMA)
+
+    _d = field_validator("for_", "empty_for", "drain_timeout")(classmethod(lambda cls, v: _check_duration(v)))
+
+    @property
+    def window_seconds(self) -> float:
+        return parse_duration(self.for_)
+
+    @property
+    def empty_seconds(self) -> float:
+        return parse_duration(self.empty_for)
+
+    @property
+    def drain_seconds(self) -> float:
+        return parse_duration(self.drain_timeout)
+
+
 class CapacitySpec(_Wire):
-    """Karpenter capacity and consolidation of GPU nodes (defined by the capacity issue)."""
+    """GPU nodes added for pending GPU pods and given back when unused, through a Karpenter NodePool.
 
-    provider: Literal["karpenter", "eks-nodegroups", "aks-nodepools", "gke-nodepools"] = "karpenter"
-    node_pools: list[str] = Field(default_factory=list)
-    consolidate_after: str = Field(default="1h", json_schema_extra=_DURATION_SCHEMA)
-    max_gpus: int | None = Field(default=None, ge=0)
-    idle_below_percent: float = Field(default=5.0, ge=0, le=100)
+    Which cloud machinery adds the nodes is the install's `capacity.provider`
+    (a chart value, `--capacity-provider`), not a policy field.
+    """
 
-    _d = field_validator("consolidate_after")(classmethod(lambda cls, v: _check_duration(v)))
+    node_pool: str = Field(default="gpu", description="Karpenter NodePool the optimizer manages",
+                           json_schema_extra={"pattern": _NODEPOOL_NAME, "maxLength": 63})
+    node_class_ref: NodeClassRef
+    gpu_models: list[str] = Field(default_factory=list)
+    max_gpus: int | None = Field(default=None, ge=0, description="NodePool limits nvidia.com/gpu")
+    consolidation: ConsolidationSpec = Field(default_factory=ConsolidationSpec)
+
+    @field_validator("node_pool")
+    @classmethod
+    def _pool_name(cls, value: str) -> str:
+        if not re.fullmatch(_NODEPOOL_NAME, value):
+            raise ValueError(f"{value!r} is not a NodePool name (lower-case letters, digits and '-', "
+                             "at most 63 characters)")
+        return value
 
 
 class GuardrailSpec(_Wire):

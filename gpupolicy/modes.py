@@ -29,18 +29,21 @@ class Component(StrEnum):
 
     WEBHOOK = "webhook"      # admission: sharing rewrites, injections, guardrails
     EXTENDER = "extender"    # kube-scheduler extender: packing and typeFit (needs the second scheduler)
-    CONTROLLER = "controller"  # reconcilers: right-sizing proposals, scale to zero, KEDA autoscaling
+    CONTROLLER = "controller"  # reconcilers: right-sizing, scale to zero, KEDA autoscaling, capacity
 
 
-# Which components act on each kind. A kind with no entry (capacity) is handled by nothing in
-# this version; a new controller adds its kind here and nowhere else.
+# Which components act on each kind. A kind with no entry is handled by nothing in this version;
+# a new controller adds its kind here and nowhere else. Capacity also needs an implemented
+# `capacity.provider` (gpupolicy/capacity/provider.py): `handling` says so.
 HANDLERS: Mapping[PolicyKind, frozenset[Component]] = {
     PolicyKind.SHARING: frozenset({Component.WEBHOOK}),
     PolicyKind.SCALE_TO_ZERO: frozenset({Component.CONTROLLER}),
     PolicyKind.PACKING: frozenset({Component.EXTENDER}),
     PolicyKind.TYPE_FIT: frozenset({Component.EXTENDER}),
+    PolicyKind.CAPACITY: frozenset({Component.CONTROLLER}),
     PolicyKind.GUARDRAIL: frozenset({Component.WEBHOOK}),
 }
+IMPLEMENTED_CAPACITY_PROVIDERS = frozenset({"karpenter"})
 ALL_COMPONENTS = frozenset(Component)
 
 
@@ -74,6 +77,14 @@ def effective_mode(policy: GpuPolicy, default_mode: Mode, prometheus_configured:
     return EffectiveMode(requested, requested)
 
 
+def disruption_mode(mode: Mode, usage_aware: bool, prometheus_configured: bool) -> Mode:
+    """The mode one capacity disruption runs in: a usage-aware one (GPUs measured idle) needs DCGM
+    metrics, so without Prometheus it stays Recommend; request-based emptiness keeps the policy's mode."""
+    if usage_aware and not prometheus_configured:
+        return Mode.RECOMMEND
+    return mode
+
+
 @dataclass(frozen=True)
 class Handling:
     """Whether anything acts on a policy kind here; `reason` is the Ready condition's reason."""
@@ -83,8 +94,17 @@ class Handling:
     message: str
 
 
-def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS) -> Handling:
-    """Who acts on `kind` among the `running` components, for the policy's Ready condition."""
+def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
+             capacity_provider: str = "karpenter") -> Handling:
+    """Who acts on `kind` among the `running` components, for the policy's Ready condition.
+
+    Capacity policies under a `capacity.provider` this version does not implement (the managed
+    node groups of EKS, AKS, GKE: accepted values of the install) are NotImplemented.
+    """
+    if kind is PolicyKind.CAPACITY and capacity_provider not in IMPLEMENTED_CAPACITY_PROVIDERS:
+        return Handling(False, "NotImplemented",
+                        f"capacity.provider={capacity_provider} is accepted but not implemented in this version: "
+                        "GPU nodes are added and removed only through Karpenter (capacity.provider=karpenter)")
     needed = HANDLERS.get(kind, frozenset())
     if not needed:
         return Handling(False, "NotImplemented",

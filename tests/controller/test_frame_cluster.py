@@ -275,23 +275,38 @@ def test_status_shows_requested_and_effective_mode(api: client.ApiClient, clock:
     assert condition(guard, "Degraded")["status"] == "False"
 
 
+CAPACITY = {"capacity": {"nodePool": "gpu", "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                                                               "name": "gpu"}}}
+
+
 def test_kinds_nothing_acts_on_are_not_ready(api: client.ApiClient, clock: FakeClock) -> None:
-    """A capacity policy (no controller in this version) and a packing policy without the extender
-    say so: Ready=False with NotImplemented / ControllerDisabled, never Reconciled."""
-    create(api, make_policy("grow", {"capacity": {"nodePools": ["gpu"]}}))
+    """A capacity policy under a provider no controller of this version implements (managed node
+    groups) and a packing policy without the extender say so: Ready=False with NotImplemented /
+    ControllerDisabled, never Reconciled."""
+    create(api, make_policy("grow", CAPACITY))
     create(api, make_policy("pack", {"packing": {"strategy": "bestfit"}}))
     create(api, make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
     r = build(api, identity="one", clock=clock, reconcilers=[PolicySync()],
-              components=parse_components("webhook"))
+              components=parse_components("webhook"), capacity_provider="eks-nodegroups")
     r.elector.step()
     r.runner.run_all()
     grow = condition(policy_status(api, "grow"), "Ready")
     assert (grow["status"], grow["reason"]) == ("False", "NotImplemented")
-    assert "capacity" in grow["message"]
+    assert "capacity.provider=eks-nodegroups is accepted but not implemented" in grow["message"]
     pack = condition(policy_status(api, "pack"), "Ready")
     assert (pack["status"], pack["reason"]) == ("False", "ControllerDisabled") and "extender" in pack["message"]
     guard = condition(policy_status(api, "guard"), "Ready")
     assert (guard["status"], guard["reason"]) == ("True", "Reconciled") and "webhook" in guard["message"]
+
+
+def test_a_capacity_policy_under_karpenter_is_handled_by_the_controller(api: client.ApiClient,
+                                                                       clock: FakeClock) -> None:
+    create(api, make_policy("grow", CAPACITY))
+    r = build(api, identity="one", clock=clock, reconcilers=[PolicySync()], components=parse_components("webhook"))
+    r.elector.step()
+    r.runner.run_all()
+    grow = condition(policy_status(api, "grow"), "Ready")
+    assert (grow["status"], grow["reason"]) == ("True", "Reconciled") and "controller" in grow["message"]
 
 
 def test_no_data_for_the_whole_window_means_no_proposal(api: client.ApiClient, clock: FakeClock) -> None:

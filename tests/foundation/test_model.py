@@ -80,7 +80,11 @@ def test_two_bodies_message_names_both() -> None:
          PolicyKind.SCALE_TO_ZERO),
         ({"packing": {"strategy": "fgd"}}, PolicyKind.PACKING),
         ({"typeFit": {"allowedModels": ["NVIDIA-L4"]}}, PolicyKind.TYPE_FIT),
-        ({"capacity": {"nodePools": ["gpu"]}}, PolicyKind.CAPACITY),
+        ({"capacity": {"nodePool": "gpu", "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
+                                                             "name": "gpu"},
+                       "gpuModels": ["NVIDIA-L4"], "maxGpus": 64,
+                       "consolidation": {"underusedBelowPercent": 10, "for": "2h", "maxDisruptedNodes": 1}}},
+         PolicyKind.CAPACITY),
         ({"guardrail": {"allowedGpuResources": ["nvidia.com/gpu.shared"]}}, PolicyKind.GUARDRAIL),
     ],
 )

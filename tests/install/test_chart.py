@@ -117,13 +117,18 @@ def test_karpenter_provider_renders_and_validates() -> None:
         kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
 
 
-@pytest.mark.parametrize("provider", [p for p in PROVIDERS if p != "karpenter"])
-def test_providers_nothing_implements_are_refused_with_a_message(provider: str) -> None:
-    """The guide names them; nothing in this version reads them: refused, never accepted and ignored."""
-    done = run(helm_template_cmd({**GUIDE_SET, "capacity.provider": provider}), check=False)
-    assert done.returncode != 0
-    assert f"capacity.provider={provider}: this version adds and removes GPU nodes only through Karpenter" \
-        in done.stderr
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_every_provider_the_guide_names_reaches_the_controller(provider: str) -> None:
+    """The guide names four; the controller reads the flag (capacity policies under a provider it does
+    not implement report Ready=False NotImplemented: tests/controller/test_frame_cluster.py)."""
+    docs = render({**GUIDE_SET, "capacity.provider": provider})
+    args = container(one(docs, "Deployment", "kubeon-gpu-optimizer"))["args"]
+    assert f"--capacity-provider={provider}" in args
+    from controller.command import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args([f"--capacity-provider={provider}"]).capacity_provider == provider
 
 
 def test_burst_enabled_is_refused_and_the_gateway_is_reserved() -> None:

@@ -15,6 +15,10 @@ What it does, per karpenter.sh/v1 (../shared/REFERENCE.md, Karpenter v1):
   is retried on a later pass, after `evict_retry` seconds), then deletes the
   Node and removes the finalizer so the claim goes away.
 
+`check_against_crd` validates a NodePool or NodeClaim body with Karpenter's
+own CRD schema (vendor/crds), made strict: an unknown field fails where the
+API server would only prune it.
+
 Not modelled: provisioning (creating NodeClaims for pending pods),
 consolidation, drift, expiry, NodePool limits, startup taints, the Node's
 own finalizer; pods that tolerate the disrupted taint are evicted too;
@@ -31,8 +35,11 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
+import jsonschema
+import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
@@ -75,6 +82,30 @@ INSTANCE_TYPES: dict[str, InstanceType] = {t.name: t for t in (
     InstanceType("g6e.12xlarge", "48", "384Gi", 4, "NVIDIA-L40S"),
     InstanceType("m5.xlarge", "4", "16Gi"),
 )}
+
+
+CRD_DIR = Path(__file__).resolve().parents[2] / "vendor" / "crds"
+
+
+def _strict(node: Any) -> Any:
+    """`additionalProperties: false` wherever properties are listed, so an unknown field fails."""
+    if isinstance(node, dict):
+        out = {k: _strict(v) for k, v in node.items()}
+        if "properties" in out and "additionalProperties" not in out:
+            out["additionalProperties"] = False
+        return out
+    return [_strict(v) for v in node] if isinstance(node, list) else node
+
+
+def check_against_crd(obj: Mapping[str, Any], plural: str) -> None:
+    """Validate a NodePool/NodeClaim body (spec; metadata name, labels, annotations) with Karpenter's own
+    CRD schema (vendor/crds/karpenter.sh_<plural>.yaml), strictly: jsonschema.ValidationError if not."""
+    crd = yaml.safe_load((CRD_DIR / f"karpenter.sh_{plural}.yaml").read_text())
+    schema = _strict(crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object"}
+    body = {k: v for k, v in obj.items() if k != "status"}
+    body["metadata"] = {k: v for k, v in (obj.get("metadata") or {}).items() if k in ("name", "labels", "annotations")}
+    jsonschema.validate(body, schema)
 
 
 def requested_instance_type(claim: Mapping[str, Any]) -> str | None:

@@ -142,9 +142,6 @@ Values the guide names that this version does not act on: refused with a message
 accepted and ignored (docs/install.md, "Values this version refuses or reserves").
 */}}
 {{- define "kgo.validateValues" -}}
-{{- if ne .Values.capacity.provider "karpenter" -}}
-{{- fail (printf "capacity.provider=%s: this version adds and removes GPU nodes only through Karpenter (capacity.provider=karpenter); managed node groups are not supported yet" .Values.capacity.provider) -}}
-{{- end -}}
 {{- if .Values.burst.enabled -}}
 {{- fail "burst.enabled=true: this version has no burst gateway; burst.enabled must stay false (burst.gateway is reserved)" -}}
 {{- end -}}

@@ -1,0 +1,81 @@
+"""The capacity provider interface: how GPU nodes are added and given back. Pure (a Protocol and plain data).
+
+The capacity reconciler (controller/capacity.py) decides with the pure
+planners (provisioning.py, consolidation.py) and acts only through a
+`CapacityProvider`: add capacity for pending pods, remove a node, and report
+the nodes it manages with their cost. Karpenter (karpenter.sh/v1, I/O in
+kube/karpenter.py) is the first implementation; the install's
+`capacity.provider` names it. The managed node groups of EKS, AKS and GKE are
+accepted values whose policies report `Ready=False` / `NotImplemented` until
+their own issue (`IMPLEMENTED`; gpupolicy/modes.py `handling` writes the status).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from gpupolicy.model import CapacitySpec
+from gpupolicy.modes import IMPLEMENTED_CAPACITY_PROVIDERS
+
+KARPENTER = "karpenter"
+IMPLEMENTED: frozenset[str] = IMPLEMENTED_CAPACITY_PROVIDERS
+
+
+@dataclass(frozen=True)
+class CapacityNode:
+    """A GPU node the provider manages (or is launching): what it is, what it costs, where it stands."""
+
+    claim: str                 # the provider's handle (Karpenter: the NodeClaim name)
+    node: str | None           # the registered Node's name; None while launching
+    pool: str                  # the NodePool (or node group) it belongs to
+    instance_type: str
+    gpus: int
+    product: str | None
+    price_per_hour: float
+    labels: Mapping[str, str] = field(default_factory=dict)
+    deleting: bool = False     # removal requested (Karpenter: the claim has a deletionTimestamp)
+    launched_for: tuple[str, ...] = ()  # the pending pods (namespace/name) it was added for, if by us
+
+    @property
+    def launching(self) -> bool:
+        return self.node is None and not self.deleting
+
+
+@dataclass(frozen=True)
+class NewNode:
+    """One node to add: its name (stable: a repeated pass asks again, never twice), an instance type,
+    the labels it boots with (the sharing layout), why."""
+
+    name: str
+    instance_type: str
+    labels: Mapping[str, str]
+    reason: str
+    pods: Sequence[str] = ()   # namespace/name of the pending pods it is for
+
+
+class CapacityProvider(Protocol):
+    """What the capacity reconciler needs from the cloud machinery (kube/karpenter.py: Karpenter)."""
+
+    name: str
+
+    def pool_in_shape(self, policy: str, spec: CapacitySpec) -> bool | None:
+        """Whether the pool has the declared shape: True, False (differs), None (missing)."""
+        ...
+
+    def ensure_pool(self, policy: str, spec: CapacitySpec) -> str:
+        """Keep the pool in the declared shape (patch only the fields we own); returns "" or why not."""
+        ...
+
+    def nodes(self, pool: str | None = None) -> list[CapacityNode]:
+        """The pool's nodes (every pool's with None), launching ones included, with their cost."""
+        ...
+
+    def add(self, policy: str, spec: CapacitySpec, new: NewNode) -> str:
+        """Ask for one node; returns the provider's handle (the NodeClaim name)."""
+        ...
+
+    def remove(self, claim: str) -> None:
+        """Give a node back by its handle (it must be empty of pods that matter: drain first)."""
+        ...

@@ -1,0 +1,480 @@
+"""GPU capacity end to end: the test API server, its Karpenter, scheduler, workload and GPU Operator stand-ins.
+
+Real: the test API server (tests/kubeapi) with the GpuPolicy CRD and
+Karpenter's own karpenter.sh/v1 NodePool and NodeClaim CRDs (objects are
+schema-validated and pruned on write), its Eviction API with the
+PodDisruptionBudget arithmetic, server-side apply with managedFields; the
+scheduler, workload and kubelet stand-ins; the Karpenter stand-in
+(NodeClaim -> Node, deletion drains and terminates); the GPU Operator
+stand-in (time-slicing and MIG from node labels); the frame's PolicySync,
+PolicyStore, Recorder and ReconcileRunner with the Layout and Capacity
+reconcilers; real Prometheus with scripted DCGM series for usage. Faked:
+leadership (always leader) and, except with Prometheus, the clock.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from controller.capacity import CapacityReconciler
+from controller.context import ControllerContext
+from controller.layout import LayoutReconciler
+from controller.loop import ReconcileRunner
+from controller.metrics_source import from_url
+from controller.policies import PolicyStore
+from controller.policysync import PolicySync
+from controller.recorder import ControllerMetrics, Recorder
+from gpupolicy.capacity.drain import DRAINING_ANNOTATION, UNDONE_ANNOTATION, read_record
+from gpupolicy.model import Mode
+from tests.controller.conftest import FakeClock, ScriptedMetrics
+from tests.kubeapi.cluster import Cluster
+from tests.kubeapi.fixtures import make_deployment, make_node, make_pdb, make_pod
+from tests.kubeapi.gpu_operator import GpuOperator
+from tests.kubeapi.karpenter import check_against_crd
+from tests.kubeapi.scheduler import read_items
+from tests.promharness import DcgmExporter, PrometheusServer, constant, gpu_labels
+
+CRD = "manifests/crd/gpupolicies.gpu.kubeon.io.yaml"
+NS = "ml"
+TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+UTIL = "DCGM_FI_DEV_GPU_UTIL"
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def capacity_policy(name: str = "gpu-capacity", mode: str = "Automatic", *, models: list[str] | None = None,
+                    max_gpus: int | None = 64, approvals: list[str] | None = None,
+                    **consolidation: Any) -> dict[str, Any]:
+    body: dict[str, Any] = {
+        "nodePool": "gpu", "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+        "gpuModels": models or ["NVIDIA-L4", "NVIDIA-A10G", "NVIDIA-A100-SXM4-80GB"],
+        "consolidation": {"underusedBelowPercent": 10, "for": "10m", "maxDisruptedNodes": 1, "emptyFor": "1m",
+                          "drainTimeout": "5m", **consolidation}}
+    if max_gpus is not None:
+        body["maxGpus"] = max_gpus
+    spec: dict[str, Any] = {"mode": mode, "capacity": body}
+    if approvals:
+        spec["approvals"] = approvals
+    return {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": name}, "spec": spec}
+
+
+def sharing_policy(name: str, strategy: str, **extra: Any) -> dict[str, Any]:
+    return {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": name},
+            "spec": {"mode": "Automatic", "sharing": {"strategy": strategy, **extra}}}
+
+
+class World:
+    """A cluster with Karpenter and the GPU Operator, and one controller (policy sync, layout, capacity)."""
+
+    def __init__(self, cluster: Cluster, *, prometheus: PrometheusServer | None = None,
+                 clock: Any = None, checkpoint: Callable[[str], None] | None = None) -> None:
+        self.cluster = cluster
+        api = cluster.api_client
+        assert api is not None
+        self.api = api
+        self.clock = clock or FakeClock(start=time.time())  # node and pod timestamps are wall-clock
+        self.operator = GpuOperator(api)
+        metrics = from_url(prometheus.url) if prometheus else None
+        self.ctx = ControllerContext(
+            api=api, namespace="kubeon-gpu", default_mode=Mode.RECOMMEND,
+            prometheus_url=prometheus.url if prometheus else None, metrics=metrics, clock=self.clock,
+            recorder=Recorder(api, ControllerMetrics(), self.clock, "test"), policies=PolicyStore(),
+            is_leader=lambda: True)
+        # Sharing policies need a metrics source to leave Recommend; the layout reads none, and the
+        # scripted one has no DCGM series (no usage known: no usage-aware consolidation).
+        if metrics is None:
+            self.ctx.metrics, self.ctx.prometheus_url = ScriptedMetrics(), "http://prometheus.test:9090"
+        self.restart(checkpoint)
+
+    def restart(self, checkpoint: Callable[[str], None] | None = None) -> None:
+        """A new controller process: fresh reconcilers and policy store (what survives is in the API)."""
+        self.ctx.policies = PolicyStore()
+        # 30 s steps: a hole is > 90 s, so the few seconds between the backfilled history and the first
+        # live scrape (longer on a loaded machine) never read as missing data.
+        self.capacity = CapacityReconciler(step_seconds=30.0, checkpoint=checkpoint)
+        self.runner = ReconcileRunner(self.ctx, [PolicySync(), LayoutReconciler(timeout_seconds=300),
+                                                 self.capacity])
+
+    def rounds(self, n: int = 4, advance: float = 10.0) -> None:
+        for _ in range(n):
+            self.runner.run_all()
+            self.operator.reconcile_once()
+            self.cluster.settle()
+            if isinstance(self.clock, FakeClock):
+                self.clock.advance(advance)
+
+    # -- reading
+    def claims(self) -> dict[str, dict[str, Any]]:
+        items = read_items(self.cluster.custom.list_cluster_custom_object(
+            "karpenter.sh", "v1", "nodeclaims", _preload_content=False))
+        return {c["metadata"]["name"]: c for c in items}
+
+    def nodepool(self) -> dict[str, Any] | None:
+        items = read_items(self.cluster.custom.list_cluster_custom_object(
+            "karpenter.sh", "v1", "nodepools", _preload_content=False))
+        return next((p for p in items if p["metadata"]["name"] == "gpu"), None)
+
+    def nodes(self) -> dict[str, dict[str, Any]]:
+        return {n["metadata"]["name"]: n for n in read_items(self.cluster.core.list_node(_preload_content=False))}
+
+    def bound(self) -> dict[str, str | None]:
+        return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in self.cluster.pods(NS)}
+
+    def status(self, name: str = "gpu-capacity") -> dict[str, Any]:
+        obj = self.cluster.custom.get_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", name)
+        return dict(obj.get("status") or {})
+
+    def proposals(self, name: str = "gpu-capacity") -> list[dict[str, Any]]:
+        return list(self.status(name).get("proposals") or [])
+
+    def condition(self, kind: str, name: str = "gpu-capacity") -> dict[str, Any]:
+        return next(c for c in self.status(name)["conditions"] if c["type"] == kind)
+
+    def create_policy(self, obj: dict[str, Any]) -> None:
+        self.cluster.custom.create_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", obj)
+
+    def launch(self, name: str, instance_type: str = "p4de.24xlarge") -> None:
+        """A GPU node of the pool that Karpenter launched earlier (a NodeClaim, then its Node)."""
+        from tests.kubeapi.fixtures import make_nodeclaim
+
+        self.cluster.create(make_nodeclaim(name, instance_type, nodepool="gpu",
+                                           taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]))
+        self.cluster.settle()
+
+
+@pytest.fixture
+def make_world() -> Iterator[Callable[..., World]]:
+    opened: list[Cluster] = []
+
+    def make(nodes: list[dict[str, Any]] | None = None, **kw: Any) -> World:
+        cluster = Cluster(nodes=nodes or [make_node("cpu-1", None, 0)], crd_files=[CRD],
+                          background=False).__enter__()
+        opened.append(cluster)
+        for ns in (NS, "gpu-operator", "kubeon-gpu"):
+            cluster.ensure_namespace(ns)
+        cluster.core.create_namespaced_config_map("gpu-operator", {"metadata": {"name": "time-slicing-config"},
+                                                                   "data": {}})
+        assert cluster.karpenter is not None
+        cluster.karpenter.evict_retry = 0.0
+        return World(cluster, **kw)
+
+    yield make
+    for cluster in opened:
+        cluster.close()
+
+
+def annotations(obj: dict[str, Any]) -> dict[str, str]:
+    return dict(obj["metadata"].get("annotations") or {})
+
+
+def gpu_pods(world: World, count: int, resource: str, prefix: str = "p") -> None:
+    for i in range(count):
+        world.cluster.create(make_pod(f"{prefix}{i}", NS, gpus=1, gpu_resource=resource, tolerations=TOLERATE_GPU))
+
+
+# -- provisioning --------------------------------------------------------------------------
+def test_pending_time_sliced_burst_gets_a_nodepool_and_nodeclaims_once(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(sharing_policy("share", "TimeSlicing", replicas=4))
+    world.create_policy(capacity_policy(models=["NVIDIA-L4"], max_gpus=16))
+    gpu_pods(world, 50, "nvidia.com/gpu.shared")
+    world.cluster.settle()
+    world.runner.run_all()
+    pool = world.nodepool()
+    assert pool is not None
+    assert pool["spec"]["limits"] == {"nvidia.com/gpu": "16"}
+    template = pool["spec"]["template"]["spec"]
+    assert template["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
+    assert template["requirements"][0] == {"key": "node.kubernetes.io/instance-type", "operator": "In",
+                                           "values": ["g6.xlarge"]}
+    assert pool["spec"]["disruption"]["budgets"] == [{"nodes": "1"}]
+    managers = {m["manager"] for m in pool["metadata"]["managedFields"]}
+    assert managers == {"kubeon-gpu-optimizer"} and pool["metadata"]["managedFields"][0]["operation"] == "Apply"
+    claims = world.claims()
+    assert len(claims) == 13  # 50 shares at 4 per L4 GPU, one L4 per g6.xlarge
+    for claim in claims.values():
+        check_against_crd(claim, "nodeclaims")
+        assert claim["metadata"]["labels"]["karpenter.sh/nodepool"] == "gpu"
+    check_against_crd(pool, "nodepools")
+    world.runner.run_all()  # the next pass counts the launching claims: no second set
+    world.runner.run_all()
+    assert set(world.claims()) == set(claims)
+    launches = [p for p in world.proposals() if p["action"].startswith("launch NodeClaim")]
+    assert len(launches) == 13 and {p["state"] for p in launches} == {"Applied"}
+    world.rounds(6)
+    assert set(world.claims()) == set(claims)  # nodes registered, pods bound: nothing more launched
+    assert all(node is not None for node in world.bound().values()), world.bound()
+    assert set(world.bound().values()) <= set(claims)
+
+
+def test_max_gpus_caps_the_launches_and_says_so(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(sharing_policy("share", "TimeSlicing", replicas=4))
+    world.create_policy(capacity_policy(models=["NVIDIA-L4"], max_gpus=3))
+    gpu_pods(world, 20, "nvidia.com/gpu.shared")
+    world.rounds(2)
+    assert len(world.claims()) == 3
+    unserved = world.condition("Provisioned")
+    assert (unserved["status"], unserved["reason"]) == ("False", "Unserved")
+    assert "8 pending pod(s) get no node (maxGpus 3 reached)" in unserved["message"]
+
+
+def test_pending_mig_pods_get_a_nodeclaim_sized_and_labelled_for_them(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(sharing_policy("mig", "MIG"))
+    world.create_policy(capacity_policy(models=["NVIDIA-A100-SXM4-80GB"]))
+    gpu_pods(world, 10, "nvidia.com/mig-1g.10gb")
+    world.cluster.settle()
+    world.runner.run_all()
+    [(name, claim)] = world.claims().items()
+    requirement = claim["spec"]["requirements"][0]
+    assert requirement["values"] == ["p4de.24xlarge"]  # 10 x 1/7 GPU: one 8-GPU A100-80GB node
+    assert claim["metadata"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
+    world.rounds(5)
+    node = world.nodes()[name]
+    assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "56"
+    assert set(world.bound().values()) == {name}
+    assert list(world.claims()) == [name]
+
+
+# -- consolidation ---------------------------------------------------------------------------
+def two_nodes_one_pod_each(world: World, **pod_kw: Any) -> None:
+    """gpu-a and gpu-b (8 GPUs each), one 1-GPU Deployment pod on each (the other node cordoned meanwhile)."""
+    world.launch("gpu-a")
+    world.launch("gpu-b")
+    for name, other in (("job-a", "gpu-b"), ("job-b", "gpu-a")):
+        world.cluster.core.patch_node(other, {"spec": {"unschedulable": True}})
+        world.cluster.create(make_deployment(name, NS, 1, gpus=1, tolerations=TOLERATE_GPU, **pod_kw))
+        world.cluster.settle()
+        world.cluster.core.patch_node(other, {"spec": {"unschedulable": None}})
+    assert sorted(world.bound().values()) == ["gpu-a", "gpu-b"]
+
+
+def test_an_idle_gpu_node_whose_pods_fit_elsewhere_is_drained_and_its_nodeclaim_deleted(
+        make_world: Any, dcgm_exporter: DcgmExporter, prometheus_factory: Callable[..., PrometheusServer]) -> None:
+    dcgm_exporter.put(UTIL, gpu_labels(namespace=NS, pod="job-a", host="gpu-a"), constant(3))
+    dcgm_exporter.put(UTIL, gpu_labels(namespace=NS, pod="job-b", host="gpu-b"), constant(60))
+    prom = prometheus_factory(history=900, step=5)
+
+    class Wall:
+        def now(self) -> float:
+            return time.time()
+
+    world = make_world(prometheus=prom, clock=Wall())
+    world.create_policy(capacity_policy())
+    two_nodes_one_pod_each(world)
+    world.rounds(1)
+    drained = [p for p in world.proposals() if p["target"] == "Node/gpu-a"]
+    assert drained, world.proposals()
+    assert "GPU util 3% for 10min" in json.dumps(drained) and "they fit on gpu-b" in json.dumps(drained)
+    world.rounds(3)
+    assert "gpu-a" not in world.claims() and "gpu-a" not in world.nodes()
+    assert set(world.bound().values()) == {"gpu-b"}
+    assert "gpu-b" in world.claims() and not world.nodes()["gpu-b"]["spec"].get("unschedulable")
+
+
+def test_a_pdb_that_allows_no_disruption_blocks_the_drain_then_it_is_undone_and_reported(
+        make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy())
+    two_nodes_one_pod_each(world)
+    for name in ("job-a", "job-b"):
+        world.cluster.create(make_pdb(f"{name}-pdb", NS, match_labels={"app": name}, min_available=1))
+    world.rounds(1, advance=30)
+    draining = [n for n, node in world.nodes().items() if DRAINING_ANNOTATION in annotations(node)]
+    assert len(draining) == 1
+    [victim] = draining
+    assert world.nodes()[victim]["spec"]["unschedulable"] is True
+    record = read_record(annotations(world.nodes()[victim]))
+    assert record is not None and "refused (429)" in record.blocked
+    world.rounds(4, advance=30)  # retries within the 5 min bound: still cordoned, pod still there
+    assert world.nodes()[victim]["spec"].get("unschedulable") is True
+    world.rounds(8, advance=30)
+    node = world.nodes()[victim]
+    assert not node["spec"].get("unschedulable") and DRAINING_ANNOTATION not in annotations(node)
+    assert UNDONE_ANNOTATION in annotations(node)
+    assert set(world.claims()) == {"gpu-a", "gpu-b"} and sorted(world.bound().values()) == ["gpu-a", "gpu-b"]
+    undone = [p for p in world.proposals() if p["action"] == "drain undone"]
+    assert [p["target"] for p in undone] == [f"Node/{victim}"]
+    assert "not finished within 300s" in undone[0]["reason"] and "Cannot evict pod" in undone[0]["reason"]
+    warnings = world.cluster.events("kubeon-gpu", "CapacityDrainUndone")
+    assert warnings and all(e["type"] == "Warning" for e in warnings)
+    world.rounds(2, advance=30)  # cooling down: the same node is not drained again at once
+    assert DRAINING_ANNOTATION not in annotations(world.nodes()[victim])
+
+
+def test_a_do_not_disrupt_pod_keeps_its_node(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy())
+    two_nodes_one_pod_each(world, pod_annotations={"karpenter.sh/do-not-disrupt": "true"})
+    world.rounds(4)
+    assert set(world.claims()) == {"gpu-a", "gpu-b"}
+    assert all(not n["spec"].get("unschedulable") for n in world.nodes().values() if n["metadata"]["name"] != "cpu-1")
+    assert not [p for p in world.proposals() if p["target"].startswith("Node/")]
+
+
+def test_pods_that_would_not_fit_elsewhere_keep_the_node(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy())
+    world.launch("gpu-a")
+    world.launch("gpu-b")
+    for name in ("big-a", "big-b"):
+        world.cluster.create(make_deployment(name, NS, 1, gpus=5, tolerations=TOLERATE_GPU))
+    world.rounds(4)
+    assert sorted(world.bound().values()) == ["gpu-a", "gpu-b"]
+    assert set(world.claims()) == {"gpu-a", "gpu-b"}
+    assert not [p for p in world.proposals() if p["target"].startswith("Node/")]
+
+
+def test_a_node_whose_gpu_pods_finished_is_removed_within_one_loop_after_the_grace(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy(emptyFor="1m"))
+    world.launch("gpu-a")
+    world.launch("gpu-b")
+    world.cluster.create(make_deployment("keep", NS, 1, gpus=8, tolerations=TOLERATE_GPU,
+                                         node_selector={"kubernetes.io/hostname": "gpu-b"}))
+    world.cluster.create(make_pod("train", NS, gpus=8, tolerations=TOLERATE_GPU,
+                                  node_selector={"kubernetes.io/hostname": "gpu-a"}))
+    world.cluster.settle()
+    assert world.bound()["train"] == "gpu-a"
+    finished = world.clock.now() - 5
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(finished))
+    world.cluster.core.patch_namespaced_pod_status("train", NS, {"status": {"phase": "Succeeded", "containerStatuses": [
+        {"name": "main", "image": "x", "imageID": "", "ready": False, "restartCount": 0,
+         "state": {"terminated": {"exitCode": 0, "finishedAt": stamp}}}]}})
+    world.runner.run_all()
+    assert "gpu-a" in world.claims()  # within the grace
+    world.clock.advance(60)
+    world.runner.run_all()  # one loop after the grace: the claim is deleted
+    claim = world.claims().get("gpu-a")
+    assert claim is None or claim["metadata"].get("deletionTimestamp")
+    world.cluster.settle()
+    assert "gpu-a" not in world.nodes() and "gpu-b" in world.nodes()
+
+
+def test_recommend_writes_nothing(make_world: Any) -> None:
+    world = make_world()
+    world.launch("gpu-a")
+    world.create_policy(sharing_policy("mig", "MIG", gpuModels=["NVIDIA-H100-80GB-HBM3"]))
+    world.create_policy(capacity_policy(mode="Recommend", models=["NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"]))
+    gpu_pods(world, 3, "nvidia.com/mig-1g.10gb")
+    world.rounds(1)
+    before_nodes = {n: (v["metadata"].get("annotations"), v["spec"].get("unschedulable"))
+                    for n, v in world.nodes().items()}
+    world.rounds(3, advance=120)
+    assert world.nodepool() is None
+    assert set(world.claims()) == {"gpu-a"}
+    assert {n: (v["metadata"].get("annotations"), v["spec"].get("unschedulable"))
+            for n, v in world.nodes().items()} == before_nodes
+    actions = {(p["target"], p["action"].split(" (")[0].split(" NodeClaim")[0], p["state"]) for p in world.proposals()}
+    assert ("NodePool/gpu", "declare NodePool gpu", "Proposed") in actions
+    assert ("NodePool/gpu", "launch", "Proposed") in actions
+    assert ("Node/gpu-a", "delete", "Proposed") in actions  # empty for longer than emptyFor
+
+
+def test_approve_applies_only_the_approved_targets(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(sharing_policy("mig", "MIG"))
+    world.create_policy(capacity_policy(mode="Approve", approvals=["NodePool/gpu"],
+                                        models=["NVIDIA-A100-SXM4-80GB", "NVIDIA-L4"]))
+    world.launch("gpu-idle", "g6.xlarge")  # an L4: no MIG, so the layout cannot use it for the pods
+    gpu_pods(world, 2, "nvidia.com/mig-3g.40gb")
+    world.rounds(1)
+    assert world.nodepool() is not None and len(world.claims()) == 2  # the idle node and one launch
+    world.rounds(2, advance=120)
+    assert "gpu-idle" in world.claims()  # Node/gpu-idle is not approved: proposed only
+    idle = [p for p in world.proposals() if p["target"] == "Node/gpu-idle"]
+    assert idle and {p["state"] for p in idle} == {"Proposed"}
+
+
+def test_killing_the_controller_mid_drain_converges(make_world: Any) -> None:
+    class Crash(Exception):
+        pass
+
+    def crash_after_eviction(step: str) -> None:
+        if step == "evicted":
+            raise Crash(step)
+
+    world = make_world(checkpoint=crash_after_eviction)
+    world.create_policy(capacity_policy())
+    two_nodes_one_pod_each(world)
+    originals = {p["metadata"]["name"]: p["metadata"]["uid"] for p in world.cluster.pods(NS)}
+    with pytest.raises(Crash):
+        world.runner.ctx.policies.replace_all([])  # nothing carried in memory but what the API holds
+        for reconciler in world.runner.reconcilers:
+            reconciler.reconcile(world.ctx)
+    cordoned = [n for n, v in world.nodes().items() if v["spec"].get("unschedulable")]
+    assert len(cordoned) == 1
+    [victim] = cordoned
+    assert DRAINING_ANNOTATION in annotations(world.nodes()[victim])
+    world.restart()  # the next leader: no memory of the drain but the node's annotation
+    world.rounds(4)
+    assert victim not in world.claims() and victim not in world.nodes()
+    pods = world.cluster.pods(NS)
+    assert len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods)
+    replaced = [p for p in pods if p["metadata"]["uid"] not in originals.values()]
+    assert len(replaced) == 1  # the one evicted pod was replaced once: evicted once for the plan
+    assert all(not v["spec"].get("unschedulable") for v in world.nodes().values())
+
+
+def test_a_pending_pod_is_provisioned_for_once_by_the_first_policy_covering_it(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(sharing_policy("mig", "MIG"))
+    first = capacity_policy("first", models=["NVIDIA-A100-SXM4-80GB"])
+    first["spec"].update({"priority": 10, "selector": {"namespaces": [NS]}})
+    second = capacity_policy("second", models=["NVIDIA-A100-SXM4-80GB"])
+    second["spec"]["capacity"]["nodePool"] = "gpu-other"
+    world.create_policy(first)
+    world.create_policy(second)
+    gpu_pods(world, 4, "nvidia.com/mig-1g.10gb")
+    world.rounds(1)
+    pools = [c["metadata"]["labels"]["karpenter.sh/nodepool"] for c in world.claims().values()]
+    assert pools == ["gpu"]
+    assert not [p for p in world.proposals("second") if p["action"].startswith("launch")]
+
+
+def test_a_drain_whose_pods_no_longer_fit_elsewhere_is_undone(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy())
+    two_nodes_one_pod_each(world)
+    for name in ("job-a", "job-b"):
+        world.cluster.create(make_pdb(f"{name}-pdb", NS, match_labels={"app": name}, min_available=1))
+    world.rounds(1, advance=1)
+    [victim] = [n for n, node in world.nodes().items() if DRAINING_ANNOTATION in annotations(node)]
+    other = ({"gpu-a", "gpu-b"} - {victim}).pop()
+    world.cluster.create(make_pod("filler", NS, gpus=7, tolerations=TOLERATE_GPU))  # the other node is full now
+    world.cluster.settle()
+    assert world.bound()["filler"] == other
+    world.rounds(1, advance=1)
+    node = world.nodes()[victim]
+    assert not node["spec"].get("unschedulable") and DRAINING_ANNOTATION not in annotations(node)
+    undone = [p for p in world.proposals() if p["action"] == "drain undone"]
+    assert undone and "no longer fit on the other nodes" in undone[0]["reason"]
+
+
+def test_a_node_emptied_by_deleting_its_pods_also_gets_the_grace(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy(emptyFor="1m"))
+    world.launch("gpu-a")
+    world.launch("gpu-b")
+    world.cluster.create(make_deployment("keep", NS, 1, gpus=8, tolerations=TOLERATE_GPU,
+                                         node_selector={"kubernetes.io/hostname": "gpu-b"}))
+    world.cluster.create(make_pod("job", NS, gpus=8, tolerations=TOLERATE_GPU,
+                                  node_selector={"kubernetes.io/hostname": "gpu-a"}))
+    world.cluster.settle()
+    world.clock.advance(600)  # the node is old: its creation says nothing about when it emptied
+    world.runner.run_all()
+    world.cluster.core.delete_namespaced_pod("job", NS)
+    world.runner.run_all()
+    world.clock.advance(30)
+    world.runner.run_all()
+    assert "gpu-a" in world.claims() and not world.claims()["gpu-a"]["metadata"].get("deletionTimestamp")
+    world.clock.advance(31)
+    world.runner.run_all()
+    world.cluster.settle()
+    assert "gpu-a" not in world.claims() and "gpu-b" in world.claims()
