@@ -23,7 +23,16 @@ Measured per request:
 Every prioritize assumes the pod on the chosen node (none is ever bound), so
 the model changes one row per request, as in a live cluster.
 
+--echo N: after a first run, start the limit (bench/echo.py: the same
+gunicorn settings, 1 worker, a plain WSGI callable that parses the
+ExtenderArgs and answers constant bytes) and run
+N interleaved pairs (ours, limit) of the same pods (the limit answering
+ours' median-sized answer of each verb); print medians, the
+ratios and the answer sizes. The limit has no handler timing header, so the
+comparison is the client round trip.
+
     python bench/extender_load.py --sizes 1213 5000 --requests 300
+    python bench/extender_load.py --sizes 15000 --requests 200 --echo 3
 """
 
 from __future__ import annotations
@@ -104,7 +113,8 @@ def percentiles(values: list[float]) -> dict[str, float]:
             "mean": statistics.fmean(ordered) * 1000}
 
 
-def post(conn: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> tuple[Any, float, float, float]:
+def post(conn: http.client.HTTPConnection, path: str,
+         body: dict[str, Any]) -> tuple[Any, float, float, float, bytes]:
     data = json.dumps(body, separators=(",", ":")).encode()  # compact, as Go's encoding/json writes it
     started = time.perf_counter()
     conn.request("POST", path, body=data, headers={"Content-Type": "application/json"})
@@ -114,10 +124,92 @@ def post(conn: http.client.HTTPConnection, path: str, body: dict[str, Any]) -> t
     if resp.status != 200:
         raise RuntimeError(f"{path}: HTTP {resp.status}: {payload[:200]!r}")
     return (json.loads(payload), elapsed, float(resp.getheader("X-Kubeon-Handler-Seconds") or "nan"),
-            float(resp.getheader("X-Kubeon-Handler-Cpu-Seconds") or "nan"))
+            float(resp.getheader("X-Kubeon-Handler-Cpu-Seconds") or "nan"), payload)
 
 
-def run_size(size: int, requests: int, warmup: int, seed: int) -> dict[str, Any]:
+def start_extender(port: int, kubeconfig: str) -> tuple[subprocess.Popen, Path]:
+    log = Path(tempfile.mkdtemp(prefix="extender-bench-")) / "extender.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen([sys.executable, "-m", "cli.main", "extender", "--port", str(port),
+                                 "--bind", "127.0.0.1", "--kubeconfig", kubeconfig, "--workers", "1",
+                                 "--log-level", "WARNING"],
+                                cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    return proc, log
+
+
+def start_echo(port: int, answers: dict[str, bytes]) -> tuple[subprocess.Popen, Path]:
+    """The limit: bench/echo.py with ours' settings (1 worker, no TLS) answering ours' bytes."""
+    tmp = Path(tempfile.mkdtemp(prefix="extender-echo-"))
+    command = [sys.executable, str(ROOT / "bench" / "echo.py"), "--port", str(port), "--workers", "1"]
+    for path, body in answers.items():
+        (tmp / path.strip("/")).write_bytes(body)
+        command += ["--answer", f"{path}={tmp / path.strip('/')}"]
+    log = tmp / "echo.log"
+    with open(log, "wb") as sink:
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+    return proc, log
+
+
+def wait_ready(proc: subprocess.Popen, log: Path, port: int) -> None:
+    deadline = time.monotonic() + 120
+    while True:
+        if proc.poll() is not None:
+            raise RuntimeError(log.read_text())
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+            conn.request("GET", "/readyz")
+            ready = conn.getresponse()
+            ready.read()
+            if ready.status == 200:
+                return
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise RuntimeError("server not ready:\n" + log.read_text())
+        time.sleep(0.2)
+
+
+def drive(port: int, names: list[str], requests: int, warmup: int, seed: int) -> dict[str, Any]:
+    """Play kube-scheduler for warmup + requests pods (filter, then prioritize the passed names)."""
+    rng = random.Random(seed)
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+    server_f, server_p, server_sum, client_sum, cpu_sum = [], [], [], [], []
+    placed = 0
+    sizes: dict[str, list[int]] = {"filter": [], "prioritize": [], "request": []}
+    answers: dict[str, list[bytes]] = {"/filter": [], "/prioritize": []}
+    for i in range(warmup + requests):
+        gpus = rng.choice(GPU_CHOICES)
+        pod = make_pod(f"bench-{i}", "default", gpus=gpus, cpu=f"{gpus * 4}", memory=f"{gpus * 16}Gi")
+        pod["metadata"]["uid"] = f"uid-{seed}-{i}"
+        result, c_f, s_f, u_f, raw = post(conn, "/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
+        answers["/filter"].append(raw)
+        passed = result["NodeNames"] or []
+        c_p = s_p = u_p = 0.0
+        if passed:
+            scores, c_p, s_p, u_p, raw_p = post(conn, "/prioritize", {"Pod": pod, "Nodes": None, "NodeNames": passed})
+            answers["/prioritize"].append(raw_p)
+            sizes["prioritize"].append(len(raw_p))
+            placed += i >= warmup and any(e["Score"] == 10 for e in scores)
+        sizes["filter"].append(len(raw))
+        if i >= warmup:
+            server_f.append(s_f)
+            server_p.append(s_p)
+            server_sum.append(s_f + s_p)
+            client_sum.append(c_f + c_p)
+            cpu_sum.append(u_f + u_p)
+    return {"requests": requests, "placed": placed, "server_filter_ms": percentiles(server_f),
+            "server_prioritize_ms": percentiles(server_p), "server_total_ms": percentiles(server_sum),
+            "server_cpu_total_ms": percentiles(cpu_sum), "client_total_ms": percentiles(client_sum),
+            "filter_answer_kib": statistics.median(sizes["filter"]) / 1024,
+            "prioritize_answer_kib": statistics.median(sizes["prioritize"] or [0]) / 1024,
+            "load_average": os.getloadavg()[0],
+            # the median-sized answer per verb: what the limit answers every time
+            "_last": {verb: sorted(got, key=len)[len(got) // 2] for verb, got in answers.items() if got}}
+
+
+def run_size(size: int, requests: int, warmup: int, seed: int, pairs: int = 0) -> dict[str, Any]:
+    """One cluster size: ours alone, or with `pairs` interleaved (ours, limit) runs of the same pods."""
     rng = random.Random(seed)
     nodes = cluster_nodes(size)
     names = [n["metadata"]["name"] for n in nodes]
@@ -126,58 +218,51 @@ def run_size(size: int, requests: int, warmup: int, seed: int) -> dict[str, Any]
         bound = populate(api, nodes, rng)
         setup = time.perf_counter() - t0
         port = free_port()
-        log = Path(tempfile.mkdtemp(prefix="extender-bench-")) / "extender.log"
-        with open(log, "wb") as sink:
-            proc = subprocess.Popen([sys.executable, "-m", "cli.main", "extender", "--port", str(port),
-                                     "--bind", "127.0.0.1", "--kubeconfig", api.kubeconfig, "--workers", "1",
-                                     "--log-level", "WARNING"],
-                                    cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                    env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        proc, log = start_extender(port, api.kubeconfig)
+        echo = None
         try:
-            deadline = time.monotonic() + 120
-            while True:
-                if proc.poll() is not None:
-                    raise RuntimeError(log.read_text())
-                try:
-                    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-                    conn.request("GET", "/readyz")
-                    ready = conn.getresponse()
-                    ready.read()
-                    if ready.status == 200:
-                        break
-                except OSError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError("extender not ready:\n" + log.read_text())
-                time.sleep(0.2)
-            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
-            server_f, server_p, server_sum, client_sum, cpu_sum = [], [], [], [], []
-            placed = 0
-            for i in range(warmup + requests):
-                gpus = rng.choice(GPU_CHOICES)
-                pod = make_pod(f"bench-{i}", "default", gpus=gpus, cpu=f"{gpus * 4}", memory=f"{gpus * 16}Gi")
-                pod["metadata"]["uid"] = f"uid-{i}"
-                result, c_f, s_f, u_f = post(conn, "/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
-                passed = result["NodeNames"] or []
-                c_p = s_p = u_p = 0.0
-                if passed:
-                    scores, c_p, s_p, u_p = post(conn, "/prioritize",
-                                                 {"Pod": pod, "Nodes": None, "NodeNames": passed})
-                    placed += i >= warmup and any(e["Score"] == 10 for e in scores)
-                if i >= warmup:
-                    server_f.append(s_f)
-                    server_p.append(s_p)
-                    server_sum.append(s_f + s_p)
-                    client_sum.append(c_f + c_p)
-                    cpu_sum.append(u_f + u_p)
-            return {"nodes": size, "bound_pods": bound, "setup_s": round(setup, 1), "requests": requests,
-                    "placed": placed, "server_filter_ms": percentiles(server_f),
-                    "server_prioritize_ms": percentiles(server_p), "server_total_ms": percentiles(server_sum),
-                    "server_cpu_total_ms": percentiles(cpu_sum), "client_total_ms": percentiles(client_sum),
-                    "load_average": os.getloadavg()[0]}
+            wait_ready(proc, log, port)
+            ours = drive(port, names, requests, warmup, seed)
+            result = {"nodes": size, "bound_pods": bound, "setup_s": round(setup, 1),
+                      "request_kib": len(json.dumps({"Pod": None, "Nodes": None, "NodeNames": names},
+                                                    separators=(",", ":"))) / 1024}
+            if not pairs:
+                ours.pop("_last")
+                return {**result, **ours}
+            echo_port = free_port()
+            echo = start_echo(echo_port, ours["_last"])
+            wait_ready(echo[0], echo[1], echo_port)
+            runs: dict[str, list[dict[str, Any]]] = {"ours": [], "limit": []}
+            for pair in range(pairs):
+                for who, at in (("ours", port), ("limit", echo_port)):
+                    run = drive(at, names, requests, warmup, seed + 1 + pair)
+                    run.pop("_last")
+                    runs[who].append(run)
+                    print(f"  pair {pair + 1} {who:<5} client p50/p99 {run['client_total_ms']['p50']:.2f} / "
+                          f"{run['client_total_ms']['p99']:.2f} ms, load {run['load_average']:.1f}", flush=True)
+            return {**result, "pairs": runs}
         finally:
-            proc.terminate()
-            proc.wait(timeout=15)
+            for p in (proc, echo[0] if echo else None):
+                if p is not None:
+                    p.terminate()
+                    p.wait(timeout=15)
+
+
+def print_pairs(result: dict[str, Any]) -> None:
+    runs = result["pairs"]
+    size = result["nodes"]
+    print(f"{size} nodes: request {result['request_kib']:.0f} KiB; answers filter "
+          f"{runs['ours'][0]['filter_answer_kib']:.0f} KiB, prioritize {runs['ours'][0]['prioritize_answer_kib']:.0f}"
+          f" KiB (median); medians over {len(runs['ours'])} pairs, ratio = ours / limit:")
+    for key in ("client_total_ms", "server_total_ms", "server_cpu_total_ms"):
+        for pct in ("p50", "p99"):
+            ours = statistics.median(r[key][pct] for r in runs["ours"])
+            limit = statistics.median(r[key][pct] for r in runs["limit"])
+            note = " (goal <= 5 ms)" if key == "client_total_ms" and pct == "p99" else ""
+            print(f"  {key:<22} {pct}: ours {ours:7.2f} ms, limit {limit:7.2f} ms, ratio {ours / limit:5.2f}{note}"
+                  if limit == limit else f"  {key:<22} {pct}: ours {ours:7.2f} ms (the limit has no handler)")
+            if key != "client_total_ms":
+                break
 
 
 def main() -> int:
@@ -186,8 +271,13 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--echo", type=int, metavar="PAIRS", default=0,
+                        help="interleave this many (ours, limit) runs per size against bench/echo.py")
     args = parser.parse_args()
     for size in args.sizes:
+        if args.echo:
+            print_pairs(run_size(size, args.requests, args.warmup, args.seed, args.echo))
+            continue
         result = run_size(size, args.requests, args.warmup, args.seed)
         print(json.dumps(result, default=lambda v: round(v, 3)))
         for key in ("server_filter_ms", "server_prioritize_ms", "server_total_ms", "server_cpu_total_ms",

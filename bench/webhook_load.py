@@ -16,7 +16,14 @@ with kube-apiserver-shaped AdmissionReviews that get rewritten to MIG:
 Prints requests/s and p50/p90/p99 latency. The load generator shares the
 machine's cores with the server: on a 2-core box it takes CPU from it.
 
+--echo N: also start the limit (bench/echo.py: the same gunicorn, TLS and
+worker settings, a plain WSGI callable that parses the review and answers
+the constant bytes ours answered for it) and run N interleaved pairs
+(ours max, limit max, ours paced, limit paced), then print medians and the
+ratios ours/limit. Both servers stay up; the idle one costs nothing.
+
     python bench/webhook_load.py --seconds 10 --rate 500
+    python bench/webhook_load.py --seconds 8 --echo 3
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ import os
 import signal
 import socket
 import ssl
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -49,20 +57,28 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(workers: int, threads: int) -> tuple[subprocess.Popen, int, str]:
+def start_server(workers: int, threads: int, echo_answer: bytes | None = None,
+                 tmp: Path | None = None) -> tuple[subprocess.Popen, int, str, Path]:
+    """Ours (`kubeon-gpu webhook`), or with `echo_answer` the limit (bench/echo.py) on the same certs."""
     import yaml
 
-    tmp = Path(tempfile.mkdtemp(prefix="kubeon-bench-"))
-    generate("kubeon-gpu-optimizer-webhook", "kubeon-gpu", tmp, ip_addresses=["127.0.0.1"])
-    (tmp / "policies.yaml").write_text(yaml.safe_dump_all(POLICIES))
+    if tmp is None:
+        tmp = Path(tempfile.mkdtemp(prefix="kubeon-bench-"))
+        generate("kubeon-gpu-optimizer-webhook", "kubeon-gpu", tmp, ip_addresses=["127.0.0.1"])
+        (tmp / "policies.yaml").write_text(yaml.safe_dump_all(POLICIES))
     port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "cli.main", "webhook", "--cert-dir", str(tmp), "--bind", "127.0.0.1",
-         "--port", str(port), "--workers", str(workers), "--threads", str(threads),
-         "--policies", str(tmp / "policies.yaml"),
-         # an install with prometheus.url (never queried by the webhook): the sharing policy rewrites
-         "--prometheus-url", "http://127.0.0.1:9"],
-        cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    if echo_answer is not None:
+        (tmp / "answer.json").write_bytes(echo_answer)
+        command = [sys.executable, str(ROOT / "bench" / "echo.py"), "--cert-dir", str(tmp), "--port", str(port),
+                   "--workers", str(workers), "--threads", str(threads), "--answer",
+                   f"/mutate={tmp / 'answer.json'}"]
+    else:
+        command = [sys.executable, "-m", "cli.main", "webhook", "--cert-dir", str(tmp), "--bind", "127.0.0.1",
+                   "--port", str(port), "--workers", str(workers), "--threads", str(threads),
+                   "--policies", str(tmp / "policies.yaml"),
+                   # an install with prometheus.url (never queried by the webhook): the sharing policy rewrites
+                   "--prometheus-url", "http://127.0.0.1:9"]
+    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ca = str(tmp / "ca.crt")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
@@ -71,7 +87,7 @@ def start_server(workers: int, threads: int) -> tuple[subprocess.Popen, int, str
                                                timeout=1)
             conn.request("GET", "/healthz")
             if conn.getresponse().status == 200:
-                return proc, port, ca
+                return proc, port, ca, tmp
         except OSError:
             time.sleep(0.1)
     proc.kill()
@@ -151,6 +167,42 @@ def run(port: int, ca: str, procs: int, threads: int, seconds: float, rate: floa
             "p50_ms": pct(50), "p90_ms": pct(90), "p99_ms": pct(99), "max_ms": latencies[-1] * 1000}
 
 
+def answer_of(port: int, ca: str) -> bytes:
+    """The bytes ours answers for the benchmark's review (the limit answers the same)."""
+    conn = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=ca), timeout=10)
+    conn.request("POST", "/mutate", json.dumps(review(api_pod())).encode(), {"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    body = resp.read()
+    if resp.status != 200 or b'"patch"' not in body:
+        raise SystemExit(f"ours did not rewrite the review: HTTP {resp.status} {body[:200]!r}")
+    return body
+
+
+def echo_pairs(args: argparse.Namespace, ours: tuple[int, str], limit: tuple[int, str]) -> None:
+    """`args.echo` interleaved pairs, each: ours max, limit max, ours paced, limit paced; medians, ratios."""
+    rows: dict[str, list[dict[str, float]]] = {"ours max": [], "limit max": [], "ours rate": [], "limit rate": []}
+    for pair in range(1, args.echo + 1):
+        for phase, rate, conns in (("max", 0.0, args.threads), ("rate", args.rate, args.rate_threads)):
+            for who, (port, ca) in (("ours", ours), ("limit", limit)):
+                r = run(port, ca, args.procs, conns, args.seconds, rate)
+                rows[f"{who} {phase}"].append(r)
+                print(f"pair {pair} {who:<5} {phase:<4}: {r['rps']:6.0f} req/s, p50 {r['p50_ms']:.2f} ms, "
+                      f"p99 {r['p99_ms']:.2f} ms, errors {r['errors']}, load {os.getloadavg()[0]:.1f}", flush=True)
+
+    def med(key: str, field: str) -> float:
+        return statistics.median(r[field] for r in rows[key])
+
+    print(f"medians over {args.echo} pairs (ratio = ours / limit):")
+    o, li = med("ours max", "rps"), med("limit max", "rps")
+    ratios = [a["rps"] / b["rps"] for a, b in zip(rows["ours max"], rows["limit max"], strict=True)]
+    print(f"  max throughput: ours {o:.0f} req/s, limit {li:.0f} req/s, ratio {o / li:.2f} "
+          f"(pairs {min(ratios):.2f}-{max(ratios):.2f}; goal >= 0.85)")
+    for field in ("p50_ms", "p99_ms"):
+        o, li = med("ours rate", field), med("limit rate", field)
+        print(f"  {args.rate:.0f}/s {field[:3]}: ours {o:.2f} ms, limit {li:.2f} ms, ratio {o / li:.2f}"
+              + (" (goal <= 1.2 and <= 5 ms)" if field == "p99_ms" else ""))
+
+
 def run_wrk(port: int, connections: int, seconds: float) -> str:
     """Closed-loop max throughput with wrk (1 thread, keep-alive connections); its own summary lines."""
     body = json.dumps(review(api_pod()))
@@ -174,13 +226,23 @@ def main() -> None:
     parser.add_argument("--server-workers", type=int, default=2)
     parser.add_argument("--server-threads", type=int, default=4)
     parser.add_argument("--only", choices=("max", "rate"), help="run one phase only")
+    parser.add_argument("--echo", type=int, metavar="PAIRS", default=0,
+                        help="run this many interleaved pairs against the limit (bench/echo.py)")
     parser.add_argument("--wrk", type=int, metavar="CONNECTIONS", default=0,
                         help="also drive the max phase with wrk and this many connections")
     args = parser.parse_args()
-    proc, port, ca = start_server(args.server_workers, args.server_threads)
+    proc, port, ca, tmp = start_server(args.server_workers, args.server_threads)
+    echo = None
     try:
         print(f"machine: {os.cpu_count()} cores; server: gunicorn gthread {args.server_workers} workers x "
-              f"{args.server_threads} threads, TLS; review: Pod CREATE rewritten to MIG (patch of 7 ops)")
+              f"{args.server_threads} threads, TLS; review: Pod CREATE rewritten to MIG (patch of 7 ops); "
+              f"load average {os.getloadavg()[0]:.1f}")
+        if args.echo:
+            answer = answer_of(port, ca)
+            echo = start_server(args.server_workers, args.server_threads, echo_answer=answer, tmp=tmp)
+            print(f"limit: bench/echo.py, same settings, constant answer of {len(answer)} bytes")
+            echo_pairs(args, (port, ca), (echo[1], echo[2]))
+            return
         if args.only in (None, "max"):
             r = run(port, ca, args.procs, args.threads, args.seconds, 0.0)
             print(f"max  ({args.procs}x{args.threads} keep-alive clients): {r['rps']:.0f} req/s, p50 "
@@ -195,8 +257,10 @@ def main() -> None:
                   f"p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
                   f"max {r['max_ms']:.2f} ms, errors {r['errors']}")
     finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(10)
+        for p in (proc, echo[0] if echo else None):
+            if p is not None:
+                p.send_signal(signal.SIGTERM)
+                p.wait(10)
 
 
 if __name__ == "__main__":

@@ -17,10 +17,11 @@ touched megabytes of memory per answer; measured in the gunicorn worker on a
 shared 2-core machine, cache misses made it the largest cost of a request.
 
 A prioritize answer joins per-node entries rendered with score "0"
-(`,{"Host":"name","Score":0}`), then overwrites every digit in one numpy
-assignment at offsets from the entries' cumulative lengths: only the
-engine's pick scores 10, so every other score is one digit; the one "10" is
-spliced in. That halves the pieces to join against prefix + suffix.
+(`,{"Host":"name","Score":0}`), or "10" for the engine's pick and the nodes
+identical to it (thousands in a cluster of many identical nodes: splicing
+them in one by one was a Python loop), then overwrites every one-digit score
+in one numpy assignment at offsets from the entries' cumulative lengths.
+That halves the pieces to join against prefix + suffix.
 
 Names not in the state (rows < 0) get their prefix rendered on the spot
 (rare: a node the watch has not shown yet). One writer belongs to one
@@ -41,6 +42,7 @@ from gpupolicy.packing.placement import REASON_BY_CODE, RejectReason
 ObjArray = npt.NDArray[np.object_]
 UNKNOWN = -1  # reason code of a name the model does not know; REASONS[UNKNOWN] is its message
 MAX_SCORE = 10  # prioritize scores are 0..MAX_SCORE
+UNRESOLVABLE_PER_REASON = 16  # FailedAndUnresolvableNodes: at most this many nodes per reason
 
 
 def _reason(reason: RejectReason) -> str:
@@ -67,13 +69,59 @@ _PREFIXES: dict[str, Callable[[bytes], bytes]] = {
 }
 
 
+def bounded_unresolvable(pos: npt.NDArray[np.intp], codes: npt.NDArray[Any],
+                         limit: int) -> tuple[npt.NDArray[np.intp], dict[int, int]]:
+    """Of the unresolvable positions `pos`, the first `limit` of each reason (input order kept), and
+    {code: count} of the reasons that had more.
+
+    kube-scheduler gives a node the extender left out of both maps the status
+    of an absent node, UnschedulableAndUnresolvable, exactly what
+    FailedAndUnresolvableNodes says (framework.NewDefaultNodeToStatus;
+    schedule_one.go findNodesThatPassExtenders): listing such a node only adds
+    its reason to the pod's FailedScheduling message. So a bounded sample per
+    reason, its reason naming the full count, tells the user the same.
+    """
+    if pos.size <= limit:
+        return pos, {}
+    at = codes[pos]
+    order = np.argsort(at, kind="stable")
+    grouped = at[order]
+    starts = np.flatnonzero(np.r_[True, grouped[1:] != grouped[:-1]])
+    counts = np.diff(np.r_[starts, grouped.size])
+    rank = np.arange(grouped.size) - np.repeat(starts, counts)
+    kept = pos[np.sort(order[rank < limit])]
+    crowded = {int(grouped[s]): int(c) for s, c in zip(starts.tolist(), counts.tolist(), strict=True) if c > limit}
+    return kept, crowded
+
+
+def crowded_reason(code: int, count: int) -> str:
+    """A reason shown for a sample of its nodes, with how many nodes it applies to."""
+    return f"{REASONS[code]} ({count} nodes)"
+
+
+def listed_scores(scores: npt.NDArray[np.int64]) -> npt.NDArray[np.intp] | None:
+    """The positions a prioritize answer lists: those scoring above 0 (None: every position).
+
+    kube-scheduler adds each listed host's score x weight to its own and
+    nothing for an unlisted host (prioritizeNodes in schedule_one.go), so a 0
+    listed or left out gives every node the same total. Left out, a node also
+    gets no random tie-break value (Randomizer), so it loses exact ties to
+    listed nodes; at the chart's weight (71: one point is 710, more than the
+    default plugins' 700 swing) a 0-point node never ties a listed one.
+    When no name scores above 0 every name is listed, as before, so
+    kube-scheduler's random tie-break among them stays.
+    """
+    listed = np.flatnonzero(scores > 0)
+    return None if listed.size in (0, scores.size) else listed
+
+
 class AnswerWriter:
     """Filter and prioritize answers for the nodes of one state (`names` in row order)."""
 
     def __init__(self, names: Sequence[str]) -> None:
         self.names = names
         self._prefixes: dict[str, ObjArray] = {}
-        self._zero: tuple[ObjArray, npt.NDArray[np.int64]] | None = None
+        self._zero: tuple[ObjArray, ObjArray, npt.NDArray[np.int64]] | None = None
 
     def _prefix_array(self, kind: str) -> ObjArray:
         arr = self._prefixes.get(kind)
@@ -106,45 +154,55 @@ class AnswerWriter:
     def filter_answer(self, names: Sequence[str], rows: npt.NDArray[np.int64], codes: npt.NDArray[Any],
                       hopeless: npt.NDArray[np.bool_]) -> bytes:
         """ExtenderFilterResult with NodeNames (nodeCacheCapable): passed names in input order,
-        FailedNodes / FailedAndUnresolvableNodes with the reason of each other name."""
+        FailedNodes with the reason of every other name preemption could help, and
+        FailedAndUnresolvableNodes bounded (`bounded_unresolvable`)."""
         rejected = codes != 0
         parts = [b'{"Nodes":null,"NodeNames":[']
         parts += self._section("name", names, rows, np.flatnonzero(~rejected))
         parts.append(b'],"FailedNodes":{')
         parts += self._section("key", names, rows, np.flatnonzero(rejected & ~hopeless), _REASON_JSON, codes)
         parts.append(b'},"FailedAndUnresolvableNodes":{')
-        parts += self._section("key", names, rows, np.flatnonzero(rejected & hopeless), _REASON_JSON, codes)
+        kept, crowded = bounded_unresolvable(np.flatnonzero(rejected & hopeless), codes, UNRESOLVABLE_PER_REASON)
+        ends = _REASON_JSON
+        if crowded:
+            ends = ends.copy()
+            for code, count in crowded.items():
+                ends[code] = orjson.dumps(crowded_reason(code, count))
+        parts += self._section("key", names, rows, kept, ends, codes)
         parts.append(b'},"Error":""}')
         return b"".join(parts)
 
     def prioritize_answer(self, names: Sequence[str], rows: npt.NDArray[np.int64],
                           scores: npt.NDArray[np.int64]) -> bytes:
-        """The bare HostPriorityList: one {"Host", "Score"} per input name, in order."""
-        if rows.size == 0 or int(rows.min()) < 0:  # names the state does not know: the general path
+        """The bare HostPriorityList: {"Host", "Score"} for every input name scoring above 0, in order
+        (`listed_scores`); every name when none does."""
+        pos = listed_scores(scores)
+        at_rows = rows if pos is None else rows[pos]
+        if at_rows.size == 0 or int(at_rows.min()) < 0:  # names the state does not know: the general path
             parts = [b"["]
-            parts += self._section("host", names, rows, None, _SCORE_END, scores)
+            parts += self._section("host", names, rows, pos, _SCORE_END, scores)
             parts.append(b"]")
             return b"".join(parts)
-        entries, lengths = self._zero_entries()
-        picked: list[bytes] = entries[rows].tolist()
+        rows = at_rows
+        if pos is not None:
+            scores = scores[pos]
+        entries, tens_entries, lengths = self._score_entries()
+        tens = scores >= MAX_SCORE  # the engine's pick and the nodes identical to it: two digits
+        chosen = entries[rows]
+        if tens.any():
+            chosen[tens] = tens_entries[rows[tens]]
+        picked: list[bytes] = chosen.tolist()
         picked[0] = picked[0][1:]  # no comma before the first entry
         buf = np.frombuffer(b"[" + b"".join(picked) + b"]", dtype=np.uint8).copy()
-        ends = np.cumsum(lengths[rows])  # entry i ends (exclusive) at 1 + ends[i] - 1 (comma dropped)
-        digits = ends - 2  # "...,"Score":D}" : the digit is the entry's second-to-last byte
-        buf[digits] = np.minimum(scores, MAX_SCORE - 1) + ord("0")
-        tens = np.flatnonzero(scores >= MAX_SCORE)  # the engine's pick: one entry, two digits
-        if tens.size == 0:
-            return buf.tobytes()
-        parts, start = [], 0
-        for at in digits[tens].tolist():
-            parts += [buf[start:at].tobytes(), str(MAX_SCORE).encode()]
-            start = at + 1
-        parts.append(buf[start:].tobytes())
-        return b"".join(parts)
+        ends = np.cumsum(lengths[rows] + tens)  # entry i ends (exclusive) at 1 + ends[i] - 1 (comma dropped)
+        ones = ~tens
+        buf[ends[ones] - 2] = scores[ones] + ord("0")  # "...,"Score":D}": the digit is second-to-last
+        return buf.tobytes()
 
-    def _zero_entries(self) -> tuple[ObjArray, npt.NDArray[np.int64]]:
-        """`,{"Host":"name","Score":0}` per row and its length (rendered once per state)."""
+    def _score_entries(self) -> tuple[ObjArray, ObjArray, npt.NDArray[np.int64]]:
+        """`,{"Host":"name","Score":0}` and `...:10}` per row, and the first's length (once per state)."""
         if self._zero is None:
-            entries = self._prefix_array("host") + b"0}"
-            self._zero = (entries, np.fromiter(map(len, entries), dtype=np.int64, count=len(entries)))
+            host = self._prefix_array("host")
+            entries = host + b"0}"
+            self._zero = (entries, host + b"10}", np.fromiter(map(len, entries), dtype=np.int64, count=len(entries)))
         return self._zero

@@ -103,6 +103,13 @@ class ClusterView:
                 seen[product.product] = product
         return tuple(seen.values())
 
+    @cached_property
+    def memo(self) -> dict[Any, Any]:
+        """Answers that depend on this view alone (not on the pod), worked out on first use and dropped
+        with the view: the MIG choice per memory need and products (admission.rewrite). Views are
+        immutable, so an entry never goes stale; concurrent writers compute the same value."""
+        return {}
+
     def labels_for_product(self, product: GpuProduct) -> Mapping[str, str]:
         """Labels of the first node carrying `product` (where GFD `.memory` labels live), else empty."""
         for node in self.nodes:

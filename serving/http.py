@@ -47,23 +47,30 @@ def json_error(status: int, message: str) -> Response:
 
 def read_body(max_bytes: int = DEFAULT_MAX_BODY) -> bytes:
     """The request body, refusing more than `max_bytes` with 413 before reading it all."""
-    length = request.content_length
+    return read_capped(request.stream, request.content_length, max_bytes)
+
+
+def read_capped(stream: Any, length: int | None, max_bytes: int) -> bytes:
+    """`length` bytes (None: chunked, up to the end) of `stream`; HttpError 413 over `max_bytes`,
+    after draining up to DRAIN_BYTES so the client reads the 413 (Flask routes and serving.wsgi)."""
     if length is not None and length > max_bytes:
         if length <= DRAIN_BYTES:
-            _drain(length)
+            _drain(stream, length)
         raise HttpError(413, f"request body of {length} bytes exceeds the limit of {max_bytes}")
+    if length is not None:
+        return bytes(stream.read(length)) if length else b""
     # Chunked bodies have no length: read one byte past the cap to detect overflow.
-    data = request.stream.read(max_bytes + 1)
+    data = bytes(stream.read(max_bytes + 1))
     if len(data) > max_bytes:
-        _drain(DRAIN_BYTES - len(data))
+        _drain(stream, DRAIN_BYTES - len(data))
         raise HttpError(413, f"request body exceeds the limit of {max_bytes} bytes")
     return data
 
 
-def _drain(limit: int) -> None:
+def _drain(stream: Any, limit: int) -> None:
     """Read and drop up to `limit` bytes of the body (see DRAIN_BYTES)."""
     while limit > 0:
-        chunk = request.stream.read(min(_CHUNK, limit))
+        chunk = stream.read(min(_CHUNK, limit))
         if not chunk:
             return
         limit -= len(chunk)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import Any
 
 from flask import Flask, Response, g, request
 from prometheus_client import (
@@ -58,6 +59,19 @@ class RequestMetrics:
         self.latency = Histogram(
             f"{prefix}_http_request_duration_seconds", "Time to answer an HTTP request.",
             ["route", "status"], buckets=LATENCY_BUCKETS, registry=registry)
+        self._children: dict[tuple[str, int], tuple[Any, Any]] = {}
+
+    def record(self, route: str, status: int, seconds: float) -> None:
+        """Count and time one request. The labelled children are looked up once per (route, status):
+        prometheus_client's `.labels()` costs more than the increment itself (measured beside the
+        multiprocess-mode write in docs/benchmarks.md)."""
+        key = (route, status)
+        children = self._children.get(key)
+        if children is None:
+            labels = (route, str(status))
+            children = self._children[key] = (self.requests.labels(*labels), self.latency.labels(*labels))
+        children[0].inc()
+        children[1].observe(seconds)
 
     def exposition(self) -> bytes:
         if multiprocess_enabled():
@@ -84,9 +98,7 @@ def instrument(app: Flask, *, prefix: str = "kubeon", registry: CollectorRegistr
         started = g.get("kubeon_started")
         if started is not None:
             route = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
-            status = str(response.status_code)
-            metrics.requests.labels(route, status).inc()
-            metrics.latency.labels(route, status).observe(time.perf_counter() - started)
+            metrics.record(route, response.status_code, time.perf_counter() - started)
         return response
 
     def metrics_view() -> Response:

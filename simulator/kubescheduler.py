@@ -513,6 +513,7 @@ def schedule_one(cluster: ClusterScores, pod: Obj, profile: Profile,
         return Cycle(names[0], {names[0]: 0}, failures, binder)
     rows = np.array([cluster.index[n] for n in names], dtype=np.int64)
     totals = cluster.score(pod, rows, profile)
+    listed = np.zeros(len(names), dtype=bool)  # scored by some extender: gets a random tie-break value
     for spec, calls in asked:
         if not spec.prioritize_verb:
             continue
@@ -525,6 +526,11 @@ def schedule_one(cluster: ClusterScores, pod: Obj, profile: Profile,
         scale = spec.weight * (MAX_NODE_SCORE // MAX_EXTENDER_PRIORITY)
         totals = totals + np.array([max(0, min(MAX_EXTENDER_PRIORITY, got.get(n, 0))) * scale for n in names],
                                    dtype=np.int64)
+        listed |= np.array([n in got for n in names], dtype=bool)
     best = np.flatnonzero(totals == totals.max())
+    if best.size > 1 and listed[best].any():
+        # upstream (prioritizeNodes, nodeScoreHeap): ties go by a Randomizer that only hosts some
+        # extender listed get; the others keep 0 and lose exact ties to them
+        best = best[listed[best]]
     choice = int(best[int(rng.integers(best.size))]) if best.size > 1 else int(best[0])
     return Cycle(names[choice], dict(zip(names, totals.tolist(), strict=True)), failures, binder)

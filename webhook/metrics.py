@@ -9,9 +9,12 @@ cluster's policy names, the core's closed Mode and Action enums).
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import CollectorRegistry, Counter
 
-from gpupolicy.admission.mutate import Decision
+from gpupolicy.admission.mutate import Action, Decision
+from gpupolicy.model import Mode
 
 
 class WebhookMetrics:
@@ -24,7 +27,15 @@ class WebhookMetrics:
             "kubeon_webhook_internal_errors_total",
             "Requests answered allowed-unchanged because the decision core raised.", ["path"],
             registry=registry)
+        self._children: dict[tuple[str, Mode, Action, bool], Any] = {}
 
     def record(self, decisions: list[Decision]) -> None:
+        """Count each decision; the labelled child is looked up once per label set (`.labels()` costs
+        more than the increment; the label values are bounded, see above)."""
         for d in decisions:
-            self.decisions.labels(d.policy, str(d.mode), str(d.action), str(d.applied).lower()).inc()
+            key = (d.policy, d.mode, d.action, d.applied)
+            child = self._children.get(key)
+            if child is None:
+                child = self._children[key] = self.decisions.labels(d.policy, str(d.mode), str(d.action),
+                                                                    str(d.applied).lower())
+            child.inc()

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, short_warning, validate_pod
+from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, out_of_scope, short_warning, validate_pod
 from gpupolicy.admission.rewrite import CONTAINER_LISTS, is_gpu_resource
 from gpupolicy.admission.shape import TEMPLATE_PATHS
 from gpupolicy.admission.validation import check_policy
@@ -156,12 +156,19 @@ def dry_run(obj: Any, view: ClusterView, namespace: str | None = None) -> Admiss
         raise DryRunError("object.metadata: must be an object")
     ns = namespace or str(metadata.get("namespace") or "default")
     if kind == "Pod":
+        skipped = out_of_scope(obj, ns, view)
+        if skipped:  # most of a cluster export: no GPU asked, nothing to mutate, validate or diff
+            return AdmissionResult(object=obj, note=skipped)
         return _combine(obj, mutate_pod(obj, view, ns), view, ns, None, ())
     path = TEMPLATE_PATHS[str(kind)]
     template = _dig(obj, path)
     if not isinstance(template, Mapping):
         raise DryRunError(f"object.{'.'.join(path)}: missing pod template")
     pod, owner = _template_pod(obj, template, ns)
+    skipped = out_of_scope(pod, ns, view) if template.get("spec") else ""
+    if skipped:  # the answer mutate + validate + diff give an out-of-scope pod (whose template has a
+        # spec: without one the slow path writes `spec: {}` into the object it shows), without them
+        return AdmissionResult(object=obj, note=skipped)
     return _combine(obj, mutate_pod(pod, view, ns, owner), view, ns, owner, path)
 
 

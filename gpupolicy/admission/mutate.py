@@ -109,7 +109,7 @@ def may_apply(policy: GpuPolicy, mode: Mode, owner: str) -> bool:
     return mode == Mode.AUTOMATIC or (mode == Mode.APPROVE and is_approved(policy.spec.approvals, owner))
 
 
-def _ineligible(pod: Mapping[str, Any], namespace: str, view: ClusterView) -> str:
+def out_of_scope(pod: Mapping[str, Any], namespace: str, view: ClusterView) -> str:
     """Why a pod is out of scope for every policy, or "" when it is in scope."""
     if view.is_protected(namespace):
         return f"namespace {namespace} is never touched"
@@ -200,9 +200,9 @@ def mutate_pod(
 ) -> AdmissionResult:
     """The mutating decision for a Pod CREATE. `owner` defaults to the pod's resolved owner."""
     ns = pod_namespace(pod, namespace)
-    out_of_scope = _ineligible(pod, ns, view)
-    if out_of_scope:
-        return AdmissionResult(object=pod, note=out_of_scope)
+    skipped = out_of_scope(pod, ns, view)
+    if skipped:
+        return AdmissionResult(object=pod, note=skipped)
     owner = owner or pod_owner(pod, ns)
     winners = winning_policies(view, ns, _pod_labels(pod))
     if not winners:
@@ -258,9 +258,9 @@ def validate_pod(
 ) -> AdmissionResult:
     """Guardrails for a Pod CREATE: deny (Automatic, or Approve for approved owners) or warn."""
     ns = pod_namespace(pod, namespace)
-    out_of_scope = _ineligible(pod, ns, view)
-    if out_of_scope:
-        return AdmissionResult(object=pod, note=out_of_scope)
+    skipped = out_of_scope(pod, ns, view)
+    if skipped:
+        return AdmissionResult(object=pod, note=skipped)
     policy = winning_policies(view, ns, _pod_labels(pod)).get(PolicyKind.GUARDRAIL)
     if policy is None:
         return AdmissionResult(object=pod, note="no guardrail policy matches")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Any
 
 from gpupolicy.catalog import (
@@ -99,6 +100,18 @@ def iter_containers(pod: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
 
 def quantity_count(value: Any) -> float:
     """A resource count as a number; unparsable counts are treated as 0 (the API server refuses them)."""
+    if (isinstance(value, str) and len(value) <= 64) or (type(value) is int and -10**18 < value < 10**18):
+        return _text_count(value)
+    return _count(value)
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _text_count(text: str | int) -> float:
+    """Counts as written ("1", 8): a cluster repeats a few, and every review reads each twice."""
+    return _count(text)
+
+
+def _count(value: Any) -> float:
     try:
         return float(parse_quantity(value))
     except (QuantityError, TypeError, ValueError):
@@ -223,10 +236,22 @@ def choose_mig_profile(need_mib: float | None, products: list[GpuProduct], view:
     Media-extension profiles are skipped unless fixed by the policy. Pin: the
     product label value as the nodes spell it (the first node of it), else the
     catalog name; `pin=False` (the products are not known, only the catalog):
-    the best single product's profile, unpinned.
+    the best single product's profile, unpinned. Memoised per view (ClusterView.memo): the same
+    policy's pods ask the same question, and it was 0.33 ms of a 0.75 ms admission.
     """
     if not products:
         return None
+    key = ("mig-choice", need_mib, tuple(p.product for p in products), fixed, pin)
+    memo = view.memo
+    if key not in memo:
+        memo[key] = _choose_mig_profile(need_mib, products, view, fixed, pin)
+    result: MigChoice | None = memo[key]
+    return result
+
+
+def _choose_mig_profile(need_mib: float | None, products: list[GpuProduct], view: ClusterView,
+                        fixed: str | None, pin: bool) -> MigChoice | None:
+    """choose_mig_profile without the per-view memo: depends on the view, never on the pod."""
     best: tuple[tuple[bool, int, int, int, str], MigChoice] | None = None
     for profile in products[0].profiles:
         offers = [p.profile(profile.name) for p in products]

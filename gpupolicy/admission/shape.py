@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from functools import lru_cache
 from typing import Any
 
 from gpupolicy.quantity import QuantityError, parse_nanos, shown
@@ -86,55 +87,88 @@ def _wrong(path: str, want: str, value: Any) -> str:
     return f"{path}: must be {want}, not {_NAMES.get(type(value), 'a ' + type(value).__name__)}"
 
 
-def check(value: Any, spec: Spec, path: str) -> str:
-    """The first place `value` departs from `spec`, as "path: what is wrong" ("" when it fits)."""
+def _what(want: str, value: Any) -> str:
+    return f"must be {want}, not {_NAMES.get(type(value), 'a ' + type(value).__name__)}"
+
+
+@lru_cache(maxsize=4096, typed=True)
+def _quantity_text_problem(text: str | int) -> str:
+    """Why a quantity (a string, or a YAML integer such as `nvidia.com/gpu: 1`) is refused ("" when
+    fine): a cluster repeats a few dozen quantities."""
+    try:
+        parse_nanos(text)
+    except QuantityError as exc:
+        return str(exc)
+    return ""
+
+
+def _quantity_problem(value: Any) -> str:
+    if (isinstance(value, str) and len(value) <= 64) or (type(value) is int and -10**18 < value < 10**18):
+        return _quantity_text_problem(value)
+    try:
+        parse_nanos(value)
+    except QuantityError as exc:
+        return str(exc)
+    return ""
+
+
+Problem = tuple[str, str] | None  # (path below the checked value, what is wrong), None when it fits
+
+
+def _check(value: Any, spec: Spec) -> Problem:
+    """The first place `value` departs from `spec`. The path is built only on the way back from a
+    problem: a walk over a well-formed pod (every review) formats no strings."""
     if value is None:
-        return ""
-    if spec == STRING:
-        return "" if isinstance(value, str) else _wrong(path, "a string", value)
-    if spec == BOOLEAN:
-        return "" if isinstance(value, bool) else _wrong(path, "true or false", value)
-    if spec == INTEGER:
-        return "" if isinstance(value, int) and not isinstance(value, bool) else _wrong(path, "an integer", value)
-    if spec == QUANTITY:
-        try:
-            parse_nanos(value)
-        except QuantityError as exc:
-            return f"{path}: {exc}"
-        return ""
-    if spec == ANY_OBJECT:
-        return "" if isinstance(value, Mapping) else _wrong(path, "an object", value)
-    if isinstance(spec, tuple):
+        return None
+    if type(spec) is str:
+        if spec == STRING:
+            return None if isinstance(value, str) else ("", _what("a string", value))
+        if spec == QUANTITY:
+            problem = _quantity_problem(value)
+            return ("", problem) if problem else None
+        if spec == BOOLEAN:
+            return None if isinstance(value, bool) else ("", _what("true or false", value))
+        if spec == INTEGER:
+            return None if isinstance(value, int) and not isinstance(value, bool) else ("", _what("an integer", value))
+        return None if isinstance(value, Mapping) else ("", _what("an object", value))  # ANY_OBJECT
+    if type(spec) is tuple:
         kind, item = spec
         if kind == "list":
             if not isinstance(value, list):
-                return _wrong(path, "a list", value)
+                return "", _what("a list", value)
             for i, element in enumerate(value):
                 if element is None and isinstance(item, dict):
-                    return f"{path}[{i}]: must be an object, not null"
-                error = check(element, item, f"{path}[{i}]")
-                if error:
-                    return error
-            return ""
+                    return f"[{i}]", "must be an object, not null"
+                found = _check(element, item)
+                if found is not None:
+                    return f"[{i}]{found[0]}", found[1]
+            return None
         if not isinstance(value, Mapping):
-            return _wrong(path, "a map", value)
+            return "", _what("a map", value)
         for key, element in value.items():
             if not isinstance(key, str):
-                return f"{path}[{shown(key)}]: keys must be strings"
+                return f"[{shown(key)}]", "keys must be strings"
             if element is None and item in (STRING, QUANTITY):
-                return f"{path}{_key(key)}: must be {'a string' if item == STRING else 'a quantity'}, not null"
-            error = check(element, item, path + _key(key))
-            if error:
-                return error
-        return ""
+                return _key(key), f"must be {'a string' if item == STRING else 'a quantity'}, not null"
+            found = _check(element, item)
+            if found is not None:
+                return _key(key) + found[0], found[1]
+        return None
     if not isinstance(value, Mapping):
-        return _wrong(path, "an object", value)
+        return "", _what("an object", value)
     for name, field_spec in spec.items():
-        if name in value:
-            error = check(value[name], field_spec, f"{path}.{name}")
-            if error:
-                return error
-    return ""
+        element = value.get(name)
+        if element is not None:
+            found = _check(element, field_spec)
+            if found is not None:
+                return f".{name}{found[0]}", found[1]
+    return None
+
+
+def check(value: Any, spec: Spec, path: str) -> str:
+    """The first place `value` departs from `spec`, as "path: what is wrong" ("" when it fits)."""
+    found = _check(value, spec)
+    return "" if found is None else f"{path}{found[0]}: {found[1]}"
 
 
 def pod_shape_error(pod: Any, path: str = "request.object") -> str:

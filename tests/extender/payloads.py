@@ -94,7 +94,10 @@ class Harness:
         assert resp.status_code == 200, resp.get_data(as_text=True)
         body = resp.get_json()
         assert isinstance(body, list)
-        return {entry["Host"]: entry["Score"] for entry in body}
+        listed = {entry["Host"]: entry["Score"] for entry in body}
+        assert set(listed) <= set(names) and len(listed) == len(body)  # each host once, only hosts sent
+        # kube-scheduler adds nothing for a host the answer leaves out: the same as a listed 0
+        return {**dict.fromkeys(names, 0), **listed}
 
     def schedule(self, pod: Mapping[str, Any], names: Sequence[str]) -> str:
         """What kube-scheduler does with the answers: filter, prioritize the survivors, take the top."""

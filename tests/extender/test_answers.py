@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 import pytest
 
-from extender.answers import REASONS, UNKNOWN, AnswerWriter
+from extender.answers import REASONS, UNKNOWN, UNRESOLVABLE_PER_REASON, AnswerWriter
 from extender.nodenames import UNKNOWN_ROW, NodeNameRows
 from gpupolicy.packing.nodemodel import NodeSpec, NodeState
 from tests.extender.payloads import Harness, bound, wire_pod
@@ -47,13 +47,20 @@ def test_filter_answer_is_byte_equal_to_serialising_the_dicts(names: list[str], 
                                 np.array(hopeless, dtype=bool)) == got  # again, from the rendered tables
 
 
+def expected_prioritize(names: list[str], scores: list[int]) -> bytes:
+    """The HostPriorityList contract: hosts scoring above 0, in input order; every host when none does."""
+    listed = [(n, int(s)) for n, s in zip(names, scores, strict=True) if s > 0] or list(zip(names, scores,
+                                                                                            strict=True))
+    return orjson.dumps([{"Host": n, "Score": int(s)} for n, s in listed])
+
+
 def test_prioritize_answer_is_byte_equal_to_serialising_the_list() -> None:
     writer = AnswerWriter(STATE_NAMES)
     names = ["n-d", "ghost", 'n-"quoted"', "n-a", "n-ü"]
     rows = np.array([3, UNKNOWN_ROW, 1, 0, 2], dtype=np.int64)
-    scores = np.array([10, 0, 9, 0, 3], dtype=np.int64)
-    expected = orjson.dumps([{"Host": n, "Score": int(s)} for n, s in zip(names, scores, strict=True)])
-    assert writer.prioritize_answer(names, rows, scores) == expected
+    for values in ([10, 0, 9, 0, 3], [0, 4, 0, 0, 0], [0, 0, 0, 0, 0]):
+        scores = np.array(values, dtype=np.int64)
+        assert writer.prioritize_answer(names, rows, scores) == expected_prioritize(names, values)
     assert writer.prioritize_answer([], rows[:0], scores[:0]) == b"[]"
 
 
@@ -61,11 +68,32 @@ def test_prioritize_answer_of_known_names_writes_digits_into_zero_entries_byte_e
     writer = AnswerWriter(STATE_NAMES)
     names = ["n-d", 'n-"quoted"', "n-a", "n-ü"]
     rows = np.array([3, 1, 0, 2], dtype=np.int64)
-    for scores in ([10, 0, 9, 3], [0, 7, 1, 10], [4, 4, 4, 4], [10, 10, 0, 0], [1, 2, 3, 4]):
-        expected = orjson.dumps([{"Host": n, "Score": s} for n, s in zip(names, scores, strict=True)])
+    for scores in ([10, 0, 9, 3], [0, 7, 1, 10], [4, 4, 4, 4], [10, 10, 0, 0], [1, 2, 3, 4], [0, 0, 0, 0]):
+        expected = expected_prioritize(names, scores)
         assert writer.prioritize_answer(names, rows, np.array(scores, dtype=np.int64)) == expected
     one = orjson.dumps([{"Host": "n-ü", "Score": 10}])
     assert writer.prioritize_answer(["n-ü"], np.array([2]), np.array([10])) == one
+
+
+def test_unresolvable_nodes_are_bounded_per_reason_with_the_count_named() -> None:
+    """FailedAndUnresolvableNodes: at most UNRESOLVABLE_PER_REASON nodes per reason, in input order, the
+    reason naming how many nodes it covers; FailedNodes (preemption may help) and NodeNames stay whole."""
+    names = [f"n{i:03d}" for i in range(100)]
+    writer = AnswerWriter(names)
+    rows = np.arange(100, dtype=np.int64)
+    codes = np.array([0 if i % 10 == 0 else (2 if i % 2 else 6) for i in range(100)], dtype=np.int64)
+    hopeless = np.array([i % 10 != 0 and (i % 2 == 1 or i > 60) for i in range(100)])
+    got = orjson.loads(writer.filter_answer(names, rows, codes, hopeless))
+    assert got["NodeNames"] == [n for i, n in enumerate(names) if i % 10 == 0]
+    assert got["FailedNodes"] == {n: REASONS[6] for i, n in enumerate(names)
+                                  if codes[i] == 6 and not hopeless[i]}
+    model = [n for i, n in enumerate(names) if codes[i] == 2 and hopeless[i]]  # 50 nodes: sampled
+    fresh = [n for i, n in enumerate(names) if codes[i] == 6 and hopeless[i]]  # 15 nodes: all listed
+    assert len(model) > UNRESOLVABLE_PER_REASON >= len(fresh)
+    assert got["FailedAndUnresolvableNodes"] == {
+        **{n: f"{REASONS[2]} ({len(model)} nodes)" for n in model[:UNRESOLVABLE_PER_REASON]},
+        **{n: REASONS[6] for n in fresh}}
+    assert list(got["FailedAndUnresolvableNodes"]) == sorted(got["FailedAndUnresolvableNodes"])  # input order
 
 
 def test_node_name_rows_are_reused_only_for_the_same_list_and_state() -> None:

@@ -116,17 +116,20 @@ def test_filter_with_full_node_list_answers_nodes() -> None:
 
 # ---------------------------------------------------------------- prioritize
 
-def test_prioritize_is_a_bare_list_scoring_every_input_node_0_to_10() -> None:
+def test_prioritize_is_a_bare_list_of_the_input_nodes_scoring_1_to_10() -> None:
+    """Hosts scoring 0 are left out (kube-scheduler adds nothing for an unlisted host: the same total);
+    the listed ones keep input order, each once, 1..10, exactly one 10 here."""
     h = Harness(cluster(), [used_pod("busy", "a100-used", 4)])
     names = ["a100-fresh", "a100-used", "h100-0", "a100-cordoned", "ghost"]
     resp = h.client.post("/prioritize", json=args(wire_pod("p", gpus=1), names))
     assert resp.status_code == 200
     body = resp.get_json()
-    assert [e["Host"] for e in body] == names and all(set(e) == {"Host", "Score"} for e in body)
+    hosts = [e["Host"] for e in body]
+    assert hosts == [n for n in names if n in hosts] and all(set(e) == {"Host", "Score"} for e in body)
     scores = {e["Host"]: e["Score"] for e in body}
-    assert all(0 <= s <= 10 for s in scores.values())
+    assert all(1 <= s <= 10 for s in scores.values())
     assert list(scores.values()).count(10) == 1
-    assert scores["a100-cordoned"] == 0 and scores["ghost"] == 0
+    assert "a100-cordoned" not in scores and "ghost" not in scores  # 0: infeasible, unknown
 
 
 @pytest.mark.parametrize("strategy", ["bestfit", "default", "fgd", "packing"])

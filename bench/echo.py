@@ -1,0 +1,72 @@
+"""The limit for the webhook and extender benchmarks: a bare server that parses and answers a constant body.
+
+Same gunicorn, TLS and worker settings as ours (`serving.server.serve`: gthread,
+the workers and threads given, keep-alive, the rotating TLS context when
+--cert-dir is given), but the application is a plain WSGI callable that reads
+the request body, parses it with orjson (as ours does) and answers a
+constant body per path: the bytes ours answered for the same request, so
+the answer costs the same to write and send. GET /healthz and /readyz
+answer 200. What ours spends beyond this is ours to win back
+(bench/webhook_load.py --echo, bench/extender_load.py --echo).
+
+    python bench/echo.py --port 9443 --cert-dir DIR --answer /mutate=FILE
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def echo_app(answers: dict[str, bytes]) -> Wsgi:
+    """POST path -> its constant answer after parsing the body; GET probes -> 200."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if environ.get("REQUEST_METHOD") == "POST" and path in answers:
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            orjson.loads(environ["wsgi.input"].read(length))
+            body = answers[path]
+        elif path in ("/healthz", "/readyz"):
+            body = b'{"status":"ok"}'
+        else:
+            start_response("404 NOT FOUND", [("Content-Type", "application/json"), ("Content-Length", "2")])
+            return [b"{}"]
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--bind", default="127.0.0.1")
+    parser.add_argument("--cert-dir", default=None)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--answer", action="append", default=[], metavar="PATH=FILE",
+                        help="the constant answer for POST PATH (repeatable)")
+    args = parser.parse_args()
+    answers = {}
+    for item in args.answer:
+        path, _, file = item.partition("=")
+        answers[path] = Path(file).read_bytes()
+    from serving.server import serve
+
+    serve(lambda: echo_app(answers), bind=args.bind, port=args.port, cert_dir=args.cert_dir,  # type: ignore[arg-type,return-value]
+          workers=args.workers, threads=args.threads, worker_class="gthread")
+
+
+if __name__ == "__main__":
+    main()
