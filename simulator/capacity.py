@@ -81,7 +81,6 @@ class Cluster:
         self.gpu_hours = self.node_hours = self.cost = 0.0
         self.nodes_now = self.peak_nodes = 0
         self.version = 0  # bumped on every change a controller could react to
-        self.scale_ups: list[float] = []
         self.changed_at: dict[int, float] = {}  # row -> when a pod last came or left
         self.pending: dict[str, PodRun] = {}  # arrived or evicted, not bound: what controllers may read
 
@@ -116,7 +115,6 @@ class Cluster:
         self.state.schedulable[row] = True
         self.nodes_now += 1
         self.peak_nodes = max(self.peak_nodes, self.nodes_now)
-        self.scale_ups.append(now)
         self.version += 1
         self.log(now, "launch", row)
         return row
@@ -243,7 +241,6 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
         heapq.heappush(heap, (p.arrival, ARRIVE, seq, p.key, 0))
         seq += 1
     pending = cluster.pending
-    ready_since: set[int] = set()
     drains: list[Drain] = []
     done_pods = 0
 
@@ -310,7 +307,6 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
                 row = int(key)
                 if cluster.alive[row] and cluster.requested_at[row] + delay == t:
                     cluster.make_ready(row, t)
-                    ready_since.add(row)
         now = tick
         if done_pods == len(runs) and cluster.nodes_now == 0:
             break
