@@ -43,6 +43,7 @@ from gpupolicy.admission.validation import check_policy
 from gpupolicy.catalog import DEFAULT_CATALOG
 from gpupolicy.cluster import ClusterView, node_from_object
 from gpupolicy.model import GpuPolicy, Mode
+from gpupolicy.scaling.autoscale import UNSET_SERVER, offers
 
 PROG = "kubeon-gpu dry-run"
 ROLE_KINDS = {"--policies": ("GpuPolicy", "Namespace"), "--nodes": ("Node",), "-f": CONTEXT_KINDS}
@@ -50,7 +51,9 @@ ROLE_KINDS = {"--policies": ("GpuPolicy", "Namespace"), "--nodes": ("Node",), "-
 EPILOG = f"""\
 output (-o yaml, json, jsonl): one entry per Pod or workload evaluated, in input order; each entry is
 the POST /dry-run answer: allowed, object (after mutation), patch (JSON Patch against the input),
-warnings, decisions (policy, mode, action, applied, reason), and message/note when set.
+warnings, decisions (policy, mode, action, applied, reason), and message/note when set; a
+Deployment or StatefulSet a ScaleToZero policy with autoscale selects also gets scaledObjects (policy,
+name, yaml): the KEDA ScaledObject the controller offers as a recommendation while keda.enabled=false.
   json:  a JSON list          yaml: a YAML stream, one document per entry, no anchors
   jsonl: one entry per line   text: a readable summary (the default with --example)
 Documents of other kinds ({", ".join(("Service", "ConfigMap", "..."))}) are skipped with a note on stderr.
@@ -84,6 +87,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", action="store_true",
                         help="evaluate as an install with prometheus.url set; without it sharing and "
                              "scaleToZero policies stay Recommend, as they do in the cluster (--example implies it)")
+    parser.add_argument("--prometheus-url", metavar="URL", default=None,
+                        help="the install's prometheus.url: serverAddress of the KEDA ScaledObjects offered in "
+                             f"scaledObjects (default {UNSET_SERVER}); implies --metrics")
 
 
 @dataclass
@@ -244,14 +250,14 @@ def run(args: argparse.Namespace) -> int:
                     report.problem(problem)
             elif isinstance(item, Problem) and source.role != "-f":
                 report.problem(item)
-    view = context.view(Mode(args.default_mode), args.metrics or args.example)
+    view = context.view(Mode(args.default_mode), bool(args.metrics or args.example or args.prometheus_url))
     output = args.output or ("text" if args.example else "yaml")
     note = "" if view.nodes else catalog_note()
     if note and output != "text":
         report.note(f"nodes: {note}")
     writer = Writer(sys.stdout, output)
     writer.header(view, note)
-    evaluated = _evaluate_all(sources, view, writer, report)
+    evaluated = _evaluate_all(sources, view, writer, report, args.prometheus_url or UNSET_SERVER)
     writer.close()
     report.flush_skipped()
     if not evaluated and not report.errors:
@@ -266,7 +272,8 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
-def _evaluate_all(sources: list[tuple[Source, Scan]], view: ClusterView, writer: Writer, report: Report) -> int:
+def _evaluate_all(sources: list[tuple[Source, Scan]], view: ClusterView, writer: Writer, report: Report,
+                  server_address: str = UNSET_SERVER) -> int:
     evaluated = 0
     err = report.err
     # A bar on a terminal's stderr while the answers go elsewhere (a file, a pipe); on a terminal the
@@ -292,7 +299,7 @@ def _evaluate_all(sources: list[tuple[Source, Scan]], view: ClusterView, writer:
                 result = evaluate(item, view)
                 if isinstance(result, AdmissionResult):
                     try:
-                        writer.write(item.obj, result)
+                        writer.write(item.obj, result, offers(item.obj, view.policies, server_address))
                     except RecursionError:
                         result = item.problem("nested too deeply to write the answer")
                     except (ValueError, TypeError) as exc:

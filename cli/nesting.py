@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import IO
 
 LIMIT = 1000
@@ -31,13 +30,6 @@ _DOC_MARKER = re.compile(rb"^---(?=[ \t\r\n]|$)", re.M)
 _DEEP_INDENT = re.compile(rb"\n[ \t?:-]{%d}" % LIMIT)
 _QUOTED_OR_COMMENT = re.compile(
     rb"""(?:(?<=[\s\[\]{},:])|^)(?:"(?:[^"\\]|\\.)*"|'(?:[^']|'')*')|(?:(?<=\s)|^)#[^\n]*""", re.M)
-
-
-@dataclass
-class Bounds:
-    """Byte ranges [start, end) of document contents too deep to parse."""
-
-    deep: list[tuple[int, int]] = field(default_factory=list)
 
 
 def _opens(data: bytes) -> int:

@@ -2,7 +2,10 @@
 
 One shape for every machine format: each entry is the POST /dry-run answer
 for one object (`allowed`, `object`, `patch`, `warnings`, `decisions`, and
-`message`/`note` when set), in input order.
+`message`/`note` when set), in input order, plus `scaledObjects` for a
+Deployment or StatefulSet a ScaleToZero policy with `autoscale` selects: the
+KEDA ScaledObject the controller offers while KEDA writes are off, as
+`policy`, `name` and `yaml` (gpupolicy/scaling/autoscale.py `offers`).
 
 - `-o json`: a JSON list, written incrementally (byte for byte what
   `json.dumps(entries, indent=2)` gives for ASCII input; other text is UTF-8).
@@ -132,8 +135,15 @@ class Writer:
         elif catalog_note:
             self.out.write(f"Nodes: {catalog_note}\n")
 
-    def write(self, obj: Mapping[str, Any], result: AdmissionResult) -> None:
-        text = render_entry(obj, result) if self.output == "text" else encode(result.to_wire(), self.output)
+    def write(self, obj: Mapping[str, Any], result: AdmissionResult,
+              scaled_objects: list[dict[str, str]] | None = None) -> None:
+        if self.output == "text":
+            text = render_entry(obj, result, scaled_objects)
+        else:
+            entry = result.to_wire()
+            if scaled_objects:
+                entry = {**entry, "scaledObjects": scaled_objects}
+            text = encode(entry, self.output)
         if self.output == "json":
             text = ("[\n  " if self.count == 0 else ",\n  ") + text.replace("\n", "\n  ")
         elif self.output == "yaml" and self.count:
@@ -155,7 +165,8 @@ def title(obj: Mapping[str, Any]) -> str:
     return f"{obj.get('kind')} {meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
 
 
-def render_entry(obj: Mapping[str, Any], result: AdmissionResult) -> str:
+def render_entry(obj: Mapping[str, Any], result: AdmissionResult,
+                 scaled_objects: list[dict[str, str]] | None = None) -> str:
     """A summary a newcomer can read: the object, each policy's decision, the warnings, the patch."""
     verdict = "allowed" if result.allowed else f"DENIED: {result.message}"
     changed = f"{len(result.patch)} patch operations" if result.patch else "unchanged"
@@ -172,4 +183,8 @@ def render_entry(obj: Mapping[str, Any], result: AdmissionResult) -> str:
         if len(value) > 90:
             value = value[:87] + "..."
         lines.append(f"    {op['op']:7} {op['path']}{value}")
+    for offer in scaled_objects or ():
+        lines.append(f"  + {offer['policy']} recommends KEDA ScaledObject {offer['name']} "
+                     "(apply it yourself; the controller writes it only with keda.enabled=true):")
+        lines.extend("      " + line for line in offer["yaml"].rstrip("\n").split("\n"))
     return "\n".join(lines) + "\n"

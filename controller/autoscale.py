@@ -38,7 +38,7 @@ from kube.workloads import list_workloads
 log = logging.getLogger(__name__)
 
 SOURCE = "autoscale"
-UNSET_SERVER = "http://prometheus.invalid:9090"  # shown in Recommend when --prometheus-url is not set
+UNSET_SERVER = core.UNSET_SERVER  # shown in Recommend when --prometheus-url is not set
 
 
 class AutoscaleReconciler:

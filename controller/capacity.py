@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from importlib.resources import files
@@ -40,8 +40,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from controller import crashpoints
 from controller.capacity_usage import node_usage
 from controller.context import ControllerContext
+from controller.crashpoints import Checkpoint
 from controller.metrics_source import MetricsError
 from gpupolicy.capacity import drain, relayout
 from gpupolicy.capacity.consolidation import (
@@ -104,33 +106,13 @@ DEFAULT_INSTANCES = files("gpupolicy.capacity") / "data" / "aws-gpu-instances.cs
 INSTANCES_ENV = "KUBEON_GPU_INSTANCE_TYPES"
 HOURS_PER_MONTH = 730.0
 CHECKPOINTS = ("cordoned", "evicted", "deleted", "launched")
-Checkpoint = Callable[[str], None]
-# Crash injection for process tests, as scale to zero's KUBEON_GPU_CRASH_AT: the process dies with
-# os._exit(137) (a SIGKILL's code) right after that write, before anything later in the pass.
+# Crash injection for process tests (controller/crashpoints.py).
 CRASH_ENV = "KUBEON_GPU_CAPACITY_CRASH_AT"
-CRASH_EXIT_CODE = 137
-
-
-def _no_checkpoint(_step: str) -> None:
-    return None
 
 
 def crash_checkpoint_from_env(environ: Mapping[str, str] | None = None) -> Checkpoint | None:
     """The `KUBEON_GPU_CAPACITY_CRASH_AT` hook, or None when unset or naming no checkpoint (production: inert)."""
-    step = (os.environ if environ is None else environ).get(CRASH_ENV, "").strip()
-    if step not in CHECKPOINTS:
-        if step:
-            log.error("%s=%r names no checkpoint (one of %s): ignored", CRASH_ENV, step, ", ".join(CHECKPOINTS))
-        return None
-    log.warning("test hook armed: %s=%s, the process exits %d after that write", CRASH_ENV, step, CRASH_EXIT_CODE)
-
-    def crash(at: str) -> None:
-        if at == step:
-            log.error("crash injected at checkpoint=%s (%s), exiting %d", at, CRASH_ENV, CRASH_EXIT_CODE)
-            logging.shutdown()
-            os._exit(CRASH_EXIT_CODE)
-
-    return crash
+    return crashpoints.from_env(CRASH_ENV, CHECKPOINTS, environ)
 
 
 def _timestamp(text: Any) -> float | None:
@@ -187,7 +169,7 @@ class CapacityReconciler:
         self.instances = instances if instances is not None else load_instances(source)
         self.by_type = {t.name: t for t in self.instances}
         self.step_seconds = step_seconds
-        self.checkpoint = checkpoint or crash_checkpoint_from_env() or _no_checkpoint
+        self.checkpoint = checkpoint or crash_checkpoint_from_env() or crashpoints.no_checkpoint
         self._empty_seen: dict[str, float] = {}  # node -> when this process first saw it empty
         self._was_busy: set[str] = set()  # nodes this process saw with pods
         self.last_launches: list[Launch] = []

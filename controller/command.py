@@ -26,7 +26,7 @@ from controller.context import Clock, ControllerContext, MetricsSource, SystemCl
 from controller.health import HealthServer
 from controller.hubsync import HubSettings, HubState, HubSync
 from controller.leader import LeaderElector, exit_process
-from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
+from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers, stoppable
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import CAPACITY_PROVIDERS, GROUP, PLURAL, VERSION, Mode
@@ -62,7 +62,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "implemented: capacity policies under the others report Ready=False NotImplemented")
     parser.add_argument("--uninstall", action="store_true",
                         help="once, then exit (the chart's pre-delete hook): take the lease, wake parked "
-                             "workloads, remove the controller's annotations, ScaledObjects and RoleBindings")
+                             "workloads, remove what the optimizer put on nodes and in the time-slicing "
+                             "ConfigMap, delete its ScaledObjects, NodeClaims/NodePools and RoleBindings")
+    parser.add_argument("--keep-capacity", action="store_true",
+                        help="with --uninstall: leave the Karpenter NodeClaims and NodePools the optimizer "
+                             "made (chart uninstall.keepCapacity)")
     parser.add_argument("--lease-name", default="kubeon-gpu-optimizer", help="coordination.k8s.io Lease name")
     parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")
@@ -188,6 +192,8 @@ def build(
     controller_metrics = ControllerMetrics()
     elector = LeaderElector(api, namespace, lease_name, identity, clock, lease_duration=lease_duration,
                             renew_interval=renew_interval, on_lost=on_lost)
+    stop = threading.Event()
+    api = stoppable(api, stop)  # the lease loop keeps the original: its release must go through
     store = PolicyStore()
     recorder = Recorder(api, controller_metrics, clock, identity, namespace=namespace)
     hub_state = HubState()
@@ -218,7 +224,7 @@ def build(
             return store.synced or not elector.is_leader()
 
         health = HealthServer(controller_metrics.registry, ready, health_port, health_bind)
-    return ControllerProcess(ctx, elector, runner, controller_metrics, health)
+    return ControllerProcess(ctx, elector, runner, controller_metrics, health, stop_event=stop)
 
 
 def hub_settings(args: argparse.Namespace) -> HubSettings | None:
@@ -259,7 +265,10 @@ def run(args: argparse.Namespace) -> int:
     if args.uninstall:
         from controller import uninstall
 
-        return uninstall.run(api, args.namespace, args.lease_name, args.keda)
+        return uninstall.run(
+            api, args.namespace, args.lease_name, args.keda, keep_capacity=args.keep_capacity,
+            gpu_operator_namespace=os.environ.get("KUBEON_GPU_OPERATOR_NAMESPACE") or "gpu-operator",
+            time_slicing_configmap=os.environ.get("KUBEON_GPU_TIME_SLICING_CONFIGMAP") or "time-slicing-config")
     if args.renew_seconds >= args.lease_duration_seconds:
         log.error("--renew-seconds must be shorter than --lease-duration-seconds")
         return 2

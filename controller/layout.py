@@ -37,6 +37,7 @@ from controller.context import ControllerContext
 from gpupolicy.capacity import relayout
 from gpupolicy.capacity.layout import (
     MIG,
+    MIG_CONFIG_FROM_ANNOTATION,
     RELAYOUT_ANNOTATION,
     TIME_SLICING,
     WHOLE,
@@ -48,7 +49,7 @@ from gpupolicy.capacity.layout import (
 )
 from gpupolicy.capacity.layout import plan_layout as plan_nodes
 from gpupolicy.capacity.timeslicing import ConfigMapChange, key_replicas, plan_configmap
-from gpupolicy.catalog import DEFAULT_CATALOG, PLUGIN_CONFIG_LABEL
+from gpupolicy.catalog import DEFAULT_CATALOG, MIG_CONFIG_LABEL, PLUGIN_CONFIG_LABEL
 from gpupolicy.model import (
     API_VERSION,
     KIND,
@@ -101,7 +102,6 @@ class LayoutReconciler:
         self.namespace = namespace or os.environ.get("KUBEON_GPU_OPERATOR_NAMESPACE") or DEFAULT_NAMESPACE
         self.configmap = configmap or os.environ.get("KUBEON_GPU_TIME_SLICING_CONFIGMAP") or DEFAULT_CONFIGMAP
         self.timeout_seconds = timeout_seconds
-        self.last_plan: LayoutPlan | None = None
         self._warned: set[str] = set()
 
     # -- the pass -----------------------------------------------------------------
@@ -116,7 +116,6 @@ class LayoutReconciler:
         in_flight = self._advance(ctx, seen, policies)
         plan = plan_nodes(read_nodes(seen.nodes, seen.pods, replicas, DEFAULT_CATALOG),
                           read_demand(seen.pods, policies, DEFAULT_CATALOG))
-        self.last_plan = plan
         modes = {p.name: effective_mode(p, ctx.default_mode, ctx.prometheus_configured).mode for p in policies}
         needed = plan.keys()
         change = plan_configmap(seen.data, needed, self._used_keys(seen.nodes))
@@ -233,7 +232,13 @@ class LayoutReconciler:
                                   bool((node.get("spec") or {}).get("unschedulable")), ctx.clock.now(),
                                   policy.name, make_proposal(policy.name, target.target_ref, target.action, "",
                                                              0.0).id)
-            kl.patch_node(ctx.api, target.node, step.patch)
+            patch = step.patch
+            node_meta = node.get("metadata") or {}
+            if MIG_CONFIG_FROM_ANNOTATION not in (node_meta.get("annotations") or {}):  # the first time only
+                before = str((node_meta.get("labels") or {}).get(MIG_CONFIG_LABEL, ""))
+                patch = {**patch, "metadata": {**patch.get("metadata", {}), "annotations": {
+                    **patch.get("metadata", {}).get("annotations", {}), MIG_CONFIG_FROM_ANNOTATION: before}}}
+            kl.patch_node(ctx.api, target.node, patch)
             ctx.recorder.applied(ref, policy, f"Layout: node {target.node} cordoned for MIG {mig}", {},
                                  target.reason, action_label="layout")
             return ""

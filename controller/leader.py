@@ -74,10 +74,6 @@ class LeaderElector:
         self._lose("lease not renewed before it expired")
         return False
 
-    @property
-    def lost(self) -> bool:
-        return self._lost
-
     def _won(self, record: LeaseRecord, took_over: bool) -> None:
         with self._lock:
             was = self._leader

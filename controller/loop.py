@@ -15,9 +15,11 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+import kubernetes.client
 
 from controller.context import ControllerContext
 
@@ -59,6 +61,32 @@ RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.autoscale", "AutoscaleReconciler"),
     ("controller.capacity", "CapacityReconciler"),
 )
+
+
+class Stopping(Exception):
+    """The process is stopping: a reconcile pass in flight ends at its next API call."""
+
+
+def stoppable(api: kubernetes.client.ApiClient, stop: threading.Event) -> kubernetes.client.ApiClient:
+    """A client on `api`'s configuration whose requests raise `Stopping` once `stop` is set.
+
+    Why: a SIGTERM must not wait for the whole pass in flight (seconds on a loaded node) before
+    the lease can be released, and no write may follow the release. The reconcilers get this
+    client, the lease loop keeps `api`: the pass stops at its next call, the release goes through.
+    Stopping between two writes is safe: every reconciler converges from any point (the kill tests).
+    """
+    guarded = kubernetes.client.ApiClient(api.configuration)
+    guarded.default_headers.update(api.default_headers)
+    rest = guarded.rest_client  # every generated call ends in rest_client.request
+    inner: Callable[..., Any] = rest.request
+
+    def request(*args: Any, **kwargs: Any) -> Any:
+        if stop.is_set():
+            raise Stopping("the controller is stopping")
+        return inner(*args, **kwargs)
+
+    rest.request = request  # type: ignore[method-assign]
+    return guarded
 
 
 class ReconcilerLoadError(RuntimeError):
@@ -133,13 +161,17 @@ class ReconcileRunner:
         try:
             reconciler.reconcile(self.ctx)
             self.ctx.policies.completed(reconciler.name)
+        except Stopping:
+            return
         except Exception:
             log.exception("reconcile failed reconciler=%s", reconciler.name)
             self.ctx.recorder.reconcile_error(reconciler.name)
         self.passes[reconciler.name] = self.passes.get(reconciler.name, 0) + 1
-        if self.ctx.is_leader():
+        if self.ctx.is_leader() and not self._stop.is_set():
             try:
                 self.ctx.write_status()
+            except Stopping:
+                return
             except Exception:
                 log.exception("policy status write failed")
                 self.ctx.recorder.reconcile_error("status")

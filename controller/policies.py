@@ -31,11 +31,12 @@ from controller.recorder import ControllerMetrics
 from controller.sources import Clock
 from gpupolicy.model import Condition, GpuPolicy, GpuPolicyStatus, Mode, PolicyKind, Proposal, parse_policy
 from gpupolicy.modes import ALL_COMPONENTS, Component, effective_mode, handling
-from kube.policies import write_status
+from kube.policies import patch_status_entry, write_status
 
 log = logging.getLogger(__name__)
 
 _STATE_ORDER = ("Proposed", "Approved", "Applied", "Dismissed")
+RECORD_FIELDS = ("parked", "restarts")  # status maps written key by key (kube.policies.patch_status_entry)
 
 
 @dataclass
@@ -135,6 +136,20 @@ class PolicyStore:
         """Proposals currently in the policy's status (states survive restarts there)."""
         entry = self.get(policy)
         return previous_proposals(entry) if entry else {}
+
+    def observe(self, name: str, obj: dict[str, Any]) -> None:
+        """The object as the API server answered a write made this pass (so the pass reads its own write)."""
+        with self._lock:
+            if name in self._entries:
+                self._entries[name].raw = obj
+
+    def set_record(self, api: Any, policy: str, field: str, key: str, value: dict[str, Any] | None) -> bool:
+        """One key of a record map in the policy's status (None removes it). False when the policy is gone."""
+        answer = patch_status_entry(api, policy, field, key, value)
+        if answer is None:
+            return False
+        self.observe(policy, answer)
+        return True
 
     # -- publishing ------------------------------------------------------------
     def expect_sources(self, names: Iterable[str]) -> None:
@@ -242,8 +257,9 @@ class PolicyStore:
 
 
 def _comparable(status: dict[str, Any]) -> dict[str, Any]:
-    """Status without timestamps, so an unchanged status is not rewritten."""
-    copy = dict(status)
+    """Status without timestamps, so an unchanged status is not rewritten (and without the record maps,
+    which only their reconcilers' own patches write)."""
+    copy = {k: v for k, v in status.items() if k not in RECORD_FIELDS}
     copy["conditions"] = [
         {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
     ]

@@ -1,8 +1,9 @@
 """Record what the controller did: Kubernetes Events, Prometheus metrics.
 
-Solve first, act after: reconcilers decide with the pure core, apply their
-patch (which carries the `gpu.kubeon.io/undo` annotation in the same write, so
-the record and the change cannot part), then call `recorder.applied(...)`.
+Solve first, act after: reconcilers decide with the pure core, write their
+record (in the policy status: scale to zero's park record, right-sizing's
+restart record) before the change it describes, apply the change, then call
+`recorder.applied(...)`, whose Event carries the undo text.
 Metrics live in a per-process `CollectorRegistry` (not the global one) so two
 replicas in one test process do not collide; the health server serves it.
 """

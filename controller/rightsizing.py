@@ -11,16 +11,19 @@ Applying (Approve with the target in spec.approvals, or Automatic): the
 controller marks the proposal Applied with its `resource`, and the webhook's
 rewrite gives the workload's new pods exactly that resource (the policy status
 is the single source of truth; each rewritten pod carries
-`gpu.kubeon.io/rewritten-from`, its undo record). Without `rollout: Restart`
-the controller does not write the workload at all (an Event on the target
-and the policy says what was applied). With `rollout: Restart` it patches the
-workload once: the `gpu.kubeon.io/undo` record plus the template's
-`kubectl.kubernetes.io/restartedAt`, so running pods move. That write needs
-the scaler RoleBinding in the workload's namespace (controller/workload_access.py),
-ensured at the start of the same pass; where it is missing nothing is written
-and the proposal stays Approved until a later pass. The record (keyed by the
-proposal's stable id) and the restart are one conditional write, so a crash
-at any point neither loses the record nor restarts twice.
+`gpu.kubeon.io/rewritten-from`, its undo record). The controller never writes
+the workload (the install guide gives it no write on workloads but their scale
+subresource, and that only for scale to zero). Without `rollout: Restart`
+running pods keep their size until they are replaced; an Event on the policy
+says what was applied. With `rollout: Restart` it restarts the workload through
+the Eviction API (`pods/eviction`, which honours PodDisruptionBudgets): it
+first writes a restart record into the policy status (`status.restarts`:
+the proposal id, the time and the uids of the workload's pods then), then
+evicts those pods, at most a quarter of the replicas (at least one) per pass,
+so the workload's controller replaces them a few at a time with pods the
+webhook sizes. A crash after the record only delays the evictions to the next
+pass; while the record names the Applied proposal the workload is never
+restarted twice for it, and a pod created after the start is never evicted.
 """
 
 from __future__ import annotations
@@ -32,20 +35,20 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from controller.context import ControllerContext
-from controller.workload_access import sync_write_access
 from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, PRODUCT_LABEL, Catalog
 from gpupolicy.matching import selector_matches
-from gpupolicy.model import Condition, GpuPolicy, Mode, PolicyKind, Proposal, ProposalState, Rollout
-from gpupolicy.modes import effective_mode
-from gpupolicy.proposals import (
-    UNDO_ANNOTATION,
-    TargetRef,
-    decide_state,
-    is_approved,
-    make_proposal,
-    read_undo,
-    with_undo,
+from gpupolicy.model import (
+    Condition,
+    GpuPolicy,
+    Mode,
+    PolicyKind,
+    Proposal,
+    ProposalState,
+    RestartRecord,
+    Rollout,
 )
+from gpupolicy.modes import effective_mode
+from gpupolicy.proposals import TargetRef, decide_state, is_approved, make_proposal
 from gpupolicy.scaling.rightsizing import (
     Sizing,
     Usage,
@@ -57,20 +60,10 @@ from gpupolicy.scaling.rightsizing import (
     whole_gpu_request,
     window_seconds,
 )
-from kube.workloads import (
-    Conflict,
-    NotFound,
-    list_namespaces,
-    list_nodes,
-    list_pods,
-    list_workloads,
-    patch_workload,
-    selector_string,
-)
+from kube.workloads import evict_pod, list_namespaces, list_nodes, list_pods, list_workloads, selector_string
 
 log = logging.getLogger(__name__)
 
-RESTARTED_AT = "kubectl.kubernetes.io/restartedAt"
 SKIP = "gpu.kubeon.io/skip"
 CONDITION = "RightSizing"
 
@@ -108,11 +101,8 @@ class RightSizingReconciler:
     def __init__(self, catalog: Catalog = DEFAULT_CATALOG, period_seconds: float = 300.0) -> None:
         self.catalog = catalog
         self.period_seconds = period_seconds
-        self._writable: frozenset[str] = frozenset()  # namespaces with the scaler binding, this pass
 
     def reconcile(self, ctx: ControllerContext) -> None:
-        # Restarts write workloads: bind the scaler role where policies allow it first (same pass).
-        self._writable = sync_write_access(ctx)
         policies = ctx.policies.valid(PolicyKind.SHARING)
         if not policies:
             return
@@ -141,6 +131,7 @@ class RightSizingReconciler:
                     missing_data = missing_data or not usage.complete
                     continue
                 proposals.append(self._decide(ctx, policy, mode, obj, sizing, notes))
+            self._drop_restart_records(ctx, policy, mode, proposals)
             ctx.policies.publish(policy.name, self.name, proposals, [_condition(proposals, notes, missing_data)])
 
     # -- matching and sizing ------------------------------------------------------
@@ -212,20 +203,20 @@ class RightSizingReconciler:
         proposal = make_proposal(policy.name, target.key, sizing.action, sizing.reason, sizing.gpu_hours_per_month,
                                  resource=sizing.resource)
         previous = ctx.policies.previous(policy.name).get(proposal.id)
-        undo = read_undo((_meta(obj).get("annotations") or {}).get(UNDO_ANNOTATION))
+        record = restart_records(ctx, policy.name).get(target.key)
+        restarted = record is not None and record.proposal == proposal.id
         decision = decide_state(mode, is_approved(target.key, policy.spec.approvals),
-                                previous.state if previous else None, already_applied=proposal.id in undo)
+                                previous.state if previous else None, already_applied=restarted)
         state = decision.state
         if decision.apply:
             state = ProposalState.APPLIED if self._apply(ctx, policy, obj, proposal, sizing) else (
                 ProposalState.APPROVED)
         elif (state is ProposalState.APPLIED and policy.spec.sharing.rollout is Rollout.RESTART
-              and previous is not None and previous.state is ProposalState.APPLIED and proposal.id not in undo
+              and (restarted or (previous is not None and previous.state is ProposalState.APPLIED))
               and mode is not Mode.RECOMMEND):
-            if target.namespace not in self._writable:
-                notes.append(f"{target.key}: restart pending, no scaler rolebinding in {target.namespace} yet")
-            elif not self._restart(ctx, policy, obj, proposal, sizing):
-                notes.append(f"{target.key}: restart pending (workload changed or write refused; retried)")
+            note = self._restart(ctx, policy, obj, proposal, sizing, record if restarted else None)
+            if note:
+                notes.append(note)
         return proposal.model_copy(update={"state": state})
 
     def _apply(self, ctx: ControllerContext, policy: GpuPolicy, obj: dict[str, Any], proposal: Proposal,
@@ -251,34 +242,71 @@ class RightSizingReconciler:
         }
 
     def _restart(self, ctx: ControllerContext, policy: GpuPolicy, obj: dict[str, Any], proposal: Proposal,
-                 sizing: Sizing) -> bool:
-        """rollout: Restart: ONE conditional patch with the undo record and the template's restartedAt.
+                 sizing: Sizing, record: RestartRecord | None) -> str | None:
+        """rollout: Restart: the record first (once per proposal), then evict the pods older than it.
 
-        The record is keyed by the proposal id, so a crash after the write never
-        restarts twice, and a stale read (409) restarts nothing.
+        Returns a note for the policy's RightSizing condition while the restart is not complete.
         """
         if not ctx.is_leader():
-            return False
+            return None
         target = _target(obj)
-        meta = _meta(obj)
-        now = _iso(ctx.clock.now())
-        entry = {**self._undo_entry(ctx, policy, proposal, sizing, True), "restartedAt": now}
-        patch: dict[str, Any] = {
-            "metadata": {
-                "resourceVersion": meta.get("resourceVersion"),
-                "annotations": {UNDO_ANNOTATION: with_undo((meta.get("annotations") or {}).get(UNDO_ANNOTATION),
-                                                           proposal.id, entry)},
-            },
-            "spec": {"template": {"metadata": {"annotations": {RESTARTED_AT: now}}}},
-        }
+        match = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
+        pods = list_pods(ctx.api, target.namespace, selector_string(match)) if match else []
+        if record is None:
+            entry = {**self._undo_entry(ctx, policy, proposal, sizing, True), "restartedAt": _iso(ctx.clock.now())}
+            record = RestartRecord(proposal=proposal.id, started_at=entry["restartedAt"], undo=entry,
+                                   pods=sorted(str(_meta(p).get("uid")) for p in pods if _meta(p).get("uid")))
+            body = record.model_dump(by_alias=True, mode="json")
+            if not ctx.policies.set_record(ctx.api, policy.name, RESTARTS, target.key, body):
+                return None
+            ctx.recorder.applied(target, policy, f"restart for {proposal.action}", entry, sizing.reason,
+                                 action_label="rightsize-restart")
+        listed = set(record.pods)
+        old = sorted((p for p in pods if _meta(p).get("uid") in listed and not _meta(p).get("deletionTimestamp")),
+                     key=lambda p: str(_meta(p).get("name") or ""))
+        if not old:
+            return None
+        replicas = int((obj.get("spec") or {}).get("replicas", 1) or 1)
+        budget = max(1, replicas // 4)
+        evicted = 0
+        for pod in old[:budget]:
+            name = _meta(pod).get("name", "")
+            try:
+                if not evict_pod(ctx.api, target.namespace, name):
+                    break  # a PodDisruptionBudget says not now: next pass
+            except ApiException as exc:
+                log.info("right-sizing restart eviction failed pod=%s/%s error=%s", target.namespace, name, exc)
+                break
+            evicted += 1
+            log.info("right-sizing restart evicted pod=%s/%s target=%s", target.namespace, name, target.key)
+        left = len(old) - evicted
+        return f"{target.key}: restart in progress, {left} pod(s) from before it left" if left else None
+
+    @staticmethod
+    def _drop_restart_records(ctx: ControllerContext, policy: GpuPolicy, mode: Mode,
+                              proposals: list[Proposal]) -> None:
+        """A restart record whose proposal is no longer Applied goes (a later re-apply restarts again)."""
+        if mode is Mode.RECOMMEND or not ctx.is_leader():
+            return
+        applied = {p.target: p.id for p in proposals if p.state is ProposalState.APPLIED}
+        for key, record in restart_records(ctx, policy.name).items():
+            if applied.get(key) != record.proposal:
+                ctx.policies.set_record(ctx.api, policy.name, RESTARTS, key, None)
+
+
+RESTARTS = "restarts"
+
+
+def restart_records(ctx: ControllerContext, policy: str) -> dict[str, RestartRecord]:
+    """status.restarts of one policy, by target key (unreadable entries skipped)."""
+    entry = ctx.policies.get(policy)
+    found: dict[str, RestartRecord] = {}
+    for key, value in ((entry.raw_status if entry else {}).get(RESTARTS) or {}).items():
         try:
-            patch_workload(ctx.api, target.kind, target.namespace, target.name, patch)
-        except (Conflict, NotFound, ApiException) as exc:
-            log.info("right-sizing restart not done yet target=%s error=%s", target.key, exc)
-            return False
-        ctx.recorder.applied(target, policy, f"restart for {proposal.action}", entry, sizing.reason,
-                             action_label="rightsize-restart")
-        return True
+            found[str(key)] = RestartRecord.model_validate(value)
+        except ValueError:
+            log.warning("restart record unreadable policy=%s target=%s", policy, key)
+    return found
 
 
 def _condition(proposals: list[Proposal], notes: list[str], missing_data: bool) -> Condition:

@@ -5,8 +5,8 @@ workload belongs to the first policy that matches it):
 
 1. Scaler RBAC: the RoleBinding `kubeon-gpu-optimizer-scaler` exists exactly
    in the namespaces named by policies that may act (effective mode Approve
-   or Automatic; controller/workload_access.py, shared with right-sizing's
-   `rollout: Restart`); Recommend policies get none, since they never write.
+   or Automatic; controller/workload_access.py); Recommend policies get
+   none, since they never write.
 2. Workloads: Deployments and StatefulSets in `scaleToZero.namespaces`
    matching `workloadSelector`. For each, the pure core
    (gpupolicy/scaling/scaletozero.py) decides from the replicas, annotations, its
@@ -14,86 +14,71 @@ workload belongs to the first policy that matches it):
    wake query.
 3. Mode gating (gpupolicy/proposals.py): Recommend publishes proposals and
    writes nothing; Approve applies only targets in spec.approvals;
-   Automatic applies. Every applied action carries `gpu.kubeon.io/undo` in
-   the same patch and goes through the recorder (Events + metric).
+   Automatic applies. Every applied action keeps its undo in the park record
+   and goes through the recorder (Events + metric).
 
-Crash safety: parking is ONE merge patch on the workload carrying
-`spec.replicas: 0`, the record (`scaled-from-replicas`, `scaled-at`) and the
-undo entry, conditional on the resourceVersion that was read. There is no
-moment where the workload is at 0 without the record, and a stale read
-(another replica, a user scaling at the same time) fails with 409 instead of
-overwriting. A KEDA-managed target is recorded first, then its ScaledObject
-is paused: a crash in between leaves replicas untouched and the next pass
-pauses it. Waking unpauses KEDA first, then restores the replicas and drops
-the record in one patch.
+What it writes, and nothing else (the install guide's RBAC): the workload's
+`spec.replicas` only through its scale subresource (`deployments/scale`,
+`statefulsets/scale`: get, patch), and the park record in the policy's own
+status (`status.parked["Kind/namespace/name"]`: replicas before parking,
+time, uid, undo), one key per merge patch; with KEDA on, the ScaledObject's
+pause annotation.
+
+Crash safety: the record is written first, then the scale patch sets 0,
+conditional on the workload's resourceVersion as read (the scale carries it):
+a crash in between leaves a running workload with a stale record, which the
+next pass re-decides (parks again with the live count, or drops it), and a
+stale read (a user scaling at the same time) fails with 409 instead of
+overwriting. A KEDA-managed target is recorded first, then its ScaledObject is
+paused. Waking unpauses KEDA first, then restores the replicas through the
+scale, then drops the record: a crash before the drop leaves a running
+workload with a stale record (dropped next pass), never one at 0 without it.
 """
 
 from __future__ import annotations
 
 import logging
-import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.rest import ApiException
 
+from controller import crashpoints
 from controller.context import ControllerContext
+from controller.crashpoints import Checkpoint
 from controller.metrics_source import MetricsError, wake_value, workload_utilization
 from controller.workload_access import DEFAULT_SERVICE_ACCOUNT, sync_write_access
-from gpupolicy.matching import label_selector_matches
-from gpupolicy.model import Condition, GpuPolicy, Mode, PolicyKind, Proposal, ProposalState, ScaleToZeroSpec
+from gpupolicy.model import (
+    Condition,
+    GpuPolicy,
+    Mode,
+    ParkRecord,
+    PolicyKind,
+    Proposal,
+    ProposalState,
+    ScaleToZeroSpec,
+)
 from gpupolicy.modes import effective_mode
-from gpupolicy.proposals import TargetRef, decide_state, is_approved, make_proposal, with_undo
+from gpupolicy.proposals import TargetRef, decide_state, is_approved, make_proposal
 from gpupolicy.scaling import scaletozero as core
 from kube import scale as kscale
-from kube.workloads import Conflict, NotFound, list_workloads, patch_workload
+from kube.workloads import Conflict, NotFound, list_workloads, patch_scale
 
 log = logging.getLogger(__name__)
 
 SOURCE = "scaletozero"
 HOURS_PER_MONTH = 730.0
 
-# Test seam: called with a step name after each write ("recorded", "paused",
-# "parked", "unpaused", "woken"); a test raises from it to simulate a crash there.
-Checkpoint = Callable[[str], None]
 CHECKPOINTS = ("recorded", "paused", "parked", "unpaused", "woken")
-
-# Crash injection for process-level tests (docs/designs/scale-to-zero.md, "Test hook"):
-# KUBEON_GPU_CRASH_AT=<checkpoint> makes the process die with os._exit(137), the
-# code of a SIGKILL, right after that write and before anything later in the pass
-# (the next write, Events, metrics, the policy status). Unset (production): inert.
+# Crash injection for process tests (controller/crashpoints.py).
 CRASH_ENV = "KUBEON_GPU_CRASH_AT"
-CRASH_EXIT_CODE = 137
-
-
-def _no_checkpoint(_step: str) -> None:
-    return None
 
 
 def crash_checkpoint_from_env(environ: Mapping[str, str] | None = None) -> Checkpoint | None:
-    """The `KUBEON_GPU_CRASH_AT` hook, or None when the variable is unset or names no checkpoint.
-
-    Why a process exit and not an exception: only a real exit shows that a restart
-    converges from what reached the API server (no finally, no status write, no lease release).
-    """
-    step = (os.environ if environ is None else environ).get(CRASH_ENV, "").strip()
-    if not step:
-        return None
-    if step not in CHECKPOINTS:
-        log.error("%s=%r names no checkpoint (one of %s): ignored", CRASH_ENV, step, ", ".join(CHECKPOINTS))
-        return None
-    log.warning("test hook armed: %s=%s, the process exits %d after that write", CRASH_ENV, step,
-                CRASH_EXIT_CODE)
-
-    def crash(at: str) -> None:
-        if at == step:
-            log.error("crash injected at checkpoint=%s (%s), exiting %d", at, CRASH_ENV, CRASH_EXIT_CODE)
-            logging.shutdown()
-            os._exit(CRASH_EXIT_CODE)
-
-    return crash
+    """The `KUBEON_GPU_CRASH_AT` hook, or None when unset or naming no checkpoint (production: inert)."""
+    return crashpoints.from_env(CRASH_ENV, CHECKPOINTS, environ)
 
 
 def gpus_per_pod(workload: Mapping[str, Any]) -> float:
@@ -151,10 +136,7 @@ def matched_targets(spec: ScaleToZeroSpec, workloads: list[dict[str, Any]], clai
     for obj in workloads:
         meta = obj.get("metadata") or {}
         target = _Target(obj, str(obj.get("kind")), str(meta.get("namespace")), str(meta.get("name")))
-        if target.namespace not in spec.namespaces or target.ref.key in claimed:
-            continue
-        labels = meta.get("labels") or {}
-        if spec.workload_selector is not None and not label_selector_matches(spec.workload_selector, labels):
+        if target.ref.key in claimed or not core.selects(spec, target.namespace, meta.get("labels") or {}):
             continue
         claimed.add(target.ref.key)
         found.append(target)
@@ -181,14 +163,14 @@ class ScaleToZeroReconciler:
         self.step_seconds = step_seconds
         self.max_gap_seconds = max_gap_seconds if max_gap_seconds is not None else 3 * step_seconds
         self.service_account = service_account
-        self.checkpoint = checkpoint or crash_checkpoint_from_env() or _no_checkpoint
+        self.checkpoint = checkpoint or crash_checkpoint_from_env() or crashpoints.no_checkpoint
         self.last_decisions: dict[str, core.Decision] = {}  # target key -> decision (diagnostics, tests)
 
     # -- the pass -----------------------------------------------------------------
     def reconcile(self, ctx: ControllerContext) -> None:
         policies = ctx.policies.valid(PolicyKind.SCALE_TO_ZERO)
         modes = {p.name: effective_mode(p, ctx.default_mode, ctx.prometheus_configured).mode for p in policies}
-        sync_write_access(ctx, self.service_account)  # ScaleToZero and rollout: Restart namespaces together
+        sync_write_access(ctx, self.service_account)
         workloads = list_workloads(ctx.api)
         claimed: set[str] = set()
         keda_cache: dict[str, list[dict[str, Any]]] = {}
@@ -212,16 +194,35 @@ class ScaleToZeroReconciler:
         )
         wake = self._wake_value(ctx, spec)
         previous = ctx.policies.previous(policy.name)
+        entry = ctx.policies.get(policy.name)
+        records = park_records(entry.raw_status if entry else {})
         proposals: list[Proposal] = []
         for target in matched_targets(spec, workloads, claimed):
             if target.namespace not in keda_cache:  # without --keda: no KEDA RBAC, nothing read
                 keda_cache[target.namespace] = (kscale.list_scaled_objects(ctx.api, target.namespace)
                                                 if ctx.keda else [])
+            record = records.get(target.ref.key)
+            if record is not None and record.uid and target.meta.get("uid") and record.uid != target.meta["uid"]:
+                record = None  # a record of an earlier workload of that name: not this one's
             proposal = self._workload_pass(ctx, policy, spec, mode, target, wake, keda_cache[target.namespace],
-                                           previous)
+                                           previous, record)
             if proposal is not None:
                 proposals.append(proposal)
+        self._drop_orphans(ctx, policy, mode, records, workloads)
         return proposals, conditions
+
+    def _drop_orphans(self, ctx: ControllerContext, policy: GpuPolicy, mode: Mode,
+                      records: Mapping[str, ParkRecord], workloads: list[dict[str, Any]]) -> None:
+        """Records of workloads that no longer exist (deleted, or re-created with a new uid) go."""
+        if mode is Mode.RECOMMEND or not ctx.is_leader() or not records:
+            return
+        live = {f"{w.get('kind')}/{(w.get('metadata') or {}).get('namespace')}/"
+                f"{(w.get('metadata') or {}).get('name')}": (w.get("metadata") or {}).get("uid") for w in workloads}
+        for key, record in records.items():
+            if key in live and not (record.uid and live[key] and record.uid != live[key]):
+                continue
+            log.info("park record dropped policy=%s target=%s: the workload is gone", policy.name, key)
+            self._set_record(ctx, policy, key, None)
 
     def _wake_value(self, ctx: ControllerContext, spec: ScaleToZeroSpec) -> float | None:
         query = (spec.wake.prometheus_query or "").strip() if spec.wake else ""
@@ -250,35 +251,34 @@ class ScaleToZeroReconciler:
     def _workload_pass(
         self, ctx: ControllerContext, policy: GpuPolicy, spec: ScaleToZeroSpec, mode: Mode, target: _Target,
         wake: float | None, scaled_objects: list[dict[str, Any]], previous: Mapping[str, Proposal],
+        record: ParkRecord | None,
     ) -> Proposal | None:
         scaled_object = kscale.scaled_object_for(scaled_objects, target.kind, target.name)
         workload = core.Workload(
             target.kind, target.namespace, target.name, target.replicas, target.annotations,
             keda_paused=None if scaled_object is None else kscale.is_paused_at_zero(scaled_object),
+            record=record,
         )
-        parked = core.SCALED_FROM in target.annotations and (
-            workload.replicas == 0 or bool(workload.keda_paused)
-        )
+        parked = record is not None and (workload.replicas == 0 or bool(workload.keda_paused))
         utilization = None if parked else self._utilization(ctx, target, core.window_seconds(spec))
         now = ctx.clock.now()
         signals = core.Signals(utilization, wake, now, self.max_gap_seconds)
-        decision = core.decide(spec, workload, signals, _rfc3339(now))
+        decision = core.decide(spec, workload, signals, _rfc3339(now), uid=target.meta.get("uid"))
         self.last_decisions[target.ref.key] = decision
         log.debug("scale-to-zero decision target=%s action=%s reason=%s %s", target.ref.key,
                   decision.action, decision.reason, decision.message)
 
         if decision.action is core.Action.CLEAR_RECORD:
             if mode is not Mode.RECOMMEND and ctx.is_leader():
-                self._write(ctx, target, decision, undo=None)
+                self._set_record(ctx, policy, target.ref.key, None)
             return None
         gpus = gpus_per_pod(target.obj)
         if decision.action is core.Action.NONE:
-            if parked:  # show what was done and how it will come back
-                recorded = core.recorded_replicas(target.annotations) or 0
+            if parked and record is not None:  # show what was done and how it will come back
+                recorded = core.recorded_replicas(record) or 0
                 return make_proposal(
                     policy.name, target.ref.key, str(core.Action.SCALE_TO_ZERO),
-                    f"parked at 0 since {target.annotations.get(core.SCALED_AT, '?')} "
-                    f"(from {recorded} replicas); {decision.message}",
+                    f"parked at 0 since {record.scaled_at} (from {recorded} replicas); {decision.message}",
                     recorded * gpus * HOURS_PER_MONTH, ProposalState.APPLIED,
                 )
             return None
@@ -296,29 +296,36 @@ class ScaleToZeroReconciler:
                 shown = ProposalState.APPROVED
             else:
                 try:
-                    self._apply(ctx, policy, target, decision, pid_proposal.id, scaled_object)
+                    self._apply(ctx, policy, target, decision, scaled_object)
                 except (Conflict, NotFound) as exc:
                     log.info("scale-to-zero retry next pass target=%s: %s", target.ref.key, exc)
                     shown = ProposalState.APPROVED
         return make_proposal(policy.name, target.ref.key, action, decision.message, freed, shown)
 
     def _apply(
-        self, ctx: ControllerContext, policy: GpuPolicy, target: _Target, decision: core.Decision, pid: str,
+        self, ctx: ControllerContext, policy: GpuPolicy, target: _Target, decision: core.Decision,
         scaled_object: dict[str, Any] | None,
     ) -> None:
+        """The writes in their crash-safe order: record, (pause | scale) -- or (unpause,) scale, drop record."""
         so_meta = (scaled_object or {}).get("metadata") or {}
-        waking_keda = decision.action is core.Action.WAKE and decision.pause_keda is False
-        if waking_keda and scaled_object is not None and kscale.is_paused_at_zero(scaled_object):
+        key = target.ref.key
+        if decision.record is not None:
+            self._set_record(ctx, policy, key, decision.record)
+            self.checkpoint("recorded")
+        if decision.action is core.Action.WAKE and decision.pause_keda is False and scaled_object is not None \
+                and kscale.is_paused_at_zero(scaled_object):
             self._keda(ctx, so_meta, paused=False)
             self.checkpoint("unpaused")
-        self._write(ctx, target, decision, undo=(pid, dict(decision.undo)))
-        self.checkpoint("recorded" if decision.pause_keda else
-                        "parked" if decision.action is core.Action.SCALE_TO_ZERO else "woken")
+        if decision.replicas is not None:
+            self._scale(ctx, target, decision.replicas)
+            self.checkpoint("parked" if decision.action is core.Action.SCALE_TO_ZERO else "woken")
         if decision.pause_keda is True and scaled_object is not None:
             if not ctx.is_leader():
                 return
             self._keda(ctx, so_meta, paused=True)
             self.checkpoint("paused")
+        if decision.clear_record:
+            self._set_record(ctx, policy, key, None)
         ctx.recorder.applied(
             target.ref, policy, _action_text(decision, target), dict(decision.undo), decision.message,
             action_label="scale-to-zero" if decision.action is core.Action.SCALE_TO_ZERO else "wake",
@@ -332,18 +339,29 @@ class ScaleToZeroReconciler:
                 raise NotFound(str(exc.reason)) from exc
             raise
 
-    def _write(self, ctx: ControllerContext, target: _Target, decision: core.Decision,
-               undo: tuple[str, dict[str, Any]] | None) -> None:
-        """One conditional merge patch: annotations (+ undo entry) and, when decided, spec.replicas."""
-        annotations: dict[str, str | None] = dict(decision.annotations)
-        if undo is not None:
-            annotations[core.UNDO] = with_undo(target.annotations.get(core.UNDO), undo[0], undo[1])
-        patch: dict[str, Any] = {
-            "metadata": {"annotations": annotations, "resourceVersion": target.meta.get("resourceVersion")},
-        }
-        if decision.replicas is not None:
-            patch["spec"] = {"replicas": decision.replicas}
-        patch_workload(ctx.api, target.kind, target.namespace, target.name, patch)
+    @staticmethod
+    def _scale(ctx: ControllerContext, target: _Target, replicas: int) -> None:
+        """spec.replicas through the scale subresource, conditional on the resourceVersion read this pass."""
+        patch = {"metadata": {"resourceVersion": target.meta.get("resourceVersion")}, "spec": {"replicas": replicas}}
+        patch_scale(ctx.api, target.kind, target.namespace, target.name, patch)
+
+    @staticmethod
+    def _set_record(ctx: ControllerContext, policy: GpuPolicy, key: str, record: ParkRecord | None) -> None:
+        """One key of the policy's status.parked (None removes it); the store sees the answer at once."""
+        body = None if record is None else record.model_dump(by_alias=True, exclude_none=True, mode="json")
+        if not ctx.policies.set_record(ctx.api, policy.name, "parked", key, body):
+            raise NotFound(f"GpuPolicy {policy.name} is gone")
+
+
+def park_records(raw_status: Mapping[str, Any]) -> dict[str, ParkRecord]:
+    """status.parked of one policy, by target key (unreadable entries skipped: never a crash)."""
+    found: dict[str, ParkRecord] = {}
+    for key, value in (raw_status.get("parked") or {}).items():
+        try:
+            found[str(key)] = ParkRecord.model_validate(value)
+        except ValueError:
+            log.warning("park record unreadable target=%s: %r", key, value)
+    return found
 
 
 def _action_text(decision: core.Decision, target: _Target) -> str:

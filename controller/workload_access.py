@@ -1,22 +1,18 @@
-"""Where the controller may write workloads: the scaler RoleBindings, for every reconciler that needs them.
+"""Where the controller may scale workloads: the scaler RoleBindings, in the namespaces ScaleToZero policies name.
 
-The chart grants the controller no cluster-wide write on Deployments or
-StatefulSets. It ships ClusterRole `kubeon-gpu-optimizer-scaler` (scale,
-patch, KEDA ScaledObjects) bound nowhere, and the controller binds it with a
-RoleBinding of the same name in exactly the namespaces that acting policies
-name (docs/designs/install.md, RBAC):
+The chart grants the controller no write on Deployments or StatefulSets. It
+ships ClusterRole `kubeon-gpu-optimizer-scaler` (the install guide's scaler
+Role: `deployments/scale`, `statefulsets/scale` get, patch; with
+`keda.enabled`, KEDA ScaledObjects) bound nowhere, and the controller binds it
+with a RoleBinding of the same name in exactly the namespaces that
+ScaleToZero policies in Approve or Automatic name (`scaleToZero.namespaces`),
+as the guide's "Created only in namespaces named by a ScaleToZero policy" says.
+Recommend policies never write, so they get no binding. Right-sizing's
+`rollout: Restart` needs none: it evicts pods through the Eviction API.
 
-- ScaleToZero policies in Approve or Automatic: `scaleToZero.namespaces`
-  (parking and waking patch the workload);
-- sharing policies with `rollout: Restart` in Approve or Automatic:
-  `selector.namespaces` (right-sizing restarts the workload; the model
-  refuses Restart without named namespaces, so the set is always finite).
-
-Recommend policies never write, so they get no binding. Both reconcilers
-that write workloads call `sync` at the start of their pass: the wanted set is
-computed from all policies each time, so the two never undo each other, and a
-writer checks `bound` for the target's namespace before writing (a binding
-that could not be made this pass means no write, retried next pass).
+The scale-to-zero reconciler calls `sync_write_access` at the start of its
+pass: the wanted set is computed from all policies each time, and a binding
+that could not be made this pass means no write there, retried next pass.
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ import logging
 from collections.abc import Iterable
 
 from controller.context import ControllerContext
-from gpupolicy.model import GpuPolicy, Mode, PolicyKind, Rollout
+from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.modes import effective_mode
 from kube import scale as kscale
 
@@ -35,16 +31,13 @@ DEFAULT_SERVICE_ACCOUNT = "kubeon-gpu-optimizer"
 
 
 def write_namespaces(policies: Iterable[GpuPolicy], default_mode: Mode, prometheus_configured: bool) -> set[str]:
-    """Namespaces where some acting policy needs the controller to write workloads. Pure."""
+    """Namespaces where an acting ScaleToZero policy needs the controller to scale workloads. Pure."""
     wanted: set[str] = set()
     for policy in policies:
         if effective_mode(policy, default_mode, prometheus_configured).mode is Mode.RECOMMEND:
             continue
         if policy.spec.kind is PolicyKind.SCALE_TO_ZERO and policy.spec.scale_to_zero is not None:
             wanted.update(policy.spec.scale_to_zero.namespaces)
-        elif (policy.spec.kind is PolicyKind.SHARING and policy.spec.sharing is not None
-              and policy.spec.sharing.rollout is Rollout.RESTART):
-            wanted.update(policy.spec.selector.namespaces)
     return wanted
 
 

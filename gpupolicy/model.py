@@ -100,8 +100,8 @@ def _spec_rules() -> list[dict[str, str]]:
         {"rule": "!has(self.sharing) || !has(self.sharing.rollout) || self.sharing.rollout != 'Restart' || "
                  "(has(self.selector) && has(self.selector.namespaces) && size(self.selector.namespaces) > 0)",
          "fieldPath": ".sharing.rollout",
-         "message": "rollout Restart needs selector.namespaces: the controller is granted workload writes "
-                    "only in named namespaces"},
+         "message": "rollout Restart needs selector.namespaces: a restart evicts running pods, and only "
+                    "in named namespaces"},
     ]
 
 
@@ -343,16 +343,16 @@ class GpuPolicySpec(_Wire):
 
     @model_validator(mode="after")
     def _restart_names_namespaces(self) -> GpuPolicySpec:
-        """rollout: Restart writes workloads, which the controller may do only in named namespaces.
+        """rollout: Restart evicts running pods, so a policy that restarts workloads says where.
 
-        The chart grants no cluster-wide workload write; the controller binds its
-        scaler ClusterRole per namespace (docs/designs/install.md), so a policy
-        that restarts workloads must say where. The error names
-        `spec.sharing.rollout` (a ValidationError raised here keeps its loc).
+        A selector without namespaces would let one policy disrupt pods in every
+        namespace its labels happen to match; naming them bounds the restart's
+        reach (docs/designs/controller.md). The error names `spec.sharing.rollout`
+        (a ValidationError raised here keeps its loc).
         """
         if self.sharing is not None and self.sharing.rollout is Rollout.RESTART and not self.selector.namespaces:
-            message = ("rollout Restart needs selector.namespaces: the controller is granted workload "
-                       "writes only in named namespaces")
+            message = ("rollout Restart needs selector.namespaces: a restart evicts running pods, and only "
+                       "in named namespaces")
             raise ValidationError.from_exception_data("GpuPolicySpec", [InitErrorDetails(
                 type=PydanticCustomError("value_error", message), loc=("sharing", "rollout"),
                 input=self.sharing.rollout.value)])
@@ -400,6 +400,33 @@ class Proposal(_Wire):
     resource: str | None = None
 
 
+class ParkRecord(_Wire):
+    """A workload this policy parked at zero: the replica count its wake restores, and how to undo it."""
+
+    # In the policy's status (`status.parked`, keyed Kind/namespace/name) because the install guide's
+    # RBAC lets the optimizer write workloads only through their scale subresource, which carries no
+    # annotations. Written before the scale to 0, removed after the wake (controller/scaletozero.py).
+
+    replicas: int  # spec.replicas before parking
+    scaled_at: str  # RFC 3339
+    uid: str | None = None  # the workload's uid: a record outlives no re-created workload
+    undo: dict[str, Any] = Field(default_factory=dict)
+
+
+class RestartRecord(_Wire):
+    """A `rollout: Restart` in progress or done: the pods (uids) it replaces, listed when it started."""
+
+    # In the policy's status (`status.restarts`, keyed Kind/namespace/name): the optimizer restarts a
+    # workload by evicting its older pods through the Eviction API (the install guide gives it no write
+    # on the workload's template). Written before the first eviction; while it names the Applied
+    # proposal, the workload is never restarted twice for it, and pods created later (not in `pods`)
+    # are never evicted for it (controller/rightsizing.py).
+    proposal: str  # the Applied proposal's id
+    started_at: str  # RFC 3339
+    pods: list[str] = Field(default_factory=list)  # uids of the workload's pods when it started
+    undo: dict[str, Any] = Field(default_factory=dict)
+
+
 class GpuPolicyStatus(_Wire):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
     effective_mode: Mode | None = None  # what the optimizer enforces (gpupolicy.modes.effective_mode)
@@ -407,6 +434,10 @@ class GpuPolicyStatus(_Wire):
     observed_generation: int | None = None
     conditions: list[Condition] = Field(default_factory=list)
     proposals: list[Proposal] = Field(default_factory=list)
+    # Written only by scale to zero's own merge patches (controller/scaletozero.py), one key at a time;
+    # the status writer leaves it out, so the two never overwrite each other.
+    parked: dict[str, ParkRecord] | None = None
+    restarts: dict[str, RestartRecord] | None = None  # the same, for right-sizing's rollout: Restart
 
 
 class ObjectMeta(BaseModel):

@@ -17,15 +17,11 @@ and a proposal a user dismissed (state set to Dismissed in the status) stays so.
 from __future__ import annotations
 
 import hashlib
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
 
 from gpupolicy.model import Mode, Proposal, ProposalState
 from gpupolicy.owners import is_approved as owners_is_approved
-
-UNDO_ANNOTATION = "gpu.kubeon.io/undo"
 
 
 @dataclass(frozen=True)
@@ -128,20 +124,3 @@ def applied_resource(proposals: Iterable[Proposal], target: str) -> Proposal | N
             return proposal
     return None
 
-
-def read_undo(annotation: str | None) -> dict[str, Any]:
-    """The undo record on a target: {proposal id: what to undo}. Unreadable text counts as empty."""
-    if not annotation:
-        return {}
-    try:
-        value = json.loads(annotation)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
-
-
-def with_undo(annotation: str | None, pid: str, undo: dict[str, Any]) -> str:
-    """The undo annotation with one proposal's entry added or replaced (other entries kept)."""
-    record = read_undo(annotation)
-    record[pid] = undo
-    return json.dumps(record, sort_keys=True, separators=(",", ":"))

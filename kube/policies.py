@@ -1,8 +1,10 @@
 """GpuPolicy verbs: list, watch-free read, and status writes via the status subresource.
 
 GpuPolicy is cluster-scoped (gpu.kubeon.io/v1alpha1, plural gpupolicies). Status
-goes through `/status` with a merge patch that replaces `status` whole, so the
-spec (owned by users) is never written by the controller.
+goes through `/status` with merge patches, so the spec (owned by users) is never
+written by the controller: `write_status` sets the fields the status writer owns,
+`patch_status_entry` one key of a map the reconcilers keep there (`parked`:
+scale to zero's park records; `restarts`: right-sizing's restart records).
 """
 
 from __future__ import annotations
@@ -27,13 +29,19 @@ def write_status(api: client.ApiClient, name: str, status: dict[str, Any]) -> di
     body = {"status": status}
     try:
         obj: dict[str, Any] = client.CustomObjectsApi(api).patch_cluster_custom_object_status(  # type: ignore[assignment]
-            GROUP, VERSION, PLURAL, name, body,
+            GROUP, VERSION, PLURAL, name, body, _content_type="application/merge-patch+json",
         )
         return obj
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
+
+
+def patch_status_entry(api: client.ApiClient, name: str, field: str, key: str,
+                       value: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Set (or, with None, remove) status.<field>[key] by a merge patch. None when the policy is gone."""
+    return write_status(api, name, {field: {key: value}})
 
 
 def create_policy(api: client.ApiClient, body: dict[str, Any]) -> dict[str, Any]:

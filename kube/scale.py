@@ -8,9 +8,8 @@ need:
   the `autoscaling.keda.sh/paused-replicas` annotation that pauses one.
 - RoleBindings named `kubeon-gpu-optimizer-scaler` to the ClusterRole of the
   same name (shipped by the chart, bound nowhere): the controller binds it
-  for its own ServiceAccount only in namespaces an acting policy names
-  (ScaleToZero, and sharing with `rollout: Restart`: controller/workload_access.py
-  decides which), and deletes the binding when no policy names the namespace
+  for its own ServiceAccount only in namespaces an acting ScaleToZero policy
+  names (controller/workload_access.py decides which), and deletes the binding when no policy names the namespace
   any more. RBAC allows this without escalation because the chart grants
   `bind` on that one ClusterRole only.
 """

@@ -1,8 +1,9 @@
-"""Workload verbs: Deployments and StatefulSets, their pods and nodes, patches and the scale subresource.
+"""Workload verbs: Deployments and StatefulSets (read, and written only through their scale subresource),
+their pods (listed, evicted) and nodes.
 
 Objects are returned as plain wire dicts (camelCase, as `kubectl get -o json`
-shows them) so the core parses them with its own code. Patches are JSON merge
-patches; a patch that carries `metadata.resourceVersion` is a precondition:
+shows them) so the core parses them with its own code. Scale patches are JSON
+merge patches; one that carries `metadata.resourceVersion` is a precondition:
 the write fails with `Conflict` (409) when the object changed since it was
 read, and the caller retries on its next pass instead of overwriting.
 """
@@ -33,7 +34,6 @@ class NotFound(Exception):
 class _KindVerbs:
     plural: str
     list_all: Callable[[client.AppsV1Api], Callable[..., Any]]
-    patch: Callable[[client.AppsV1Api], Callable[..., Any]]
     read_scale: Callable[[client.AppsV1Api], Callable[..., Any]]
     patch_scale: Callable[[client.AppsV1Api], Callable[..., Any]]
 
@@ -42,14 +42,12 @@ _VERBS: dict[str, _KindVerbs] = {
     "Deployment": _KindVerbs(
         "deployments",
         lambda a: a.list_deployment_for_all_namespaces,
-        lambda a: a.patch_namespaced_deployment,
         lambda a: a.read_namespaced_deployment_scale,
         lambda a: a.patch_namespaced_deployment_scale,
     ),
     "StatefulSet": _KindVerbs(
         "statefulsets",
         lambda a: a.list_stateful_set_for_all_namespaces,
-        lambda a: a.patch_namespaced_stateful_set,
         lambda a: a.read_namespaced_stateful_set_scale,
         lambda a: a.patch_namespaced_stateful_set_scale,
     ),
@@ -94,13 +92,6 @@ def list_workloads(api: client.ApiClient, kinds: tuple[str, ...] = WORKLOAD_KIND
     return found
 
 
-def patch_workload(api: client.ApiClient, kind: str, namespace: str, name: str,
-                   patch: dict[str, Any]) -> dict[str, Any]:
-    """JSON merge patch; include metadata.resourceVersion to make it conditional (`Conflict`)."""
-    call = _verbs(kind).patch(client.AppsV1Api(api))
-    return _raw(call, name, namespace, patch, _content_type=MERGE_PATCH)
-
-
 def read_scale(api: client.ApiClient, kind: str, namespace: str, name: str) -> dict[str, Any]:
     """autoscaling/v1 Scale of a workload."""
     return _raw(_verbs(kind).read_scale(client.AppsV1Api(api)), name, namespace)
@@ -111,6 +102,19 @@ def patch_scale(api: client.ApiClient, kind: str, namespace: str, name: str,
     """Merge patch on the scale subresource (spec.replicas; resourceVersion makes it conditional)."""
     call = _verbs(kind).patch_scale(client.AppsV1Api(api))
     return _raw(call, name, namespace, patch, _content_type=MERGE_PATCH)
+
+
+def evict_pod(api: client.ApiClient, namespace: str, name: str) -> bool:
+    """Evict one pod through the Eviction API (policy/v1). False when a PodDisruptionBudget refuses (429)
+    or the pod is already gone (404): both mean "nothing evicted now"."""
+    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
+    try:
+        client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+    except ApiException as exc:
+        if exc.status in (404, 429):
+            return False
+        raise
+    return True
 
 
 def list_namespaces(api: client.ApiClient) -> dict[str, dict[str, str]]:

@@ -52,6 +52,9 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 POLICY_ANNOTATION = "gpu.kubeon.io/policy"
 WANTED_ANNOTATION = WANTED_RESOURCE_ANNOTATION
 RELAYOUT_ANNOTATION = "gpu.kubeon.io/mig-relayout"
+# What `nvidia.com/mig.config` was before the optimizer's first re-layout of the node ("" for none):
+# written with that first step and kept, so an uninstall can put the node's layout label back.
+MIG_CONFIG_FROM_ANNOTATION = "gpu.kubeon.io/mig-config-from"
 
 WHOLE, TIME_SLICING, MIG = "whole", "time-slicing", "mig"
 

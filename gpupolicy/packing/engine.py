@@ -84,10 +84,6 @@ class Placement:
     fit: FitResult
     strategy: str
 
-    @property
-    def placed(self) -> bool:
-        return self.node is not None
-
     def reason(self, node: int) -> RejectReason:
         return self.fit.reason(node)
 

@@ -21,12 +21,13 @@ rule as CPU utilisation targets.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
 
-from gpupolicy.model import AutoscaleSpec
+from gpupolicy.model import AutoscaleSpec, GpuPolicy
+from gpupolicy.scaling.scaletozero import selects
 
 KEDA_API_VERSION = "keda.sh/v1alpha1"
 KEDA_KIND = "ScaledObject"
@@ -166,6 +167,40 @@ def differs(desired: Mapping[str, Any], current: Mapping[str, Any]) -> bool:
     labels = desired.get("metadata", {}).get("labels", {})
     have_labels = (current.get("metadata") or {}).get("labels") or {}
     return not (covers(desired.get("spec"), current.get("spec")) and covers(labels, have_labels))
+
+
+UNSET_SERVER = "http://prometheus.invalid:9090"  # serverAddress shown when no Prometheus URL is known
+WORKLOAD_KINDS = ("Deployment", "StatefulSet")
+
+
+def offers(obj: Mapping[str, Any], policies: Iterable[GpuPolicy],
+           server_address: str = UNSET_SERVER) -> list[dict[str, str]]:
+    """The ScaledObject a ScaleToZero policy with `autoscale` wants for this workload, as the
+    recommendation the controller offers while KEDA writes are off (pure).
+
+    The same claim as the controller's: the first ScaleToZero policy (highest priority, then name)
+    that selects the workload owns it; [] when that policy has no `autoscale`, or none selects it.
+    Each offer: `policy`, `name` (the ScaledObject's) and `yaml` (to `kubectl apply -f -`).
+    """
+    kind = obj.get("kind")
+    meta = obj.get("metadata") or {}
+    if kind not in WORKLOAD_KINDS or not isinstance(meta, Mapping):
+        return []
+    namespace, name = str(meta.get("namespace") or "default"), str(meta.get("name") or "")
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    ordered = sorted((p for p in policies if p.spec.scale_to_zero is not None),
+                     key=lambda p: (-p.spec.priority, p.name))
+    for policy in ordered:
+        spec = policy.spec.scale_to_zero
+        assert spec is not None
+        if not selects(spec, namespace, labels or {}):
+            continue
+        if spec.autoscale is None:
+            return []
+        desired = scaled_object(policy_name=policy.name, kind=str(kind), namespace=namespace, name=name,
+                                spec=spec.autoscale, server_address=server_address)
+        return [{"policy": policy.name, "name": desired["metadata"]["name"], "yaml": scaled_object_yaml(desired)}]
+    return []
 
 
 def targets(scaled_object_obj: Mapping[str, Any]) -> tuple[str, str]:

@@ -1,10 +1,10 @@
 """Scale-to-zero decisions: park an idle GPU workload at zero, wake it on demand. Pure.
 
-The controller reads the world (replicas, annotations, a KEDA ScaledObject,
-the workload's GPU-utilisation samples, the wake query's value, the clock)
-and hands it here; this module says what to do and why, and which
-annotations the one patch that does it must carry. It never reads a clock:
-`now` is an argument.
+The controller reads the world (replicas, the user's annotations, the park
+record in the policy status, a KEDA ScaledObject, the workload's
+GPU-utilisation samples, the wake query's value, the clock) and hands it
+here; this module says what to do and why, and which record to write or
+drop. It never reads a clock: `now` is an argument.
 
 Safety rules (issue 5), all decided here so every caller obeys them:
 - No data is never idle: the samples must cover the whole `idleFor` window,
@@ -12,12 +12,17 @@ Safety rules (issue 5), all decided here so every caller obeys them:
   `idleBelowPercent`. A bursty workload whose samples often read 0 is busy.
 - While a workload runs (replicas > 0, not paused), its live replica count is
   the truth and a leftover record is stale. While it is parked (replicas 0,
-  or its KEDA ScaledObject paused), the record `gpu.kubeon.io/scaled-from-replicas`
-  is the truth; it is written in the same patch that scales to zero, so a
-  crash can never leave a parked workload without it, and a parked
-  workload is never parked again (which would overwrite the count with 0).
+  or its KEDA ScaledObject paused), the park record (`status.parked` of the
+  policy, a `ParkRecord`) is the truth. The record is written before the
+  scale to zero and dropped after the wake, so a crash between the two
+  writes leaves a running workload with a stale record (cleared or
+  re-decided next pass), never a parked workload without one; and a
+  parked workload is never parked again (which would record 0).
 - GPU utilisation never wakes a workload (there are no samples at zero):
-  the wake query or the `gpu.kubeon.io/wake: "true"` annotation does.
+  the wake query or the user's `gpu.kubeon.io/wake: "true"` annotation
+  does. The optimizer cannot remove that annotation (the install guide
+  gives it no write on workloads but their scale): while it is there the
+  workload is held awake; remove it to let the workload park again.
 """
 
 from __future__ import annotations
@@ -28,14 +33,12 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import Any
 
-from gpupolicy.model import ScaleToZeroSpec
+from gpupolicy.matching import label_selector_matches
+from gpupolicy.model import ParkRecord, ScaleToZeroSpec
 from gpupolicy.quantity import parse_duration
 
-SCALED_FROM = "gpu.kubeon.io/scaled-from-replicas"
-SCALED_AT = "gpu.kubeon.io/scaled-at"
-WAKE = "gpu.kubeon.io/wake"
-DO_NOT_SCALE = "gpu.kubeon.io/do-not-scale"
-UNDO = "gpu.kubeon.io/undo"
+WAKE = "gpu.kubeon.io/wake"  # set by users; read only
+DO_NOT_SCALE = "gpu.kubeon.io/do-not-scale"  # set by users; read only
 KEDA_PAUSED_REPLICAS = "autoscaling.keda.sh/paused-replicas"
 
 
@@ -85,8 +88,9 @@ class Workload:
     namespace: str
     name: str
     replicas: int
-    annotations: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)  # the user's (wake, do-not-scale)
     keda_paused: bool | None = None  # None: no ScaledObject targets it
+    record: ParkRecord | None = None  # this policy's park record for it, from the policy status
 
     @property
     def ref(self) -> str:
@@ -109,26 +113,35 @@ class Signals:
 
 @dataclass(frozen=True)
 class Decision:
-    """What to do with one workload, why, and the patch contents that do it.
+    """What to do with one workload, why, and the writes that do it.
 
-    `annotations` maps names to new values, None meaning remove (merge-patch
-    semantics); the caller adds its `gpu.kubeon.io/undo` entry (`undo`) to
-    the same patch. `replicas` is the spec.replicas to write (None: leave it).
-    `pause_keda` is True to pause the ScaledObject at 0, False to unpause,
-    None to leave it.
+    `record` is the park record to write into the policy status before
+    anything else; `clear_record` drops it after the other writes.
+    `replicas` is the spec.replicas to write through the scale subresource
+    (None: leave it). `pause_keda` is True to pause the ScaledObject at 0,
+    False to unpause, None to leave it. `undo` says how to reverse the action
+    (kept in the record and the Event).
     """
 
     action: Action
     reason: Reason
     message: str
     replicas: int | None = None
-    annotations: Mapping[str, str | None] = field(default_factory=dict)
+    record: ParkRecord | None = None
+    clear_record: bool = False
     pause_keda: bool | None = None
     undo: Mapping[str, Any] = field(default_factory=dict)
 
     @property
     def writes(self) -> bool:
         return self.action is not Action.NONE
+
+
+def selects(spec: ScaleToZeroSpec, namespace: str, labels: Mapping[str, str]) -> bool:
+    """Whether the policy body selects a workload: in `namespaces`, and its labels match `workloadSelector`."""
+    if namespace not in spec.namespaces:
+        return False
+    return spec.workload_selector is None or label_selector_matches(spec.workload_selector, dict(labels))
 
 
 def window_seconds(spec: ScaleToZeroSpec) -> float:
@@ -184,16 +197,11 @@ def assess_idle(
     )
 
 
-def recorded_replicas(annotations: Mapping[str, str]) -> int | None:
-    """The replica count recorded when the workload was parked; None if absent or unreadable."""
-    raw = annotations.get(SCALED_FROM)
-    if raw is None:
+def recorded_replicas(record: ParkRecord | None) -> int | None:
+    """The replica count recorded when the workload was parked; None if absent or not positive."""
+    if record is None:
         return None
-    try:
-        value = int(raw)
-    except ValueError:
-        return None
-    return value if value > 0 else None
+    return record.replicas if record.replicas > 0 else None
 
 
 def _truthy(value: str | None) -> bool:
@@ -201,9 +209,9 @@ def _truthy(value: str | None) -> bool:
 
 
 def _undo(action: Action, workload: Workload, replicas: int) -> dict[str, Any]:
-    """What to do to reverse the action (the `gpu.kubeon.io/undo` entry and the Event's text)."""
+    """What to do to reverse the action (kept in the park record and the Event's text)."""
     how = (
-        f"set spec.replicas of {workload.ref} to {replicas} and remove {SCALED_FROM}"
+        f"set spec.replicas of {workload.ref} to {replicas} and remove status.parked[{workload.ref}]"
         if action is Action.SCALE_TO_ZERO
         else f"set spec.replicas of {workload.ref} to 0"
     )
@@ -222,24 +230,26 @@ def _is_parked(workload: Workload) -> bool:
     return workload.replicas == 0
 
 
-def decide(spec: ScaleToZeroSpec, workload: Workload, signals: Signals, scaled_at: str) -> Decision:
+def decide(spec: ScaleToZeroSpec, workload: Workload, signals: Signals, scaled_at: str,
+           uid: str | None = None) -> Decision:
     """The scale-to-zero state machine for one workload. Pure.
 
-    `scaled_at` is the timestamp text to record (the caller formats its clock).
+    `scaled_at` is the timestamp text to record (the caller formats its clock), `uid` the
+    workload's, kept in the record so a re-created workload of the same name is not woken by it.
     """
     annotations = workload.annotations
-    record = recorded_replicas(annotations)
+    record = recorded_replicas(workload.record)
     wake_above = spec.wake.above if spec.wake else 0.0
     demand = signals.wake_value is not None and signals.wake_value > wake_above
     wake_requested = _truthy(annotations.get(WAKE))
 
     if _is_parked(workload):
-        if SCALED_FROM not in annotations:
+        if workload.record is None:
             return Decision(Action.NONE, Reason.ZERO_NOT_OURS, f"{workload.ref} is at 0 but was not parked by us")
         if record is None and spec.min_replicas_on_wake is None:
             return Decision(
                 Action.NONE, Reason.BAD_RECORD,
-                f"{SCALED_FROM}={annotations.get(SCALED_FROM)!r} is not a positive count; set it or "
+                f"the park record's replicas {workload.record.replicas} is not a positive count; set "
                 "minReplicasOnWake",
             )
         if not (demand or wake_requested):
@@ -254,7 +264,7 @@ def decide(spec: ScaleToZeroSpec, workload: Workload, signals: Signals, scaled_a
         return Decision(
             Action.WAKE, reason, f"{why}: back to {target} replicas",
             replicas=target,
-            annotations={SCALED_FROM: None, SCALED_AT: None, WAKE: None},
+            clear_record=True,
             pause_keda=False if workload.keda_managed else None,
             undo=_undo(Action.WAKE, workload, 0),
         )
@@ -267,12 +277,17 @@ def decide(spec: ScaleToZeroSpec, workload: Workload, signals: Signals, scaled_a
         signals.utilization, threshold=spec.idle_below_percent, window=window,
         now=signals.now, max_gap=signals.max_gap_seconds,
     )
-    stale = SCALED_FROM in annotations or SCALED_AT in annotations or WAKE in annotations
-    if wake_requested:  # a user wants it up: it is; never park it in the same breath
+    stale = workload.record is not None
+    if wake_requested:  # a user wants it up: it is; never park it while the annotation says so
+        if stale:
+            return Decision(
+                Action.CLEAR_RECORD, Reason.WAKE_ANNOTATION,
+                f"{workload.ref} already runs {workload.replicas} replicas: the park record is stale",
+                clear_record=True,
+            )
         return Decision(
-            Action.CLEAR_RECORD, Reason.WAKE_ANNOTATION,
-            f"{workload.ref} already runs {workload.replicas} replicas: clearing {WAKE}",
-            annotations={SCALED_FROM: None, SCALED_AT: None, WAKE: None},
+            Action.NONE, Reason.WAKE_ANNOTATION,
+            f"{workload.ref} is held awake by {WAKE}=true: remove the annotation to let it park again",
         )
     if verdict.idle and demand:
         verdict = IdleVerdict(
@@ -284,14 +299,14 @@ def decide(spec: ScaleToZeroSpec, workload: Workload, signals: Signals, scaled_a
             return Decision(
                 Action.CLEAR_RECORD, Reason.STALE_RECORD,
                 f"{workload.ref} runs {workload.replicas} replicas: the park record is stale ({verdict.message})",
-                annotations={SCALED_FROM: None, SCALED_AT: None, WAKE: None},
+                clear_record=True,
             )
         return Decision(Action.NONE, verdict.reason, verdict.message)
     undo = _undo(Action.SCALE_TO_ZERO, workload, workload.replicas)
     return Decision(
         Action.SCALE_TO_ZERO, Reason.IDLE, verdict.message,
         replicas=None if workload.keda_managed else 0,
-        annotations={SCALED_FROM: str(workload.replicas), SCALED_AT: scaled_at, WAKE: None},
+        record=ParkRecord(replicas=workload.replicas, scaled_at=scaled_at, uid=uid, undo=undo),
         pause_keda=True if workload.keda_managed else None,
         undo=undo,
     )

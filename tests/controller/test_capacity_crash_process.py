@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from controller.capacity import CRASH_ENV, CRASH_EXIT_CODE
+from controller.capacity import CRASH_ENV
+from controller.crashpoints import CRASH_EXIT_CODE
 from gpupolicy.capacity.drain import DRAINING_ANNOTATION
 from tests.controller.test_capacity_cluster import (  # noqa: F401 (make_world is a fixture)
     NS,

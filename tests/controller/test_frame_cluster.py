@@ -61,6 +61,21 @@ def deployment(api: client.ApiClient, name: str, ns: str = "inference") -> dict[
         client.AppsV1Api(api).read_namespaced_deployment(name, ns))
 
 
+def pod_of(api: client.ApiClient, deployment_name: str, suffix: str = "a1b2c", ns: str = "inference") -> str:
+    """A running pod of the Deployment (its selector's labels, whole GPU), as its ReplicaSet would make."""
+    name = f"{deployment_name}-7d9f6c8b5-{suffix}"
+    client.CoreV1Api(api).create_namespaced_pod(ns, {
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": deployment_name}},
+        "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:latest",
+                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
+    return name
+
+
+def pod_names(api: client.ApiClient, deployment_name: str, ns: str = "inference") -> set[str]:
+    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"app={deployment_name}").items
+    return {p.metadata.name for p in pods}
+
+
 def scaler_binding_namespaces(api: client.ApiClient) -> set[str]:
     bindings = client.RbacAuthorizationV1Api(api).list_role_binding_for_all_namespaces().items
     return {b.metadata.namespace for b in bindings if b.metadata.name == "kubeon-gpu-optimizer-scaler"}
@@ -176,6 +191,8 @@ def test_only_the_leader_reconciles(api: client.ApiClient, clock: FakeClock) -> 
     create(api, make_deployment("llm"))
     create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Automatic"))
     script_usage(metrics, clock, "llm", 7.1 * GIB)
+    old_pod = pod_of(api, "llm")
+    version = deployment(api, "llm")["metadata"]["resourceVersion"]
     lost: list[str] = []
     one, two = replica(api, clock, metrics, "one", lost), replica(api, clock, metrics, "two", lost)
     for _ in range(3):
@@ -190,8 +207,10 @@ def test_only_the_leader_reconciles(api: client.ApiClient, clock: FakeClock) -> 
     assert [a["action"] for a in one.ctx.recorder.applied_log] == [
         "nvidia.com/gpu=1 → nvidia.com/mig-1g.10gb", "restart for nvidia.com/gpu=1 → nvidia.com/mig-1g.10gb"]
     assert not two.ctx.recorder.applied_log
-    template = deployment(api, "llm")["spec"]["template"]["metadata"]
-    assert "kubectl.kubernetes.io/restartedAt" in template.get("annotations", {})
+    assert old_pod not in pod_names(api, "llm"), "the restart evicts the running pod (Eviction API)"
+    assert deployment(api, "llm")["metadata"]["resourceVersion"] == version, "the workload is never written"
+    record = policy_status(api, "share")["restarts"]["Deployment/inference/llm"]
+    assert record["pods"] and record["proposal"] == policy_status(api, "share")["proposals"][0]["id"]
 
 
 # -- policy sync and status ----------------------------------------------------------
@@ -367,11 +386,14 @@ def test_automatic_without_restart_never_writes_the_workload(api: client.ApiClie
         f"Deployment/inference/{n}" for n in versions}
 
 
-def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock: FakeClock) -> None:
+def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock: FakeClock, frame_api: Any) -> None:
     metrics = ScriptedMetrics()
     versions = _three_workloads(api, metrics, clock)
     create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Approve",
                             approvals=["Deployment/inference/llm"]))
+    old_pods = {pod_of(api, "llm", "aaaaa"), pod_of(api, "llm", "bbbbb")}
+    other_pod = pod_of(api, "embed")
+    setup_writes = len(frame_api.writes)  # the test's own creates
     r = replica(api, clock, metrics, "one")
     r.elector.step()
     r.runner.run_all()
@@ -381,30 +403,43 @@ def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock
     assert first["Deployment/inference/llm"]["state"] == "Applied"
     assert first["Deployment/inference/llm"]["resource"] == "nvidia.com/mig-1g.10gb"
     assert first["Deployment/inference/embed"]["resource"] == "nvidia.com/mig-1g.10gb"
-    assert scaler_binding_namespaces(api) == {"inference"}, "Restart needs the scaler binding, made this pass"
-    # pass 2: the status was read back Applied: now the one restart
+    assert pod_names(api, "llm") == old_pods, "nothing evicted before the status was read back Applied"
+    assert scaler_binding_namespaces(api) == set(), "Restart evicts through the Eviction API: no workload write"
+    # pass 2: the status was read back Applied: now the one restart (replicas 1: one eviction per pass)
     clock.advance(600)
     r.elector.step()
     r.runner.run_all()
     after = {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions}
-    assert after["embed"] == versions["embed"] and after["rerank"] == versions["rerank"]
-    llm = deployment(api, "llm")
-    assert after["llm"] != versions["llm"]
-    assert "gpu.kubeon.io/undo" in llm["metadata"]["annotations"]
-    restarted_at = llm["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"]
+    assert after == versions, "the restart never writes a workload"
+    assert len(pod_names(api, "llm") & old_pods) == 1 and other_pod in pod_names(api, "embed")
+    record = policy_status(api, "share")["restarts"]["Deployment/inference/llm"]
+    assert record["undo"]["restartedAt"] == record["startedAt"]
+    restarting = next(c for c in policy_status(api, "share")["conditions"] if c["type"] == "RightSizing")
+    assert "restart in progress, 1 pod(s)" in restarting["message"]
+    new_pod = pod_of(api, "llm", "ccccc")  # the ReplicaSet's replacement (sized by the webhook)
     states = {p["target"]: p["state"] for p in policy_status(api, "share")["proposals"]}
     assert states["Deployment/inference/llm"] == "Applied"
     assert states["Deployment/inference/embed"] == "Proposed"
 
-    # a new process (crash after the patch, before anything else) must not restart again
+    # a new process (crash after the record, before anything else) finishes the same restart, never a second
     clock.advance(3600)
     again = replica(api, clock, metrics, "one")
     again.elector.step()
     again.runner.run_all()
-    llm2 = deployment(api, "llm")
-    assert llm2["spec"]["template"]["metadata"]["annotations"]["kubectl.kubernetes.io/restartedAt"] == restarted_at
-    assert llm2["metadata"]["resourceVersion"] == llm["metadata"]["resourceVersion"]
+    assert pod_names(api, "llm") == {new_pod}, "the last old pod goes; the replacement stays"
+    assert policy_status(api, "share")["restarts"]["Deployment/inference/llm"] == record
     assert not again.ctx.recorder.applied_log
+    clock.advance(3600)
+    again.elector.step()
+    again.runner.run_all()
+    assert pod_names(api, "llm") == {new_pod}
+    assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
+    writes = [w for w in frame_api.writes[setup_writes:] if "/pods/llm-7d9f6c8b5-ccccc" not in w[1]
+              and not w[1].endswith("/inference/pods")]  # less the test's stand-in for the ReplicaSet
+    assert [w for w in writes if w[1].startswith("/apis/apps/")] == [], "no write on any workload"
+    evictions = [p for m, p in writes if p.endswith("/eviction")]
+    assert [(m, p) for m, p in writes if p.endswith("/eviction")] == [("POST", p) for p in evictions]
+    assert sorted(p.split("/")[-2] for p in evictions) == sorted(old_pods), "each old pod evicted once"
 
     assert client.CoreV1Api(api).list_namespaced_event("inference").items == [], "no Event RBAC there"
     policy_events = client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items

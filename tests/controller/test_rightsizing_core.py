@@ -11,7 +11,7 @@ import pytest
 from gpupolicy.catalog import DEFAULT_CATALOG, GIB
 from gpupolicy.model import Mode, ProposalState, SharingSpec, parse_policy
 from gpupolicy.modes import effective_mode
-from gpupolicy.proposals import decide_state, is_approved, proposal_id, read_undo, with_undo
+from gpupolicy.proposals import decide_state, is_approved, proposal_id
 from gpupolicy.scaling.metrics import Series
 from gpupolicy.scaling.rightsizing import (
     Usage,
@@ -199,12 +199,6 @@ def test_approvals_use_the_webhooks_rule() -> None:
     assert is_approved("Deployment/ns/x", ["Deployment/ns/x"])
     assert is_approved("Deployment/ns/x", ["Deployment/x"])
     assert not is_approved("Deployment/ns/x", ["Deployment/other/x", "StatefulSet/ns/x"])
-
-
-def test_undo_record_keeps_other_entries() -> None:
-    text = with_undo(with_undo(None, "a", {"x": 1}), "b", {"y": 2})
-    assert read_undo(text) == {"a": {"x": 1}, "b": {"y": 2}}
-    assert read_undo("not json") == {}
 
 
 def _policy(body: dict[str, object], mode: str | None = None) -> object:

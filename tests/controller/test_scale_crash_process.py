@@ -25,7 +25,8 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from controller.scaletozero import CRASH_ENV, CRASH_EXIT_CODE
+from controller.crashpoints import CRASH_EXIT_CODE
+from controller.scaletozero import CRASH_ENV
 from gpupolicy.scaling import scaletozero as core
 from kube import scale as kscale
 from tests.controller.test_scale_to_zero_cluster import (
@@ -34,6 +35,8 @@ from tests.controller.test_scale_to_zero_cluster import (
     annotations,
     create,
     deploy,
+    ours_on,
+    parked_record,
     pod,
     policy,
     policy_status,
@@ -136,8 +139,9 @@ def test_kill_after_park_and_after_wake_restart_converges(
     first.wait_killed()
     parked = workload(api, "llm")
     assert parked["spec"]["replicas"] == 0
-    assert annotations(parked)[core.SCALED_FROM] == "3"
-    assert core.SCALED_AT in annotations(parked) and core.UNDO in annotations(parked)
+    record = parked_record(api, "llm", policy_name=POLICY)
+    assert record is not None and record["replicas"] == 3 and record["scaledAt"] and record["undo"]
+    assert ours_on(parked) == []
     assert "applied policy=" not in first.log and applied_events(api, "llm") == []
     assert proposals_for(api, key) == []  # the status write after the pass never came
     parked_version = version(api, "llm")
@@ -150,9 +154,10 @@ def test_kill_after_park_and_after_wake_restart_converges(
     assert "leadership acquired" in second.log and "crash injected" not in second.log
     second.stop()
     assert version(api, "llm") == parked_version
-    assert annotations(workload(api, "llm"))[core.SCALED_FROM] == "3"
+    assert (parked_record(api, "llm", policy_name=POLICY) or {})["replicas"] == 3
 
-    # 3. Wake by annotation; killed right after the wake patch (before its Events and status).
+    # 3. Wake by annotation; killed right after the wake's scale patch (before the record's removal, its
+    #    Events and status).
     dcgm_exporter.put(UTIL, gpu_labels(namespace=NS, pod=pod("llm")), constant(80))  # woken pods work
     prom.wait_for(f'{UTIL}{{pod="{pod("llm")}"}} > 50', timeout=15)
     client.AppsV1Api(api).patch_namespaced_deployment("llm", NS, {"metadata": {"annotations": {core.WAKE: "true"}}})
@@ -160,12 +165,15 @@ def test_kill_after_park_and_after_wake_restart_converges(
     third.wait_killed()
     woken = workload(api, "llm")
     assert woken["spec"]["replicas"] == 3
-    assert core.SCALED_FROM not in annotations(woken) and core.WAKE not in annotations(woken)
+    assert parked_record(api, "llm", policy_name=POLICY) is not None, "the crash came before the record's removal"
     woken_version = version(api, "llm")
 
-    # 4. Another restart: running and busy, record gone; it drops the stale Applied proposal, writes nothing.
+    # 4. Another restart: running and busy, the record stale; it drops the record and the stale Applied
+    #    proposal, and writes nothing to the workload.
     fourth = controllers(prom, "restart-2")
     wait_for(lambda: not proposals_for(api, key), what="the parked proposal cleared")
+    wait_for(lambda: parked_record(api, "llm", policy_name=POLICY) is None, what="the stale record dropped")
+    assert ours_on(workload(api, "llm")) == []
     assert version(api, "llm") == woken_version
     assert workload(api, "llm")["spec"]["replicas"] == 3
     fourth.stop()
@@ -189,10 +197,10 @@ def test_kill_between_keda_steps_restart_converges(
     def scaled_object() -> dict[str, Any]:
         return kscale.list_scaled_objects(api, NS)[0]
 
-    # 1. Killed after recording the count on the workload, before pausing its ScaledObject.
+    # 1. Killed after recording the count in the policy status, before pausing its ScaledObject.
     controllers(prom, "crash-after-record", crash_at="recorded").wait_killed()
     half = workload(api, "kedad")
-    assert half["spec"]["replicas"] == 5 and annotations(half)[core.SCALED_FROM] == "5"
+    assert half["spec"]["replicas"] == 5 and (parked_record(api, "kedad", policy_name=POLICY) or {})["replicas"] == 5
     assert not kscale.is_paused_at_zero(scaled_object())
 
     # 2. The restart finishes the park: same count, ScaledObject paused, proposal Applied.
@@ -200,7 +208,7 @@ def test_kill_between_keda_steps_restart_converges(
     wait_for(lambda: kscale.is_paused_at_zero(scaled_object()), what="the ScaledObject paused")
     wait_for(lambda: [p["state"] for p in proposals_for(api, key)] == ["Applied"], what="the Applied proposal")
     second.stop()
-    assert annotations(workload(api, "kedad"))[core.SCALED_FROM] == "5"
+    assert (parked_record(api, "kedad", policy_name=POLICY) or {})["replicas"] == 5
     client.AppsV1Api(api).patch_namespaced_deployment_scale("kedad", NS, {"spec": {"replicas": 0}})  # KEDA's job
 
     # 3. Wake; killed right after unpausing, before restoring the replicas.
@@ -208,12 +216,14 @@ def test_kill_between_keda_steps_restart_converges(
     controllers(prom, "crash-after-unpause", crash_at="unpaused").wait_killed()
     assert not kscale.is_paused_at_zero(scaled_object())
     between = workload(api, "kedad")
-    assert between["spec"]["replicas"] == 0 and annotations(between)[core.SCALED_FROM] == "5"
+    assert between["spec"]["replicas"] == 0
+    assert (parked_record(api, "kedad", policy_name=POLICY) or {})["replicas"] == 5
 
     # 4. The restart finishes the wake with the recorded count and clears the record.
     fourth = controllers(prom, "restart-2")
     wait_for(lambda: workload(api, "kedad")["spec"]["replicas"] == 5, what="kedad back at 5")
+    wait_for(lambda: parked_record(api, "kedad", policy_name=POLICY) is None, what="the record dropped")
     done = workload(api, "kedad")
-    assert core.SCALED_FROM not in annotations(done) and core.WAKE not in annotations(done)
+    assert ours_on(done) == [] and annotations(done)[core.WAKE] == "true"  # the user's: we cannot write it
     assert not kscale.is_paused_at_zero(scaled_object())
     fourth.stop()

@@ -14,7 +14,7 @@ import jsonschema
 import pytest
 import yaml
 
-from gpupolicy.model import AutoscaleSpec, ScaleToZeroSpec
+from gpupolicy.model import AutoscaleSpec, ParkRecord, ScaleToZeroSpec
 from gpupolicy.scaling import autoscale
 from gpupolicy.scaling import scaletozero as core
 from tests.promharness import replay
@@ -35,8 +35,10 @@ def series(values: list[float | None], every: float = 2.0, end: float = NOW) -> 
     return [(end - (n - 1 - i) * every, v) for i, v in enumerate(values) if v is not None]
 
 
-def running(replicas: int = 3, **annotations: str) -> core.Workload:
-    return core.Workload("Deployment", "research", "llm", replicas, annotations)
+def running(replicas: int = 3, recorded: int | None = None, **annotations: str) -> core.Workload:
+    """A workload with the user's annotations and, when `recorded` is set, this policy's park record."""
+    record = None if recorded is None else ParkRecord(replicas=recorded, scaled_at="t")
+    return core.Workload("Deployment", "research", "llm", replicas, annotations, record=record)
 
 
 def signals(points: list[tuple[float, float]] | None, wake: float | None = None) -> core.Signals:
@@ -72,11 +74,12 @@ def test_real_h200_bursty_phase_is_not_idle_though_most_samples_read_zero() -> N
 
 
 def test_scale_to_zero_patch_records_replicas_time_and_undo() -> None:
-    decision = core.decide(spec(), running(3), signals(series([0.0] * 31)), "2027-01-15T08:00:00Z")
+    decision = core.decide(spec(), running(3), signals(series([0.0] * 31)), "2027-01-15T08:00:00Z", uid="u1")
     assert decision.replicas == 0
-    assert decision.annotations[core.SCALED_FROM] == "3"
-    assert decision.annotations[core.SCALED_AT] == "2027-01-15T08:00:00Z"
-    assert decision.undo["restoreReplicas"] == 3
+    assert decision.record is not None and decision.record.replicas == 3
+    assert decision.record.scaled_at == "2027-01-15T08:00:00Z" and decision.record.uid == "u1"
+    assert decision.undo["restoreReplicas"] == 3 and decision.record.undo == decision.undo
+    assert not decision.clear_record
 
 
 def test_idle_gpu_with_live_demand_stays_up() -> None:
@@ -94,23 +97,31 @@ def test_idle_gpu_with_live_demand_stays_up() -> None:
     ],
 )
 def test_wake(wake: float | None, annotation: str | None, action: core.Action, reason: core.Reason) -> None:
-    annotations = {core.SCALED_FROM: "4", core.SCALED_AT: "t"}
-    if annotation:
-        annotations[core.WAKE] = annotation
-    decision = core.decide(spec(), running(0, **annotations), signals(None, wake), "t")
+    annotations = {core.WAKE: annotation} if annotation else {}
+    decision = core.decide(spec(), running(0, 4, **annotations), signals(None, wake), "t")
     assert (decision.action, decision.reason) == (action, reason)
     if action is core.Action.WAKE:
         assert decision.replicas == 4
-        assert decision.annotations == {core.SCALED_FROM: None, core.SCALED_AT: None, core.WAKE: None}
+        assert decision.clear_record and decision.record is None
+
+
+def test_wake_annotation_holds_a_running_workload_awake_until_removed() -> None:
+    """The optimizer cannot remove the user's annotation (no workload write): it holds, never parks."""
+    held = running(4, **{core.WAKE: "true"})
+    decision = core.decide(spec(), held, signals(series([0.0] * 31)), "t")
+    assert (decision.action, decision.reason) == (core.Action.NONE, core.Reason.WAKE_ANNOTATION)
+    assert "remove the annotation" in decision.message
+    stale = core.decide(spec(), running(4, 4, **{core.WAKE: "true"}), signals(series([0.0] * 31)), "t")
+    assert stale.action is core.Action.CLEAR_RECORD and stale.clear_record
 
 
 def test_min_replicas_on_wake_overrides_record() -> None:
-    parked = running(0, **{core.SCALED_FROM: "4", core.WAKE: "true"})
+    parked = running(0, 4, **{core.WAKE: "true"})
     assert core.decide(spec(minReplicasOnWake=1), parked, signals(None), "t").replicas == 1
 
 
 def test_parked_workload_is_never_parked_again_and_foreign_zero_is_left_alone() -> None:
-    parked = running(0, **{core.SCALED_FROM: "4"})
+    parked = running(0, 4)
     assert core.decide(spec(), parked, signals(series([0.0] * 31)), "t").action is core.Action.NONE
     foreign = running(0)
     assert core.decide(spec(), foreign, signals(series([0.0] * 31), wake=9), "t").reason is core.Reason.ZERO_NOT_OURS
@@ -119,9 +130,9 @@ def test_parked_workload_is_never_parked_again_and_foreign_zero_is_left_alone() 
 def test_do_not_scale_and_stale_record() -> None:
     skipped = running(2, **{core.DO_NOT_SCALE: "true"})
     assert core.decide(spec(), skipped, signals(series([0.0] * 31)), "t").reason is core.Reason.DO_NOT_SCALE
-    scaled_up_by_user = running(2, **{core.SCALED_FROM: "4"})
+    scaled_up_by_user = running(2, 4)
     decision = core.decide(spec(), scaled_up_by_user, signals(series([50.0] * 31)), "t")
-    assert decision.action is core.Action.CLEAR_RECORD and decision.replicas is None
+    assert decision.action is core.Action.CLEAR_RECORD and decision.replicas is None and decision.clear_record
 
 
 def test_keda_target_is_paused_not_scaled() -> None:
@@ -129,8 +140,8 @@ def test_keda_target_is_paused_not_scaled() -> None:
     decision = core.decide(spec(), keda, signals(series([0.0] * 31)), "t")
     assert decision.action is core.Action.SCALE_TO_ZERO
     assert decision.replicas is None and decision.pause_keda is True
-    parked = core.Workload("Deployment", "research", "llm", 0, {core.SCALED_FROM: "3", core.WAKE: "true"},
-                           keda_paused=True)
+    parked = core.Workload("Deployment", "research", "llm", 0, {core.WAKE: "true"},
+                           keda_paused=True, record=ParkRecord(replicas=3, scaled_at="t"))
     wake = core.decide(spec(), parked, signals(None), "t")
     assert wake.action is core.Action.WAKE and wake.pause_keda is False and wake.replicas == 3
 

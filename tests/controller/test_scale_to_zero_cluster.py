@@ -94,6 +94,24 @@ def runner_for(api: client.ApiClient, prom: PrometheusServer | None, **kw: Any) 
     return ReconcileRunner(ctx, [PolicySync(), ScaleToZeroReconciler(step_seconds=2, max_gap_seconds=6, **kw)])
 
 
+def parked_record(api: client.ApiClient, name: str, ns: str = NS, policy_name: str = "idle-gpus",
+                  kind: str = "Deployment") -> dict[str, Any] | None:
+    """The policy's park record for a workload (status.parked), or None."""
+    return (policy_status(api, policy_name).get("parked") or {}).get(f"{kind}/{ns}/{name}")
+
+
+def ours_on(obj: dict[str, Any]) -> list[str]:
+    """gpu.kubeon.io/ annotations the optimizer could have written on a workload (it writes none)."""
+    return [k for k in annotations(obj) if k.startswith("gpu.kubeon.io/") and k != core.WAKE
+            and k != core.DO_NOT_SCALE]
+
+
+def workload_writes(server: Any) -> list[tuple[str, str]]:
+    """Writes to Deployments/StatefulSets the API server saw but the tests' own creates (POST to the
+    collection) and annotations (a user's wake): the install guide grants the optimizer only their /scale."""
+    return [(m, p) for m, p in server.writes if p.startswith("/apis/apps/") and m != "POST"]
+
+
 def bindings(api: client.ApiClient) -> set[str]:
     return set(kscale.list_scaler_bindings(api))
 
@@ -155,10 +173,13 @@ def test_idle_goes_to_zero_then_wakes_by_query(
 
     parked = workload(api, "llm")
     assert parked["spec"]["replicas"] == 0
-    assert annotations(parked)[core.SCALED_FROM] == "3"
-    assert core.SCALED_AT in annotations(parked) and core.UNDO in annotations(parked)
+    record = parked_record(api, "llm")
+    assert record is not None and record["replicas"] == 3
+    assert record["scaledAt"] and record["undo"]["restoreReplicas"] == 3
+    assert record["uid"] == parked["metadata"]["uid"]
+    assert ours_on(parked) == [], "the park record is in the policy status, never on the workload"
     assert workload(api, "nodata")["spec"]["replicas"] == 2
-    assert core.SCALED_FROM not in annotations(workload(api, "nodata"))
+    assert parked_record(api, "nodata") is None
     assert bindings(api) == {NS}
     assert [e["action"].split(":")[0] for e in runner.ctx.recorder.applied_log] == ["ScaleToZero"]
     assert_applied_events(api, parked, "idle-gpus", ["ScaleToZero"])
@@ -174,11 +195,14 @@ def test_idle_goes_to_zero_then_wakes_by_query(
     runner.run_all()
     woken = workload(api, "llm")
     assert woken["spec"]["replicas"] == 3
-    assert core.SCALED_FROM not in annotations(woken) and core.SCALED_AT not in annotations(woken)
+    assert parked_record(api, "llm") is None and ours_on(woken) == []
     assert "Wake" in runner.ctx.recorder.applied_log[-1]["action"]
     assert_applied_events(api, woken, "idle-gpus", ["ScaleToZero", "Wake"])
     assert any(": Wake: " in m and " to 3 replicas" in m for m in messages(api, "llm"))
     assert events_about(api, NS, "Deployment", "nodata") == []
+    writes = workload_writes(scale_api)
+    assert writes == [("PATCH", f"/apis/apps/v1/namespaces/{NS}/deployments/llm/scale")] * 2, (
+        "park and wake: the scale subresource only (the guide's deployments/scale get, patch)")
 
 
 def test_wake_by_annotation_and_policy_without_wake_signal_warns(
@@ -200,9 +224,15 @@ def test_wake_by_annotation_and_policy_without_wake_signal_warns(
     runner.run_all()
     woken = workload(api, "llm")
     assert woken["spec"]["replicas"] == 2
-    assert core.WAKE not in annotations(woken) and core.SCALED_FROM not in annotations(woken)
+    assert parked_record(api, "llm") is None and ours_on(woken) == []
+    assert annotations(woken)[core.WAKE] == "true", "the user's annotation: the optimizer cannot remove it"
     assert_applied_events(api, woken, "idle-gpus", ["ScaleToZero", "Wake"])
     assert any(": Wake: " in m and " to 2 replicas" in m for m in messages(api, "llm"))
+    runner.run_all()  # still idle, but held awake while the annotation is there
+    assert workload(api, "llm")["spec"]["replicas"] == 2
+    client.AppsV1Api(api).patch_namespaced_deployment("llm", NS, {"metadata": {"annotations": {core.WAKE: None}}})
+    runner.run_all()  # annotation removed: idle again, parked again
+    assert workload(api, "llm")["spec"]["replicas"] == 0 and (parked_record(api, "llm") or {})["replicas"] == 2
 
 
 def test_bursty_real_trace_is_not_idle_and_do_not_scale_is_skipped(
@@ -299,36 +329,43 @@ def test_crash_after_each_write_converges_without_losing_the_count(
     with pytest.raises(Crash):
         reconciler("recorded").reconcile(ctx)
     keda_half = workload(api, "kedad")
-    assert annotations(keda_half)[core.SCALED_FROM] == "5" and keda_half["spec"]["replicas"] == 5
+    assert (parked_record(api, "kedad") or {})["replicas"] == 5 and keda_half["spec"]["replicas"] == 5
     assert not kscale.is_paused_at_zero(kscale.list_scaled_objects(api, NS)[0])
     # Crash 2 (a restarted controller): the plain target's one patch landed, nothing after it ran.
     with pytest.raises(Crash):
         reconciler("parked").reconcile(ctx)
     assert workload(api, "llm")["spec"]["replicas"] == 0
-    assert annotations(workload(api, "llm"))[core.SCALED_FROM] == "4"
+    assert (parked_record(api, "llm") or {})["replicas"] == 4
     assert kscale.is_paused_at_zero(kscale.list_scaled_objects(api, NS)[0])
-    assert annotations(workload(api, "kedad"))[core.SCALED_FROM] == "5"
+    assert (parked_record(api, "kedad") or {})["replicas"] == 5
     assert workload(api, "kedad")["spec"]["replicas"] == 5  # KEDA, not us, takes it to 0
 
     keda_operator_pauses(api, "kedad")
     fresh = reconciler()  # restart again: converged, writes nothing, counts intact
     versions = {n: workload(api, n)["metadata"]["resourceVersion"] for n in ("llm", "kedad")}
+    records = policy_status(api)["parked"]
     fresh.reconcile(ctx)
     fresh.reconcile(ctx)
     assert versions == {n: workload(api, n)["metadata"]["resourceVersion"] for n in ("llm", "kedad")}
+    assert policy_status(api)["parked"] == records
+
+    assert all(p.endswith("/scale") for _, p in workload_writes(scale_api)), workload_writes(scale_api)
 
     # Wake both; crash right after unpausing KEDA; the restart finishes with the recorded counts.
     for name in ("llm", "kedad"):
         client.AppsV1Api(api).patch_namespaced_deployment(name, NS, {"metadata": {"annotations": {core.WAKE: "true"}}})
+    mark = len(workload_writes(scale_api))  # the user's annotations above are not the optimizer's writes
     with pytest.raises(Crash):
         reconciler("unpaused").reconcile(ctx)
-    assert workload(api, "kedad")["spec"]["replicas"] == 0 and core.SCALED_FROM in annotations(workload(api, "kedad"))
+    assert workload(api, "kedad")["spec"]["replicas"] == 0 and parked_record(api, "kedad") is not None
     reconciler().reconcile(ctx)
     assert workload(api, "llm")["spec"]["replicas"] == 4
     assert workload(api, "kedad")["spec"]["replicas"] == 5
     assert not kscale.is_paused_at_zero(kscale.list_scaled_objects(api, NS)[0])
-    assert core.SCALED_FROM not in annotations(workload(api, "kedad"))
-    assert core.SCALED_FROM not in annotations(workload(api, "llm"))
+    assert parked_record(api, "kedad") is None and parked_record(api, "llm") is None
+    assert ours_on(workload(api, "kedad")) == [] and ours_on(workload(api, "llm")) == []
+    woke = workload_writes(scale_api)[mark:]
+    assert woke and all(m == "PATCH" and p.endswith("/scale") for m, p in woke), woke
 
 
 def test_scaler_rolebindings_follow_policy_namespaces(scale_api: Any) -> None:

@@ -3,7 +3,7 @@
 Real: gpupolicy.admission.mutate_pod / dryrun over a real parsed GpuPolicy
 carrying a status with proposals (as the controller writes it and the
 webhook's watch delivers it), the real catalog, gpupolicy.admission.validation for the
-`rollout: Restart` rule, controller.workload_access.write_namespaces (pure).
+`rollout: Restart` rule, controller.workload_access.write_namespaces (pure: ScaleToZero namespaces only).
 Faked: nothing (objects are built in memory); patches are applied with the
 independent `jsonpatch` library.
 """
@@ -133,7 +133,8 @@ def test_restart_with_namespaces_and_no_restart_without_them_pass() -> None:
         assert errors == [] and parsed is not None
 
 
-def test_write_namespaces_union_of_acting_scale_to_zero_and_restart_policies() -> None:
+def test_write_namespaces_are_acting_scale_to_zero_namespaces_only() -> None:
+    """The guide's scaler Role goes only where a ScaleToZero policy acts; Restart evicts, it needs none."""
     def make(name: str, mode: str | None, spec: dict[str, Any]) -> GpuPolicy:
         body = {**spec, **({"mode": mode} if mode else {})}
         return parse_policy({"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy",
@@ -148,6 +149,9 @@ def test_write_namespaces_union_of_acting_scale_to_zero_and_restart_policies() -
                                    "sharing": {"strategy": "MIG", "rollout": "Restart"}}),
         make("no-restart", "Automatic", {"selector": {"namespaces": ["web"]}, "sharing": {"strategy": "MIG"}}),
     ]
-    assert write_namespaces(policies, Mode.RECOMMEND, True) == {"research", "inference", "batch"}
-    assert write_namespaces(policies, Mode.AUTOMATIC, True) == {"research", "inference", "batch", "staging"}
+    assert write_namespaces(policies, Mode.RECOMMEND, True) == {"research"}
+    assert write_namespaces(policies, Mode.AUTOMATIC, True) == {"research"}
+    policies.append(make("park-default", None, {"scaleToZero": {"namespaces": ["batch"]}}))
+    assert write_namespaces(policies, Mode.RECOMMEND, True) == {"research"}
+    assert write_namespaces(policies, Mode.AUTOMATIC, True) == {"research", "batch"}
     assert write_namespaces(policies, Mode.AUTOMATIC, False) == set(), "no Prometheus: all stay Recommend"

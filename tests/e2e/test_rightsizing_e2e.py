@@ -15,7 +15,8 @@ The story: a Deployment asking `nvidia.com/gpu: 1` runs on a whole GPU; an
 Automatic MIG `auto` policy with `rollout: Restart` and `gpuMemory: 30Gi`
 (which alone would choose 3g.40gb) is created; the controller measures the
 7 GiB peak, writes an Applied proposal with resource nvidia.com/mig-1g.10gb,
-then restarts the Deployment; the new pods, created through admission, ask
+then restarts the Deployment by evicting its pod (Eviction API; the Deployment itself is never
+written); the replacement pods, created through admission, ask
 for nvidia.com/mig-1g.10gb.
 """
 
@@ -129,15 +130,16 @@ def test_measured_peak_becomes_the_pods_mig_slice_after_restart(
         assert "peak 7.0 GiB" in proposal["reason"], proposal["reason"]
 
         deployments = client.AppsV1Api(cluster.api_client)
+        before = deployments.read_namespaced_deployment("llm", NAMESPACE).metadata
 
-        def restarted() -> bool:
-            template = deployments.read_namespaced_deployment("llm", NAMESPACE).spec.template
-            return "kubectl.kubernetes.io/restartedAt" in (template.metadata.annotations or {})
+        def restarted() -> dict[str, Any] | None:
+            return (status(cluster).get("restarts") or {}).get(f"Deployment/{NAMESPACE}/llm")
 
-        cluster.wait_for(restarted, timeout=20, message="the Deployment restarted by the controller")
+        record = cluster.wait_for(restarted, timeout=20, message="the restart record in the policy status")
+        assert record["proposal"] == proposal["id"] and first["metadata"]["uid"] in record["pods"]
         rbac = client.RbacAuthorizationV1Api(cluster.api_client)
-        binding = rbac.read_namespaced_role_binding("kubeon-gpu-optimizer-scaler", NAMESPACE)
-        assert binding.role_ref.name == "kubeon-gpu-optimizer-scaler"
+        bindings = rbac.list_namespaced_role_binding(NAMESPACE).items
+        assert [b.metadata.name for b in bindings] == [], "Restart evicts: no workload write access granted"
 
         def moved() -> list[dict[str, Any]] | None:
             pods = cluster.pods(NAMESPACE, "app=llm", ready=True)
@@ -152,8 +154,10 @@ def test_measured_peak_becomes_the_pods_mig_slice_after_restart(
             assert annotations["gpu.kubeon.io/policy"] == POLICY
             assert "nvidia.com/gpu" in annotations["gpu.kubeon.io/rewritten-from"]
             assert pod["spec"]["nodeName"] == "a100-mig-0"
-        undo = deployments.read_namespaced_deployment("llm", NAMESPACE).metadata.annotations["gpu.kubeon.io/undo"]
-        assert proposal["id"] in undo
+        llm = deployments.read_namespaced_deployment("llm", NAMESPACE)
+        assert llm.metadata.generation == before.generation, "the restart never writes the Deployment's spec"
+        assert llm.metadata.annotations == before.annotations, "nor its annotations"
+        assert record["undo"]["to"] == RIGHT_SIZE
     finally:
         if controller is not None:
             controller.stop()

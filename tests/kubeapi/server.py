@@ -76,6 +76,8 @@ class _Handler(BaseHTTPRequestHandler):
         opts = Options()
         try:
             url = urlsplit(self.path)
+            if method != "GET":
+                self.server.writes.append((method, url.path))
             query = {k: v[-1] for k, v in parse_qs(url.query, keep_blank_values=True).items()}
             opts.dry_run = query.get("dryRun") == "All"
             if query.get("dryRun") not in (None, "", "All"):
@@ -330,6 +332,9 @@ class _HttpServer(ThreadingHTTPServer):
         self.connections: set[socket.socket] = set()
         self.stopping = False
         self.logs = PodLogs()
+        # (method, path) of every request but GETs, in arrival order: what a client wrote, for tests
+        # that check it stayed within an RBAC grant (ApiServer.writes).
+        self.writes: list[tuple[str, str]] = []
         super().__init__(("127.0.0.1", port), _Handler)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
@@ -356,6 +361,11 @@ class ApiServer:
         Path(self.kubeconfig).write_text(self._kubeconfig_text())
         for ns in DEFAULT_NAMESPACES:
             self.registry.create(self._res("", "v1", "namespaces"), "", {"metadata": {"name": ns}}, Options())
+
+    @property
+    def writes(self) -> list[tuple[str, str]]:
+        """(method, path) of every non-GET request so far (POST, PUT, PATCH, DELETE), oldest first."""
+        return list(self._http.writes)
 
     @classmethod
     def start(cls, crd_files: list[str | Path] | tuple[str | Path, ...] = (), history: int = 2000,

@@ -11,6 +11,18 @@ the blocks at start (about 0.2 s), then scrapes the exporter every 1 s;
 the first scrape comes about 5 s after start (the scrape manager applies
 targets on a 5 s tick), so tests that only read history pass
 `wait_scrape=False` and do not wait for it.
+
+No gap between history and the first scrape: the history runs `lead`
+seconds (default 10) past the start, to cover the scrape manager's tick and
+a slow start on a loaded machine. Prometheus drops scraped samples older
+than its newest block (out of bounds), so until then the scripts' values
+come from the history alone, and from then on from the scrapes: one series
+without a hole (a hole longer than scale to zero's max gap reads, rightly,
+as "not known idle"; with the history ending at the start, the hole was
+the tick plus a loaded start, over the 6 s max gap of the scale-to-zero
+tests about 1 run in 4 under load). A script changed in
+those first `lead` seconds shows once they have passed: `wait_for` waits
+that long beyond its timeout, and `live_after` says when.
 """
 
 from __future__ import annotations
@@ -68,16 +80,19 @@ class PrometheusServer:
     """One Prometheus process on 127.0.0.1:<free port>, temp storage, scraping one exporter."""
 
     def __init__(self, exporter: DcgmExporter, *, history: float = 0.0, step: float = 1.0,
-                 wait_scrape: bool = True) -> None:
+                 wait_scrape: bool = True, lead: float = 10.0) -> None:
         self.exporter = exporter
         self.dir = Path(tempfile.mkdtemp(prefix="kubeon-prom-"))
         self.storage = self.dir / "data"
         self.storage.mkdir()
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.history_end = time.time()
+        start = time.time()
+        # Scraped samples before `live_after` are dropped (older than the newest block): the history
+        # covers them, up to past the first scrape.
+        self.live_after = start + lead if history > 0 else start
         if history > 0:
-            self._backfill(self.history_end - history, self.history_end, step)
+            self._backfill(start - history, self.live_after, step)
         config = self.dir / "prometheus.yml"
         config.write_text(
             "global:\n  scrape_interval: 1s\n  scrape_timeout: 900ms\n  evaluation_interval: 1s\n"
@@ -135,8 +150,11 @@ class PrometheusServer:
         return list(body["data"]["result"])
 
     def wait_for(self, promql: str, timeout: float = 10.0) -> list[dict[str, Any]]:
-        """Poll until the query returns something (e.g. a freshly scripted value was scraped)."""
-        deadline = time.monotonic() + timeout
+        """Poll until the query returns something (e.g. a freshly scripted value was scraped).
+
+        `timeout` counts from when scrapes are live: a script changed while the history still
+        covers now shows only after `live_after`."""
+        deadline = time.monotonic() + timeout + max(0.0, self.live_after - time.time())
         while True:
             result = self.query(promql)
             if result:
