@@ -33,7 +33,6 @@ from gpupolicy.packing.nodemodel import NodeState, PodDemand
 from simulator.capacity_trace import TimedPod
 
 LOOP = 10.0  # seconds between controller loops
-REUSE_ROWS = __import__("os").environ.get("REUSE", "1") == "1"
 DEFAULT_DELAY = 180.0  # seconds from a node's request to its readiness
 EVENT_COLUMNS = ("time", "event", "node", "instance_type", "pod", "gpus")
 
@@ -82,7 +81,6 @@ class Cluster:
         self.gpu_hours = self.node_hours = self.cost = 0.0
         self.nodes_now = self.peak_nodes = 0
         self.version = 0  # bumped on every change a controller could react to
-        self.scale_ups: list[float] = []
         self.changed_at: dict[int, float] = {}  # row -> when a pod last came or left
         self.pending: dict[str, PodRun] = {}  # arrived or evicted, not bound: what controllers may read
 
@@ -117,7 +115,6 @@ class Cluster:
         self.state.schedulable[row] = True
         self.nodes_now += 1
         self.peak_nodes = max(self.peak_nodes, self.nodes_now)
-        self.scale_ups.append(now)
         self.version += 1
         self.log(now, "launch", row)
         return row
@@ -143,8 +140,7 @@ class Cluster:
         self.log(now, "delete", row)
         self.alive[row] = self.ready[row] = False
         self.state.schedulable[row] = False
-        if REUSE_ROWS:
-            self.free_rows[kind.name].append(row)
+        self.free_rows[kind.name].append(row)
         self.nodes_now -= 1
         self.version += 1
 
@@ -245,7 +241,6 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
         heapq.heappush(heap, (p.arrival, ARRIVE, seq, p.key, 0))
         seq += 1
     pending = cluster.pending
-    ready_since: set[int] = set()
     drains: list[Drain] = []
     done_pods = 0
 
@@ -312,7 +307,6 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
                 row = int(key)
                 if cluster.alive[row] and cluster.requested_at[row] + delay == t:
                     cluster.make_ready(row, t)
-                    ready_since.add(row)
         now = tick
         if done_pods == len(runs) and cluster.nodes_now == 0:
             break

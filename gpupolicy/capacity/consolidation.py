@@ -2,9 +2,10 @@
 
 Final signatures (capctl's controller and the benchmark call these):
     @dataclass(frozen=True) class ConsolidationRules: underused_below_percent: float; window_seconds: float;
-        max_disrupted_nodes: int; empty_grace_seconds: float
+        max_disrupted_nodes: int; empty_grace_seconds: float; max_evictions_per_pod: int | None = 3;
+        settle_seconds: float = 0.0
     @dataclass(frozen=True) class Disruption: nodes: tuple[int, ...]; method: str; moves: dict[str, int];
-        savings_per_hour: float; explanation: str
+        savings_per_hour: float; explanation: str; launches: tuple[InstanceType, ...] = ()
     plan_disruptions(state: NodeState, pods_on: Mapping[int, Sequence[tuple[str, PodDemand]]],
                      price_per_hour: Sequence[float], usage_percent: Mapping[int, float | None],
                      rules: ConsolidationRules, *, blocked: Set[int], now: float,
@@ -26,8 +27,8 @@ empty; `in_progress` nodes already being disrupted (they count against
 already (a pod at `rules.max_evictions_per_pod` pins its node: no pod is
 disrupted without end); `changed_at[n]` when a pod last came to or left
 node n (a busy node settles `rules.settle_seconds` before it is a
-candidate, as Karpenter's consolidateAfter). Rows with `schedulable` False are neither
-candidates nor destinations.
+candidate, as Karpenter's consolidateAfter). Rows with `schedulable` False
+are neither candidates nor destinations.
 
 Methods, in order (Karpenter's disruption order, plus ours):
 1. `empty`: no pods for `empty_grace_seconds` (the "remove the GPU node
@@ -43,9 +44,9 @@ Methods, in order (Karpenter's disruption order, plus ours):
    mean the i-th launch). Savings are then the difference in price. A
    replacement is only simulated when a type cheaper than the node holds
    the pods' summed CPU, memory and GPUs (a bound that skips hopeless ones).
-Re-placement runs the packing engine (destinations: nodes that hold pods;
-moving pods onto an empty node saves nothing) (the extender's solver) on a copy with
-the candidates cordoned; `moves` are its destinations. At most
+Re-placement runs the packing engine (the extender's solver) on a copy with
+the candidates cordoned; destinations are nodes that hold pods (moving pods
+onto an empty node saves nothing); `moves` are its destinations. At most
 `max_disrupted_nodes - in_progress` nodes in all; at most one multi- or
 single-node action per call (the next loop sees the result). `max_trials`
 bounds the re-placement simulations per call (a loop's time budget).
@@ -219,10 +220,6 @@ def plan_disruptions(
     base.schedulable[list(taken)] = False
     # an empty node is no destination: moving pods onto it keeps a node alive to free another
     base.schedulable[[n for n in range(len(state)) if not pods_on.get(n)]] = False
-    if rules.settle_seconds:
-        # nor is a node whose pods still come and go: moved pods go where pods stay
-        base.schedulable[[n for n in range(len(state))
-                          if now - changed.get(n, -float("inf")) < rules.settle_seconds]] = False
 
     underused = [n for n in busy if (u := usage_percent.get(n)) is not None and u < rules.underused_below_percent]
     for n in sorted(underused, key=lambda n: (-price_per_hour[n], n)):

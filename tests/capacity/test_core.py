@@ -115,3 +115,35 @@ def test_underused_node_is_named_with_its_utilisation() -> None:
                              empty_since={})
     assert plans[0].method == "underused" and plans[0].nodes == (1,)
     assert "GPU util 3% for 2h" in plans[0].explanation
+
+
+def test_a_pod_evicted_max_times_pins_its_node() -> None:
+    state, pods_on = _cluster([gpu_pod("a", 3)], [gpu_pod("b")])
+    prices = [T4X4.price_per_hour] * 2
+    free = plan_disruptions(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={},
+                            evictions={"b": 2})
+    assert [d.nodes for d in free] == [(1,)]
+    pinned = plan_disruptions(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={},
+                              evictions={"b": 3})
+    assert [d.nodes for d in pinned] == [(0,)]  # t4-1 stays; t4-0's pod may still move onto it
+
+
+def test_a_node_whose_pods_just_changed_waits_to_settle() -> None:
+    state, pods_on = _cluster([gpu_pod("a", 3)], [gpu_pod("b")])
+    prices = [T4X4.price_per_hour] * 2
+    rules = ConsolidationRules(max_disrupted_nodes=1, settle_seconds=600)
+    kw = {"blocked": set(), "empty_since": {}, "changed_at": {0: 950.0, 1: 900.0}}
+    assert plan_disruptions(state, pods_on, prices, {}, rules, now=1000.0, **kw) == []
+    assert [d.nodes for d in plan_disruptions(state, pods_on, prices, {}, rules, now=1500.0, **kw)] == [(1,)]
+
+
+def test_an_expensive_node_is_replaced_by_cheaper_capacity() -> None:
+    state = NodeState.build([V100X8.spec("v100-0")])
+    key, demand = gpu_pod("small")
+    state.place(0, demand, (0,))
+    plans = plan_disruptions(state, {0: [(key, demand)]}, [V100X8.price_per_hour], {}, RULES, blocked=set(),
+                             now=0.0, empty_since={}, instance_types=TYPES)
+    assert len(plans) == 1 and plans[0].method == "single-node"
+    assert [t.name for t in plans[0].launches] == ["p100x1"] and plans[0].moves == {"small": 1}
+    assert plans[0].savings_per_hour == pytest.approx(V100X8.price_per_hour - P100X1.price_per_hour)
+    assert "replaced by p100x1" in plans[0].explanation
