@@ -507,8 +507,12 @@ class Scheduler:
                 log.exception("scheduler pass failed")
             self._stop.wait(self.interval)
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask the thread to end after the pass in flight, without waiting (Cluster stops every loop at once)."""
         self._stop.set()
+
+    def stop(self) -> None:
+        self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None

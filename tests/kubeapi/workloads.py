@@ -135,8 +135,12 @@ class PassLoop:
                 log.exception("%s pass failed", self._name)
             self._stop.wait(self.interval)
 
-    def stop(self) -> None:
+    def request_stop(self) -> None:
+        """Ask the thread to end after the pass in flight, without waiting (Cluster stops every loop at once)."""
         self._stop.set()
+
+    def stop(self) -> None:
+        self.request_stop()
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
@@ -150,6 +154,9 @@ class InBackground:
     def start(self) -> Self:
         self._loop.start()
         return self
+
+    def request_stop(self) -> None:
+        self._loop.request_stop()
 
     def stop(self) -> None:
         self._loop.stop()
