@@ -239,6 +239,10 @@ class PackingSpec(_Wire):
 class TypeFitSpec(_Wire):
     """Steer GPU pods to the GPU products that serve them."""
 
+    # allowedModels: the only products the pod may use (admission picks MIG profiles they offer; the
+    # extender fails other nodes). preferredModels: products the extender tries first; the others (within
+    # allowedModels) only when no preferred node can take the pod, so a preference never leaves a pod pending.
+
     allowed_models: list[str] = Field(default_factory=list)
     preferred_models: list[str] = Field(default_factory=list)
 

@@ -49,7 +49,7 @@ from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.owners import is_approved, pod_owner
 from gpupolicy.packing.engine import STRATEGIES, NodeVerdict, Placement, decide, explain, get_strategy
 from gpupolicy.packing.kubemodel import cluster_share_basis, demand_from_pod, resolve_share
-from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
+from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand, model_mask
 from gpupolicy.packing.placement import REASON_BY_CODE, FitResult, PackingContext, RejectReason, fit
 from gpupolicy.packing.typicalmix import TypicalMix
 
@@ -74,7 +74,9 @@ class Plan:
     `strategy`: a name in `packing.STRATEGIES`.
     `recommended`: the strategy a Recommend/Approve packing policy would use
     (logged, not applied). `allowed_models`: products allowed by an enforced
-    typeFit policy (None: no policy constraint). `notes`: why, for logs.
+    typeFit policy (None: no policy constraint). `preferred_models`: products
+    an enforced typeFit policy prefers: tried first, the others only when no
+    preferred one can take the pod (None: no preference). `notes`: why, for logs.
     """
 
     strategy: str
@@ -82,6 +84,7 @@ class Plan:
     recommended: str | None = None
     allowed_models: frozenset[str] | None = None
     notes: tuple[str, ...] = ()
+    preferred_models: frozenset[str] | None = None
 
 
 def expand_models(names: Iterable[str], catalog: Catalog = DEFAULT_CATALOG) -> frozenset[str]:
@@ -164,16 +167,32 @@ def plan_for_pod(view: ClusterView, request: PodRequest, default_strategy: str,
             recommended = resolved
             notes.append(f"GpuPolicy {packing.name} ({view.mode_of(packing).mode.value}) "
                          f"would score with {resolved}")
-    allowed = None
+    allowed = preferred = None
     type_fit = winners.get(PolicyKind.TYPE_FIT)
-    if type_fit is not None and type_fit.spec.type_fit is not None and type_fit.spec.type_fit.allowed_models:
-        models = expand_models(type_fit.spec.type_fit.allowed_models, catalog)
-        if _applies(type_fit, view, request):
-            allowed = models
-        else:
-            notes.append(f"GpuPolicy {type_fit.name} ({view.mode_of(type_fit).mode.value}) "
-                         f"would allow only {', '.join(sorted(type_fit.spec.type_fit.allowed_models))}")
-    return Plan(strategy, source, recommended, allowed, tuple(notes))
+    spec = type_fit.spec.type_fit if type_fit is not None else None
+    if type_fit is not None and spec is not None:
+        applies = _applies(type_fit, view, request)
+        would = f"GpuPolicy {type_fit.name} ({view.mode_of(type_fit).mode.value}) would"
+        if spec.allowed_models:
+            if applies:
+                allowed = expand_models(spec.allowed_models, catalog)
+            else:
+                notes.append(f"{would} allow only {', '.join(sorted(spec.allowed_models))}")
+        if spec.preferred_models:
+            if applies:
+                preferred = expand_models(spec.preferred_models, catalog)
+            else:
+                notes.append(f"{would} prefer {', '.join(sorted(spec.preferred_models))}")
+    return Plan(strategy, source, recommended, allowed, tuple(notes), preferred)
+
+
+def preferred_rows(state: NodeState, plan: Plan, rows: IntArray, fitted: FitResult) -> IntArray:
+    """`rows` narrowed to the feasible nodes of the plan's preferred products; all of `rows` when the plan
+    prefers none or none of those can take the pod (a preference never makes a pod unschedulable)."""
+    if plan.preferred_models is None:
+        return rows
+    keep = fitted.feasible[rows] & model_mask(state, plan.preferred_models)[rows]
+    return rows[keep] if bool(keep.any()) else rows
 
 
 def constrain(demand: PodDemand, allowed: frozenset[str] | None) -> PodDemand:
@@ -336,7 +355,12 @@ def choose(view: ClusterView, state: NodeState, ctx: PackingContext, mix: Typica
     known = rows if bool(known_mask.all()) else rows[known_mask]
     ctx.mix = mix if mix is not None and len(mix) else TypicalMix.from_pods([demand])
     ctx.tie_rank = used_first_rank(state)
-    decision = decide(state, demand, get_strategy(plan.strategy), ctx, restrict=known, fitted=fitted)
+    if plan.preferred_models is not None:
+        fitted = fitted or fit(state, demand)
+        scored = preferred_rows(state, plan, known, fitted)
+    else:
+        scored = known
+    decision = decide(state, demand, get_strategy(plan.strategy), ctx, restrict=scored, fitted=fitted)
     points = np.zeros(len(rows), dtype=np.int64)
     points[known_mask] = extender_scores(decision, known, state)
     node = state.names[decision.node] if decision.node is not None else None

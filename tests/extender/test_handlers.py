@@ -256,3 +256,22 @@ def test_a_hub_disconnected_cluster_gets_a_neutral_extender() -> None:
     result = h.filter(wire_pod("p", gpus=2), NAMES)
     assert result["NodeNames"] == NAMES and result["FailedNodes"] == {} and not result["FailedAndUnresolvableNodes"]
     assert set(h.prioritize(wire_pod("p", gpus=1), NAMES).values()) == {0}
+
+
+def test_typefit_preferred_models_win_prioritize_and_fall_back_when_full() -> None:
+    prefer = {"typeFit": {"preferredModels": [H100]}}
+    # a100-used is fuller (the engine's own pick for a 1-GPU pod); the preference puts h100-0 first
+    h = Harness(cluster(), [used_pod("busy", "a100-used", 4)], policies=[policy("h100-first", prefer)])
+    scores = h.prioritize(wire_pod("p", gpus=1), ["a100-fresh", "a100-used", "h100-0"])
+    assert scores["h100-0"] == 10 and scores["a100-used"] == scores["a100-fresh"] == 0
+    plain = Harness(cluster(), [used_pod("busy", "a100-used", 4)])
+    assert plain.schedule(wire_pod("p", gpus=1), NAMES) != "h100-0"  # without the policy it goes elsewhere
+    # the H100 node full: the preference falls back to the other products instead of leaving the pod pending
+    full = Harness(cluster(), [used_pod("busy", "a100-used", 4), used_pod("h", "h100-0", 8)],
+                   policies=[policy("h100-first", prefer)])
+    assert full.schedule(wire_pod("p", gpus=1), NAMES) in ("a100-fresh", "a100-used")
+    # Recommend: logged only, the placement is the plain one
+    rec = Harness(cluster(), [used_pod("busy", "a100-used", 4)],
+                  policies=[policy("h100-first", prefer, mode="Recommend")])
+    names = ["a100-fresh", "a100-used", "h100-0"]
+    assert rec.prioritize(wire_pod("p", gpus=1), names) == plain.prioritize(wire_pod("p", gpus=1), names)
