@@ -94,6 +94,7 @@ from gpupolicy.packing.nodemodel import NodeState, PodDemand
 from gpupolicy.packing.placement import PackingContext
 from gpupolicy.packing.typicalmix import TypicalMix
 from gpupolicy.proposals import TargetRef, decide_state, make_proposal
+from kube import calls
 from kube import karpenter as kk
 from kube import layout as kl
 from kube.events import ObjectRef
@@ -518,7 +519,7 @@ class CapacityReconciler:
         if step.evict:
             accepted, refused = [], ""
             for namespace, pod, uid in step.evict:
-                status, why = kk.evict(ctx.api, namespace, pod)
+                status, why = calls.evict(ctx.api, namespace, pod)
                 if status in (201, 404):
                     accepted.append(uid)
                 else:

@@ -31,9 +31,10 @@ from gpupolicy.capacity.nodepool import (
 )
 from gpupolicy.capacity.provider import KARPENTER, CapacityNode, NewNode
 from gpupolicy.model import CapacitySpec
+from kube import calls
 
 __all__ = ["GROUP", "VERSION", "KarpenterProvider", "PoolConflict", "apply_nodepool", "claim_to_node",
-           "contains", "create_nodeclaim", "delete_nodeclaim", "evict", "list_nodeclaims", "read_nodepool"]
+           "contains", "create_nodeclaim", "delete_nodeclaim", "list_nodeclaims", "read_nodepool"]
 NODEPOOLS, NODECLAIMS = "nodepools", "nodeclaims"
 APPLY_PATCH = "application/apply-patch+yaml"
 
@@ -54,7 +55,7 @@ def apply_nodepool(api: client.ApiClient, body: Mapping[str, Any]) -> dict[str, 
             _content_type=APPLY_PATCH, _preload_content=False))
     except ApiException as exc:
         if exc.status == 409:
-            raise PoolConflict(_message(exc)) from exc
+            raise PoolConflict(calls.message(exc)) from exc
         raise
     return answer
 
@@ -84,42 +85,13 @@ def list_nodeclaims(api: client.ApiClient, pool: str | None = None) -> list[dict
 
 def create_nodeclaim(api: client.ApiClient, body: Mapping[str, Any]) -> bool:
     """Create a NodeClaim; False when one of that name exists already (a repeated pass)."""
-    try:
-        client.CustomObjectsApi(api).create_cluster_custom_object(GROUP, VERSION, NODECLAIMS, dict(body),
-                                                                  _preload_content=False)
-    except ApiException as exc:
-        if exc.status == 409:
-            return False
-        raise
-    return True
+    return calls.created(client.CustomObjectsApi(api).create_cluster_custom_object, GROUP, VERSION, NODECLAIMS,
+                         dict(body), _preload_content=False)
 
 
 def delete_nodeclaim(api: client.ApiClient, name: str) -> None:
-    try:
-        client.CustomObjectsApi(api).delete_cluster_custom_object(GROUP, VERSION, NODECLAIMS, name,
-                                                                  _preload_content=False)
-    except ApiException as exc:
-        if exc.status != 404:
-            raise
-
-
-def evict(api: client.ApiClient, namespace: str, name: str) -> tuple[int, str]:
-    """Ask the Eviction API to remove a pod: (201, "") accepted, (404, "") gone, (429|500, why) refused."""
-    body: Any = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
-    try:
-        client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
-    except ApiException as exc:
-        if exc.status in (404, 429, 500):
-            return int(exc.status), _message(exc)
-        raise
-    return 201, ""
-
-
-def _message(exc: ApiException) -> str:
-    try:
-        return str(json.loads(exc.body or "{}").get("message") or exc.reason)
-    except ValueError:
-        return str(exc.reason)
+    calls.deleted(client.CustomObjectsApi(api).delete_cluster_custom_object, GROUP, VERSION, NODECLAIMS, name,
+                  _preload_content=False)
 
 
 def _quantity_int(value: Any) -> int:

@@ -17,12 +17,14 @@ need:
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.rest import ApiException
+
+from kube import calls
 
 MERGE_PATCH = "application/merge-patch+json"
 KEDA_GROUP = "keda.sh"
@@ -38,41 +40,19 @@ COMPONENT_LABEL = "app.kubernetes.io/component"
 
 # -- not found is an answer -------------------------------------------------
 
-def _items_or_empty(call: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-    """A list call's items; [] on 404 (the CRD is not installed: nothing of that kind exists)."""
-    try:
-        answer = call(*args, **kwargs)
-    except ApiException as exc:
-        if exc.status == 404:
-            return []
-        raise
-    return list(answer.get("items") or [])
-
-
-def _deleted(call: Callable[..., Any], *args: Any) -> bool:
-    """Run a delete; False when the object was already gone (404), so repeated passes stay idempotent."""
-    try:
-        call(*args)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
-
-
 # -- KEDA ScaledObjects ------------------------------------------------------
 
 def list_scaled_objects(
     api: client.ApiClient, namespace: str, label_selector: str = ""
 ) -> list[dict[str, Any]]:
     """ScaledObjects in a namespace; [] when KEDA is not installed (nothing can manage the target)."""
-    return _items_or_empty(client.CustomObjectsApi(api).list_namespaced_custom_object,
+    return calls.items_or_empty(client.CustomObjectsApi(api).list_namespaced_custom_object,
                            KEDA_GROUP, KEDA_VERSION, namespace, KEDA_PLURAL, label_selector=label_selector)
 
 
 def list_scaled_objects_all_namespaces(api: client.ApiClient, label_selector: str = "") -> list[dict[str, Any]]:
     """ScaledObjects in every namespace; [] when KEDA is not installed."""
-    return _items_or_empty(client.CustomObjectsApi(api).list_cluster_custom_object,
+    return calls.items_or_empty(client.CustomObjectsApi(api).list_cluster_custom_object,
                            KEDA_GROUP, KEDA_VERSION, KEDA_PLURAL, label_selector=label_selector)
 
 
@@ -129,7 +109,7 @@ def update_scaled_object(api: client.ApiClient, body: Mapping[str, Any], current
 
 
 def delete_scaled_object(api: client.ApiClient, namespace: str, name: str) -> bool:
-    return _deleted(client.CustomObjectsApi(api).delete_namespaced_custom_object,
+    return calls.deleted(client.CustomObjectsApi(api).delete_namespaced_custom_object,
                     KEDA_GROUP, KEDA_VERSION, namespace, KEDA_PLURAL, name)
 
 
@@ -187,17 +167,11 @@ def ensure_scaler_binding(api: client.ApiClient, namespace: str, subject: Servic
         if existing.get("roleRef", {}).get("name") == SCALER_ROLE and existing.get("subjects") == want["subjects"]:
             return False
         delete_scaler_binding(api, namespace)
-    try:
-        _rbac(api).create_namespaced_role_binding(namespace, want)
-    except ApiException as exc:
-        if exc.status == 409:
-            return False
-        raise
-    return True
+    return calls.created(_rbac(api).create_namespaced_role_binding, namespace, want)
 
 
 def delete_scaler_binding(api: client.ApiClient, namespace: str) -> bool:
-    return _deleted(_rbac(api).delete_namespaced_role_binding, SCALER_ROLE, namespace)
+    return calls.deleted(_rbac(api).delete_namespaced_role_binding, SCALER_ROLE, namespace)
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kube import calls
+
 MERGE_PATCH = "application/merge-patch+json"
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
@@ -107,14 +109,7 @@ def patch_scale(api: client.ApiClient, kind: str, namespace: str, name: str,
 def evict_pod(api: client.ApiClient, namespace: str, name: str) -> bool:
     """Evict one pod through the Eviction API (policy/v1). False when a PodDisruptionBudget refuses (429)
     or the pod is already gone (404): both mean "nothing evicted now"."""
-    body = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
-    try:
-        client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
-    except ApiException as exc:
-        if exc.status in (404, 429):
-            return False
-        raise
-    return True
+    return calls.evict(api, namespace, name)[0] == 201
 
 
 def list_namespaces(api: client.ApiClient) -> dict[str, dict[str, str]]:
