@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+import orjson
+
 from gpupolicy.catalog import (
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
@@ -439,6 +441,14 @@ def apply_sharing(pod: dict[str, Any], plan: SharingPlan) -> dict[str, dict[str,
 
 
 def rewritten_from_json(original: Mapping[str, Any]) -> str:
+    """Compact JSON, keys sorted: orjson's bytes when they are ASCII (then the same as json.dumps'),
+    else json.dumps, which escapes other characters as \\uXXXX."""
+    try:
+        data = orjson.dumps(original, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        data = b"\x80"
+    if data.isascii():
+        return data.decode()
     return json.dumps(original, sort_keys=True, separators=(",", ":"))
 
 
