@@ -26,14 +26,16 @@ fit rules read, so a replay never rescans the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 MILLI = 1000  # milli-GPU in one whole GPU
 
+T = TypeVar("T")
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -149,6 +151,7 @@ class NodeState:
         # False: the node's GPUs are advertised only as time-sliced replicas (no whole-GPU requests)
         self.exclusive: BoolArray = np.ones(n, dtype=bool) if exclusive is None else exclusive.astype(bool)
         self.row_version = np.zeros(n, dtype=np.int64)  # bumped per node change; caches compare it
+        self._static: dict[str, Any] = {}  # values derived from capacity alone (`static`)
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -179,6 +182,14 @@ class NodeState:
         for key, value in self.__dict__.items():
             other.__dict__[key] = value.copy() if isinstance(value, np.ndarray | dict) else value
         return other
+
+    def static(self, key: str, build: Callable[[], T]) -> T:
+        """`build()`, once per state: for values that depend on capacity alone (no row update changes
+        them; a change of capacity builds a new state)."""
+        if key not in self._static:
+            self._static[key] = build()
+        value: T = self._static[key]
+        return value
 
     def __len__(self) -> int:
         return len(self.names)
