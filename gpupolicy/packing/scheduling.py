@@ -351,7 +351,7 @@ def extender_scores(decision: Placement, nodes: IntArray, state: NodeState | Non
     With `state`, nodes identical to the pick (`identical_to`) get 10 too:
     identical nodes get equal scores, and kube-scheduler's random tie-break
     chooses among them. Nodes that merely score alike do not: the engine's
-    tie order (used nodes first, then a fixed order) is what fills one node
+    tie order (nodes holding GPU work first, then a fixed order) is what fills one node
     after another, and kube-scheduler's spreading plugins would undo it.
     `keys`: the state's `RowKeys`, for the same answer at a fraction of the cost.
     """
@@ -428,7 +428,7 @@ def choose(view: ClusterView, state: NodeState, ctx: PackingContext, mix: Typica
     `mix`: the typical pod mix learned so far (None or empty: the pod alone).
     `screened`: this pod's /filter verdict on this very state, if the caller
     has it; its fit verdicts are reused when its demand is this one. Ties go
-    to used nodes first (`used_first_rank`).
+    to nodes holding GPU work first (`used_first_rank`).
     """
     plan = plan_for_pod(view, request, default_strategy)
     demand = pending_demand(state, request.demand, plan)
