@@ -48,7 +48,7 @@ from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATI
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
 from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, ExtenderSpec, Obj, Profile, ProfileError, schedule_one
-from simulator.replay import Arrival, ReplayResult, arrival_order
+from simulator.replay import Arrival, ReplayResult, arrival_order, interleave
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_SCHEDULER_CONFIG = REPO / "manifests" / "rendered" / "scheduler.yaml"
@@ -171,8 +171,13 @@ def replay_through_extender(
     config: Mapping[str, Any] | None = None,
     strategy: str = DEFAULT_STRATEGY,
     keep_placements: bool = False,
+    extra: Sequence[PodDemand] = (),
 ) -> ReplayResult:
-    """One replay of the live path; the same arrivals and metrics as `simulator.replay.replay`."""
+    """One replay of the live path; the same arrivals and metrics as `simulator.replay.replay`.
+
+    `extra`: pods arriving besides the trace's (bench/robustness.py's
+    CPU-only pods), interleaved as `simulator.replay.replay` does.
+    """
     config = config if config is not None else load_scheduler_config()
     profile = Profile.from_config(config)
     if not profile.extenders:
@@ -182,7 +187,7 @@ def replay_through_extender(
     by_name = sorted(nodes, key=lambda s: s.name)
     tie_rank = rng.permutation(len(by_name))
     capacity_milli = sum(s.gpu_count for s in by_name) * MILLI
-    arrivals = arrival_order(pods, capacity_milli, tune, rng)
+    arrivals = interleave(arrival_order(pods, capacity_milli, tune, rng), extra, np.random.default_rng([seed, 2]))
     shares = [p.gpu_milli for p in pods if p.is_sharing]
     replicas = max(2, MILLI // max(1, min(shares))) if shares else 2
     names = [f"r{int(tie_rank[i]):05d}-{s.name}" for i, s in enumerate(by_name)]

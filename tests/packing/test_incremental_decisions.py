@@ -41,8 +41,8 @@ def reference_identical_to(state: NodeState, node: int, nodes: IntArray, keys: A
 
 
 def reference_used_first_rank(state: NodeState) -> IntArray:
-    used = (state.gpu_free_total < state.gpu_count * 1000) | (state.cpu_free < state.cpu_cap) | (
-        state.shared_free < state.shared_cap) | (state.mig_free < state.mig_cap).any(axis=1)
+    used = (state.gpu_free_total < state.gpu_count * 1000) | (state.shared_free < state.shared_cap) | (
+        state.mig_free < state.mig_cap).any(axis=1)
     rank: IntArray = np.arange(len(state), dtype=np.int64) + np.where(used, 0, len(state))
     return rank
 
