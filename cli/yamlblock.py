@@ -38,7 +38,6 @@ MAX_KEY = 120  # a longer key is a "complex" key in libyaml (`? key`): not writt
 MAX_DEPTH = 48
 
 _FIRST_INDICATORS = frozenset("#,[]{}&*!|>'\"%@`")
-_PRINTABLE = frozenset(chr(c) for c in range(0x20, 0x7F))
 
 
 class Unsupported(ValueError):
@@ -149,7 +148,7 @@ def _style(text: str, resolve: Callable[[str], bool]) -> tuple[str, bool]:
     found = _STYLES.get(text)
     if found is not None:
         return found
-    if not _PRINTABLE.issuperset(text):
+    if not (text.isascii() and text.isprintable()):  # printable ASCII: 0x20-0x7e
         raise Unsupported("non-ASCII or control characters")
     if text and (text[0] == " " or text[-1] == " "):
         raise Unsupported("leading or trailing space")
