@@ -99,7 +99,14 @@ _RESOLVER = yaml.resolver.Resolver()
 
 
 def _reads_as_str(text: str) -> bool:
-    """Whether `text` written plain reads back as a string (what the dumper asks before writing it plain)."""
+    """Whether `text` written plain reads back as a string (what the dumper asks before writing it plain).
+
+    The resolver tries only the implicit resolvers filed under the text's first character (and
+    those filed under None, if any): with none there, it is a string without matching a pattern.
+    """
+    table = _RESOLVER.yaml_implicit_resolvers
+    if text and text[0] not in table and None not in table and not _RESOLVER.yaml_path_resolvers:
+        return True
     return bool(_resolve_scalar(text, (True, False)) == _STR)
 
 

@@ -20,8 +20,8 @@ What it reproduces of libyaml's emitter (`emitter.c`, PyYAML 6's
   passes 80, continuing at the scalar's indent (its collection's + 2);
   keys never fold.
 Anything outside that (non-ASCII or control characters, leading or
-trailing spaces, keys that are not short strings, floats, other types)
-raises `Unsupported`, and the caller writes that document with the libyaml
+trailing spaces, keys that are not short strings, floats, other types,
+nesting past `MAX_DEPTH`) raises `Unsupported`, and the caller writes that document with the libyaml
 dumper instead. tests/cli/test_yaml_block.py compares both on generated data.
 """
 
@@ -33,9 +33,11 @@ from typing import Any
 
 WIDTH = 80  # libyaml's best_width when none is set
 MAX_KEY = 120  # a longer key is a "complex" key in libyaml (`? key`): not written here
+# Deeper data goes to the dumper, which then succeeds or fails (RecursionError) exactly as before: its
+# depth limit is the interpreter's recursion limit over several frames per level, this writer's one frame.
+MAX_DEPTH = 48
 
 _FIRST_INDICATORS = frozenset("#,[]{}&*!|>'\"%@`")
-_PRINTABLE = frozenset(chr(c) for c in range(0x20, 0x7F))
 
 
 class Unsupported(ValueError):
@@ -61,6 +63,8 @@ class _Emitter:
         self.resolve = resolve
 
     def mapping(self, data: dict[Any, Any], indent: int, inline: bool) -> None:
+        if indent > 2 * MAX_DEPTH:
+            raise Unsupported("nested deeper than MAX_DEPTH")
         out, resolve = self.out, self.resolve
         keys, styles = _KEYS, _STYLES
         pad = " " * indent
@@ -94,6 +98,8 @@ class _Emitter:
                 out.append(head + " " + self.scalar(value, indent + len(ktext) + 2, indent + 2) + "\n")
 
     def sequence(self, data: list[Any], indent: int, inline: bool) -> None:
+        if indent > 2 * MAX_DEPTH:
+            raise Unsupported("nested deeper than MAX_DEPTH")
         out = self.out
         pad = " " * indent
         for value in data:
@@ -142,7 +148,7 @@ def _style(text: str, resolve: Callable[[str], bool]) -> tuple[str, bool]:
     found = _STYLES.get(text)
     if found is not None:
         return found
-    if not _PRINTABLE.issuperset(text):
+    if not (text.isascii() and text.isprintable()):  # printable ASCII: 0x20-0x7e
         raise Unsupported("non-ASCII or control characters")
     if text and (text[0] == " " or text[-1] == " "):
         raise Unsupported("leading or trailing space")

@@ -84,3 +84,21 @@ def test_dry_run_answers_of_a_generated_file(tmp_path: Path) -> None:
     assert len(answers) == 600
     for answer in answers:
         assert yamlblock.dump(answer, _reads_as_str) == reference(answer)
+
+
+def test_deep_data_is_left_to_the_dumper() -> None:
+    """Past MAX_DEPTH the dumper writes (or fails, RecursionError) exactly as it did before this writer."""
+    deep: Any = "x"
+    for _ in range(yamlblock.MAX_DEPTH + 10):
+        deep = {"a": [deep]}
+    try:
+        yamlblock.dump({"deep": deep}, _reads_as_str)
+    except yamlblock.Unsupported:
+        pass
+    else:
+        raise AssertionError("deep data should go to the dumper")
+    assert yaml_document({"deep": deep}) == reference({"deep": deep})
+    shallow: Any = "x"
+    for _ in range(10):
+        shallow = {"a": [shallow]}
+    assert yamlblock.dump({"deep": shallow}, _reads_as_str) == reference({"deep": shallow})
