@@ -1,0 +1,166 @@
+"""Step 4 of a capacity pass: which GPU nodes to give back, and starting their drains.
+
+Every GPU node is a row of the packing engine's state (pods bound as the
+extender counts them); only nodes of the pool with a NodeClaim are
+candidates. `plan_disruptions` (gpupolicy/capacity/consolidation.py) gets
+each node's highest DCGM utilisation over `consolidation.for`, prices from
+the provider, and the blocked rows: do-not-disrupt on the node or a pod, a
+drain under way or recently undone, a MIG re-layout, a claim being deleted,
+a node launched for pods still pending.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from controller.capacity_drain import step
+from controller.capacity_pass import HOURS_PER_MONTH, Pass, Seen, annotations_of, is_gpu_node, live, meta, pod_key
+from controller.capacity_pass import timestamp as _timestamp
+from controller.capacity_usage import node_usage
+from controller.context import ControllerContext
+from controller.metrics_source import MetricsError
+from gpupolicy.capacity import drain
+from gpupolicy.capacity.consolidation import EMPTY, UNDERUSED, ConsolidationRules, Disruption, plan_disruptions
+from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION
+from gpupolicy.capacity.provider import CapacityNode
+from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, Proposal
+from gpupolicy.model import ProposalState as State
+from gpupolicy.modes import disruption_mode
+from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
+from gpupolicy.packing.nodemodel import PodDemand
+from gpupolicy.proposals import TargetRef, make_proposal
+from kube import layout as kl
+
+log = logging.getLogger(__name__)
+
+
+def usage(ctx: ControllerContext, policies: list[GpuPolicy], seen: Seen, step_seconds: float
+          ) -> dict[str, float | None]:
+    """Each node's highest GPU utilisation over the longest `for` of the policies (None: not known)."""
+    names = [str(n["metadata"]["name"]) for n in seen.nodes]
+    if ctx.metrics is None or not ctx.prometheus_configured or not policies:
+        return dict.fromkeys(names)
+    window = max(p.spec.capacity.consolidation.window_seconds for p in policies if p.spec.capacity)
+    now = ctx.clock.now()
+    try:
+        return node_usage(ctx.metrics, names, start=now - window, end=now, step=step_seconds)
+    except MetricsError as exc:
+        log.warning("capacity: GPU utilisation unavailable: %s", exc)
+        return dict.fromkeys(names)
+
+
+@dataclass
+class EmptyTracker:
+    """When each node last became empty, as far as the objects and this process can tell."""
+
+    first_seen_empty: dict[str, float] = field(default_factory=dict)
+    was_busy: set[str] = field(default_factory=set)
+
+    def empty_since(self, name: str, node: Mapping[str, Any], seen: Seen, busy: bool, now: float) -> float:
+        """The latest of the node's creation, its last pod's finish and, when this process saw it
+        busy before (pods deleted leave no trace), when it first saw it empty."""
+        if busy:
+            self.first_seen_empty.pop(name, None)
+            self.was_busy.add(name)
+            return now
+        marks = [_timestamp(meta(node).get("creationTimestamp"))]
+        for pod in seen.by_node.get(name, []):
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                marks.append(_timestamp(((status.get("state") or {}).get("terminated") or {}).get("finishedAt")))
+        first = self.first_seen_empty.setdefault(name, now)
+        known = [m for m in marks if m is not None] + ([first] if name in self.was_busy else [])
+        return max(known) if known else first
+
+
+def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used: Mapping[str, float | None],
+                empty: EmptyTracker, proposals: list[Proposal], conditions: list[Condition]) -> list[Disruption]:
+    """Plan the policy's disruptions and start those the mode allows; returns the plan."""
+    ctx, seen = p.ctx, p.seen
+    rules = spec.consolidation
+    now = ctx.clock.now()
+    if not ctx.prometheus_configured:
+        conditions.append(Condition(type="UsageAware", status="False", reason="PrometheusNotConfigured",
+                                    message="usage-aware consolidation needs --prometheus-url (GPU utilisation "
+                                            "from DCGM); empty nodes and nodes whose pods fit elsewhere are "
+                                            "still consolidated in the policy's mode"))
+    claims = {c.node: c for c in seen.pool_claims(spec.node_pool) if c.node is not None}
+    gpu_nodes = [n for n in seen.nodes if is_gpu_node(n)]
+    try:
+        state = state_from_kubernetes(gpu_nodes, seen.pods)
+    except ObjectError as exc:
+        conditions.append(Condition(type="Consolidation", status="False", reason="UnreadableObject",
+                                    message=str(exc)[:500]))
+        return []
+    pods_on: dict[int, list[tuple[str, PodDemand]]] = {}
+    blocked: set[int] = set()
+    empty_since: dict[int, float] = {}
+    prices: list[float] = []
+    pending = {pod_key(pod) for pod in seen.pods if not (pod.get("spec") or {}).get("nodeName") and live(pod)}
+    cooldown = max(4 * rules.drain_seconds, 3600.0)
+    for row, node in enumerate(gpu_nodes):
+        name = str(node["metadata"]["name"])
+        claim = claims.get(name)
+        prices.append(claim.price_per_hour if claim is not None else 0.0)  # what the provider reports
+        bound = [pod for pod in seen.by_node.get(name, []) if live(pod)]
+        movable = [pod for pod in bound if drain.drainable(pod)]
+        try:
+            pods_on[row] = [(pod_key(pod), demand_from_pod(pod)) for pod in movable]
+        except ObjectError:
+            blocked.add(row)
+        notes = annotations_of(node)
+        undone = drain.read_undone(notes)
+        launched_for = set(claim.launched_for) if claim else set()
+        if (claim is None or claim.deleting or drain.DRAINING_ANNOTATION in notes
+                or RELAYOUT_ANNOTATION in notes or drain.do_not_disrupt(notes)
+                or any(drain.do_not_disrupt(annotations_of(pod)) for pod in bound)
+                or (undone is not None and now - float(undone["at"]) < cooldown)
+                or launched_for & pending):
+            blocked.add(row)
+        empty_since[row] = empty.empty_since(name, node, seen, bool(movable), now)
+    in_progress = sum(1 for n in seen.nodes if drain.DRAINING_ANNOTATION in annotations_of(n))
+    plan = plan_disruptions(
+        state, pods_on, prices, {i: used.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)},
+        ConsolidationRules(rules.underused_below_percent, rules.window_seconds, rules.max_disrupted_nodes,
+                           rules.empty_seconds),
+        blocked=blocked, now=now, empty_since=empty_since, in_progress=in_progress)
+    for disruption in plan:
+        _disrupt(p, policy, spec, mode, gpu_nodes, claims, disruption, proposals)
+    for node in seen.nodes:  # undone drains stay visible while they cool down
+        undone = drain.read_undone(annotations_of(node))
+        if undone is not None and undone.get("policy") == policy.name and now - float(undone["at"]) < cooldown:
+            proposals.append(make_proposal(policy.name, f"Node/{node['metadata']['name']}",
+                                           "drain undone", str(undone.get("message", ""))[:500], 0.0))
+    conditions.append(Condition(type="Consolidation", status="True", reason="Planned",
+                                message=f"{len(plan)} disruption(s) planned, {in_progress} drain(s) under way"))
+    return plan
+
+
+def _disrupt(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, gpu_nodes: list[dict[str, Any]],
+             claims: Mapping[str, CapacityNode], disruption: Disruption, proposals: list[Proposal]) -> None:
+    ctx = p.ctx
+    method_mode = disruption_mode(mode, disruption.method == UNDERUSED, ctx.prometheus_configured)
+    names = [str(gpu_nodes[n]["metadata"]["name"]) for n in disruption.nodes]
+    action = f"drain and delete ({disruption.method})" if disruption.method != EMPTY else "delete (empty)"
+    states = [p.decide(policy, method_mode, f"Node/{name}", action) for name in names]
+    apply = all(s.apply for s in states) and ctx.is_leader()
+    for name, state in zip(names, states, strict=True):
+        shown = State.APPLIED if apply else (State.APPROVED if state.apply else state.state)
+        proposals.append(make_proposal(policy.name, f"Node/{name}", action, disruption.explanation,
+                                       claims[name].gpus * HOURS_PER_MONTH if name in claims else 0.0, shown))
+    if not apply:
+        return
+    now = ctx.clock.now()
+    for name in names:
+        node = next(n for n in gpu_nodes if n["metadata"]["name"] == name)
+        plan_id = make_proposal(policy.name, f"Node/{name}", action, "", 0.0).id
+        record = drain.Record(plan=plan_id, policy=policy.name, claim=claims[name].claim, started=now,
+                              deadline=now + spec.consolidation.drain_seconds,
+                              was_unschedulable=bool((node.get("spec") or {}).get("unschedulable")))
+        kl.patch_node(ctx.api, name, drain.start_patch(record))
+        p.checkpoint("cordoned")
+        ctx.recorder.applied(TargetRef("Node", "", name, api_version="v1"), policy,
+                             f"Capacity: {action}", {}, disruption.explanation, action_label="capacity")
+        step(p, name, record, annotations_of(node), p.seen.by_node.get(name, []), policy)
