@@ -30,7 +30,7 @@ class ApiBinder:
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+        body: Any = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         # _preload_content=False: the generated client cannot deserialise the Binding it gets back
         self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
