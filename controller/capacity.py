@@ -37,7 +37,7 @@ import os
 from collections.abc import Mapping
 from importlib.resources import files
 
-from controller import crashpoints
+from controller import capacity_evictions, crashpoints
 from controller.capacity_consolidation import EmptyTracker, consolidate, usage
 from controller.capacity_drain import advance_drains
 from controller.capacity_pass import SOURCE, Pass, Seen, annotations_of
@@ -102,7 +102,9 @@ class CapacityReconciler:
         provider = kk.KarpenterProvider(ctx.api, self.products)
         p = Pass(ctx, provider, Seen(nodes, kl.list_pods(ctx.api), provider.nodes()), self.instances,
                  self.checkpoint)
+        capacity_evictions.settle(p, policies)  # what a crash between an eviction and its count left
         shown = advance_drains(p, {policy.name: policy for policy in policies})
+        evictions = capacity_evictions.per_pod(p, policies)
         used = usage(ctx, policies, p.seen, self.step_seconds)
         claimed: set[str] = set()  # a pending pod is provisioned for by the first policy covering it
         self.last_launches, self.last_disruptions = [], []
@@ -114,5 +116,6 @@ class CapacityReconciler:
             conditions: list[Condition] = []
             pool_ok = keep_pool(p, policy, spec, mode, proposals, conditions)
             self.last_launches += provision(p, policy, spec, mode, pool_ok, proposals, conditions, claimed)
-            self.last_disruptions += consolidate(p, policy, spec, mode, used, self.empty, proposals, conditions)
+            self.last_disruptions += consolidate(p, policy, spec, mode, used, self.empty, evictions,
+                                                 proposals, conditions)
             ctx.policies.publish(policy.name, SOURCE, proposals, conditions)

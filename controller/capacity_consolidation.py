@@ -76,8 +76,10 @@ class EmptyTracker:
 
 
 def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used: Mapping[str, float | None],
-                empty: EmptyTracker, proposals: list[Proposal], conditions: list[Condition]) -> list[Disruption]:
-    """Plan the policy's disruptions and start those the mode allows; returns the plan."""
+                empty: EmptyTracker, evictions: Mapping[str, int], proposals: list[Proposal],
+                conditions: list[Condition]) -> list[Disruption]:
+    """Plan the policy's disruptions and start those the mode allows; returns the plan. `evictions`: pod
+    key -> how often it was evicted already (controller/capacity_evictions.py)."""
     ctx, seen = p.ctx, p.seen
     rules = spec.consolidation
     now = ctx.clock.now()
@@ -125,7 +127,7 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
         state, pods_on, prices, {i: used.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)},
         ConsolidationRules(rules.underused_below_percent, rules.window_seconds, rules.max_disrupted_nodes,
                            rules.empty_seconds),
-        blocked=blocked, now=now, empty_since=empty_since, in_progress=in_progress)
+        blocked=blocked, now=now, empty_since=empty_since, in_progress=in_progress, evictions=evictions)
     for disruption in plan:
         _disrupt(p, policy, spec, mode, gpu_nodes, claims, disruption, proposals)
     for node in seen.nodes:  # undone drains stay visible while they cool down

@@ -431,6 +431,20 @@ class RestartRecord(_Wire):
     undo: dict[str, Any] = Field(default_factory=dict)
 
 
+class EvictionRecord(_Wire):
+    """How often a capacity drain evicted the pods of one workload: what survives the pods' re-creation."""
+
+    # In the policy's status (`status.evictions`, keyed Kind/namespace/name as gpupolicy/owners.py names
+    # the workload): a Deployment's evicted pod comes back under a new name, and the install guide's RBAC
+    # gives no write on workloads. `pending` uids are written before their eviction is asked, so a crash
+    # between the eviction and the count is counted by the next pass (controller/capacity_evictions.py).
+    count: int = 0  # evictions accepted for drains of this policy
+    at: float = 0.0  # when the last one was asked (epoch seconds); a record of a workload without pods
+    # is dropped an hour after it
+    evicted: list[str] = Field(default_factory=list)  # the last evicted pod uids (no pod counted twice)
+    pending: list[str] = Field(default_factory=list)  # pod uids whose eviction is being asked
+
+
 class GpuPolicyStatus(_Wire):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
     effective_mode: Mode | None = None  # what the optimizer enforces (gpupolicy.modes.effective_mode)
@@ -442,6 +456,7 @@ class GpuPolicyStatus(_Wire):
     # the status writer leaves it out, so the two never overwrite each other.
     parked: dict[str, ParkRecord] | None = None
     restarts: dict[str, RestartRecord] | None = None  # the same, for right-sizing's rollout: Restart
+    evictions: dict[str, EvictionRecord] | None = None  # the same, for capacity drains' evictions
 
 
 class ObjectMeta(BaseModel):

@@ -478,3 +478,51 @@ def test_a_node_emptied_by_deleting_its_pods_also_gets_the_grace(make_world: Any
     world.runner.run_all()
     world.cluster.settle()
     assert "gpu-a" not in world.claims() and "gpu-b" in world.claims()
+
+
+# -- the core's optional inputs, built from live objects -------------------------------------------
+def set_evictions(world: World, records: dict[str, Any], name: str = "gpu-capacity") -> None:
+    """status.evictions as earlier drains left it (the controller's own record, written through the API)."""
+    world.cluster.custom.patch_cluster_custom_object_status(
+        "gpu.kubeon.io", "v1alpha1", "gpupolicies", name, {"status": {"evictions": records}})
+
+
+def test_evictions_are_counted_per_workload_once_across_a_crash_and_the_pods_re_creation(
+        make_world: Any) -> None:
+    class Crash(Exception):
+        pass
+
+    def crash_after_eviction(step: str) -> None:
+        if step == "evicted":
+            raise Crash(step)
+
+    world = make_world(checkpoint=crash_after_eviction)
+    world.create_policy(capacity_policy())
+    two_nodes_one_pod_each(world)
+    before = {p["metadata"]["name"] for p in world.cluster.pods(NS)}
+    with pytest.raises(Crash):
+        for reconciler in world.runner.reconcilers:
+            reconciler.reconcile(world.ctx)
+    [(key, record)] = world.status().get("evictions", {}).items()
+    assert record["count"] == 0 and len(record["pending"]) == 1  # asked, not yet counted: the crash
+    world.restart()
+    world.rounds(4)
+    after = {p["metadata"]["name"] for p in world.cluster.pods(NS)}
+    assert len(after - before) == 1  # the evicted pod came back under a new name
+    records = world.status()["evictions"]
+    assert list(records) == [key] and key in ("Deployment/ml/job-a", "Deployment/ml/job-b")
+    assert records[key]["count"] == 1 and records[key]["pending"] == [] and len(records[key]["evicted"]) == 1
+
+
+def test_a_workload_evicted_max_evictions_per_pod_times_pins_its_node(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy())
+    world.rounds(1)
+    set_evictions(world, {"Deployment/ml/job-a": {"count": 3, "at": world.clock.now()}})
+    two_nodes_one_pod_each(world)
+    world.rounds(4)
+    # without the count gpu-a (first of two equal candidates) would go; pinned, gpu-b goes instead
+    assert "gpu-a" in world.claims() and "gpu-b" not in world.claims()
+    assert set(world.bound().values()) == {"gpu-a"}
+    assert world.status()["evictions"]["Deployment/ml/job-b"]["count"] == 1
+    assert world.status()["evictions"]["Deployment/ml/job-a"]["count"] == 3
