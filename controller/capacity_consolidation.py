@@ -54,10 +54,28 @@ def usage(ctx: ControllerContext, policies: list[GpuPolicy], seen: Seen, step_se
 
 @dataclass
 class EmptyTracker:
-    """When each node last became empty, as far as the objects and this process can tell."""
+    """When each node last became empty, and when its pods last changed, as far as the objects and this
+    process can tell."""
 
     first_seen_empty: dict[str, float] = field(default_factory=dict)
     was_busy: set[str] = field(default_factory=set)
+    members: dict[str, frozenset[str]] = field(default_factory=dict)
+    changed: dict[str, float] = field(default_factory=dict)
+
+    def changed_at(self, name: str, bound: list[dict[str, Any]], seen: Seen, now: float) -> float | None:
+        """When a pod last came to or left the node: the newest pod's start (else creation), the last
+        finish, and when this process saw the set of pods change (a deleted pod leaves no trace)."""
+        keys = frozenset(str(meta(pod).get("uid") or pod_key(pod)) for pod in bound)
+        if name in self.members and self.members[name] != keys:
+            self.changed[name] = now
+        self.members[name] = keys
+        marks = [_timestamp((pod.get("status") or {}).get("startTime") or meta(pod).get("creationTimestamp"))
+                 for pod in bound]
+        for pod in seen.by_node.get(name, []):
+            for status in (pod.get("status") or {}).get("containerStatuses") or []:
+                marks.append(_timestamp(((status.get("state") or {}).get("terminated") or {}).get("finishedAt")))
+        known = [m for m in marks if m is not None] + ([self.changed[name]] if name in self.changed else [])
+        return max(known) if known else None
 
     def empty_since(self, name: str, node: Mapping[str, Any], seen: Seen, busy: bool, now: float) -> float:
         """The latest of the node's creation, its last pod's finish and, when this process saw it
@@ -99,6 +117,7 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
     pods_on: dict[int, list[tuple[str, PodDemand]]] = {}
     blocked: set[int] = set()
     empty_since: dict[int, float] = {}
+    changed_at: dict[int, float] = {}  # pod ages: the core lets a busy node settle (settle_seconds)
     prices: list[float] = []
     pending = {pod_key(pod) for pod in seen.pods if not (pod.get("spec") or {}).get("nodeName") and live(pod)}
     cooldown = max(4 * rules.drain_seconds, 3600.0)
@@ -122,12 +141,15 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
                 or launched_for & pending):
             blocked.add(row)
         empty_since[row] = empty.empty_since(name, node, seen, bool(movable), now)
+        if (changed := empty.changed_at(name, movable, seen, now)) is not None:
+            changed_at[row] = changed
     in_progress = sum(1 for n in seen.nodes if drain.DRAINING_ANNOTATION in annotations_of(n))
     plan = plan_disruptions(
         state, pods_on, prices, {i: used.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)},
         ConsolidationRules(rules.underused_below_percent, rules.window_seconds, rules.max_disrupted_nodes,
                            rules.empty_seconds),
-        blocked=blocked, now=now, empty_since=empty_since, in_progress=in_progress, evictions=evictions)
+        blocked=blocked, now=now, empty_since=empty_since, in_progress=in_progress, evictions=evictions,
+        changed_at=changed_at)
     for disruption in plan:
         _disrupt(p, policy, spec, mode, gpu_nodes, claims, disruption, proposals)
     for node in seen.nodes:  # undone drains stay visible while they cool down
