@@ -75,7 +75,7 @@ class EmptyTracker:
             for status in (pod.get("status") or {}).get("containerStatuses") or []:
                 marks.append(_timestamp(((status.get("state") or {}).get("terminated") or {}).get("finishedAt")))
         known = [m for m in marks if m is not None] + ([self.changed[name]] if name in self.changed else [])
-        return max(known) if known else None
+        return min(max(known), now) if known else None  # a stamp ahead of this clock (skew) is now
 
     def empty_since(self, name: str, node: Mapping[str, Any], seen: Seen, busy: bool, now: float) -> float:
         """The latest of the node's creation, its last pod's finish and, when this process saw it

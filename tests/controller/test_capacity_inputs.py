@@ -38,3 +38,12 @@ def test_pod_ages_are_the_newest_start_then_what_the_process_saw_leave() -> None
     done = pod("c", "u3", "n2", "2026-01-01T00:30:00Z", finished="2026-01-01T03:00:00Z")
     assert tracker.changed_at("n2", [], Seen([], [done], []), now=1e10) == timestamp("2026-01-01T03:00:00Z")
     assert tracker.changed_at("n3", [], Seen([], [], []), now=1e10) is None
+
+
+def test_a_pod_stamp_ahead_of_the_controllers_clock_reads_as_now() -> None:
+    """API server and controller clocks differ: a start 'in the future' must not keep a node from ever
+    settling (with settle 0 a future mark made `now - changed_at` negative: no candidate)."""
+    early = timestamp("2026-01-01T00:00:00Z")
+    assert early is not None
+    ahead = pod("a", "u1", "n1", "2026-01-01T00:00:02Z")
+    assert EmptyTracker().changed_at("n1", [ahead], Seen([], [ahead], []), now=early) == early
