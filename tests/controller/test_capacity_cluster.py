@@ -526,3 +526,33 @@ def test_a_workload_evicted_max_evictions_per_pod_times_pins_its_node(make_world
     assert set(world.bound().values()) == {"gpu-a"}
     assert world.status()["evictions"]["Deployment/ml/job-b"]["count"] == 1
     assert world.status()["evictions"]["Deployment/ml/job-a"]["count"] == 3
+
+
+# -- against the Karpenter stand-in's NodePool accounting -----------------------------------------
+def test_the_controller_keeps_within_max_gpus_where_karpenters_own_count_cannot_see_shared_gpus(
+        make_world: Any) -> None:
+    """Upstream Karpenter checks a NodePool's limits only in its own provisioner (a NodeClaim created by
+    anyone else launches whatever the limits say), and counts status.resources from each node's capacity
+    once initialized: a time-sliced node advertises nvidia.com/gpu.shared, not nvidia.com/gpu. So the
+    controller counts the GPUs of the pool's claims by instance type itself."""
+    world = make_world()
+    world.create_policy(sharing_policy("share", "TimeSlicing", replicas=4))
+    world.create_policy(capacity_policy(models=["NVIDIA-L4"], max_gpus=3))
+    gpu_pods(world, 20, "nvidia.com/gpu.shared")
+    world.rounds(8)
+    gpu_pods(world, 8, "nvidia.com/gpu.shared", prefix="late")
+    world.rounds(4)
+    claims = world.claims()
+    assert len(claims) == 3
+    conditions = [{c["type"]: c["status"] for c in claim["status"]["conditions"]} for claim in claims.values()]
+    assert conditions == [{"Launched": "True", "Registered": "True", "Initialized": "True", "Ready": "True"}] * 3
+    pool = world.nodepool()
+    assert pool is not None
+    resources = pool["status"]["resources"]
+    assert (resources["nodes"], pool["status"]["nodes"]) == ("3", 3)
+    assert resources["nvidia.com/gpu.shared"] == "12" and "nvidia.com/gpu" not in resources
+    assert sum(int(claim["status"]["capacity"]["nvidia.com/gpu"]) for claim in claims.values()) == 3
+    assert len([p for p, node in world.bound().items() if node]) == 12
+    unserved = world.condition("Provisioned")
+    assert (unserved["status"], unserved["reason"]) == ("False", "Unserved")
+    assert "16 pending pod(s) get no node (maxGpus 3 reached)" in unserved["message"]
