@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from gpupolicy.capacity.instances import InstanceType
-from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand, model_mask
+from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand, model_mask, next_versions
 from gpupolicy.packing.placement import fit, gpu_fit_mask
 from simulator.capacity import Cluster, Drain, Figures, PodRun
 from simulator.capacity_trace import TimedPod
@@ -170,21 +170,70 @@ def fits(state: NodeState, d: PodDemand) -> np.ndarray:
     return ok
 
 
+def _take(state: NodeState, row: int, d: PodDemand, gpus: tuple[int, ...]) -> None:
+    """`state.place` without its range checks, for a throwaway trial whose fit was just checked.
+
+    The same arrays change in the same way (`NodeState._apply`, `refresh`) on
+    plain Python numbers: the referees' simulations place millions of pods.
+    """
+    state.cpu_free[row] -= d.cpu_milli
+    state.mem_free[row] -= d.memory_mib
+    state.row_version[row] = next_versions(1)[0]
+    if not gpus:
+        return
+    free = state.gpu_free[row]
+    for g in gpus:
+        free[g] -= d.gpu_milli
+    values = free[: int(state.gpu_count[row])].tolist()
+    partial = [v for v in values if v < MILLI]
+    state.full_count[row] = len(values) - len(partial)
+    state.max_partial[row] = max(partial) if partial else 0
+    state.gpu_free_total[row] = sum(values)
+
+
+def _first_gpus_of(free: list[int], d: PodDemand) -> tuple[int, ...]:
+    """`first_gpus` on one row's free milli (present GPUs only) as a list."""
+    if d.is_sharing:
+        return (next(g for g, v in enumerate(free) if v >= d.gpu_milli),)
+    return tuple([g for g, v in enumerate(free) if v == MILLI][: d.num_gpu])
+
+
 def first_fit(state: NodeState, pods: Sequence[PodDemand], rows: np.ndarray) -> list[PodDemand]:
     """Place `pods` first-fit (row order) on `rows` of `state` (mutated); the pods that found no room."""
-    left = []
+    left: list[PodDemand] = []
+    if not len(state):
+        return list(pods)
     allowed = np.zeros(len(state), dtype=bool)
     allowed[rows] = True
+    allowed &= state.schedulable
+    models: dict[frozenset[str], np.ndarray] = {}
     for d in pods:
         if d.mig or d.shared or d.gpu_memory_mib:
             ok = np.flatnonzero(fit(state, d).feasible & allowed)
-        else:
-            ok = np.flatnonzero(fits(state, d) & allowed)
-        if ok.size:
-            row = int(ok[0])
-            state.place(row, d, first_gpus(state, row, d))
-        else:
+            if ok.size:
+                row = int(ok[0])
+                state.place(row, d, first_gpus(state, row, d))
+            else:
+                left.append(d)
+            continue
+        mask = allowed & (state.cpu_free >= d.cpu_milli)
+        mask &= state.mem_free >= d.memory_mib
+        if d.allowed_models is not None:
+            if d.allowed_models not in models:
+                models[d.allowed_models] = model_mask(state, d.allowed_models)
+            mask &= models[d.allowed_models]
+        if d.needs_gpu:
+            mask &= state.gpu_count > 0
+            if d.is_sharing:
+                mask &= (state.max_partial >= d.gpu_milli) | (state.full_count >= 1)
+            else:
+                mask &= state.full_count >= d.num_gpu
+        row = int(mask.argmax())
+        if not mask[row]:
             left.append(d)
+            continue
+        gpus = _first_gpus_of(state.gpu_free[row, : int(state.gpu_count[row])].tolist(), d) if d.needs_gpu else ()
+        _take(state, row, d, gpus)
     return left
 
 
@@ -226,25 +275,27 @@ class Karpenter(DefaultScheduler):
             out.append(kind)
         return out
 
-    def _consolidate(self, cluster: Cluster, group: Sequence[int], others: np.ndarray
+    def _consolidate(self, cluster: Cluster, group: Sequence[int], others: np.ndarray, trial: NodeState
                      ) -> tuple[bool, InstanceType | None]:
-        """Can `group` go: (True, None) delete, (True, type) replace by one cheaper node, (False, None) no."""
-        trial = cluster.state.copy()
-        # pending pods keep the room they are waiting for (Karpenter's simulation schedules them too)
-        first_fit(trial, sorted((r.pod.demand for r in cluster.pending.values()), key=by_size), others)
+        """Can `group` go: (True, None) delete, (True, type) replace by one cheaper node, (False, None) no.
+
+        `trial`: a copy of the cluster's state with the pending pods placed on
+        `others` first (Karpenter's simulation schedules them too: they keep
+        the room they are waiting for); mutated.
+        """
         pods = sorted((p.pod.demand for r in group for p in cluster.pods_on[r].values()), key=by_size)
         left = first_fit(trial, pods, others)
         if not left:
             return True, None
-        nodes, unfit = pack_new(left, self.instance_types)
-        if unfit or len(nodes) != 1:
-            return False, None
+        # one new node, cheaper than the group and of none of its types: packing onto those types alone
+        # gives the same answer as packing onto all and filtering after (options only ever narrow)
         price = sum(cluster.kind[r].price_per_hour for r in group)
         kinds = {cluster.kind[r].name for r in group}
-        options = [t for t in nodes[0].options if t.price_per_hour < price and t.name not in kinds]
-        if not options:
+        cheaper = [t for t in self.instance_types if t.price_per_hour < price and t.name not in kinds]
+        node = NewNode(cheaper)
+        if not all(node.add(d) for d in left):
             return False, None
-        return True, min(options, key=lambda t: (t.price_per_hour, t.name))
+        return True, node.cheapest()
 
     def disrupt(self, cluster: Cluster, now: float) -> list[Drain]:
         live = cluster.live_rows()
@@ -270,9 +321,21 @@ class Karpenter(DefaultScheduler):
         candidates = sorted((r for r in ready if cluster.pods_on[r]), key=cost)
         schedulable = [r for r in live if not cluster.cordoned[r] and r not in expired]
 
+        # the pending pods' first fit on all schedulable nodes serves every group it leaves alone: first fit
+        # on fewer rows picks the same rows when none of the removed ones was picked
+        waiting = sorted((r.pod.demand for r in cluster.pending.values()), key=by_size)
+        with_pending = cluster.state.copy()
+        first_fit(with_pending, waiting, np.array(schedulable, dtype=np.int64))
+        used = set(np.flatnonzero(with_pending.row_version != cluster.state.row_version).tolist())
+
         def attempt(group: Sequence[int]) -> tuple[bool, InstanceType | None]:
             others = np.array([r for r in schedulable if r not in set(group)], dtype=np.int64)
-            return self._consolidate(cluster, group, others)
+            if used.isdisjoint(group):
+                trial = with_pending.copy()
+            else:
+                trial = cluster.state.copy()
+                first_fit(trial, waiting, others)
+            return self._consolidate(cluster, group, others, trial)
 
         # multi-node: sizes 2..n (single nodes are the next method's), n = candidates within the budget
         lo, hi = 2, min(len(candidates), budget, KARPENTER_MULTI_NODE_MAX)
