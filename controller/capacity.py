@@ -105,7 +105,8 @@ class CapacityReconciler:
         capacity_evictions.settle(p, policies)  # what a crash between an eviction and its count left
         shown = advance_drains(p, {policy.name: policy for policy in policies})
         evictions = capacity_evictions.per_pod(p, policies)
-        used = usage(ctx, policies, p.seen, self.step_seconds)
+        windows = {policy.spec.capacity.consolidation.window_seconds for policy in policies if policy.spec.capacity}
+        used = {window: usage(ctx, p.seen, window, self.step_seconds) for window in sorted(windows)}
         claimed: set[str] = set()  # a pending pod is provisioned for by the first policy covering it
         self.last_launches, self.last_disruptions = [], []
         for policy in policies:
@@ -116,6 +117,7 @@ class CapacityReconciler:
             conditions: list[Condition] = []
             pool_ok = keep_pool(p, policy, spec, mode, proposals, conditions)
             self.last_launches += provision(p, policy, spec, mode, pool_ok, proposals, conditions, claimed)
-            self.last_disruptions += consolidate(p, policy, spec, mode, used, self.empty, evictions,
-                                                 proposals, conditions)
+            window = used[spec.consolidation.window_seconds]
+            self.last_disruptions += consolidate(p, policy, spec, mode, window, self.empty, evictions, proposals,
+                                                 conditions)
             ctx.policies.publish(policy.name, SOURCE, proposals, conditions)

@@ -37,19 +37,26 @@ from kube import layout as kl
 log = logging.getLogger(__name__)
 
 
-def usage(ctx: ControllerContext, policies: list[GpuPolicy], seen: Seen, step_seconds: float
-          ) -> dict[str, float | None]:
-    """Each node's highest GPU utilisation over the longest `for` of the policies (None: not known)."""
+@dataclass
+class Usage:
+    """Each node's highest GPU utilisation over one window (None: not known); `error` when the query failed."""
+
+    by_node: dict[str, float | None]
+    error: str = ""
+
+
+def usage(ctx: ControllerContext, seen: Seen, window: float, step_seconds: float) -> Usage:
+    """Each node's highest GPU utilisation over the last `window` seconds: the policy's own `for`, so the
+    number its proposal shows ("GPU util 3% for 2h") is the peak over exactly that window."""
     names = [str(n["metadata"]["name"]) for n in seen.nodes]
-    if ctx.metrics is None or not ctx.prometheus_configured or not policies:
-        return dict.fromkeys(names)
-    window = max(p.spec.capacity.consolidation.window_seconds for p in policies if p.spec.capacity)
+    if ctx.metrics is None or not ctx.prometheus_configured:
+        return Usage(dict.fromkeys(names))
     now = ctx.clock.now()
     try:
-        return node_usage(ctx.metrics, names, start=now - window, end=now, step=step_seconds)
+        return Usage(node_usage(ctx.metrics, names, start=now - window, end=now, step=step_seconds))
     except MetricsError as exc:
         log.warning("capacity: GPU utilisation unavailable: %s", exc)
-        return dict.fromkeys(names)
+        return Usage(dict.fromkeys(names), str(exc)[:300])
 
 
 @dataclass
@@ -93,7 +100,7 @@ class EmptyTracker:
         return max(known) if known else first
 
 
-def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used: Mapping[str, float | None],
+def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used: Usage,
                 empty: EmptyTracker, evictions: Mapping[str, int], proposals: list[Proposal],
                 conditions: list[Condition]) -> list[Disruption]:
     """Plan the policy's disruptions and start those the mode allows; returns the plan. `evictions`: pod
@@ -106,6 +113,10 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
                                     message="usage-aware consolidation needs --prometheus-url (GPU utilisation "
                                             "from DCGM); empty nodes and nodes whose pods fit elsewhere are "
                                             "still consolidated in the policy's mode"))
+    elif used.error:
+        conditions.append(Condition(type="UsageAware", status="False", reason="MetricsUnavailable",
+                                    message=f"GPU utilisation could not be read ({used.error}); no node is "
+                                            "a usage-aware candidate this pass"))
     claims = {c.node: c for c in seen.pool_claims(spec.node_pool) if c.node is not None}
     gpu_nodes = [n for n in seen.nodes if is_gpu_node(n)]
     try:
@@ -145,7 +156,7 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
             changed_at[row] = changed
     in_progress = sum(1 for n in seen.nodes if drain.DRAINING_ANNOTATION in annotations_of(n))
     plan = plan_disruptions(
-        state, pods_on, prices, {i: used.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)},
+        state, pods_on, prices, {i: used.by_node.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)},
         ConsolidationRules(rules.underused_below_percent, rules.window_seconds, rules.max_disrupted_nodes,
                            rules.empty_seconds),
         blocked=blocked, now=now, empty_since=empty_since, in_progress=in_progress, evictions=evictions,
