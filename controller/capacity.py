@@ -37,7 +37,7 @@ import os
 from collections.abc import Mapping
 from importlib.resources import files
 
-from controller import capacity_evictions, crashpoints
+from controller import capacity_evictions, capacity_replace, crashpoints
 from controller.capacity_consolidation import EmptyTracker, consolidate, usage
 from controller.capacity_drain import advance_drains
 from controller.capacity_pass import SOURCE, Pass, Seen, annotations_of
@@ -60,7 +60,7 @@ __all__ = ["CHECKPOINTS", "CRASH_ENV", "SOURCE", "CapacityReconciler", "crash_ch
 # The instance catalog (gpupolicy/capacity/instances.py CSV); KUBEON_GPU_INSTANCE_TYPES names another file.
 DEFAULT_INSTANCES = files("gpupolicy.capacity") / "data" / "aws-gpu-instances.csv"
 INSTANCES_ENV = "KUBEON_GPU_INSTANCE_TYPES"
-CHECKPOINTS = ("cordoned", "evicted", "deleted", "launched")
+CHECKPOINTS = ("cordoned", "evicted", "deleted", "launched", "replacing")
 # Crash injection for process tests (controller/crashpoints.py).
 CRASH_ENV = "KUBEON_GPU_CAPACITY_CRASH_AT"
 
@@ -103,7 +103,10 @@ class CapacityReconciler:
         p = Pass(ctx, provider, Seen(nodes, kl.list_pods(ctx.api), provider.nodes()), self.instances,
                  self.checkpoint)
         capacity_evictions.settle(p, policies)  # what a crash between an eviction and its count left
-        shown = advance_drains(p, {policy.name: policy for policy in policies})
+        by_name = {policy.name: policy for policy in policies}
+        shown = advance_drains(p, by_name)
+        for name, more in capacity_replace.advance(p, by_name).items():
+            shown.setdefault(name, []).extend(more)
         evictions = capacity_evictions.per_pod(p, policies)
         windows = {policy.spec.capacity.consolidation.window_seconds for policy in policies if policy.spec.capacity}
         used = {window: usage(ctx, p.seen, window, self.step_seconds) for window in sorted(windows)}

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from controller import capacity_replace
 from controller.capacity_drain import step
 from controller.capacity_pass import HOURS_PER_MONTH, Pass, Seen, annotations_of, is_gpu_node, live, meta, pod_key
 from controller.capacity_pass import timestamp as _timestamp
@@ -25,6 +26,7 @@ from controller.metrics_source import MetricsError
 from gpupolicy.capacity import drain
 from gpupolicy.capacity.consolidation import EMPTY, UNDERUSED, ConsolidationRules, Disruption, plan_disruptions
 from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION
+from gpupolicy.capacity.nodepool import allowed_types
 from gpupolicy.capacity.provider import CapacityNode
 from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, Proposal
 from gpupolicy.model import ProposalState as State
@@ -132,6 +134,7 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
     prices: list[float] = []
     pending = {pod_key(pod) for pod in seen.pods if not (pod.get("spec") or {}).get("nodeName") and live(pod)}
     cooldown = max(4 * rules.drain_seconds, 3600.0)
+    replacing = capacity_replace.replacing_claims(p)  # new nodes waiting for the drain they are for
     for row, node in enumerate(gpu_nodes):
         name = str(node["metadata"]["name"])
         claim = claims.get(name)
@@ -146,6 +149,7 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
         undone = drain.read_undone(notes)
         launched_for = set(claim.launched_for) if claim else set()
         if (claim is None or claim.deleting or drain.DRAINING_ANNOTATION in notes
+                or capacity_replace.REPLACING_ANNOTATION in notes or claim.claim in replacing
                 or RELAYOUT_ANNOTATION in notes or drain.do_not_disrupt(notes)
                 or any(drain.do_not_disrupt(annotations_of(pod)) for pod in bound)
                 or (undone is not None and now - float(undone["at"]) < cooldown)
@@ -154,15 +158,19 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
         empty_since[row] = empty.empty_since(name, node, seen, bool(movable), now)
         if (changed := empty.changed_at(name, movable, seen, now)) is not None:
             changed_at[row] = changed
-    in_progress = sum(1 for n in seen.nodes if drain.DRAINING_ANNOTATION in annotations_of(n))
+    in_progress = sum(1 for n in seen.nodes if drain.DRAINING_ANNOTATION in annotations_of(n)
+                      or capacity_replace.REPLACING_ANNOTATION in annotations_of(n))
+    types = set(allowed_types(spec, {t.name: t.model for t in p.instances}))
+    catalog = [t for t in p.instances if t.name in types and t.gpus > 0]  # what a replacement may launch
     plan = plan_disruptions(
         state, pods_on, prices, {i: used.by_node.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)},
         ConsolidationRules(rules.underused_below_percent, rules.window_seconds, rules.max_disrupted_nodes,
                            rules.empty_seconds),
         blocked=blocked, now=now, empty_since=empty_since, in_progress=in_progress, evictions=evictions,
-        changed_at=changed_at)
+        changed_at=changed_at, instance_types=catalog)
     for disruption in plan:
-        _disrupt(p, policy, spec, mode, gpu_nodes, claims, disruption, proposals)
+        steady = now - max((changed_at.get(n, 0.0) for n in disruption.nodes), default=0.0)
+        _disrupt(p, policy, spec, mode, gpu_nodes, claims, disruption, proposals, steady)
     for node in seen.nodes:  # undone drains stay visible while they cool down
         undone = drain.read_undone(annotations_of(node))
         if undone is not None and undone.get("policy") == policy.name and now - float(undone["at"]) < cooldown:
@@ -174,20 +182,43 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
 
 
 def _disrupt(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, gpu_nodes: list[dict[str, Any]],
-             claims: Mapping[str, CapacityNode], disruption: Disruption, proposals: list[Proposal]) -> None:
+             claims: Mapping[str, CapacityNode], disruption: Disruption, proposals: list[Proposal],
+             steady: float) -> None:
+    """Show the disruption and start it as the mode allows. `steady`: seconds since a pod last came to or
+    left its nodes; a replacement (new nodes, then every pod moved) waits until that is `for`, so a node
+    that just received pods is not replaced at once (the core would; docs/designs/capacity.md)."""
     ctx = p.ctx
     method_mode = disruption_mode(mode, disruption.method == UNDERUSED, ctx.prometheus_configured)
     names = [str(gpu_nodes[n]["metadata"]["name"]) for n in disruption.nodes]
     action = f"drain and delete ({disruption.method})" if disruption.method != EMPTY else "delete (empty)"
+    reason, blocked, adds = disruption.explanation, "", 0
+    if disruption.launches:
+        action = f"replace ({disruption.method})"
+        adds = sum(t.gpus for t in disruption.launches)
+        reason = (f"{reason}; launches {', '.join(t.name for t in disruption.launches)} ({adds} GPU(s)) first, "
+                  "drains once they are up")
+        blocked = capacity_replace.why_not(p, spec, p.seen.by_node.get(names[0], []), disruption)
+        if not blocked and steady < spec.consolidation.window_seconds:
+            blocked = (f"waiting: its pods changed {steady:.0f}s ago, a replacement waits until they have not for "
+                       f"{spec.consolidation.for_}")
+        reason = f"{reason}; {blocked}" if blocked else reason
     states = [p.decide(policy, method_mode, f"Node/{name}", action) for name in names]
-    apply = all(s.apply for s in states) and ctx.is_leader()
+    apply = all(s.apply for s in states) and ctx.is_leader() and not blocked
     for name, state in zip(names, states, strict=True):
         shown = State.APPLIED if apply else (State.APPROVED if state.apply else state.state)
-        proposals.append(make_proposal(policy.name, f"Node/{name}", action, disruption.explanation,
-                                       claims[name].gpus * HOURS_PER_MONTH if name in claims else 0.0, shown))
+        freed = (claims[name].gpus if name in claims else 0) - adds
+        proposals.append(make_proposal(policy.name, f"Node/{name}", action, reason, freed * HOURS_PER_MONTH, shown))
     if not apply:
         return
     now = ctx.clock.now()
+    if disruption.launches:
+        [name] = names
+        plan_id = make_proposal(policy.name, f"Node/{name}", action, "", 0.0).id
+        moving = [key for key, row in disruption.moves.items() if row >= len(gpu_nodes)]
+        capacity_replace.start(p, policy, spec, name, plan_id, disruption, moving, reason)
+        ctx.recorder.applied(TargetRef("Node", "", name, api_version="v1"), policy,
+                             f"Capacity: {action}", {}, reason, action_label="capacity")
+        return
     for name in names:
         node = next(n for n in gpu_nodes if n["metadata"]["name"] == name)
         plan_id = make_proposal(policy.name, f"Node/{name}", action, "", 0.0).id

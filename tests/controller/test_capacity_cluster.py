@@ -556,3 +556,61 @@ def test_the_controller_keeps_within_max_gpus_where_karpenters_own_count_cannot_
     unserved = world.condition("Provisioned")
     assert (unserved["status"], unserved["reason"]) == ("False", "Unserved")
     assert "16 pending pod(s) get no node (maxGpus 3 reached)" in unserved["message"]
+
+
+def test_a_node_whose_pods_fit_on_a_cheaper_new_node_is_replaced_launching_before_the_drain(
+        make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy(**{"for": "10m"}))
+    world.launch("gpu-big")  # p4de.24xlarge: 8 A100-80GB
+    world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
+    world.cluster.settle()
+    assert set(world.bound().values()) == {"gpu-big"}
+    world.rounds(1)
+    [waiting] = [p for p in world.proposals() if p["target"] == "Node/gpu-big"]
+    assert waiting["action"] == "replace (single-node)" and waiting["state"] == "Approved"
+    assert "replaced by" in waiting["reason"] and "a replacement waits until they have not for 10m" in waiting["reason"]
+    assert set(world.claims()) == {"gpu-big"}  # nothing launched while the pods are that fresh
+    world.clock.advance(600)
+    world.runner.run_all()  # the replacement starts: the new NodeClaim first, the node still takes pods
+    new = set(world.claims()) - {"gpu-big"}
+    assert len(new) == 1
+    [claim] = [world.claims()[n] for n in new]
+    check_against_crd(claim, "nodeclaims")
+    kind = claim["spec"]["requirements"][0]["values"][0]
+    assert kind != "p4de.24xlarge"
+    node = world.nodes()["gpu-big"]
+    assert not node["spec"].get("unschedulable") and DRAINING_ANNOTATION not in annotations(node)
+    [started] = [p for p in world.proposals() if p["target"] == "Node/gpu-big"]
+    assert started["state"] == "Applied" and f"launches {kind}" in started["reason"]
+    world.rounds(6)
+    assert set(world.claims()) == new and "gpu-big" not in world.nodes()
+    assert set(world.bound().values()) == new  # the pod moved to the cheaper node
+
+
+def test_a_replacement_killed_between_its_record_and_its_launch_is_finished_by_the_next_leader(
+        make_world: Any) -> None:
+    class Crash(Exception):
+        pass
+
+    def crash_after_record(step: str) -> None:
+        if step == "replacing":
+            raise Crash(step)
+
+    world = make_world(checkpoint=crash_after_record)
+    world.create_policy(capacity_policy(**{"for": "10m"}))
+    world.launch("gpu-big")
+    world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
+    world.cluster.settle()
+    world.rounds(1)
+    world.clock.advance(600)
+    with pytest.raises(Crash):
+        for reconciler in world.runner.reconcilers:
+            reconciler.reconcile(world.ctx)
+    assert set(world.claims()) == {"gpu-big"}  # recorded on the node, nothing launched yet
+    assert "gpu.kubeon.io/replacing" in annotations(world.nodes()["gpu-big"])
+    world.restart()
+    world.rounds(8)
+    claims = set(world.claims())
+    assert len(claims) == 1 and "gpu-big" not in claims and "gpu-big" not in world.nodes()
+    assert set(world.bound().values()) == claims
