@@ -36,11 +36,15 @@ def test_karpenter_batches_pending_pods_onto_the_cheapest_type_that_holds_them_a
     assert [(t, kind) for t, _, _, kind, _ in launches] == [(0.0, "t4x4")]  # not three P100 nodes
 
 
-def test_karpenter_emptiness_deletes_a_node_in_the_loop_after_its_last_pod() -> None:
-    events = replay(Karpenter(instance_types=[T4X4, P100X1, BIG]), [pod("a", 0, 100)])
+def test_karpenter_emptiness_deletes_a_node_once_its_command_is_validated() -> None:
+    # the loop after the last pod computes the Emptiness command; it acts after the 15 s validation delay
+    # (disruption/consolidation.go commandValidationDelay), in the first loop at or after it
+    k = Karpenter(instance_types=[T4X4, P100X1, BIG])
+    events = replay(k, [pod("a", 0, 100)])
     finish = next(t for t, e, *_ in events if e == "finish")
     delete = next(t for t, e, *_ in events if e == "delete")
-    assert 0 <= delete - finish <= 10.0
+    assert 15.0 <= delete - finish <= 10.0 + 20.0
+    assert k.validations == [1, 0]
 
 
 def test_karpenter_replaces_nodes_by_a_cheaper_one_within_its_10_percent_budget() -> None:
