@@ -9,16 +9,44 @@ from __future__ import annotations
 
 from controller.capacity_pass import Pass
 from gpupolicy.capacity.nodepool import desired_nodepool
+from gpupolicy.catalog import GPU_RESOURCE
 from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import TargetRef, make_proposal
 from kube import karpenter as kk
 
 
+def unseen_gpus(p: Pass, spec: CapacitySpec) -> tuple[int, int]:
+    """GPUs of the pool's registered nodes that Karpenter's own `nvidia.com/gpu` count misses, and on how
+    many nodes: it counts each Node's capacity (nodepool/counter/controller.go), and a time-sliced node
+    advertises nvidia.com/gpu.shared, a MIG node nvidia.com/mig-*, instead (negative: counted more than
+    there are, as with replicas advertised under nvidia.com/gpu itself)."""
+    nodes = {str(n["metadata"]["name"]): n for n in p.seen.nodes}
+    by_type = p.by_type
+    missed, count = 0, 0
+    for claim in p.seen.pool_claims(spec.node_pool):
+        node = nodes.get(claim.node or "")
+        kind = by_type.get(claim.instance_type)
+        if claim.deleting or node is None or kind is None:
+            continue
+        advertised = str(((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE) or "0")
+        gap = kind.gpus - (int(advertised) if advertised.isdigit() else 0)
+        if gap:
+            missed, count = missed + gap, count + 1
+    return missed, count
+
+
 def keep_pool(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode,
               proposals: list[Proposal], conditions: list[Condition]) -> bool:
-    """Keep the NodePool declared; True when it exists in the declared shape after this step."""
+    """Keep the NodePool declared; True when it exists in the declared shape after this step.
+
+    Its `limits nvidia.com/gpu` is `maxGpus` less the GPUs Karpenter's count misses, so Karpenter's own
+    provisioning of whole-GPU pods keeps the pool within `maxGpus` too."""
     ctx = p.ctx
+    missed, shared = unseen_gpus(p, spec) if spec.max_gpus is not None else (0, 0)
+    declared = spec.max_gpus
+    if missed and spec.max_gpus is not None:
+        spec = spec.model_copy(update={"max_gpus": max(0, spec.max_gpus - missed)})
     target, action = f"NodePool/{spec.node_pool}", f"declare NodePool {spec.node_pool}"
     try:
         desired = desired_nodepool(policy.name, spec, {t.name: t.model for t in p.instances})
@@ -28,6 +56,9 @@ def keep_pool(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode,
     shape = p.provider.pool_in_shape(policy.name, spec)
     types = desired["spec"]["template"]["spec"]["requirements"][0]["values"]
     limit = f", limits nvidia.com/gpu={spec.max_gpus}" if spec.max_gpus is not None else ""
+    if missed:
+        limit += (f" (maxGpus {declared} less {missed} GPU(s) on {shared} time-sliced or MIG node(s) that "
+                  "Karpenter's nvidia.com/gpu count does not see)")
     reason = (f"{len(types)} instance type(s) ({', '.join(types[:6])}{', ...' if len(types) > 6 else ''}), "
               f"taint nvidia.com/gpu:NoSchedule{limit}, disruption budget "
               f"{spec.consolidation.max_disrupted_nodes} node(s), consolidateAfter Never")

@@ -534,7 +534,8 @@ def test_the_controller_keeps_within_max_gpus_where_karpenters_own_count_cannot_
     """Upstream Karpenter checks a NodePool's limits only in its own provisioner (a NodeClaim created by
     anyone else launches whatever the limits say), and counts status.resources from each node's capacity
     once initialized: a time-sliced node advertises nvidia.com/gpu.shared, not nvidia.com/gpu. So the
-    controller counts the GPUs of the pool's claims by instance type itself."""
+    controller counts the GPUs of the pool's claims by instance type itself, and lowers the limit it
+    writes by the GPUs Karpenter's count misses."""
     world = make_world()
     world.create_policy(sharing_policy("share", "TimeSlicing", replicas=4))
     world.create_policy(capacity_policy(models=["NVIDIA-L4"], max_gpus=3))
@@ -551,6 +552,10 @@ def test_the_controller_keeps_within_max_gpus_where_karpenters_own_count_cannot_
     resources = pool["status"]["resources"]
     assert (resources["nodes"], pool["status"]["nodes"]) == ("3", 3)
     assert resources["nvidia.com/gpu.shared"] == "12" and "nvidia.com/gpu" not in resources
+    # so the limit written for Karpenter's own (whole-GPU) provisioning is maxGpus less what it cannot see
+    assert pool["spec"]["limits"] == {"nvidia.com/gpu": "0"}
+    [declared] = [p for p in world.proposals() if p["action"] == "declare NodePool gpu"]
+    assert "limits nvidia.com/gpu=0 (maxGpus 3 less 3 GPU(s) on 3 time-sliced or MIG node(s)" in declared["reason"]
     assert sum(int(claim["status"]["capacity"]["nvidia.com/gpu"]) for claim in claims.values()) == 3
     assert len([p for p, node in world.bound().items() if node]) == 12
     unserved = world.condition("Provisioned")
