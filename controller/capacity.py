@@ -5,13 +5,17 @@ highest priority first, under `--capacity-provider karpenter` (any other
 provider: nothing is done and the policies say NotImplemented,
 gpupolicy/modes.py):
 
+0. Eviction counts a crash left pending are settled (status.evictions).
 1. Drains in flight (node annotation `gpu.kubeon.io/draining`) move one step
    each (gpupolicy/capacity/drain.py): evict through the Eviction API, delete
    the NodeClaim once empty, or undo past the deadline. They are carried on
-   whatever the policies say now, so no node stays cordoned.
+   whatever the policies say now, so no node stays cordoned. Replacements in
+   flight (`gpu.kubeon.io/replacing`) start their drain once the new nodes
+   are up, or are undone.
 2. The NodePool is kept in the declared shape by server-side apply
    (gpupolicy/capacity/nodepool.py; a field another manager owns is a 409,
-   reported as condition NodePool=False, never forced).
+   reported as condition NodePool=False, never forced); its GPU limit is
+   maxGpus less what Karpenter's own count cannot see.
 3. Provisioning: pending pods on `nvidia.com/gpu.shared` / `nvidia.com/mig-*`
    that nothing can serve, counting launching NodeClaims
    (gpupolicy/capacity/demand.py), are planned onto new nodes by
@@ -19,11 +23,14 @@ gpupolicy/modes.py):
    Whole-GPU pods are Karpenter's own: it provisions them from the NodePool.
 4. Consolidation: `plan_disruptions` on every GPU node (the packing engine
    re-places the pods of candidates first) with each node's DCGM utilisation
-   over `consolidation.for`; do-not-disrupt on node or pod, drains under way
-   or recently undone, and nodes pending pods wait for are blocked.
-The steps live in their own modules: capacity_drain (1 and every drain
-write), capacity_pool (2), capacity_provision (3), capacity_consolidation (4),
-over capacity_pass (what the pass read, the provider, the mode gate).
+   over `consolidation.for`, eviction counts, pod ages and the instance types
+   a replacement may launch; do-not-disrupt on node or pod, drains and
+   replacements under way or recently undone, and nodes pending pods wait
+   for are blocked.
+The steps live in their own modules: capacity_evictions (0), capacity_drain
+and capacity_replace (1 and their writes), capacity_pool (2),
+capacity_provision (3), capacity_consolidation (4), over capacity_pass (what
+the pass read, the provider, the mode gate).
 Mode gating (gpupolicy/proposals.py): every write is a proposal first
 (target `NodePool/<pool>` for the pool and launches, `Node/<name>` for a
 disruption); Recommend writes nothing; Approve applies the targets listed in
