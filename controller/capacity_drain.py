@@ -20,7 +20,7 @@ from controller import capacity_evictions
 from controller.capacity_pass import Pass, annotations_of, is_gpu_node, pod_key
 from gpupolicy.capacity import drain
 from gpupolicy.capacity.consolidation import replace_pods
-from gpupolicy.model import API_VERSION, KIND, GpuPolicy, Proposal
+from gpupolicy.model import GpuPolicy, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.packing.engine import get_strategy
 from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
@@ -30,7 +30,6 @@ from gpupolicy.packing.typicalmix import TypicalMix
 from gpupolicy.proposals import make_proposal
 from kube import calls
 from kube import layout as kl
-from kube.events import ObjectRef
 
 log = logging.getLogger(__name__)
 
@@ -90,11 +89,7 @@ def step(p: Pass, name: str, record: drain.Record, notes: Mapping[str, Any],
         p.checkpoint("deleted")
     if decided.outcome == "undone":
         log.warning("capacity drain undone: %s", decided.message)
-        refs = [ObjectRef("v1", "Node", name)]
-        if policy is not None:
-            refs.append(ObjectRef(API_VERSION, KIND, policy.name, None, policy.metadata.uid))
-        for ref in refs:
-            ctx.recorder.warning(ref, "CapacityDrainUndone", decided.message)
+        p.warn_undone(name, policy, decided.message)
     return decided.outcome, decided.message
 
 

@@ -17,9 +17,10 @@ from controller.crashpoints import Checkpoint
 from gpupolicy.capacity.instances import InstanceType
 from gpupolicy.capacity.provider import CapacityNode, CapacityProvider
 from gpupolicy.matching import selector_matches
-from gpupolicy.model import GpuPolicy, Mode
+from gpupolicy.model import API_VERSION, KIND, GpuPolicy, Mode
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import StateDecision, decide_state, make_proposal
+from kube.events import ObjectRef
 
 SOURCE = "capacity"
 HOURS_PER_MONTH = 730.0
@@ -104,3 +105,11 @@ class Pass:
         before = self.ctx.policies.previous(policy.name).get(base.id)
         dismissed = before.state if before is not None and before.state is State.DISMISSED else None
         return decide_state(mode, target in policy.spec.approvals, dismissed)
+
+    def warn_undone(self, node: str, policy: GpuPolicy | None, message: str) -> None:
+        """A Warning Event `CapacityDrainUndone` on the node and on the policy."""
+        refs = [ObjectRef("v1", "Node", node)]
+        if policy is not None:
+            refs.append(ObjectRef(API_VERSION, KIND, policy.name, None, policy.metadata.uid))
+        for ref in refs:
+            self.ctx.recorder.warning(ref, "CapacityDrainUndone", message)

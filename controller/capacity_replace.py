@@ -34,11 +34,10 @@ from gpupolicy.capacity import drain
 from gpupolicy.capacity.consolidation import Disruption
 from gpupolicy.capacity.nodepool import claim_name
 from gpupolicy.capacity.provider import CapacityNode, NewNode
-from gpupolicy.model import API_VERSION, KIND, CapacitySpec, GpuPolicy, Proposal
+from gpupolicy.model import CapacitySpec, GpuPolicy, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import make_proposal
 from kube import layout as kl
-from kube.events import ObjectRef
 
 log = logging.getLogger(__name__)
 
@@ -154,11 +153,7 @@ def advance(p: Pass, policies: Mapping[str, GpuPolicy]) -> dict[str, list[Propos
             kl.patch_node(ctx.api, name, {"metadata": {"annotations": {REPLACING_ANNOTATION: None,
                                                                        drain.UNDONE_ANNOTATION: note}}})
             log.warning("capacity replacement undone: %s", message)
-            refs = [ObjectRef("v1", "Node", name)]
-            if policy is not None:
-                refs.append(ObjectRef(API_VERSION, KIND, policy.name, None, policy.metadata.uid))
-            for ref in refs:
-                ctx.recorder.warning(ref, "CapacityDrainUndone", message)
+            p.warn_undone(name, policy, message)
             state, action = State.PROPOSED, "drain undone"
         elif len(up) == len(record.claims):
             own = next((c.claim for c in seen.claims if c.node == name), "")

@@ -487,22 +487,30 @@ def set_evictions(world: World, records: dict[str, Any], name: str = "gpu-capaci
         "gpu.kubeon.io", "v1alpha1", "gpupolicies", name, {"status": {"evictions": records}})
 
 
+class Crash(Exception):
+    """The controller dying at a checkpoint (the in-process stand-in for tests/..._crash_process.py's kill)."""
+
+
+def crash_at(checkpoint: str) -> Callable[[str], None]:
+    def hook(step: str) -> None:
+        if step == checkpoint:
+            raise Crash(step)
+    return hook
+
+
+def one_pass_until_the_crash(world: World) -> None:
+    with pytest.raises(Crash):  # the runner would log and carry on: call the reconcilers as a process does
+        for reconciler in world.runner.reconcilers:
+            reconciler.reconcile(world.ctx)
+
+
 def test_evictions_are_counted_per_workload_once_across_a_crash_and_the_pods_re_creation(
         make_world: Any) -> None:
-    class Crash(Exception):
-        pass
-
-    def crash_after_eviction(step: str) -> None:
-        if step == "evicted":
-            raise Crash(step)
-
-    world = make_world(checkpoint=crash_after_eviction)
+    world = make_world(checkpoint=crash_at("evicted"))
     world.create_policy(capacity_policy())
     two_nodes_one_pod_each(world)
     before = {p["metadata"]["name"] for p in world.cluster.pods(NS)}
-    with pytest.raises(Crash):
-        for reconciler in world.runner.reconcilers:
-            reconciler.reconcile(world.ctx)
+    one_pass_until_the_crash(world)
     [(key, record)] = world.status().get("evictions", {}).items()
     assert record["count"] == 0 and len(record["pending"]) == 1  # asked, not yet counted: the crash
     world.restart()
@@ -595,23 +603,14 @@ def test_a_node_whose_pods_fit_on_a_cheaper_new_node_is_replaced_launching_befor
 
 def test_a_replacement_killed_between_its_record_and_its_launch_is_finished_by_the_next_leader(
         make_world: Any) -> None:
-    class Crash(Exception):
-        pass
-
-    def crash_after_record(step: str) -> None:
-        if step == "replacing":
-            raise Crash(step)
-
-    world = make_world(checkpoint=crash_after_record)
+    world = make_world(checkpoint=crash_at("replacing"))
     world.create_policy(capacity_policy(**{"for": "10m"}))
     world.launch("gpu-big")
     world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
     world.cluster.settle()
     world.rounds(1)
     world.clock.advance(600)
-    with pytest.raises(Crash):
-        for reconciler in world.runner.reconcilers:
-            reconciler.reconcile(world.ctx)
+    one_pass_until_the_crash(world)
     assert set(world.claims()) == {"gpu-big"}  # recorded on the node, nothing launched yet
     assert "gpu.kubeon.io/replacing" in annotations(world.nodes()["gpu-big"])
     world.restart()
