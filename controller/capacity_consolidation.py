@@ -3,10 +3,14 @@
 Every GPU node is a row of the packing engine's state (pods bound as the
 extender counts them); only nodes of the pool with a NodeClaim are
 candidates. `plan_disruptions` (gpupolicy/capacity/consolidation.py) gets
-each node's highest DCGM utilisation over `consolidation.for`, prices from
-the provider, and the blocked rows: do-not-disrupt on the node or a pod, a
-drain under way or recently undone, a MIG re-layout, a claim being deleted,
-a node launched for pods still pending.
+the inputs the benchmark's `kubeon` passes, from live objects: each node's
+highest DCGM utilisation over the policy's `for`, prices from the provider,
+when each node became empty and when its pods last changed, eviction counts
+(controller/capacity_evictions.py), the instance types a replacement may
+launch (controller/capacity_replace.py), and the blocked rows: do-not-disrupt
+on the node or a pod, a drain or replacement under way or recently undone, a
+MIG re-layout, a claim being deleted, a node launched for pods still pending
+or as a replacement not yet done.
 """
 
 from __future__ import annotations
@@ -79,10 +83,7 @@ class EmptyTracker:
             self.changed[name] = now
         self.members[name] = keys
         marks = [_timestamp((pod.get("status") or {}).get("startTime") or meta(pod).get("creationTimestamp"))
-                 for pod in bound]
-        for pod in seen.by_node.get(name, []):
-            for status in (pod.get("status") or {}).get("containerStatuses") or []:
-                marks.append(_timestamp(((status.get("state") or {}).get("terminated") or {}).get("finishedAt")))
+                 for pod in bound] + _finishes(name, seen)
         known = [m for m in marks if m is not None] + ([self.changed[name]] if name in self.changed else [])
         return min(max(known), now) if known else None  # a stamp ahead of this clock (skew) is now
 
@@ -93,13 +94,17 @@ class EmptyTracker:
             self.first_seen_empty.pop(name, None)
             self.was_busy.add(name)
             return now
-        marks = [_timestamp(meta(node).get("creationTimestamp"))]
-        for pod in seen.by_node.get(name, []):
-            for status in (pod.get("status") or {}).get("containerStatuses") or []:
-                marks.append(_timestamp(((status.get("state") or {}).get("terminated") or {}).get("finishedAt")))
+        marks = [_timestamp(meta(node).get("creationTimestamp")), *_finishes(name, seen)]
         first = self.first_seen_empty.setdefault(name, now)
         known = [m for m in marks if m is not None] + ([first] if name in self.was_busy else [])
         return max(known) if known else first
+
+
+def _finishes(name: str, seen: Seen) -> list[float | None]:
+    """When the containers of the pods on node `name` finished (finished pods stay bound until deleted)."""
+    return [_timestamp(((status.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for pod in seen.by_node.get(name, [])
+            for status in (pod.get("status") or {}).get("containerStatuses") or []]
 
 
 def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used: Usage,
