@@ -62,6 +62,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from gpupolicy.quantity import parse_quantity
 from tests.kubeapi.fixtures import make_node
 from tests.kubeapi.scheduler import MERGE_PATCH, read_items, record_event
 from tests.kubeapi.workloads import InBackground, PassLoop
@@ -196,12 +197,8 @@ def initialization_blocker(claim: Mapping[str, Any], node: Mapping[str, Any]) ->
 
 
 def _quantity(value: Any) -> float:
-    """A Kubernetes quantity as a number (the suffixes the stand-in's objects use)."""
-    text = str(value)
-    for suffix, factor in (("Ki", 2**10), ("Mi", 2**20), ("Gi", 2**30), ("Ti", 2**40), ("m", 1e-3), ("k", 1e3)):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * factor
-    return float(text or 0)
+    """A Kubernetes quantity as a number."""
+    return float(parse_quantity(value if value not in (None, "") else 0))
 
 
 def pool_resources(claims: list[dict[str, Any]], nodes: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
