@@ -132,7 +132,8 @@ def advance(p: Pass, policies: Mapping[str, GpuPolicy]) -> dict[str, list[Propos
             continue  # draining: the record stays so the new nodes are no candidates until this one goes
         policy = policies.get(record.policy)
         undone = drain.read_undone(notes)
-        if undone is not None and undone.get("plan") == record.plan:  # the drain was undone: clean up
+        if (undone is not None and undone.get("plan") == record.plan
+                and float(undone["at"]) >= record.started):  # this replacement's drain was undone: clean up
             _drop_new(p, record, claims)
             kl.patch_node(ctx.api, name, {"metadata": {"annotations": {REPLACING_ANNOTATION: None}}})
             continue

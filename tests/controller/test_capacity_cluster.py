@@ -31,6 +31,7 @@ from controller.policysync import PolicySync
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.capacity.drain import DRAINING_ANNOTATION, UNDONE_ANNOTATION, read_record
 from gpupolicy.model import Mode
+from gpupolicy.proposals import proposal_id
 from tests.controller.conftest import FakeClock, ScriptedMetrics
 from tests.kubeapi.cluster import Cluster
 from tests.kubeapi.fixtures import make_deployment, make_node, make_pdb, make_pod
@@ -576,6 +577,10 @@ def test_a_node_whose_pods_fit_on_a_cheaper_new_node_is_replaced_launching_befor
     world = make_world()
     world.create_policy(capacity_policy(**{"for": "10m"}))
     world.launch("gpu-big")  # p4de.24xlarge: 8 A100-80GB
+    # the same plan undone long ago (past its cool-down): says nothing about this replacement
+    plan = proposal_id("gpu-capacity", "Node/gpu-big", "replace (single-node)")
+    old = json.dumps({"at": world.clock.now() - 7200, "plan": plan, "policy": "gpu-capacity", "message": "old"})
+    world.cluster.core.patch_node("gpu-big", {"metadata": {"annotations": {UNDONE_ANNOTATION: old}}})
     world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
     world.cluster.settle()
     assert set(world.bound().values()) == {"gpu-big"}
