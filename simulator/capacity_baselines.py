@@ -491,12 +491,16 @@ class ClusterAutoscaler(DefaultScheduler):
             self.quiet_version = cluster.version
             trial = cluster.state.copy()
             unneeded: list[int] = []
+            destination = np.zeros(len(cluster.state), dtype=bool)  # ready, not (yet) unneeded
+            destination[ready] = True
             for r in ready:
                 gpus = cluster.kind[r].gpus
                 used = (gpus * MILLI - int(trial.gpu_free_total[r])) / (gpus * MILLI) if gpus else 0.0
                 if used >= CA_UTILISATION_THRESHOLD:
                     continue
-                others = np.array([o for o in ready if o != r and o not in unneeded], dtype=np.int64)
+                destination[r] = False
+                others = np.flatnonzero(destination)
+                destination[r] = True
                 pods = [p.pod.demand for p in cluster.pods_on[r].values()]
                 if pods:
                     attempt = trial.copy()
@@ -506,6 +510,7 @@ class ClusterAutoscaler(DefaultScheduler):
                         continue
                     trial = attempt
                 unneeded.append(r)
+                destination[r] = False
             self.unneeded_since = {r: self.unneeded_since.get(r, now) for r in unneeded}
         due = [r for r, t in self.unneeded_since.items() if now - t >= CA_UNNEEDED_TIME]
         empty = [r for r in due if not cluster.pods_on[r]][:CA_MAX_EMPTY_BULK_DELETE]
