@@ -5,7 +5,8 @@ extender counts them); only nodes of the pool with a NodeClaim are
 candidates. `plan_disruptions` (gpupolicy/capacity/consolidation.py) gets
 the inputs the benchmark's `kubeon` passes, from live objects: each node's
 highest DCGM utilisation over the policy's `for`, prices from the provider,
-when each node became empty and when its pods last changed, eviction counts
+when each node became empty and when its pods last changed, when each pod was
+bound (pod ages), eviction counts
 (controller/capacity_evictions.py), the instance types a replacement may
 launch (controller/capacity_replace.py), and the blocked rows: do-not-disrupt
 on the node or a pod, a drain or replacement under way or recently undone, a
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from controller import capacity_replace
@@ -32,7 +33,7 @@ from gpupolicy.capacity.consolidation import EMPTY, UNDERUSED, ConsolidationRule
 from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION
 from gpupolicy.capacity.nodepool import allowed_types
 from gpupolicy.capacity.provider import CapacityNode
-from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, Proposal
+from gpupolicy.model import CapacitySpec, Condition, ConsolidationSpec, GpuPolicy, Mode, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.modes import disruption_mode
 from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
@@ -100,6 +101,27 @@ class EmptyTracker:
         return max(known) if known else first
 
 
+def core_rules(spec: ConsolidationSpec) -> ConsolidationRules:
+    """The policy's consolidation block as the core's rules; what the policy leaves unset is the core's."""
+    rules = ConsolidationRules(spec.underused_below_percent, spec.window_seconds, spec.max_disrupted_nodes,
+                               spec.empty_seconds)
+    if spec.min_pod_age_seconds is not None:
+        rules = replace(rules, min_pod_age_seconds=spec.min_pod_age_seconds)
+    return rules
+
+
+def started_at(pod: Mapping[str, Any], now: float) -> float | None:
+    """When the pod was bound to its node (its PodScheduled condition), else started, else created; a stamp
+    ahead of this clock reads as now. The benchmark's `bound_at`."""
+    status = pod.get("status") or {}
+    scheduled = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
+                      if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+    for text in (scheduled, status.get("startTime"), meta(pod).get("creationTimestamp")):
+        if (stamp := _timestamp(text)) is not None:
+            return min(stamp, now)
+    return None
+
+
 def _finishes(name: str, seen: Seen) -> list[float | None]:
     """When the containers of the pods on node `name` finished (finished pods stay bound until deleted)."""
     return [_timestamp(((status.get("state") or {}).get("terminated") or {}).get("finishedAt"))
@@ -135,7 +157,8 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
     pods_on: dict[int, list[tuple[str, PodDemand]]] = {}
     blocked: set[int] = set()
     empty_since: dict[int, float] = {}
-    changed_at: dict[int, float] = {}  # pod ages: the core lets a busy node settle (settle_seconds)
+    changed_at: dict[int, float] = {}  # the core lets a busy node settle (settle_seconds)
+    ages: dict[str, float] = {}  # pod key -> bound at (the core's min_pod_age_seconds)
     prices: list[float] = []
     pending = {pod_key(pod) for pod in seen.pods if not (pod.get("spec") or {}).get("nodeName") and live(pod)}
     cooldown = max(4 * rules.drain_seconds, 3600.0)
@@ -150,6 +173,9 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
             pods_on[row] = [(pod_key(pod), demand_from_pod(pod)) for pod in movable]
         except ObjectError:
             blocked.add(row)
+        for pod in movable:
+            if (bound_at := started_at(pod, now)) is not None:
+                ages[pod_key(pod)] = bound_at
         notes = annotations_of(node)
         undone = drain.read_undone(notes)
         launched_for = set(claim.launched_for) if claim else set()
@@ -169,10 +195,9 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
     catalog = [t for t in p.instances if t.name in types and t.gpus > 0]  # what a replacement may launch
     plan = plan_disruptions(
         state, pods_on, prices, {i: used.by_node.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)},
-        ConsolidationRules(rules.underused_below_percent, rules.window_seconds, rules.max_disrupted_nodes,
-                           rules.empty_seconds),
+        core_rules(rules),
         blocked=blocked, now=now, empty_since=empty_since, in_progress=in_progress, evictions=evictions,
-        changed_at=changed_at, instance_types=catalog)
+        changed_at=changed_at, instance_types=catalog, started_at=ages)
     for disruption in plan:
         steady = now - max((changed_at.get(n, 0.0) for n in disruption.nodes), default=0.0)
         _disrupt(p, policy, spec, mode, gpu_nodes, claims, disruption, proposals, steady)

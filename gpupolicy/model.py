@@ -267,6 +267,8 @@ class ConsolidationSpec(_Wire):
     usage-aware consolidation stays Recommend). `emptyFor`: the grace after a
     node's last GPU pod ended before the node is removed. `drainTimeout`: a
     drain that has not emptied the node by then is undone (uncordoned).
+    `minPodAge`: a node with pods is consolidated only once its youngest pod
+    has run this long, and moved pods go only beside pods that old.
     """
 
     underused_below_percent: float = Field(default=10.0, ge=0, le=100)
@@ -274,8 +276,12 @@ class ConsolidationSpec(_Wire):
     max_disrupted_nodes: int = Field(default=1, ge=0)
     empty_for: str = Field(default="1m", json_schema_extra=_DURATION_SCHEMA)
     drain_timeout: str = Field(default="15m", json_schema_extra=_DURATION_SCHEMA)
+    # a busy node is a candidate once its youngest pod has run this long (unset: the core's default,
+    # gpupolicy/capacity/consolidation.py ConsolidationRules.min_pod_age_seconds)
+    min_pod_age: str | None = Field(default=None, json_schema_extra=_DURATION_SCHEMA)
 
-    _d = field_validator("for_", "empty_for", "drain_timeout")(classmethod(lambda cls, v: _check_duration(v)))
+    _d = field_validator("for_", "empty_for", "drain_timeout", "min_pod_age")(
+        classmethod(lambda cls, v: _check_duration(v)))
 
     @property
     def window_seconds(self) -> float:
@@ -288,6 +294,10 @@ class ConsolidationSpec(_Wire):
     @property
     def drain_seconds(self) -> float:
         return parse_duration(self.drain_timeout)
+
+    @property
+    def min_pod_age_seconds(self) -> float | None:
+        return None if self.min_pod_age is None else parse_duration(self.min_pod_age)
 
 
 class CapacitySpec(_Wire):

@@ -623,3 +623,15 @@ def test_a_replacement_killed_between_its_record_and_its_launch_is_finished_by_t
     claims = set(world.claims())
     assert len(claims) == 1 and "gpu-big" not in claims and "gpu-big" not in world.nodes()
     assert set(world.bound().values()) == claims
+
+
+def test_with_min_pod_age_a_node_is_consolidated_only_once_its_youngest_pod_is_that_old(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy(minPodAge="1h"))
+    two_nodes_one_pod_each(world)
+    world.rounds(3)  # both pods were just bound (their PodScheduled time): too young to move
+    assert set(world.claims()) == {"gpu-a", "gpu-b"}
+    assert not [p for p in world.proposals() if p["target"].startswith("Node/")]
+    world.clock.advance(3600)
+    world.rounds(4)
+    assert len(world.claims()) == 1 and len(set(world.bound().values())) == 1

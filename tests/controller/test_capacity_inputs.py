@@ -47,3 +47,15 @@ def test_a_pod_stamp_ahead_of_the_controllers_clock_reads_as_now() -> None:
     assert early is not None
     ahead = pod("a", "u1", "n1", "2026-01-01T00:00:02Z")
     assert EmptyTracker().changed_at("n1", [ahead], Seen([], [ahead], []), now=early) == early
+
+
+def test_a_pods_age_counts_from_its_binding_then_its_start_then_its_creation() -> None:
+    from controller.capacity_consolidation import started_at
+
+    bound = pod("a", "u1", "n1", "2026-01-01T01:00:00Z")
+    bound["status"]["conditions"] = [{"type": "PodScheduled", "status": "True",
+                                      "lastTransitionTime": "2026-01-01T00:10:00Z"}]
+    assert started_at(bound, now=1e10) == timestamp("2026-01-01T00:10:00Z")
+    assert started_at(pod("b", "u2", "n1", "2026-01-01T01:00:00Z"), now=1e10) == timestamp("2026-01-01T01:00:00Z")
+    assert started_at(pod("c", "u3", "n1", None), now=1e10) == timestamp("2026-01-01T00:00:00Z")
+    assert started_at(pod("d", "u4", "n1", "2026-01-01T01:00:00Z"), now=5.0) == 5.0  # ahead of this clock
