@@ -1,9 +1,14 @@
 """Which GPU nodes to give back: empty, underused or packable onto fewer nodes, always re-placed first. Pure.
 
+For the controller (capctl2): new optional input `started_at` (pod key ->
+when the pod started on its node: `status.startTime`), read only when
+`rules.min_pod_age_seconds` > 0; the controller passes none yet, so its
+behaviour is unchanged (`min_pod_age_seconds` defaults to 0).
+
 Final signatures (capctl's controller and the benchmark call these):
     @dataclass(frozen=True) class ConsolidationRules: underused_below_percent: float; window_seconds: float;
         max_disrupted_nodes: int; empty_grace_seconds: float; max_evictions_per_pod: int | None = 3;
-        settle_seconds: float = 0.0
+        settle_seconds: float = 0.0; min_pod_age_seconds: float = 0.0
     @dataclass(frozen=True) class Disruption: nodes: tuple[int, ...]; method: str; moves: dict[str, int];
         savings_per_hour: float; explanation: str; launches: tuple[InstanceType, ...] = ()
     plan_disruptions(state: NodeState, pods_on: Mapping[int, Sequence[tuple[str, PodDemand]]],
@@ -13,7 +18,8 @@ Final signatures (capctl's controller and the benchmark call these):
                      strategy: Strategy | None = None, ctx: PackingContext | None = None,
                      max_trials: int = 24, instance_types: Sequence[InstanceType] = (),
                      evictions: Mapping[str, int] | None = None,
-                     changed_at: Mapping[int, float] | None = None) -> list[Disruption]
+                     changed_at: Mapping[int, float] | None = None,
+                     started_at: Mapping[str, float] | None = None) -> list[Disruption]
 
 Inputs: `state` with every pod of `pods_on` placed (rows are nodes);
 `pods_on[n]` the evictable pods of node n (DaemonSet and mirror pods left
@@ -27,8 +33,14 @@ empty; `in_progress` nodes already being disrupted (they count against
 already (a pod at `rules.max_evictions_per_pod` pins its node: no pod is
 disrupted without end); `changed_at[n]` when a pod last came to or left
 node n (a busy node settles `rules.settle_seconds` before it is a
-candidate, as Karpenter's consolidateAfter). Rows with `schedulable` False
-are neither candidates nor destinations.
+candidate, as Karpenter's consolidateAfter); `started_at[key]` when each
+pod started on its node (with `rules.min_pod_age_seconds`: a busy node is a
+candidate once its youngest pod ran that long, and moved pods go only
+beside pods that old. The survival fact: a pod that ran long tends to run
+long, so a node of young pods tends to empty by itself, and a pod moved
+beside young ones moves again when they leave). Rows with `schedulable`
+False are neither candidates nor destinations, and a pod is never moved onto
+a node dearer per GPU than the dearest it leaves.
 
 Methods, in order (Karpenter's disruption order, plus ours):
 1. `empty`: no pods for `empty_grace_seconds` (the "remove the GPU node
@@ -42,8 +54,9 @@ Methods, in order (Karpenter's disruption order, plus ours):
    (`plan_launches`) that cost less than it: a replacement (`launches`,
    launched and ready before the drain; `moves` to row len(state) + i
    mean the i-th launch). Savings are then the difference in price. A
-   replacement is only simulated when a type cheaper than the node holds
-   the pods' summed CPU, memory and GPUs (a bound that skips hopeless ones).
+   replacement is only simulated when nodes of one type holding the pods'
+   summed CPU, memory and GPUs cost less than it (a bound that skips
+   hopeless ones; several nodes may replace one).
 Re-placement runs the packing engine (the extender's solver) on a copy with
 the candidates cordoned; destinations are nodes that hold pods (moving pods
 onto an empty node saves nothing); `moves` are its destinations. At most

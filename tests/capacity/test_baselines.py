@@ -47,6 +47,19 @@ def test_karpenter_emptiness_deletes_a_node_once_its_command_is_validated() -> N
     assert k.validations == [1, 0]
 
 
+def test_karpenter_drops_a_command_whose_node_changed_during_validation() -> None:
+    # "a" runs 180..280 s on the node launched for it; the loop at 280 s computes Emptiness; "b" arrives at
+    # 285 s and lands on that node, so the validation at 300 s finds it no longer empty: no deletion until
+    # "b" is gone too
+    k = Karpenter(instance_types=[T4X4, P100X1, BIG])
+    events = replay(k, [pod("a", 0, 100), pod("b", 285, 1000)])
+    assert next(t for t, e, _, _, p in events if e == "place" and p == "b") == 285.0
+    deletes = [t for t, e, *_ in events if e == "delete"]
+    finish_b = next(t for t, e, _, _, p in events if e == "finish" and p == "b")
+    assert deletes and deletes[0] >= finish_b + 15.0
+    assert k.validations[1] >= 1
+
+
 def test_karpenter_replaces_nodes_by_a_cheaper_one_within_its_10_percent_budget() -> None:
     # single-GPU pods arriving apart each get the cheapest node for one pod (a P100, $1.522/h); two of them
     # fit one T4x4 ($2.696/h < $3.044/h): multi-node consolidation replaces pairs once 11 nodes allow 2.
