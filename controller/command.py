@@ -100,12 +100,12 @@ class ControllerProcess:
     failed: BaseException | None = None  # what ended the reconcile loop other than a stop
 
     def start(self, watch_policies: bool = True) -> ControllerProcess:
+        if self.health:  # first: /readyz answers (ready, as a standby) from before the first lease step
+            self.health.start()
         lease = threading.Thread(target=self.elector.run, args=(self.lease_stop,),
                                  name=f"lease-{self.elector.identity}", daemon=True)
         lease.start()
         self._lease_thread = lease
-        if self.health:
-            self.health.start()
         if watch_policies:
             self._watch = _policy_watch(self.ctx.api, self.runner)
         return self
