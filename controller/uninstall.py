@@ -147,7 +147,7 @@ def _clean_configmap(api: client.ApiClient, report: UninstallReport, namespace: 
 
 def _karpenter_items(api: client.ApiClient, plural: str) -> list[dict[str, Any]]:
     try:
-        response = client.CustomObjectsApi(api).list_cluster_custom_object(
+        response: Any = client.CustomObjectsApi(api).list_cluster_custom_object(
             *KARPENTER, plural, label_selector=MANAGED, _preload_content=False)
     except ApiException as exc:
         if exc.status == 404:  # Karpenter is not installed

@@ -30,6 +30,6 @@ class ApiBinder:
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid
-        body = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
+        body: Any = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
         rest.call(self.api, "POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body=body)

@@ -38,12 +38,14 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
         if kubeconfig:
             if not Path(kubeconfig).is_file():
                 raise KubeConfigError(f"kubeconfig {kubeconfig!r} does not exist")
-            config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=cfg)
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=kubeconfig, context=context, client_configuration=cfg)
         elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-            config.load_incluster_config(client_configuration=cfg)
+            config.load_incluster_config(client_configuration=cfg)  # type: ignore[no-untyped-call]
         else:
             path = _default_kubeconfig()
-            config.load_kube_config(config_file=path, context=context, client_configuration=cfg)
+            config.load_kube_config(  # type: ignore[no-untyped-call]
+                config_file=path, context=context, client_configuration=cfg)
     except ConfigException as exc:
         source = kubeconfig or ("in-cluster" if os.environ.get("KUBERNETES_SERVICE_HOST") else "default")
         raise KubeConfigError(f"cannot load Kubernetes configuration ({source}): {exc}") from exc

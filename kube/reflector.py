@@ -108,7 +108,7 @@ class Reflector:
         self._stopping.set()
         current = self._watch
         if current is not None:
-            current.stop()
+            current.stop()  # type: ignore[no-untyped-call]
         if self._thread is not None:
             self._thread.join(timeout)
 
@@ -198,10 +198,10 @@ class Reflector:
         """Watch until the server ends the stream. True when it was a healthy watch."""
         started, events = time.monotonic(), 0
         # return_type=object: events stay plain dicts, no model validation to trip over.
-        w = watch.Watch(return_type=object)
+        w = watch.Watch(return_type=object)  # type: ignore[no-untyped-call]
         self._watch = w
         try:
-            stream = w.stream(
+            stream = w.stream(  # type: ignore[no-untyped-call]
                 self._list_func,
                 resource_version=self._resource_version,
                 allow_watch_bookmarks=True,
@@ -221,7 +221,7 @@ class Reflector:
     def _apply(self, event: dict[str, Any]) -> None:
         try:
             kind = event.get("type")
-            obj = event.get("raw_object", event.get("object"))
+            obj: Any = event.get("raw_object", event.get("object"))
             if kind == "ERROR":
                 code = obj.get("code") if isinstance(obj, dict) else None
                 if code == GONE:

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
-from kubernetes.client.rest import ApiException
+from kubernetes.client.exceptions import ApiException
 
 from kube import calls
 
@@ -76,19 +76,19 @@ def set_paused(api: client.ApiClient, namespace: str, name: str, paused: bool,
     metadata: dict[str, Any] = {"annotations": {PAUSED_REPLICAS: "0" if paused else None}}
     if resource_version:
         metadata["resourceVersion"] = resource_version
-    obj: dict[str, Any] = client.CustomObjectsApi(api).patch_namespaced_custom_object(
+    obj: Any = client.CustomObjectsApi(api).patch_namespaced_custom_object(
         KEDA_GROUP, KEDA_VERSION, namespace, KEDA_PLURAL, name, {"metadata": metadata},
         _content_type=MERGE_PATCH,
     )
-    return obj
+    return dict(obj)
 
 
 def create_scaled_object(api: client.ApiClient, body: Mapping[str, Any]) -> dict[str, Any]:
     namespace = body["metadata"]["namespace"]
-    obj: dict[str, Any] = client.CustomObjectsApi(api).create_namespaced_custom_object(
+    obj: Any = client.CustomObjectsApi(api).create_namespaced_custom_object(
         KEDA_GROUP, KEDA_VERSION, namespace, KEDA_PLURAL, dict(body),
     )
-    return obj
+    return dict(obj)
 
 
 def update_scaled_object(api: client.ApiClient, body: Mapping[str, Any], current: Mapping[str, Any]) -> dict[str, Any]:
@@ -101,11 +101,11 @@ def update_scaled_object(api: client.ApiClient, body: Mapping[str, Any], current
         "metadata": {"labels": body["metadata"].get("labels", {}), "resourceVersion": meta.get("resourceVersion")},
         "spec": body["spec"],
     }
-    obj: dict[str, Any] = client.CustomObjectsApi(api).patch_namespaced_custom_object(
+    obj: Any = client.CustomObjectsApi(api).patch_namespaced_custom_object(
         KEDA_GROUP, KEDA_VERSION, meta["namespace"], KEDA_PLURAL, meta["name"], patch,
         _content_type=MERGE_PATCH,
     )
-    return obj
+    return dict(obj)
 
 
 def delete_scaled_object(api: client.ApiClient, namespace: str, name: str) -> bool:
@@ -144,7 +144,7 @@ def _rbac(api: client.ApiClient) -> client.RbacAuthorizationV1Api:
 
 def list_scaler_bindings(api: client.ApiClient) -> dict[str, dict[str, Any]]:
     """namespace -> our scaler RoleBinding, for every namespace that has one."""
-    response = _rbac(api).list_role_binding_for_all_namespaces(
+    response: Any = _rbac(api).list_role_binding_for_all_namespaces(
         label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}", _preload_content=False,
     )
     items = json.loads(response.data).get("items") or []
