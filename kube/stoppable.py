@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,7 +57,7 @@ class StoppableClient:
         # is itself inside `request`.
         self._flights: dict[int, _Flight] = {}
         rest = self.api.rest_client  # every call, generated or `kube.rest`, ends in rest_client.request
-        inner = rest.request
+        inner: Callable[..., Any] = rest.request
 
         def request(method: str, url: str, *args: Any, **kwargs: Any) -> Any:
             key = threading.get_ident()
@@ -77,7 +78,7 @@ class StoppableClient:
             finally:
                 self._flights.pop(key, None)
 
-        rest.request = request
+        rest.request = request  # type: ignore[method-assign]
         manager = rest.pool_manager
         manager.pool_classes_by_scheme = {"http": self._tracking(HTTPConnectionPool),
                                           "https": self._tracking(HTTPSConnectionPool)}
