@@ -143,16 +143,20 @@ class ControllerProcess:
         after the release, and a successor can never act while this one still does.
         """
         self.request_stop()
+        deadline = time.monotonic() + 10
         for thread in self._threads:
-            deadline = time.monotonic() + 10
             while thread.is_alive() and time.monotonic() < deadline:
                 thread.join(timeout=0.02)
                 if self.guard is not None:
                     self.guard.abort_reads()
+        running = [t.name for t in self._threads if t.is_alive()]
         self.lease_stop.set()
         if self._lease_thread is not None:
             self._lease_thread.join(timeout=10)
-        if release:
+        if running:  # a write still in flight after 10 s: releasing now could let a successor race it
+            log.warning("reconcile loop still running after 10s (%s): the lease is left to expire",
+                        ",".join(running))
+        elif release:
             self.elector.release()
         if self._watch is not None:
             self._watch.stop(timeout=0.2)  # a daemon thread blocked on a watch read: do not wait for it
