@@ -2,8 +2,8 @@
 
 Why: in kubernetes-client 37 the generated API classes are pydantic. The first
 touch of `client.CoreV1Api` imports a 4 MB module and ~250 models, `AppsV1Api`
-another ~100: 1.6 s and 1.1 s of CPU on this VM when quiet, 5-10 s under load,
-paid by every process before its first request (the controller's first pass,
+another ~100: 1.4-1.6 s and 1.1 s on this 2-core VM at load 5 (docs/testing.md,
+"Under load"), paid by every process before its first request (the controller's first pass,
 the webhook's and the extender's first LIST, so their readiness). Our adapters
 never used the models: they asked `_preload_content=False` and read the JSON.
 These calls send the same requests through the same `ApiClient` (its
