@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import statistics
 import sys
 import time
@@ -70,7 +71,9 @@ def main() -> int:
         for seed in parse_seeds(args.seeds):
             started = time.perf_counter()
             figures, _ = compare(pods, types, max_gpus=max_gpus, seed=seed, workers=args.workers, strategies=names)
-            print(f"# F={compress:g} seed={seed}: {time.perf_counter() - started:.0f} s wall", file=sys.stderr)
+            load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
+            print(f"# F={compress:g} seed={seed}: {time.perf_counter() - started:.0f} s wall "
+                  f"({args.workers} workers), load average {load}", file=sys.stderr)
             for name, f in figures.items():
                 line = {k: float(v) for k, v in f.summary().items()}
                 per[name].append(line)

@@ -35,13 +35,13 @@ code (cited in docs/designs/capacity.md):
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from gpupolicy.capacity.instances import InstanceType
-from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand, model_mask
+from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand, model_mask, next_versions
 from gpupolicy.packing.placement import fit, gpu_fit_mask
 from simulator.capacity import Cluster, Drain, Figures, PodRun
 from simulator.capacity_trace import TimedPod
@@ -50,6 +50,9 @@ MAX_NODE_SCORE = 100
 KARPENTER_BUDGET_PERCENT = 10
 KARPENTER_EXPIRE_AFTER = 720 * 3600.0
 KARPENTER_MULTI_NODE_MAX = 100
+KARPENTER_VALIDATION_DELAY = 15.0  # disruption/consolidation.go commandValidationDelay
+KARPENTER_NOMINATION_WINDOW = 20.0  # state/statenode.go nominationWindow: max(2 x batchMaxDuration 10 s, 10 s)
+EMPTINESS, CONSOLIDATION = "emptiness", "consolidation"
 CA_UTILISATION_THRESHOLD = 0.5
 CA_UNNEEDED_TIME = 600.0
 CA_DELAY_AFTER_ADD = 600.0
@@ -170,21 +173,70 @@ def fits(state: NodeState, d: PodDemand) -> np.ndarray:
     return ok
 
 
+def _take(state: NodeState, row: int, d: PodDemand, gpus: tuple[int, ...]) -> None:
+    """`state.place` without its range checks, for a throwaway trial whose fit was just checked.
+
+    The same arrays change in the same way (`NodeState._apply`, `refresh`) on
+    plain Python numbers: the referees' simulations place millions of pods.
+    """
+    state.cpu_free[row] -= d.cpu_milli
+    state.mem_free[row] -= d.memory_mib
+    state.row_version[row] = next_versions(1)[0]
+    if not gpus:
+        return
+    free = state.gpu_free[row]
+    for g in gpus:
+        free[g] -= d.gpu_milli
+    values = free[: int(state.gpu_count[row])].tolist()
+    partial = [v for v in values if v < MILLI]
+    state.full_count[row] = len(values) - len(partial)
+    state.max_partial[row] = max(partial) if partial else 0
+    state.gpu_free_total[row] = sum(values)
+
+
+def _first_gpus_of(free: list[int], d: PodDemand) -> tuple[int, ...]:
+    """`first_gpus` on one row's free milli (present GPUs only) as a list."""
+    if d.is_sharing:
+        return (next(g for g, v in enumerate(free) if v >= d.gpu_milli),)
+    return tuple([g for g, v in enumerate(free) if v == MILLI][: d.num_gpu])
+
+
 def first_fit(state: NodeState, pods: Sequence[PodDemand], rows: np.ndarray) -> list[PodDemand]:
     """Place `pods` first-fit (row order) on `rows` of `state` (mutated); the pods that found no room."""
-    left = []
+    left: list[PodDemand] = []
+    if not len(state):
+        return list(pods)
     allowed = np.zeros(len(state), dtype=bool)
     allowed[rows] = True
+    allowed &= state.schedulable
+    models: dict[frozenset[str], np.ndarray] = {}
     for d in pods:
         if d.mig or d.shared or d.gpu_memory_mib:
             ok = np.flatnonzero(fit(state, d).feasible & allowed)
-        else:
-            ok = np.flatnonzero(fits(state, d) & allowed)
-        if ok.size:
-            row = int(ok[0])
-            state.place(row, d, first_gpus(state, row, d))
-        else:
+            if ok.size:
+                row = int(ok[0])
+                state.place(row, d, first_gpus(state, row, d))
+            else:
+                left.append(d)
+            continue
+        mask = allowed & (state.cpu_free >= d.cpu_milli)
+        mask &= state.mem_free >= d.memory_mib
+        if d.allowed_models is not None:
+            if d.allowed_models not in models:
+                models[d.allowed_models] = model_mask(state, d.allowed_models)
+            mask &= models[d.allowed_models]
+        if d.needs_gpu:
+            mask &= state.gpu_count > 0
+            if d.is_sharing:
+                mask &= (state.max_partial >= d.gpu_milli) | (state.full_count >= 1)
+            else:
+                mask &= state.full_count >= d.num_gpu
+        row = int(mask.argmax())
+        if not mask[row]:
             left.append(d)
+            continue
+        gpus = _first_gpus_of(state.gpu_free[row, : int(state.gpu_count[row])].tolist(), d) if d.needs_gpu else ()
+        _take(state, row, d, gpus)
     return left
 
 
@@ -193,6 +245,16 @@ def _pending_left(cluster: Cluster, pending: Sequence[PodRun]) -> list[PodDemand
     trial = cluster.state.copy()
     rows = np.array([r for r in cluster.live_rows() if not cluster.cordoned[r]], dtype=np.int64)
     return first_fit(trial, sorted((r.pod.demand for r in pending), key=by_size), rows)
+
+
+@dataclass(frozen=True)
+class Command:
+    """A disruption Karpenter computed and validates `KARPENTER_VALIDATION_DELAY` later before acting."""
+
+    method: str
+    rows: tuple[int, ...]
+    replacement: InstanceType | None
+    due: float
 
 
 @dataclass
@@ -208,6 +270,9 @@ class Karpenter(DefaultScheduler):
         self.planned: set[str] = set()
         self.deleted_seen = 0
         self.quiet_version = -1
+        self.validating: Command | None = None  # a command waiting out its validation delay
+        self.nominated_until: dict[int, float] = {}  # rows a provisioning pass placed pending pods on
+        self.validations = [0, 0]  # passed, failed
 
     def provision(self, cluster: Cluster, pending: Sequence[PodRun], now: float) -> list[InstanceType]:
         keys = {r.pod.key for r in pending}
@@ -215,7 +280,13 @@ class Karpenter(DefaultScheduler):
         if keys <= self.planned and deleted == self.deleted_seen:
             return []
         self.planned, self.deleted_seen = keys, deleted
-        nodes, _ = pack_new(_pending_left(cluster, pending), self.instance_types)
+        trial = cluster.state.copy()
+        rows = np.array([r for r in cluster.live_rows() if not cluster.cordoned[r]], dtype=np.int64)
+        left = first_fit(trial, sorted((r.pod.demand for r in pending), key=by_size), rows)
+        # nodes the pass schedules pending pods onto are nominated (scheduling/scheduler.go): no candidates
+        for r in np.flatnonzero(trial.row_version != cluster.state.row_version).tolist():
+            self.nominated_until[r] = now + KARPENTER_NOMINATION_WINDOW
+        nodes, _ = pack_new(left, self.instance_types)
         gpus = sum(cluster.kind[r].gpus for r in cluster.live_rows())
         out = []
         for node in nodes:
@@ -226,25 +297,27 @@ class Karpenter(DefaultScheduler):
             out.append(kind)
         return out
 
-    def _consolidate(self, cluster: Cluster, group: Sequence[int], others: np.ndarray
+    def _consolidate(self, cluster: Cluster, group: Sequence[int], others: np.ndarray, trial: NodeState
                      ) -> tuple[bool, InstanceType | None]:
-        """Can `group` go: (True, None) delete, (True, type) replace by one cheaper node, (False, None) no."""
-        trial = cluster.state.copy()
-        # pending pods keep the room they are waiting for (Karpenter's simulation schedules them too)
-        first_fit(trial, sorted((r.pod.demand for r in cluster.pending.values()), key=by_size), others)
+        """Can `group` go: (True, None) delete, (True, type) replace by one cheaper node, (False, None) no.
+
+        `trial`: a copy of the cluster's state with the pending pods placed on
+        `others` first (Karpenter's simulation schedules them too: they keep
+        the room they are waiting for); mutated.
+        """
         pods = sorted((p.pod.demand for r in group for p in cluster.pods_on[r].values()), key=by_size)
         left = first_fit(trial, pods, others)
         if not left:
             return True, None
-        nodes, unfit = pack_new(left, self.instance_types)
-        if unfit or len(nodes) != 1:
-            return False, None
+        # one new node, cheaper than the group and of none of its types: packing onto those types alone
+        # gives the same answer as packing onto all and filtering after (options only ever narrow)
         price = sum(cluster.kind[r].price_per_hour for r in group)
         kinds = {cluster.kind[r].name for r in group}
-        options = [t for t in nodes[0].options if t.price_per_hour < price and t.name not in kinds]
-        if not options:
+        cheaper = [t for t in self.instance_types if t.price_per_hour < price and t.name not in kinds]
+        node = NewNode(cheaper)
+        if not all(node.add(d) for d in left):
             return False, None
-        return True, min(options, key=lambda t: (t.price_per_hour, t.name))
+        return True, node.cheapest()
 
     def disrupt(self, cluster: Cluster, now: float) -> list[Drain]:
         live = cluster.live_rows()
@@ -252,28 +325,51 @@ class Karpenter(DefaultScheduler):
         expired = [r for r in live if not cluster.cordoned[r] and now - cluster.requested_at[r]
                    >= KARPENTER_EXPIRE_AFTER]
         out.extend(Drain((r,)) for r in expired)  # forceful: no budget, no replacement first
-        if cluster.version == self.quiet_version and not out:
+        if self.validating is not None:
+            command = self.validating
+            if now < command.due:
+                return out  # the disruption loop waits out the validation delay (it blocks)
+            self.validating = None
+            valid = self._validate(cluster, command, now, set(expired))
+            if valid is not None:
+                self.validations[0] += 1
+                out.append(valid)
+                return out
+            self.validations[1] += 1  # failed: recompute at once, as the next method of the same pass would
+        elif cluster.version == self.quiet_version:
             return out
-        budget = math.ceil(len(live) * KARPENTER_BUDGET_PERCENT / 100) - sum(1 for r in live if cluster.cordoned[r])
-        ready = [r for r in live if cluster.ready[r] and not cluster.cordoned[r] and r not in expired]
-        empty = [r for r in ready if not cluster.pods_on[r]]
-        if empty and budget > 0:
-            out.extend(Drain((r,)) for r in empty[:budget])
-            return out
+        command = self._compute(cluster, now, set(expired))
+        if command is None:
+            self.quiet_version = cluster.version
+        else:
+            self.validating = command
+        return out
+
+    def _budget(self, cluster: Cluster, live: Sequence[int]) -> int:
+        return math.ceil(len(live) * KARPENTER_BUDGET_PERCENT / 100) - sum(1 for r in live if cluster.cordoned[r])
+
+    def _candidates(self, cluster: Cluster, now: float, expired: set[int]) -> list[int]:
+        """Disruptable nodes: ready (initialized), not being disrupted or expired, not nominated."""
+        return [r for r in cluster.live_rows() if cluster.ready[r] and not cluster.cordoned[r] and r not in expired
+                and self.nominated_until.get(r, -math.inf) <= now]
+
+    def _compute(self, cluster: Cluster, now: float, expired: set[int]) -> Command | None:
+        """The first method that finds something: Emptiness, multi-node, single-node consolidation."""
+        live = cluster.live_rows()
+        budget = self._budget(cluster, live)
         if budget <= 0:
-            return out
+            return None
+        ready = self._candidates(cluster, now, expired)
+        empty = [r for r in ready if not cluster.pods_on[r]]
+        if empty:
+            return Command(EMPTINESS, tuple(empty[:budget]), None, now + KARPENTER_VALIDATION_DELAY)
 
         def cost(r: int) -> tuple[float, int]:
             remaining = max(0.0, 1.0 - (now - cluster.requested_at[r]) / KARPENTER_EXPIRE_AFTER)
             return (len(cluster.pods_on[r]) * remaining, r)
 
         candidates = sorted((r for r in ready if cluster.pods_on[r]), key=cost)
-        schedulable = [r for r in live if not cluster.cordoned[r] and r not in expired]
-
-        def attempt(group: Sequence[int]) -> tuple[bool, InstanceType | None]:
-            others = np.array([r for r in schedulable if r not in set(group)], dtype=np.int64)
-            return self._consolidate(cluster, group, others)
-
+        attempt = self._simulation(cluster, expired)
         # multi-node: sizes 2..n (single nodes are the next method's), n = candidates within the budget
         lo, hi = 2, min(len(candidates), budget, KARPENTER_MULTI_NODE_MAX)
         best: tuple[list[int], InstanceType | None] | None = None
@@ -291,14 +387,55 @@ class Karpenter(DefaultScheduler):
                     best = ([r], kind)
                     break
         if best is None:
-            self.quiet_version = cluster.version
-            return out
-        group, kind = best
-        out.append(Drain(tuple(group), (kind,) if kind is not None else ()))
-        return out
+            return None
+        return Command(CONSOLIDATION, tuple(best[0]), best[1], now + KARPENTER_VALIDATION_DELAY)
+
+    def _simulation(self, cluster: Cluster, expired: set[int]
+                    ) -> Callable[[Sequence[int]], tuple[bool, InstanceType | None]]:
+        """`attempt(group)`: whether `group` can be deleted or replaced now (`_consolidate`)."""
+        schedulable = [r for r in cluster.live_rows() if not cluster.cordoned[r] and r not in expired]
+        # the pending pods' first fit on all schedulable nodes serves every group it leaves alone: first fit
+        # on fewer rows picks the same rows when none of the removed ones was picked
+        waiting = sorted((r.pod.demand for r in cluster.pending.values()), key=by_size)
+        with_pending = cluster.state.copy()
+        first_fit(with_pending, waiting, np.array(schedulable, dtype=np.int64))
+        used = set(np.flatnonzero(with_pending.row_version != cluster.state.row_version).tolist())
+
+        def attempt(group: Sequence[int]) -> tuple[bool, InstanceType | None]:
+            others = np.array([r for r in schedulable if r not in set(group)], dtype=np.int64)
+            if used.isdisjoint(group):
+                trial = with_pending.copy()
+            else:
+                trial = cluster.state.copy()
+                first_fit(trial, waiting, others)
+            return self._consolidate(cluster, group, others, trial)
+
+        return attempt
+
+    def _validate(self, cluster: Cluster, command: Command, now: float, expired: set[int]) -> Drain | None:
+        """Karpenter's validation after `commandValidationDelay` (disruption/validation.go), or None.
+
+        The candidates must all still be candidates (alive, not disrupted, not
+        nominated; Emptiness keeps those still empty), within the budget, and
+        a consolidation's simulation must give the same kind of result: a
+        deletion again, or again one cheaper replacement.
+        """
+        still = set(self._candidates(cluster, now, expired))
+        budget = self._budget(cluster, cluster.live_rows())
+        if command.method == EMPTINESS:
+            rows = [r for r in command.rows if r in still and not cluster.pods_on[r]][:max(budget, 0)]
+            return Drain(tuple(rows)) if rows else None
+        if not all(r in still and cluster.pods_on[r] for r in command.rows) or len(command.rows) > budget:
+            return None
+        ok, kind = self._simulation(cluster, expired)(command.rows)
+        if not ok or (kind is None) != (command.replacement is None):
+            return None
+        return Drain(command.rows, (kind,) if kind is not None else ())
 
     def next_timer(self, cluster: Cluster, now: float) -> float:
         ages = [cluster.requested_at[r] + KARPENTER_EXPIRE_AFTER for r in cluster.live_rows()]
+        if self.validating is not None:
+            ages.append(self.validating.due)
         return min(ages, default=math.inf)
 
 
@@ -354,12 +491,16 @@ class ClusterAutoscaler(DefaultScheduler):
             self.quiet_version = cluster.version
             trial = cluster.state.copy()
             unneeded: list[int] = []
+            destination = np.zeros(len(cluster.state), dtype=bool)  # ready, not (yet) unneeded
+            destination[ready] = True
             for r in ready:
                 gpus = cluster.kind[r].gpus
                 used = (gpus * MILLI - int(trial.gpu_free_total[r])) / (gpus * MILLI) if gpus else 0.0
                 if used >= CA_UTILISATION_THRESHOLD:
                     continue
-                others = np.array([o for o in ready if o != r and o not in unneeded], dtype=np.int64)
+                destination[r] = False
+                others = np.flatnonzero(destination)
+                destination[r] = True
                 pods = [p.pod.demand for p in cluster.pods_on[r].values()]
                 if pods:
                     attempt = trial.copy()
@@ -369,6 +510,7 @@ class ClusterAutoscaler(DefaultScheduler):
                         continue
                     trial = attempt
                 unneeded.append(r)
+                destination[r] = False
             self.unneeded_since = {r: self.unneeded_since.get(r, now) for r in unneeded}
         due = [r for r, t in self.unneeded_since.items() if now - t >= CA_UNNEEDED_TIME]
         empty = [r for r in due if not cluster.pods_on[r]][:CA_MAX_EMPTY_BULK_DELETE]

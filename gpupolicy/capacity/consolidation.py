@@ -1,9 +1,14 @@
 """Which GPU nodes to give back: empty, underused or packable onto fewer nodes, always re-placed first. Pure.
 
+For the controller (capctl2): new optional input `started_at` (pod key ->
+when the pod started on its node: `status.startTime`), read only when
+`rules.min_pod_age_seconds` > 0; the controller passes none yet, so its
+behaviour is unchanged (`min_pod_age_seconds` defaults to 0).
+
 Final signatures (capctl's controller and the benchmark call these):
     @dataclass(frozen=True) class ConsolidationRules: underused_below_percent: float; window_seconds: float;
         max_disrupted_nodes: int; empty_grace_seconds: float; max_evictions_per_pod: int | None = 3;
-        settle_seconds: float = 0.0
+        settle_seconds: float = 0.0; min_pod_age_seconds: float = 0.0
     @dataclass(frozen=True) class Disruption: nodes: tuple[int, ...]; method: str; moves: dict[str, int];
         savings_per_hour: float; explanation: str; launches: tuple[InstanceType, ...] = ()
     plan_disruptions(state: NodeState, pods_on: Mapping[int, Sequence[tuple[str, PodDemand]]],
@@ -13,7 +18,8 @@ Final signatures (capctl's controller and the benchmark call these):
                      strategy: Strategy | None = None, ctx: PackingContext | None = None,
                      max_trials: int = 24, instance_types: Sequence[InstanceType] = (),
                      evictions: Mapping[str, int] | None = None,
-                     changed_at: Mapping[int, float] | None = None) -> list[Disruption]
+                     changed_at: Mapping[int, float] | None = None,
+                     started_at: Mapping[str, float] | None = None) -> list[Disruption]
 
 Inputs: `state` with every pod of `pods_on` placed (rows are nodes);
 `pods_on[n]` the evictable pods of node n (DaemonSet and mirror pods left
@@ -27,8 +33,14 @@ empty; `in_progress` nodes already being disrupted (they count against
 already (a pod at `rules.max_evictions_per_pod` pins its node: no pod is
 disrupted without end); `changed_at[n]` when a pod last came to or left
 node n (a busy node settles `rules.settle_seconds` before it is a
-candidate, as Karpenter's consolidateAfter). Rows with `schedulable` False
-are neither candidates nor destinations.
+candidate, as Karpenter's consolidateAfter); `started_at[key]` when each
+pod started on its node (with `rules.min_pod_age_seconds`: a busy node is a
+candidate once its youngest pod ran that long, and moved pods go only
+beside pods that old. The survival fact: a pod that ran long tends to run
+long, so a node of young pods tends to empty by itself, and a pod moved
+beside young ones moves again when they leave). Rows with `schedulable`
+False are neither candidates nor destinations, and a pod is never moved onto
+a node dearer per GPU than the dearest it leaves.
 
 Methods, in order (Karpenter's disruption order, plus ours):
 1. `empty`: no pods for `empty_grace_seconds` (the "remove the GPU node
@@ -42,8 +54,9 @@ Methods, in order (Karpenter's disruption order, plus ours):
    (`plan_launches`) that cost less than it: a replacement (`launches`,
    launched and ready before the drain; `moves` to row len(state) + i
    mean the i-th launch). Savings are then the difference in price. A
-   replacement is only simulated when a type cheaper than the node holds
-   the pods' summed CPU, memory and GPUs (a bound that skips hopeless ones).
+   replacement is only simulated when nodes of one type holding the pods'
+   summed CPU, memory and GPUs cost less than it (a bound that skips
+   hopeless ones; several nodes may replace one).
 Re-placement runs the packing engine (the extender's solver) on a copy with
 the candidates cordoned; destinations are nodes that hold pods (moving pods
 onto an empty node saves nothing); `moves` are its destinations. At most
@@ -77,12 +90,13 @@ class ConsolidationRules:
     empty_grace_seconds: float = 0.0
     max_evictions_per_pod: int | None = 3  # a pod evicted this often pins its node (None: no limit)
     settle_seconds: float = 0.0  # a non-empty node is a candidate once its pods have not changed this long
+    min_pod_age_seconds: float = 0.0  # a non-empty node is a candidate once its youngest pod has run this long
 
     def __post_init__(self) -> None:
         if not 0 <= self.underused_below_percent <= 100:
             raise ValueError("underused_below_percent must be within 0..100")
-        if self.window_seconds < 0 or self.empty_grace_seconds < 0 or self.settle_seconds < 0:
-            raise ValueError("window_seconds, empty_grace_seconds and settle_seconds must be >= 0")
+        if min(self.window_seconds, self.empty_grace_seconds, self.settle_seconds, self.min_pod_age_seconds) < 0:
+            raise ValueError("window_seconds, empty_grace_seconds, settle_seconds and min_pod_age_seconds must be >= 0")
         if self.max_disrupted_nodes < 0:
             raise ValueError("max_disrupted_nodes must be >= 0")
         if self.max_evictions_per_pod is not None and self.max_evictions_per_pod < 0:
@@ -102,11 +116,12 @@ class Disruption:
 
 
 def _replacement(state: NodeState, node: int, pods: Sequence[tuple[str, PodDemand]],
-                 instance_types: Sequence[InstanceType], strategy: Strategy, ctx: PackingContext
-                 ) -> tuple[dict[str, int], tuple[InstanceType, ...]] | None:
-    """Moves and new nodes for `node`'s pods: the remaining nodes first, then cheapest new capacity."""
+                 instance_types: Sequence[InstanceType], strategy: Strategy, ctx: PackingContext,
+                 exclude: Sequence[int] = ()) -> tuple[dict[str, int], tuple[InstanceType, ...]] | None:
+    """Moves and new nodes for `node`'s pods: the remaining nodes (not `exclude`) first, then cheapest new ones."""
     trial = state.copy()
     trial.schedulable[node] = False
+    trial.schedulable[list(exclude)] = False
     launches = plan_launches(pods, trial, [], instance_types, strategy=strategy, ctx=ctx)
     on_new = {key: len(state) + i for i, launch in enumerate(launches) for key in launch.pods}
     if not launches:
@@ -120,12 +135,20 @@ def _replacement(state: NodeState, node: int, pods: Sequence[tuple[str, PodDeman
 
 def _may_replace(node: int, pods: Sequence[tuple[str, PodDemand]], price: float,
                  instance_types: Sequence[InstanceType]) -> bool:
-    """A quick bound: some type cheaper than the node holds the pods' summed CPU, memory and GPUs."""
+    """A quick bound: nodes of one type, enough for the pods' summed CPU, memory and GPUs, cost less than it.
+
+    Several nodes may replace one (an 8-GPU node kept by five 1-GPU pods: two
+    4-GPU nodes); pods of one type only is a heuristic bound, not a proof.
+    """
     cpu = sum(d.cpu_milli for _, d in pods)
     mem = sum(d.memory_mib for _, d in pods)
     gpus = -(-sum(d.gpu_total_milli for _, d in pods) // MILLI)
-    return any(t.price_per_hour < price and t.cpu_milli >= cpu and t.memory_mib >= mem and t.gpus >= gpus
-               for t in instance_types)
+
+    def count(t: InstanceType) -> int:
+        by_gpu = -(-gpus // t.gpus) if t.gpus else (10**9 if gpus else 0)
+        return max(1, -(-cpu // t.cpu_milli), -(-mem // t.memory_mib), by_gpu)
+
+    return any(t.price_per_hour * count(t) < price for t in instance_types)
 
 
 def _hours(seconds: float) -> str:
@@ -133,16 +156,18 @@ def _hours(seconds: float) -> str:
 
 
 def replace_pods(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, PodDemand]],
-                 strategy: Strategy, ctx: PackingContext) -> dict[str, int] | None:
-    """Where the packing engine puts `pods` once `nodes` are gone (None if one does not fit). Pure."""
-    done = _replace(state, nodes, pods, strategy, ctx)
+                 strategy: Strategy, ctx: PackingContext, exclude: Sequence[int] = ()) -> dict[str, int] | None:
+    """Where the packing engine puts `pods` once `nodes` are gone, never on `exclude` (None: one does not fit)."""
+    done = _replace(state, nodes, pods, strategy, ctx, exclude)
     return None if done is None else done[0]
 
 
 def _replace(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, PodDemand]],
-             strategy: Strategy, ctx: PackingContext) -> tuple[dict[str, int], NodeState] | None:
+             strategy: Strategy, ctx: PackingContext, exclude: Sequence[int] = ()
+             ) -> tuple[dict[str, int], NodeState] | None:
     trial = state.copy()
     trial.schedulable[list(nodes)] = False
+    trial.schedulable[list(exclude)] = False
     moves: dict[str, int] = {}
     for key, demand in sorted(pods, key=lambda kd: (-kd[1].gpu_total_milli, -kd[1].cpu_milli, kd[0])):
         fitted = fit(trial, demand)
@@ -186,6 +211,7 @@ def plan_disruptions(
     instance_types: Sequence[InstanceType] = (),
     evictions: Mapping[str, int] | None = None,
     changed_at: Mapping[int, float] | None = None,
+    started_at: Mapping[str, float] | None = None,
 ) -> list[Disruption]:
     """The disruptions to make now, in order (module docstring: methods and budget)."""
     budget = rules.max_disrupted_nodes - in_progress
@@ -213,20 +239,36 @@ def plan_disruptions(
             add([n], EMPTY, {}, " (empty)")
 
     changed = changed_at or {}
+    started = started_at or {}
+    old = rules.min_pod_age_seconds
     busy = [n for n in eligible if pods_on.get(n) and n not in taken
-            and now - changed.get(n, -float("inf")) >= rules.settle_seconds]
+            and now - changed.get(n, -float("inf")) >= rules.settle_seconds
+            and (not old or all(now - started.get(key, -float("inf")) >= old for key, _ in pods_on[n]))]
     trials = 0
     base = state.copy()
     base.schedulable[list(taken)] = False
     # an empty node is no destination: moving pods onto it keeps a node alive to free another
     base.schedulable[[n for n in range(len(state)) if not pods_on.get(n)]] = False
 
+    # a pod is never moved onto a node that costs more per GPU than the ones it leaves: it would keep the
+    # dearer node alive (a 1-GPU pod beside the free GPUs of an 8-GPU node whose big pod left)
+    unit = [price_per_hour[n] / max(int(state.gpu_count[n]), 1) for n in range(len(state))]
+
+    # with a minimum pod age, moved pods go only beside pods that old (they stay: a pod that ran long tends to
+    # run long), so a moved pod does not land beside pods about to leave and move again when they have
+    young = [n for n in range(len(state)) if old and pods_on.get(n)
+             and any(now - started.get(key, -float("inf")) < old for key, _ in pods_on[n])]
+
+    def dearer(group: Sequence[int]) -> list[int]:
+        top = max(unit[n] for n in group)
+        return [n for n in range(len(state)) if unit[n] > top + 1e-9] + young
+
     underused = [n for n in busy if (u := usage_percent.get(n)) is not None and u < rules.underused_below_percent]
     for n in sorted(underused, key=lambda n: (-price_per_hour[n], n)):
         if len(out) >= budget or trials >= max_trials:
             return out
         trials += 1
-        done = _replace(base, [n], pods_on[n], strategy, ctx)
+        done = _replace(base, [n], pods_on[n], strategy, ctx, dearer([n]))
         if done is not None:
             usage = f", GPU util {usage_percent[n]:.0f}% for {_hours(rules.window_seconds)}"
             add([n], UNDERUSED, done[0], usage)
@@ -250,7 +292,7 @@ def plan_disruptions(
         moves = None
         if need <= free_gpu - sum(int(base.gpu_free_total[n]) for n in group):
             trials += 1
-            moves = replace_pods(base, group, [p for n in group for p in pods_on[n]], strategy, ctx)
+            moves = replace_pods(base, group, [p for n in group for p in pods_on[n]], strategy, ctx, dearer(group))
         if moves is not None:
             best, lo = (group, moves), mid + 1
         else:
@@ -263,7 +305,7 @@ def plan_disruptions(
             break
         if _used_milli(state, n) <= free_gpu - int(base.gpu_free_total[n]):
             trials += 1
-            moves = replace_pods(base, [n], pods_on[n], strategy, ctx)
+            moves = replace_pods(base, [n], pods_on[n], strategy, ctx, dearer([n]))
             if moves is not None:
                 add([n], SINGLE_NODE, moves)
                 break
@@ -271,7 +313,7 @@ def plan_disruptions(
                                                                           instance_types):
             continue
         trials += 1
-        replaced = _replacement(base, n, pods_on[n], instance_types, strategy, ctx)
+        replaced = _replacement(base, n, pods_on[n], instance_types, strategy, ctx, dearer([n]))
         if replaced is None:
             continue
         moves, launches = replaced

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from gpupolicy.packing.nodemodel import MILLI, NodeSpec, NodeState
+from gpupolicy.packing.nodemodel import MILLI, NodeSpec, NodeState, next_versions
 
 
 def with_rows(state: NodeState, specs: Sequence[NodeSpec]) -> NodeState:
@@ -65,4 +65,4 @@ def refresh_all(state: NodeState) -> None:
     partial = np.where(present & (free < MILLI), free, 0)
     state.max_partial[:] = partial.max(axis=1) if partial.shape[1] else 0
     state.gpu_free_total[:] = free.sum(axis=1)
-    state.row_version += 1
+    state.row_version[:] = next_versions(len(state))

@@ -71,6 +71,22 @@ class FragModel:
         self._after_by_shape: OrderedDict[tuple[int, int, int], tuple[FloatArray, IntArray]] = OrderedDict()
         self.sync()
 
+    def fork(self, state: NodeState) -> FragModel:
+        """This model for `state`, a copy of (or a copy's copy of) this model's state (`NodeState.copy`).
+
+        Row versions are unique across states (`nodemodel.next_versions`), so
+        every row the copies still share keeps its terms; `sync` recomputes
+        the rest. Consolidation simulates on copies: this spares a rebuild per
+        simulation.
+        """
+        other = object.__new__(FragModel)
+        other.__dict__.update(self.__dict__)
+        other.state = state
+        other.ge, other.small = self.ge.copy(), self.small.copy()
+        other.frag, other.seen = self.frag.copy(), self.seen.copy()
+        other._after_by_shape = OrderedDict((k, (v.copy(), ver.copy())) for k, (v, ver) in self._after_by_shape.items())
+        return other
+
     def sync(self) -> None:
         """Recompute the rows of nodes that changed since the last call."""
         dirty = np.flatnonzero(self.state.row_version != self.seen)
@@ -224,9 +240,14 @@ def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = N
         raise ValueError("this strategy needs a typical pod mix (PackingContext.mix)")
     model = ctx.caches.get(key)
     flags = (use_memory and mix.memory_mib is not None, copies, copies_weight)
-    if (not isinstance(model, FragModel) or model.state is not state or model.mix.key != mix.key
+    if (not isinstance(model, FragModel) or model.mix.key != mix.key
             or (model.use_memory, model.copies, model.copies_weight) != flags):
         model = FragModel(state, mix, use_memory, copies, copies_weight)
+        ctx.caches[key] = model
+    elif model.state is not state:
+        # a copy of the model's state shares its names tuple and layout: fork; another state: build
+        same = model.state.names is state.names and len(model.state) == len(state)
+        model = model.fork(state) if same else FragModel(state, mix, use_memory, copies, copies_weight)
         ctx.caches[key] = model
     model.sync()
     return model

@@ -26,14 +26,25 @@ fit rules read, so a replay never rescans the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 MILLI = 1000  # milli-GPU in one whole GPU
+_next_version = [1]  # row versions, unique across every NodeState of the process
 
+
+def next_versions(count: int) -> npt.NDArray[np.int64]:
+    """`count` row versions never handed out before (equal versions mean equal rows, across copies too)."""
+    start = _next_version[0]
+    _next_version[0] = start + count
+    return np.arange(start, start + count, dtype=np.int64)
+
+
+T = TypeVar("T")
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -148,7 +159,10 @@ class NodeState:
         self.schedulable: BoolArray = np.ones(n, dtype=bool)  # False: cordoned or draining
         # False: the node's GPUs are advertised only as time-sliced replicas (no whole-GPU requests)
         self.exclusive: BoolArray = np.ones(n, dtype=bool) if exclusive is None else exclusive.astype(bool)
-        self.row_version = np.zeros(n, dtype=np.int64)  # bumped per node change; caches compare it
+        # per row, a number no other row content of any state has had (next_versions): caches compare it, and a
+        # copy's rows keep their numbers until they change, so a cache built on one state serves its copies
+        self.row_version = next_versions(n)
+        self._static: dict[str, Any] = {}  # values derived from capacity alone (`static`)
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -179,6 +193,14 @@ class NodeState:
         for key, value in self.__dict__.items():
             other.__dict__[key] = value.copy() if isinstance(value, np.ndarray | dict) else value
         return other
+
+    def static(self, key: str, build: Callable[[], T]) -> T:
+        """`build()`, once per state: for values that depend on capacity alone (no row update changes
+        them; a change of capacity builds a new state)."""
+        if key not in self._static:
+            self._static[key] = build()
+        value: T = self._static[key]
+        return value
 
     def __len__(self) -> int:
         return len(self.names)
@@ -235,7 +257,8 @@ class NodeState:
         partial = row[present & (row < MILLI)]
         self.max_partial[node] = int(partial.max()) if partial.size else 0
         self.gpu_free_total[node] = int(row.sum())
-        self.row_version[node] += 1
+        self.row_version[node] = _next_version[0]
+        _next_version[0] += 1
 
     def reset_row(self, node: int, spec: NodeSpec | None = None, *, schedulable: bool | None = None) -> None:
         """Give one node back all of its capacity (no pods on it), optionally set `schedulable`.

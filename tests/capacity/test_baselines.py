@@ -36,11 +36,28 @@ def test_karpenter_batches_pending_pods_onto_the_cheapest_type_that_holds_them_a
     assert [(t, kind) for t, _, _, kind, _ in launches] == [(0.0, "t4x4")]  # not three P100 nodes
 
 
-def test_karpenter_emptiness_deletes_a_node_in_the_loop_after_its_last_pod() -> None:
-    events = replay(Karpenter(instance_types=[T4X4, P100X1, BIG]), [pod("a", 0, 100)])
+def test_karpenter_emptiness_deletes_a_node_once_its_command_is_validated() -> None:
+    # the loop after the last pod computes the Emptiness command; it acts after the 15 s validation delay
+    # (disruption/consolidation.go commandValidationDelay), in the first loop at or after it
+    k = Karpenter(instance_types=[T4X4, P100X1, BIG])
+    events = replay(k, [pod("a", 0, 100)])
     finish = next(t for t, e, *_ in events if e == "finish")
     delete = next(t for t, e, *_ in events if e == "delete")
-    assert 0 <= delete - finish <= 10.0
+    assert 15.0 <= delete - finish <= 10.0 + 20.0
+    assert k.validations == [1, 0]
+
+
+def test_karpenter_drops_a_command_whose_node_changed_during_validation() -> None:
+    # "a" runs 180..280 s on the node launched for it; the loop at 280 s computes Emptiness; "b" arrives at
+    # 285 s and lands on that node, so the validation at 300 s finds it no longer empty: no deletion until
+    # "b" is gone too
+    k = Karpenter(instance_types=[T4X4, P100X1, BIG])
+    events = replay(k, [pod("a", 0, 100), pod("b", 285, 1000)])
+    assert next(t for t, e, _, _, p in events if e == "place" and p == "b") == 285.0
+    deletes = [t for t, e, *_ in events if e == "delete"]
+    finish_b = next(t for t, e, _, _, p in events if e == "finish" and p == "b")
+    assert deletes and deletes[0] >= finish_b + 15.0
+    assert k.validations[1] >= 1
 
 
 def test_karpenter_replaces_nodes_by_a_cheaper_one_within_its_10_percent_budget() -> None:

@@ -147,3 +147,51 @@ def test_an_expensive_node_is_replaced_by_cheaper_capacity() -> None:
     assert [t.name for t in plans[0].launches] == ["p100x1"] and plans[0].moves == {"small": 1}
     assert plans[0].savings_per_hour == pytest.approx(V100X8.price_per_hour - P100X1.price_per_hour)
     assert "replaced by p100x1" in plans[0].explanation
+
+
+def test_a_node_is_a_candidate_once_its_youngest_pod_is_old_and_moves_go_beside_old_pods() -> None:
+    # only nodes whose youngest pod ran an hour are candidates, and moved pods go only beside pods that old:
+    # at 8000 s t4-0 (old) could move beside the young pods of t4-1 or t4-2 and does not; at 9500 s the
+    # mover is old, t4-1's pod still young: the mover goes beside t4-0's old pod, never beside the young one
+    state, pods_on = _cluster([gpu_pod("old", 2)], [gpu_pod("young", 2)], [gpu_pod("mover")])
+    prices = [T4X4.price_per_hour] * 3
+    rules = ConsolidationRules(max_disrupted_nodes=1, min_pod_age_seconds=3600)
+    kw = {"blocked": set(), "empty_since": {}}
+    started = {"old": 0.0, "young": 7500.0, "mover": 5000.0}
+    assert plan_disruptions(state, pods_on, prices, {}, rules, now=8000.0, started_at=started, **kw) == []
+    plans = plan_disruptions(state, pods_on, prices, {}, rules, now=9500.0, started_at=started, **kw)
+    assert [(d.nodes, d.moves) for d in plans] == [((2,), {"mover": 0})]
+    # without the age rule the pod may go beside either
+    assert plan_disruptions(state, pods_on, prices, {}, RULES, now=9500.0, **kw) != []
+
+
+def test_a_pod_is_never_moved_onto_a_node_dearer_per_gpu() -> None:
+    # the pod of a T4x4 ($0.67 per GPU-hour) would fit on the V100x8 ($3.11): it stays; the other way it moves
+    state = NodeState.build([T4X4.spec("t4-0"), V100X8.spec("v100-1")])
+    t4_pod, v100_pod = gpu_pod("on-t4"), gpu_pod("on-v100", 6)
+    state.place(0, t4_pod[1], (0,))
+    state.place(1, v100_pod[1], tuple(range(6)))
+    prices = [T4X4.price_per_hour, V100X8.price_per_hour]
+    rules = ConsolidationRules(max_disrupted_nodes=1)
+    plans = plan_disruptions(state, {0: [t4_pod], 1: [v100_pod]}, prices, {}, rules, blocked=set(), now=0.0,
+                             empty_since={})
+    assert plans == []  # the V100's six GPUs fit nowhere; the T4's pod may not go to the V100
+    small = NodeState.build([T4X4.spec("t4-0"), V100X8.spec("v100-1")])
+    small.place(0, t4_pod[1], (0,))
+    small.place(1, t4_pod[1], (0,))
+    pods_on = {0: [t4_pod], 1: [("other", t4_pod[1])]}
+    plans = plan_disruptions(small, pods_on, prices, {}, rules, blocked=set(), now=0.0, empty_since={})
+    assert [(d.nodes, d.moves) for d in plans] == [((1,), {"other": 0})]
+
+
+def test_an_eight_gpu_node_kept_by_small_pods_is_replaced_by_several_smaller_nodes() -> None:
+    # five 1-GPU pods on a V100x8 ($24.86/h): two T4x4 ($5.39/h) hold them; no single cheaper type does
+    state = NodeState.build([V100X8.spec("v100-0")])
+    pods = [gpu_pod(f"p{i}") for i in range(5)]
+    for i, (_, d) in enumerate(pods):
+        state.place(0, d, (i,))
+    plans = plan_disruptions(state, {0: pods}, [V100X8.price_per_hour], {}, RULES, blocked=set(), now=0.0,
+                             empty_since={}, instance_types=TYPES)
+    assert len(plans) == 1 and sorted(t.name for t in plans[0].launches) in (["t4x4", "t4x4"],
+                                                                           ["p100x1", "t4x4"])
+    assert plans[0].savings_per_hour > 15

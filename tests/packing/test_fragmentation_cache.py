@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from gpupolicy.packing.fragmentation import SHAPES_KEPT, FragModel
+from gpupolicy.packing.fragmentation import SHAPES_KEPT, FragModel, frag_model
 from gpupolicy.packing.placement import PackingContext, to_gpu_indices
 from gpupolicy.packing.typicalmix import TypicalMix
 from tests.packing.builders import make_pod, make_state
@@ -51,3 +51,23 @@ def test_context_keeps_a_derived_value_until_an_input_is_another_object() -> Non
     for node_state in (first, first, second, first):
         ctx.derived("feed", (mix, node_state), lambda: builds.append(1) or len(builds))
     assert len(builds) == 3  # first, second, first again: the equal twin still counts as new
+
+
+def test_copies_that_diverge_fork_the_model_and_each_matches_a_fresh_one() -> None:
+    # consolidation simulates on copies: the context's model forks onto each copy; two copies changed in
+    # different ways share no stale row (row versions are unique across states)
+    state, mix = _cluster()
+    ctx = PackingContext(mix=mix)
+    pod = make_pod(2, cpu=8000)
+    nodes = np.arange(len(state))
+    frag_model(state, ctx).after(pod, nodes)
+    left, right = state.copy(), state.copy()
+    left.place(3, pod, to_gpu_indices(left, 3, pod, -1))
+    right.place(3, make_pod(1, milli=500), (0,))
+    for twin in (left, right, state, left):
+        model = frag_model(twin, ctx)
+        assert model.state is twin
+        got, _, _ = model.after(pod, nodes)
+        fresh, _, _ = FragModel(twin, mix).after(pod, nodes)
+        np.testing.assert_allclose(got, fresh, rtol=0, atol=1e-9)
+        np.testing.assert_allclose(model.frag, FragModel(twin, mix).frag, rtol=0, atol=1e-9)
