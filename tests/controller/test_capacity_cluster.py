@@ -146,6 +146,11 @@ class World:
         self.cluster.create(make_nodeclaim(name, instance_type, nodepool="gpu",
                                            taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]))
         self.cluster.settle()
+        # The API server stamps the NodeClaim and Node on the wall clock; in a cluster the controller's
+        # clock is never behind the objects it reads. A fake clock left behind (a slow set-up on a loaded
+        # machine) read the node as younger than the test's window: catch it up, never back.
+        if isinstance(self.clock, FakeClock):
+            self.clock.advance(max(0.0, time.time() - self.clock.now()))
 
 
 @pytest.fixture
