@@ -13,7 +13,13 @@ Runs are interleaved ours/limit for --pairs pairs; wall time, CPU time
 (user+sys: steadier than wall on a shared machine) and peak RSS (ru_maxrss
 of the child) are printed per run, then medians and the ratios.
 Goals (issue 16): ours <= 2x the limit's time, <= 250 MiB at 100,000 objects.
+The default (40,000 objects, `-o yaml` then `-o json`, 3 pairs each) runs in
+about three minutes on 2 idle cores; time per object and memory do not
+depend on N (docs/benchmarks.md) apart from ours' start (0.6 s of imports,
+pydantic models mostly), which weighs twice as much at 20,000 as at 40,000
+and a fifth as much at the goal's 100,000.
 
+    python bench/dryrun.py
     python bench/dryrun.py --objects 100000 --pairs 3 --output yaml
 """
 
@@ -107,11 +113,31 @@ def measure(command: list[str]) -> tuple[float, float, float]:
     return float(out[0]), float(out[1]), int(out[2]) / 1024
 
 
+def pairs(path: Path, objects: int, size: float, output: str, count: int) -> None:
+    """`count` interleaved (ours, limit) runs for one output format; per pair and the medians."""
+    print(f"input: {path.name}, {objects} objects, {size:.1f} MiB; output -o {output}")
+    ours, limit = [], []
+    for pair in range(count):
+        ours.append(measure(dry_run_command(path, output)))
+        limit.append(measure([sys.executable, "-c", LIMIT, str(path)]))
+        (w, c, m), (lw, lc, lm) = ours[-1], limit[-1]
+        print(f"pair {pair + 1}: ours {w:.2f} s wall {c:.2f} s cpu {m:.0f} MiB | "
+              f"C-loader parse {lw:.2f} s wall {lc:.2f} s cpu {lm:.0f} MiB | "
+              f"ratio wall {w / lw:.2f}x cpu {c / lc:.2f}x", flush=True)
+    w, c, m = (statistics.median(run[i] for run in ours) for i in range(3))
+    lw, lc, lm = (statistics.median(run[i] for run in limit) for i in range(3))
+    ratios = sorted(o[1] / li[1] for o, li in zip(ours, limit, strict=True))
+    print(f"-o {output} median: ours {w:.2f} s wall, {c:.2f} s cpu, {m:.0f} MiB; limit {lw:.2f} s wall, {lc:.2f} s "
+          f"cpu, {lm:.0f} MiB; ratio wall {w / lw:.2f}x, cpu {c / lc:.2f}x (pairs {ratios[0]:.2f}-{ratios[-1]:.2f}; "
+          f"goal <= 2x); memory {m:.0f} MiB (goal <= 250 MiB at 100,000)", flush=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--objects", type=int, default=100_000, help="objects in the generated file")
+    parser.add_argument("--objects", type=int, default=40_000, help="objects in the generated file")
     parser.add_argument("--pairs", type=int, default=3, help="interleaved ours/limit pairs (at least 3)")
-    parser.add_argument("--output", default="yaml", choices=("yaml", "json", "jsonl"), help="dry-run -o")
+    parser.add_argument("--output", nargs="+", default=["yaml", "json"], choices=("yaml", "json", "jsonl"),
+                        help="dry-run -o, one set of pairs each")
     parser.add_argument("--file", type=Path, help="use this file instead of generating one")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
@@ -119,20 +145,8 @@ def main() -> int:
         if not args.file:
             generate(path, args.objects)
         size = os.path.getsize(path) / 2**20
-        print(f"input: {path.name}, {args.objects} objects, {size:.1f} MiB; output -o {args.output}")
-        ours, limit = [], []
-        for pair in range(args.pairs):
-            ours.append(measure(dry_run_command(path, args.output)))
-            limit.append(measure([sys.executable, "-c", LIMIT, str(path)]))
-            (w, c, m), (lw, lc, lm) = ours[-1], limit[-1]
-            print(f"pair {pair + 1}: ours {w:.2f} s wall {c:.2f} s cpu {m:.0f} MiB | "
-                  f"C-loader parse {lw:.2f} s wall {lc:.2f} s cpu {lm:.0f} MiB | "
-                  f"ratio wall {w / lw:.2f}x cpu {c / lc:.2f}x")
-    w, c, m = (statistics.median(run[i] for run in ours) for i in range(3))
-    lw, lc, lm = (statistics.median(run[i] for run in limit) for i in range(3))
-    print(f"median: ours {w:.2f} s wall, {c:.2f} s cpu, {m:.0f} MiB; limit {lw:.2f} s wall, {lc:.2f} s cpu, "
-          f"{lm:.0f} MiB; ratio wall {w / lw:.2f}x, cpu {c / lc:.2f}x (goal <= 2x); memory {m:.0f} MiB "
-          "(goal <= 250 MiB)")
+        for output in args.output:
+            pairs(path, args.objects, size, output, args.pairs)
     print(f"cpu count {os.cpu_count()}, load average {' '.join(f'{x:.1f}' for x in os.getloadavg())}, "
           f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
     return 0

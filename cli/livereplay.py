@@ -12,6 +12,14 @@ Pods: whole-GPU pods request `nvidia.com/gpu`, sharing pods one
 `nvidia.com/gpu.shared` with their fraction in `gpu.kubeon.io/gpu-share`,
 `gpu_spec` a required node affinity on `nvidia.com/gpu.product`.
 
+Which scheduler places which pod is production's: the webhook sets
+`schedulerName` (to the profile's, kubeon-gpu-scheduler) only on pods that
+ask for a GPU resource (`admission.mutate.out_of_scope`: "pod asks for no
+GPU"), so CPU-only pods are placed by the cluster's default-scheduler, with
+upstream's default profile and no extender, and its own node-sampling
+offset (each kube-scheduler process keeps its own `nextStartNodeIndex`).
+Both see every binding, as two schedulers on one API server do.
+
 Arrivals, tie order and metrics are `simulator.replay`'s, from the same
 seed: node names carry the per-seed random rank (as the paper's simulator
 prefixes them), so the extender's row order is the simulator's tie order.
@@ -33,17 +41,19 @@ from flask.testing import FlaskClient
 from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
+from gpupolicy.admission.rewrite import pod_gpu_resources
 from gpupolicy.catalog import GPU_RESOURCE, PRODUCT_LABEL, SHARED_GPU_RESOURCE
 from gpupolicy.packing.engine import DEFAULT_STRATEGY
 from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATION, gpu_indices_from_pod
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
 from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, ExtenderSpec, Obj, Profile, ProfileError, schedule_one
-from simulator.replay import Arrival, ReplayResult, arrival_order
+from simulator.replay import Arrival, ReplayResult, arrival_order, interleave
 
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_SCHEDULER_CONFIG = REPO / "manifests" / "rendered" / "scheduler.yaml"
 NAMESPACE = "openb"
+DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.schedulerName to
 
 
 def load_scheduler_config(path: str | Path = SHIPPED_SCHEDULER_CONFIG) -> dict[str, Any]:
@@ -75,7 +85,11 @@ def node_object(spec: NodeSpec, name: str, replicas: int) -> dict[str, Any]:
 
 
 def pod_object(demand: PodDemand, seq: int, scheduler_name: str) -> dict[str, Any]:
-    """An openb pod as a Pod: whole GPUs, or one time-sliced share with its fraction declared."""
+    """An openb pod as a Pod: whole GPUs, or one time-sliced share with its fraction declared.
+
+    `scheduler_name` goes to the pods the webhook routes (those asking for a
+    GPU resource); the others keep the default scheduler.
+    """
     requests: dict[str, str] = {"cpu": f"{demand.cpu_milli}m", "memory": f"{demand.memory_mib}Mi"}
     annotations: dict[str, str] = {}
     if demand.is_sharing:
@@ -83,17 +97,19 @@ def pod_object(demand: PodDemand, seq: int, scheduler_name: str) -> dict[str, An
         annotations[GPU_SHARE_ANNOTATION] = str(demand.gpu_milli)
     elif demand.needs_gpu:
         requests[GPU_RESOURCE] = str(demand.num_gpu)
-    spec: dict[str, Any] = {"schedulerName": scheduler_name,
-                            "containers": [{"name": "main", "resources": {"requests": requests,
+    spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {"requests": requests,
                                                                            "limits": dict(requests)}}]}
     if demand.allowed_models:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
                 {"key": PRODUCT_LABEL, "operator": "In", "values": sorted(demand.allowed_models)}]}]}}}
     name = f"{seq:06d}-{demand.name}"
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{seq}", "annotations": annotations},
-            "spec": spec, "status": {"phase": "Pending"}}
+    pod = {"apiVersion": "v1", "kind": "Pod",
+           "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{seq}", "annotations": annotations},
+           "spec": spec, "status": {"phase": "Pending"}}
+    routed = any(count > 0 for count in pod_gpu_resources(pod).values())
+    spec["schedulerName"] = scheduler_name if routed else DEFAULT_SCHEDULER
+    return pod
 
 
 class HttpExtender:
@@ -155,8 +171,13 @@ def replay_through_extender(
     config: Mapping[str, Any] | None = None,
     strategy: str = DEFAULT_STRATEGY,
     keep_placements: bool = False,
+    extra: Sequence[PodDemand] = (),
 ) -> ReplayResult:
-    """One replay of the live path; the same arrivals and metrics as `simulator.replay.replay`."""
+    """One replay of the live path; the same arrivals and metrics as `simulator.replay.replay`.
+
+    `extra`: pods arriving besides the trace's (bench/robustness.py's
+    CPU-only pods), interleaved as `simulator.replay.replay` does.
+    """
     config = config if config is not None else load_scheduler_config()
     profile = Profile.from_config(config)
     if not profile.extenders:
@@ -166,7 +187,7 @@ def replay_through_extender(
     by_name = sorted(nodes, key=lambda s: s.name)
     tie_rank = rng.permutation(len(by_name))
     capacity_milli = sum(s.gpu_count for s in by_name) * MILLI
-    arrivals = arrival_order(pods, capacity_milli, tune, rng)
+    arrivals = interleave(arrival_order(pods, capacity_milli, tune, rng), extra, np.random.default_rng([seed, 2]))
     shares = [p.gpu_milli for p in pods if p.is_sharing]
     replicas = max(2, MILLI // max(1, min(shares))) if shares else 2
     names = [f"r{int(tie_rank[i]):05d}-{s.name}" for i, s in enumerate(by_name)]
@@ -183,7 +204,10 @@ def replay_through_extender(
     extenders = [(spec, HttpExtender(client, spec)) for spec in profile.extenders]
     cluster = ClusterScores(node_objs)
     select_rng = np.random.default_rng([seed, 1])
-    scheduler_name = str(((config.get("profiles") or [{}])[0]).get("schedulerName") or "default-scheduler")
+    scheduler_name = str(((config.get("profiles") or [{}])[0]).get("schedulerName") or DEFAULT_SCHEDULER)
+    # the cluster's own scheduler: upstream's default profile, no extenders (unless the config is its own)
+    profiles = {DEFAULT_SCHEDULER: (Profile(), []), scheduler_name: (profile, extenders)}
+    next_start = dict.fromkeys(profiles, 0)
 
     capacity = float(capacity_milli) or 1.0
     arrived = allocated = 0
@@ -193,7 +217,10 @@ def replay_through_extender(
         clock[0] = float(seq)
         pod = pod_object(demand, seq, scheduler_name)
         api.pods[f"{NAMESPACE}/{pod['metadata']['name']}"] = pod
-        cycle = schedule_one(cluster, pod, profile, extenders, select_rng)
+        by = str(pod["spec"]["schedulerName"])
+        cluster.next_start = next_start[by]
+        cycle = schedule_one(cluster, pod, *profiles[by], select_rng)
+        next_start[by] = cluster.next_start
         node = cycle.node
         if node is not None:
             if cycle.bound_by is not None:

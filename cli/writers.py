@@ -27,6 +27,7 @@ from typing import Any, TextIO
 import orjson
 import yaml
 
+from cli import yamlblock
 from gpupolicy.admission.mutate import AdmissionResult
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import GpuPolicy
@@ -97,6 +98,29 @@ def _resolve_scalar(value: str, implicit: tuple[bool, bool]) -> Any:
 _RESOLVER = yaml.resolver.Resolver()
 
 
+def _reads_as_str(text: str) -> bool:
+    """Whether `text` written plain reads back as a string (what the dumper asks before writing it plain).
+
+    The resolver tries only the implicit resolvers filed under the text's first character (and
+    those filed under None, if any): with none there, it is a string without matching a pattern.
+    """
+    table = _RESOLVER.yaml_implicit_resolvers
+    if text and text[0] not in table and None not in table and not _RESOLVER.yaml_path_resolvers:
+        return True
+    return bool(_resolve_scalar(text, (True, False)) == _STR)
+
+
+def yaml_document(entry: Mapping[str, Any]) -> str:
+    """One entry as a YAML document: cli/yamlblock.py's direct writer, or the libyaml dumper for what it
+    does not reproduce (the two write the same bytes where both apply)."""
+    if type(entry) is dict:
+        try:
+            return yamlblock.dump(entry, _reads_as_str)
+        except yamlblock.Unsupported:
+            pass
+    return str(yaml.dump(entry, Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True))
+
+
 def _json(entry: Any, indent: bool) -> bytes:
     option = orjson.OPT_NON_STR_KEYS | (orjson.OPT_INDENT_2 if indent else 0)
     try:
@@ -108,7 +132,7 @@ def _json(entry: Any, indent: bool) -> bytes:
 def encode(entry: Mapping[str, Any], output: str) -> str:
     """One entry in a machine format; raises RecursionError/ValueError for what cannot be written."""
     if output == "yaml":
-        return str(yaml.dump(entry, Dumper=_NoAliasDumper, sort_keys=False, allow_unicode=True))
+        return yaml_document(entry)
     return _json(entry, indent=output == "json").decode()
 
 

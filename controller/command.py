@@ -26,11 +26,12 @@ from controller.context import Clock, ControllerContext, MetricsSource, SystemCl
 from controller.health import HealthServer
 from controller.hubsync import HubSettings, HubState, HubSync
 from controller.leader import LeaderElector, exit_process
-from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers, stoppable
+from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import CAPACITY_PROVIDERS, GROUP, PLURAL, VERSION, Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component, parse_components
+from kube.stoppable import StoppableClient
 
 log = logging.getLogger("controller")
 
@@ -88,20 +89,23 @@ class ControllerProcess:
     metrics: ControllerMetrics
     health: HealthServer | None = None
     stop_event: threading.Event = field(default_factory=threading.Event)
+    # The reconcilers' client (kube.stoppable): a stop refuses its next request and aborts its reads.
+    guard: StoppableClient | None = None
     # The lease loop has its own stop: it keeps renewing until the reconcile loop has ended, so a
     # pass still finishing after SIGTERM never finds its lease expired (and exits 1) mid-write.
     lease_stop: threading.Event = field(default_factory=threading.Event)
     _threads: list[threading.Thread] = field(default_factory=list)
     _lease_thread: threading.Thread | None = None
     _watch: Any = None
+    failed: BaseException | None = None  # what ended the reconcile loop other than a stop
 
     def start(self, watch_policies: bool = True) -> ControllerProcess:
+        if self.health:  # first: /readyz answers (ready, as a standby) from before the first lease step
+            self.health.start()
         lease = threading.Thread(target=self.elector.run, args=(self.lease_stop,),
                                  name=f"lease-{self.elector.identity}", daemon=True)
         lease.start()
         self._lease_thread = lease
-        if self.health:
-            self.health.start()
         if watch_policies:
             self._watch = _policy_watch(self.ctx.api, self.runner)
         return self
@@ -110,29 +114,49 @@ class ControllerProcess:
         self.runner.run_forever(self.stop_event)
 
     def run_in_thread(self) -> threading.Thread:
-        thread = threading.Thread(target=self.run, name=f"runner-{self.elector.identity}", daemon=True)
+        thread = threading.Thread(target=self._run_recording, name=f"runner-{self.elector.identity}", daemon=True)
         thread.start()
         self._threads.append(thread)
         return thread
 
+    def _run_recording(self) -> None:
+        try:
+            self.run()
+        except BaseException as exc:
+            log.exception("reconcile loop failed")
+            self.failed = exc
+
     def request_stop(self) -> None:
-        """Ask every loop to stop now (signal-handler safe: sets Events only)."""
+        """Ask every loop to stop now: no request is sent after this, reads in flight are aborted."""
         self.stop_event.set()
         self.runner.wake()
+        if self.guard is not None:
+            self.guard.abort_reads()
 
     def stop(self, release: bool = True) -> None:
         """Stop promptly: loops first (no more writes), then give the lease up, then the rest.
 
-        The lease is released only after the reconcile loop and the lease loop
-        have ended, so a successor can never act while this replica still does.
+        The lease is released only after the reconcile loop and the lease loop have ended:
+        no request of the reconcilers is sent after the stop, their reads in flight are
+        aborted (again every 20 ms: one still connecting at the first abort), and a write in
+        flight is waited for, as its thread is joined. So no write of this replica can land
+        after the release, and a successor can never act while this one still does.
         """
         self.request_stop()
+        deadline = time.monotonic() + 10
         for thread in self._threads:
-            thread.join(timeout=10)
+            while thread.is_alive() and time.monotonic() < deadline:
+                thread.join(timeout=0.02)
+                if self.guard is not None:
+                    self.guard.abort_reads()
+        running = [t.name for t in self._threads if t.is_alive()]
         self.lease_stop.set()
         if self._lease_thread is not None:
             self._lease_thread.join(timeout=10)
-        if release:
+        if running:  # a write still in flight after 10 s: releasing now could let a successor race it
+            log.warning("reconcile loop still running after 10s (%s): the lease is left to expire",
+                        ",".join(running))
+        elif release:
             self.elector.release()
         if self._watch is not None:
             self._watch.stop(timeout=0.2)  # a daemon thread blocked on a watch read: do not wait for it
@@ -193,7 +217,8 @@ def build(
     elector = LeaderElector(api, namespace, lease_name, identity, clock, lease_duration=lease_duration,
                             renew_interval=renew_interval, on_lost=on_lost)
     stop = threading.Event()
-    api = stoppable(api, stop)  # the lease loop keeps the original: its release must go through
+    guard = StoppableClient(api, stop)
+    api = guard.api  # the lease loop keeps the original: its release must go through
     store = PolicyStore()
     recorder = Recorder(api, controller_metrics, clock, identity, namespace=namespace)
     hub_state = HubState()
@@ -224,7 +249,7 @@ def build(
             return store.synced or not elector.is_leader()
 
         health = HealthServer(controller_metrics.registry, ready, health_port, health_bind)
-    return ControllerProcess(ctx, elector, runner, controller_metrics, health, stop_event=stop)
+    return ControllerProcess(ctx, elector, runner, controller_metrics, health, stop_event=stop, guard=guard)
 
 
 def hub_settings(args: argparse.Namespace) -> HubSettings | None:
@@ -292,14 +317,19 @@ def run(args: argparse.Namespace) -> int:
              process.elector.identity, args.namespace, args.lease_name, bool(args.prometheus_url),
              ",".join(r.name for r in process.runner.reconcilers))
 
-    def terminate(signum: int, _frame: object) -> None:
-        log.info("signal %d: stopping", signum)
-        process.request_stop()
-
-    signal.signal(signal.SIGTERM, terminate)
-    signal.signal(signal.SIGINT, terminate)
+    # SIGTERM and SIGINT are taken by the main thread with sigtimedwait, not by a handler: the
+    # reconcile loop runs in its own thread, and the stop (aborting reads, joining, releasing) runs
+    # here, never inside a handler that interrupted a thread holding a lock it needs. Blocked before
+    # any thread starts, so every thread inherits the mask.
+    signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
     process.start()
-    process.run()
+    runner = process.run_in_thread()
+    while runner.is_alive():
+        received = signal.sigtimedwait(signals, 0.5)
+        if received is not None:
+            log.info("signal %d: stopping", received.si_signo)
+            break
     started = time.monotonic()
     process.stop(release=True)
     log.info("controller stopped in %.2fs", time.monotonic() - started)
@@ -307,4 +337,4 @@ def run(args: argparse.Namespace) -> int:
     # (tearing down the kubernetes client, numpy and friends takes 0.3-1 s on a loaded node,
     # which a Deployment's rollout and the successor's takeover would wait for).
     logging.shutdown()
-    os._exit(0)
+    os._exit(1 if process.failed is not None else 0)

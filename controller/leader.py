@@ -62,6 +62,7 @@ class LeaderElector:
         self._leader = False
         self._renewed_at = 0.0
         self._lost = False
+        self._standing_by_for: str | None = None  # the holder last logged while this replica waits
 
     # -- state ---------------------------------------------------------------
     def is_leader(self) -> bool:
@@ -120,6 +121,10 @@ class LeaderElector:
                                        now, now, current.transitions + 1)
                 self._won(record, took_over=True)
                 return True
+            if current.holder != self._standing_by_for:  # once per holder: why this replica is idle
+                self._standing_by_for = current.holder
+                log.info("standing by identity=%s lease=%s/%s holder=%s", self.identity, self.namespace,
+                         self.name, current.holder or "(released)")
             return False
         except LeaseConflict as exc:
             if self._leader:

@@ -15,13 +15,14 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
-
-import kubernetes.client
+from typing import Protocol, runtime_checkable
 
 from controller.context import ControllerContext
+from kube.stoppable import Stopping
+
+__all__ = ["RECONCILERS", "ReconcileRunner", "Reconciler", "ReconcilerLoadError", "Stopping", "load_reconcilers"]
 
 log = logging.getLogger(__name__)
 
@@ -61,32 +62,6 @@ RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.autoscale", "AutoscaleReconciler"),
     ("controller.capacity", "CapacityReconciler"),
 )
-
-
-class Stopping(Exception):
-    """The process is stopping: a reconcile pass in flight ends at its next API call."""
-
-
-def stoppable(api: kubernetes.client.ApiClient, stop: threading.Event) -> kubernetes.client.ApiClient:
-    """A client on `api`'s configuration whose requests raise `Stopping` once `stop` is set.
-
-    Why: a SIGTERM must not wait for the whole pass in flight (seconds on a loaded node) before
-    the lease can be released, and no write may follow the release. The reconcilers get this
-    client, the lease loop keeps `api`: the pass stops at its next call, the release goes through.
-    Stopping between two writes is safe: every reconciler converges from any point (the kill tests).
-    """
-    guarded = kubernetes.client.ApiClient(api.configuration)
-    guarded.default_headers.update(api.default_headers)
-    rest = guarded.rest_client  # every generated call ends in rest_client.request
-    inner: Callable[..., Any] = rest.request
-
-    def request(*args: Any, **kwargs: Any) -> Any:
-        if stop.is_set():
-            raise Stopping("the controller is stopping")
-        return inner(*args, **kwargs)
-
-    rest.request = request  # type: ignore[method-assign]
-    return guarded
 
 
 class ReconcilerLoadError(RuntimeError):

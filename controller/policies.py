@@ -36,7 +36,7 @@ from kube.policies import patch_status_entry, write_status
 log = logging.getLogger(__name__)
 
 _STATE_ORDER = ("Proposed", "Approved", "Applied", "Dismissed")
-RECORD_FIELDS = ("parked", "restarts")  # status maps written key by key (kube.policies.patch_status_entry)
+RECORD_FIELDS = ("parked", "restarts", "evictions")  # status maps written key by key (kube.policies.patch_status_entry)
 
 
 @dataclass

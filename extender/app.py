@@ -92,7 +92,7 @@ def mix_rows(service: ExtenderService) -> list[dict[str, Any]]:
     if mix is None:
         return []
     return [{"cpu_milli": int(mix.cpu_milli[i]), "gpu_milli": int(mix.gpu_milli[i]), "num_gpu": int(mix.num_gpu[i]),
-             "gpu_spec": "|".join(sorted(mix.allowed[i])) if mix.allowed[i] else "",
+             "gpu_spec": "|".join(sorted(mix.allowed[i] or ())),
              "weight": round(float(mix.weight[i]), 6)} for i in range(len(mix))]
 
 

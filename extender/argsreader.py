@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import orjson
@@ -55,8 +55,9 @@ class ArgsReader:
 
     def read(self, raw: bytes) -> Any:
         """Parse `raw`; ValueError (orjson's JSONDecodeError) for malformed JSON, as a plain parse would."""
-        at = raw.rfind(KEY)
-        if at > 0 and raw[at - 1] != 0x5C:  # not after a backslash
+        for at in self._candidates(raw):
+            if at <= 0 or raw[at - 1] == 0x5C:  # not after a backslash
+                continue
             tail = raw[at + len(KEY):]  # a copy, but bytes == bytes is a memcmp (a memoryview compares slowly)
             names = self._known(tail)
             if names is not None:
@@ -68,6 +69,7 @@ class ArgsReader:
                     head["NodeNames"] = names
                     self.reused += 1
                     return head
+        at = raw.rfind(KEY)
         body = self._loads(raw)
         if isinstance(body, dict) and isinstance(names := body.get("NodeNames"), list) and at > 0:
             try:
@@ -77,6 +79,19 @@ class ArgsReader:
             if raw.endswith(compact) and len(raw) - len(compact) == at + len(KEY):
                 self._remember(compact, names)
         return body
+
+    @staticmethod
+    def _candidates(raw: bytes) -> Iterator[int]:
+        """Where the NodeNames key may start: the first occurrence (the key follows the pod, a few KiB
+        in, while the list after it runs to hundreds: a search from the end reads all of it), then, only
+        if that one is not a known tail, the last. The tail comparison and the head's parse decide."""
+        first = raw.find(KEY)
+        if first < 0:
+            return
+        yield first
+        last = raw.rfind(KEY, first + 1)
+        if last >= 0:
+            yield last
 
     def expect(self, names: list[str]) -> None:
         """Remember the tail a body carrying `names` will end with (the list /filter passed)."""

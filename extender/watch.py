@@ -12,7 +12,6 @@
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from extender.cache import ClusterCache
@@ -27,16 +26,15 @@ class ClusterWatch(WatchedView):
 
     def __init__(self, api_client: Any, cache: ClusterCache, *, default_mode: Mode = Mode.RECOMMEND,
                  watch_timeout: int = 300) -> None:
-        from kubernetes import client
-
+        from kube import rest
         from kube.reflector import Reflector
 
-        core = client.CoreV1Api(api_client)
         t = watch_timeout
         self.cache = cache
-        self.pods = Reflector(functools.partial(core.list_pod_for_all_namespaces, field_selector=ASSIGNED_PODS),
+        self.pods = Reflector(rest.lister(api_client, "/api/v1/pods", fieldSelector=ASSIGNED_PODS),
                               on_change=cache.on_pod, name="pods", timeout_seconds=t)
-        self.node_feed = Reflector(core.list_node, on_change=cache.on_node, name="nodes", timeout_seconds=t)
+        self.node_feed = Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=cache.on_node, name="nodes",
+                                   timeout_seconds=t)
         super().__init__(api_client, default_mode=default_mode, feeds=(self.node_feed, self.pods),
                          watch_timeout=t)
 

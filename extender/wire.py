@@ -9,6 +9,7 @@ otherwise a full v1.NodeList in `Nodes` (then the answer carries `Nodes`).
 
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
@@ -21,6 +22,11 @@ class ExtenderFilterResult(TypedDict):
     FailedNodes: dict[str, str]
     FailedAndUnresolvableNodes: dict[str, str]
     Error: str
+
+
+# The last NodeNames lists found to hold only strings: extender.argsreader returns the very list object
+# for a body it has seen (the same list pod after pod), and the service never modifies one.
+_CHECKED: deque[list[Any]] = deque(maxlen=8)
 
 
 class ArgsError(ValueError):
@@ -59,10 +65,12 @@ def parse_args(body: Any) -> ExtenderArgs:
     if names is not None:
         if not isinstance(names, list):
             raise ArgsError("NodeNames: expected a list of node names")
-        try:
-            "".join(names)  # a C loop that raises TypeError on any non-string item
-        except TypeError:
-            raise ArgsError("NodeNames: expected a list of node names") from None
+        if not any(names is seen for seen in _CHECKED):  # the reader hands back the same list object
+            try:
+                "".join(names)  # a C loop that raises TypeError on any non-string item
+            except TypeError:
+                raise ArgsError("NodeNames: expected a list of node names") from None
+            _CHECKED.append(names)
         return ExtenderArgs(pod, names)
     if nodes is not None:
         items = nodes.get("items") if isinstance(nodes, dict) else None

@@ -70,8 +70,15 @@ class ClusterView:
     metrics_configured: bool = False
 
     def mode_of(self, policy: GpuPolicy) -> EffectiveMode:
-        """The mode `policy` runs in here: the one function every component uses."""
-        return effective_mode(policy, self.default_mode, self.metrics_configured, not self.hub_disconnected)
+        """The mode `policy` runs in here: the one function every component uses (once per policy and view)."""
+        key = ("mode", id(policy))
+        found = self.memo.get(key)
+        if found is None or found[0] is not policy:
+            found = (policy, effective_mode(policy, self.default_mode, self.metrics_configured,
+                                            not self.hub_disconnected))
+            self.memo[key] = found
+        mode: EffectiveMode = found[1]
+        return mode
 
     @cached_property
     def ordered_policies(self) -> tuple[GpuPolicy, ...]:

@@ -54,14 +54,31 @@ def matching_policies(view: ClusterView, namespace: str, pod_labels: Mapping[str
     return [p for p in view.ordered_policies if selector_matches(p.spec.selector, namespace, ns_labels, pod_labels)]
 
 
+WINNERS_KEPT = 4096  # (namespace, labels) answers remembered per view
+
+
 def winning_policies(
     view: ClusterView, namespace: str, pod_labels: Mapping[str, str]
 ) -> dict[PolicyKind, GpuPolicy]:
-    """The one policy per kind that applies to the pod (highest priority, ties by name)."""
-    winners: dict[PolicyKind, GpuPolicy] = {}
-    for policy in matching_policies(view, namespace, pod_labels):
-        winners.setdefault(policy.spec.kind, policy)
-    return winners
+    """The one policy per kind that applies to the pod (highest priority, ties by name).
+
+    Remembered per view for each (namespace, labels) seen: a workload's pods
+    share their labels, and the answer depends on the view alone otherwise.
+    """
+    try:
+        key: Any = (namespace, frozenset(pod_labels.items()))
+    except TypeError:  # unhashable label values (unchecked input): not remembered
+        key = None
+    memo = view.memo.setdefault("winners", {}) if key is not None else {}
+    found = memo.get(key)
+    if found is None:
+        found = {}
+        for policy in matching_policies(view, namespace, pod_labels):
+            found.setdefault(policy.spec.kind, policy)
+        if len(memo) >= WINNERS_KEPT:
+            memo.clear()
+        memo[key] = found
+    return dict(found)
 
 
 def pod_allowed_products(pod: Mapping[str, Any]) -> frozenset[str] | None:

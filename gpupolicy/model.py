@@ -60,6 +60,10 @@ class PolicyKind(StrEnum):
     GUARDRAIL = "guardrail"
 
 
+# body field -> its kind, worked out once (to_camel per call was a twentieth of an admission)
+_KIND_OF_FIELD = tuple((name, PolicyKind(to_camel(name))) for name in BODY_FIELDS)
+
+
 class SharingStrategy(StrEnum):
     MIG = "MIG"
     TIME_SLICING = "TimeSlicing"
@@ -267,6 +271,8 @@ class ConsolidationSpec(_Wire):
     usage-aware consolidation stays Recommend). `emptyFor`: the grace after a
     node's last GPU pod ended before the node is removed. `drainTimeout`: a
     drain that has not emptied the node by then is undone (uncordoned).
+    `minPodAge`: a node with pods is consolidated only once its youngest pod
+    has run this long, and moved pods go only beside pods that old.
     """
 
     underused_below_percent: float = Field(default=10.0, ge=0, le=100)
@@ -274,8 +280,12 @@ class ConsolidationSpec(_Wire):
     max_disrupted_nodes: int = Field(default=1, ge=0)
     empty_for: str = Field(default="1m", json_schema_extra=_DURATION_SCHEMA)
     drain_timeout: str = Field(default="15m", json_schema_extra=_DURATION_SCHEMA)
+    # a busy node is a candidate once its youngest pod has run this long (unset: the core's default,
+    # gpupolicy/capacity/consolidation.py ConsolidationRules.min_pod_age_seconds)
+    min_pod_age: str | None = Field(default=None, json_schema_extra=_DURATION_SCHEMA)
 
-    _d = field_validator("for_", "empty_for", "drain_timeout")(classmethod(lambda cls, v: _check_duration(v)))
+    _d = field_validator("for_", "empty_for", "drain_timeout", "min_pod_age")(
+        classmethod(lambda cls, v: _check_duration(v)))
 
     @property
     def window_seconds(self) -> float:
@@ -288,6 +298,10 @@ class ConsolidationSpec(_Wire):
     @property
     def drain_seconds(self) -> float:
         return parse_duration(self.drain_timeout)
+
+    @property
+    def min_pod_age_seconds(self) -> float | None:
+        return None if self.min_pod_age is None else parse_duration(self.min_pod_age)
 
 
 class CapacitySpec(_Wire):
@@ -373,9 +387,9 @@ class GpuPolicySpec(_Wire):
 
     @property
     def kind(self) -> PolicyKind:
-        for name in BODY_FIELDS:
+        for name, kind in _KIND_OF_FIELD:
             if getattr(self, name) is not None:
-                return PolicyKind(to_camel(name))
+                return kind
         raise AssertionError("validated policies have a body")
 
 
@@ -431,6 +445,20 @@ class RestartRecord(_Wire):
     undo: dict[str, Any] = Field(default_factory=dict)
 
 
+class EvictionRecord(_Wire):
+    """How often a capacity drain evicted the pods of one workload: what survives the pods' re-creation."""
+
+    # In the policy's status (`status.evictions`, keyed Kind/namespace/name as gpupolicy/owners.py names
+    # the workload): a Deployment's evicted pod comes back under a new name, and the install guide's RBAC
+    # gives no write on workloads. `pending` uids are written before their eviction is asked, so a crash
+    # between the eviction and the count is counted by the next pass (controller/capacity_evictions.py).
+    count: int = 0  # evictions accepted for drains of this policy
+    at: float = 0.0  # when the last one was asked (epoch seconds); a record of a workload without pods
+    # is dropped an hour after it
+    evicted: list[str] = Field(default_factory=list)  # the last evicted pod uids (no pod counted twice)
+    pending: list[str] = Field(default_factory=list)  # pod uids whose eviction is being asked
+
+
 class GpuPolicyStatus(_Wire):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="allow")
     effective_mode: Mode | None = None  # what the optimizer enforces (gpupolicy.modes.effective_mode)
@@ -442,6 +470,7 @@ class GpuPolicyStatus(_Wire):
     # the status writer leaves it out, so the two never overwrite each other.
     parked: dict[str, ParkRecord] | None = None
     restarts: dict[str, RestartRecord] | None = None  # the same, for right-sizing's rollout: Restart
+    evictions: dict[str, EvictionRecord] | None = None  # the same, for capacity drains' evictions
 
 
 class ObjectMeta(BaseModel):

@@ -83,8 +83,24 @@ def _number_text(value: int | float) -> str:
     return repr(value)
 
 
+_MEMO: dict[str, int] = {}  # short quantity strings already parsed: a cluster repeats a few dozen
+_MEMO_MAX = 4096
+
+
 def parse_nanos(value: str | int | float) -> int:
     """The quantity in nano base units (an int), rounded up to 1n like upstream. Pure, bounded time."""
+    if type(value) is str and len(value) <= 64:
+        found = _MEMO.get(value)
+        if found is None:
+            found = _parse_nanos(value)  # QuantityError: not remembered
+            if len(_MEMO) >= _MEMO_MAX:
+                _MEMO.clear()
+            _MEMO[value] = found
+        return found
+    return _parse_nanos(value)
+
+
+def _parse_nanos(value: str | int | float) -> int:
     if isinstance(value, bool) or not isinstance(value, str | int | float):
         raise QuantityError(f"{shown(value)} is not a quantity (examples: 8Gi, 500m, 2)")
     text = _number_text(value) if not isinstance(value, str) else value.strip(_SPACE)

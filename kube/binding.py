@@ -14,23 +14,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kubernetes import client
+from kube import rest
 
 
 class ApiBinder:
     """`extender.service.Binder` over the kubernetes client (needs pods patch and pods/binding create)."""
 
     def __init__(self, api_client: Any) -> None:
-        self.core = client.CoreV1Api(api_client)
+        self.api = api_client
 
     def bind(self, namespace: str, name: str, uid: str, node: str, annotations: Mapping[str, str]) -> None:
         if annotations:
-            self.core.patch_namespaced_pod(name, namespace, {"metadata": {"annotations": dict(annotations)}},
-                                           _preload_content=False)
+            rest.call(self.api, "PATCH", f"/api/v1/namespaces/{namespace}/pods/{name}",
+                      body={"metadata": {"annotations": dict(annotations)}}, content_type=rest.MERGE_PATCH)
         meta: dict[str, Any] = {"name": name, "namespace": namespace}
         if uid:
             meta["uid"] = uid
         body: Any = {"apiVersion": "v1", "kind": "Binding", "metadata": meta,
                 "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-        # _preload_content=False: the generated client cannot deserialise the Binding it gets back
-        self.core.create_namespaced_pod_binding(name, namespace, body, _preload_content=False)
+        rest.call(self.api, "POST", f"/api/v1/namespaces/{namespace}/pods/{name}/binding", body=body)

@@ -15,6 +15,8 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kube import rest
+
 
 def message(exc: ApiException) -> str:
     """The API's own message in an error answer (its Status body), else the HTTP reason."""
@@ -62,7 +64,7 @@ def evict(api: client.ApiClient, namespace: str, name: str) -> tuple[int, str]:
     (429 | 500, why) refused (a PodDisruptionBudget; upstream answers 500 for a misconfigured one)."""
     body: Any = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": name, "namespace": namespace}}
     try:
-        client.CoreV1Api(api).create_namespaced_pod_eviction(name, namespace, body, _preload_content=False)
+        rest.call(api, "POST", f"/api/v1/namespaces/{namespace}/pods/{name}/eviction", body=body)
     except ApiException as exc:
         if exc.status == 404:
             return 404, ""

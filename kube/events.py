@@ -15,6 +15,8 @@ from datetime import UTC, datetime
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
+from kube import rest
+
 log = logging.getLogger(__name__)
 
 CLUSTER_SCOPED_EVENT_NAMESPACE = "default"
@@ -41,24 +43,25 @@ def emit_event(
     An Event about a cluster-scoped object goes to `cluster_scoped_namespace` (the
     controller passes its own namespace, where its RBAC allows Events)."""
     namespace = ref.namespace or cluster_scoped_namespace
-    stamp = datetime.fromtimestamp(now, tz=UTC)
-    body = client.CoreV1Event(
-        metadata=client.V1ObjectMeta(name=f"{ref.name}.{uuid.uuid4().hex[:16]}", namespace=namespace),
-        involved_object=client.V1ObjectReference(
-            api_version=ref.api_version, kind=ref.kind, name=ref.name, namespace=ref.namespace, uid=ref.uid,
-        ),
-        reason=reason,
-        message=message[:1024],
-        type=event_type,
-        source=client.V1EventSource(component=component),
-        reporting_component=component,
-        reporting_instance=instance or component,
-        first_timestamp=stamp,
-        last_timestamp=stamp,
-        count=1,
-    )
+    stamp = datetime.fromtimestamp(now, tz=UTC).isoformat()
+    involved = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "namespace": ref.namespace,
+                "uid": ref.uid}
+    body = {
+        "apiVersion": "v1", "kind": "Event",
+        "metadata": {"name": f"{ref.name}.{uuid.uuid4().hex[:16]}", "namespace": namespace},
+        "involvedObject": {k: v for k, v in involved.items() if v is not None},
+        "reason": reason,
+        "message": message[:1024],
+        "type": event_type,
+        "source": {"component": component},
+        "reportingComponent": component,
+        "reportingInstance": instance or component,
+        "firstTimestamp": stamp,
+        "lastTimestamp": stamp,
+        "count": 1,
+    }
     try:
-        client.CoreV1Api(api).create_namespaced_event(namespace, body)
+        rest.call(api, "POST", f"/api/v1/namespaces/{namespace}/events", body=body)
         return True
     except ApiException as exc:
         log.warning("event not written kind=%s name=%s reason=%s status=%s", ref.kind, ref.name, reason,

@@ -7,13 +7,14 @@ is no create here, and no call that names another ConfigMap.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-MERGE_PATCH = "application/merge-patch+json"
+from kube import rest
+
+MERGE_PATCH = rest.MERGE_PATCH
 
 
 class ConfigMapUnavailable(Exception):
@@ -24,30 +25,23 @@ class ConfigMapUnavailable(Exception):
         self.status = status
 
 
-def _json(response: Any) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(response.data)
-    return data
-
-
 def list_nodes(api: client.ApiClient) -> list[dict[str, Any]]:
-    return list(_json(client.CoreV1Api(api).list_node(_preload_content=False)).get("items") or [])
+    return list(rest.call(api, "GET", "/api/v1/nodes").get("items") or [])
 
 
 def list_pods(api: client.ApiClient) -> list[dict[str, Any]]:
     """Every pod in the cluster (GPU demand and what bound pods hold)."""
-    answer = _json(client.CoreV1Api(api).list_pod_for_all_namespaces(_preload_content=False))
-    return list(answer.get("items") or [])
+    return list(rest.call(api, "GET", "/api/v1/pods").get("items") or [])
 
 
 def patch_node(api: client.ApiClient, name: str, patch: dict[str, Any]) -> dict[str, Any]:
     """Merge patch on a node (labels, annotations, spec.unschedulable)."""
-    return _json(client.CoreV1Api(api).patch_node(name, patch, _content_type=MERGE_PATCH,
-                                                  _preload_content=False))
+    return rest.call(api, "PATCH", f"/api/v1/nodes/{name}", body=patch, content_type=MERGE_PATCH)
 
 
 def read_configmap(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
     try:
-        return _json(client.CoreV1Api(api).read_namespaced_config_map(name, namespace, _preload_content=False))
+        return rest.call(api, "GET", f"/api/v1/namespaces/{namespace}/configmaps/{name}")
     except ApiException as exc:
         if exc.status in (403, 404):
             raise ConfigMapUnavailable(int(exc.status), str(exc.reason)) from exc
@@ -59,8 +53,8 @@ def patch_configmap(api: client.ApiClient, namespace: str, name: str, patch: dic
     """Merge patch on the ConfigMap, conditional on the resourceVersion read (409 on a concurrent edit)."""
     body = {**patch, "metadata": {"resourceVersion": resource_version}} if resource_version else patch
     try:
-        return _json(client.CoreV1Api(api).patch_namespaced_config_map(
-            name, namespace, body, _content_type=MERGE_PATCH, _preload_content=False))
+        return rest.call(api, "PATCH", f"/api/v1/namespaces/{namespace}/configmaps/{name}", body=body,
+                         content_type=MERGE_PATCH)
     except ApiException as exc:
         if exc.status in (403, 404):
             raise ConfigMapUnavailable(int(exc.status), str(exc.reason)) from exc

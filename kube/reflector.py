@@ -21,7 +21,6 @@ as read-only (the reflector replaces objects, it never mutates them).
 
 from __future__ import annotations
 
-import functools
 import json
 import logging
 import threading
@@ -54,8 +53,9 @@ def custom_objects_lister(
     api_client: client.ApiClient, group: str, version: str, plural: str
 ) -> ListFunc:
     """A list function for a cluster-wide custom resource, usable as a Reflector source."""
-    api = client.CustomObjectsApi(api_client)
-    return functools.partial(api.list_cluster_custom_object, group, version, plural)
+    from kube import rest
+
+    return rest.lister(api_client, f"/apis/{group}/{version}/{plural}")
 
 
 class _Gone(Exception):
@@ -65,8 +65,8 @@ class _Gone(Exception):
 class Reflector:
     """Cache of one kind. Call `start()`, then `wait_for_sync()`, then read `snapshot()`.
 
-    `list_func` is a generated list method such as `CoreV1Api(api).list_node`
-    or a `custom_objects_lister(...)`: it is called with keyword arguments
+    `list_func` is a `kube.rest.lister(...)` (a generated list method such as
+    `CoreV1Api(api).list_node` works too) or a `custom_objects_lister(...)`: it is called with keyword arguments
     only (`_preload_content`, `watch`, `resource_version`, ...).
     """
 

@@ -25,6 +25,7 @@ from typing import Any, Protocol
 
 from gpupolicy.cluster import DEFAULT_NAMESPACE, ClusterView, view_from_objects
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
+from kube import rest
 from kube.reflector import Reflector, custom_objects_lister
 
 log = logging.getLogger(__name__)
@@ -58,8 +59,6 @@ class WatchedView:
                  own_namespace: str = DEFAULT_NAMESPACE, with_nodes: bool = False,
                  feeds: Sequence[Reflector] = (), watch_timeout: int = 300,
                  metrics_configured: bool = False) -> None:
-        from kubernetes import client
-
         self._default_mode = default_mode
         self._own_namespace = own_namespace
         self._metrics_configured = metrics_configured  # --prometheus-url given (gpupolicy.modes)
@@ -67,14 +66,13 @@ class WatchedView:
         self._dirty = True
         self._view = ClusterView(default_mode=default_mode, own_namespace=own_namespace,
                                  metrics_configured=metrics_configured)
-        core = client.CoreV1Api(api_client)
         t = watch_timeout
         self.policies = Reflector(custom_objects_lister(api_client, GROUP, VERSION, PLURAL),
                                   on_change=self._changed, name="gpupolicies", timeout_seconds=t)
-        self.namespaces = Reflector(core.list_namespace, on_change=self._changed, name="namespaces",
-                                    timeout_seconds=t)
-        self.nodes = (Reflector(core.list_node, on_change=self._changed, name="nodes", timeout_seconds=t)
-                      if with_nodes else None)
+        self.namespaces = Reflector(rest.lister(api_client, "/api/v1/namespaces"), on_change=self._changed,
+                                    name="namespaces", timeout_seconds=t)
+        self.nodes = (Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=self._changed, name="nodes",
+                                timeout_seconds=t) if with_nodes else None)
         own = (self.policies, self.namespaces) + ((self.nodes,) if self.nodes is not None else ())
         self._reflectors: tuple[Reflector, ...] = own + tuple(feeds)
 

@@ -10,17 +10,14 @@ read, and the caller retries on its next pass instead of overwriting.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kube import calls
+from kube import calls, rest
 
-MERGE_PATCH = "application/merge-patch+json"
+MERGE_PATCH = rest.MERGE_PATCH
 WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
 
@@ -32,49 +29,26 @@ class NotFound(Exception):
     """The object is gone (404)."""
 
 
-@dataclass(frozen=True)
-class _KindVerbs:
-    plural: str
-    list_all: Callable[[client.AppsV1Api], Callable[..., Any]]
-    read_scale: Callable[[client.AppsV1Api], Callable[..., Any]]
-    patch_scale: Callable[[client.AppsV1Api], Callable[..., Any]]
+_PLURALS = {"Deployment": "deployments", "StatefulSet": "statefulsets"}
 
 
-_VERBS: dict[str, _KindVerbs] = {
-    "Deployment": _KindVerbs(
-        "deployments",
-        lambda a: a.list_deployment_for_all_namespaces,
-        lambda a: a.read_namespaced_deployment_scale,
-        lambda a: a.patch_namespaced_deployment_scale,
-    ),
-    "StatefulSet": _KindVerbs(
-        "statefulsets",
-        lambda a: a.list_stateful_set_for_all_namespaces,
-        lambda a: a.read_namespaced_stateful_set_scale,
-        lambda a: a.patch_namespaced_stateful_set_scale,
-    ),
-}
-
-
-def _verbs(kind: str) -> _KindVerbs:
+def _plural(kind: str) -> str:
     try:
-        return _VERBS[kind]
+        return _PLURALS[kind]
     except KeyError:
         raise ValueError(f"unsupported workload kind {kind!r} (Deployment or StatefulSet)") from None
 
 
-def _raw(call: Callable[..., Any], *args: Any, **kwargs: Any) -> dict[str, Any]:
-    """Call a generated method and return the JSON body as a dict (no model round trip)."""
+def _raw(api: client.ApiClient, method: str, path: str, **kwargs: Any) -> dict[str, Any]:
+    """One request (`kube.rest`: no model round trip); 409 is `Conflict`, 404 `NotFound`."""
     try:
-        response = call(*args, _preload_content=False, **kwargs)
+        return rest.call(api, method, path, **kwargs)
     except ApiException as exc:
         if exc.status == 409:
             raise Conflict(str(exc.reason)) from exc
         if exc.status == 404:
             raise NotFound(str(exc.reason)) from exc
         raise
-    data: dict[str, Any] = json.loads(response.data)
-    return data
 
 
 def _with_kind(items: list[dict[str, Any]], kind: str, api_version: str) -> list[dict[str, Any]]:
@@ -86,24 +60,23 @@ def _with_kind(items: list[dict[str, Any]], kind: str, api_version: str) -> list
 
 def list_workloads(api: client.ApiClient, kinds: tuple[str, ...] = WORKLOAD_KINDS) -> list[dict[str, Any]]:
     """Every Deployment and StatefulSet in the cluster (each with `kind` set)."""
-    apps = client.AppsV1Api(api)
     found: list[dict[str, Any]] = []
     for kind in kinds:
-        answer = _raw(_verbs(kind).list_all(apps))
+        answer = _raw(api, "GET", f"/apis/apps/v1/{_plural(kind)}")
         found.extend(_with_kind(list(answer.get("items") or []), kind, "apps/v1"))
     return found
 
 
 def read_scale(api: client.ApiClient, kind: str, namespace: str, name: str) -> dict[str, Any]:
     """autoscaling/v1 Scale of a workload."""
-    return _raw(_verbs(kind).read_scale(client.AppsV1Api(api)), name, namespace)
+    return _raw(api, "GET", f"/apis/apps/v1/namespaces/{namespace}/{_plural(kind)}/{name}/scale")
 
 
 def patch_scale(api: client.ApiClient, kind: str, namespace: str, name: str,
                 patch: dict[str, Any]) -> dict[str, Any]:
     """Merge patch on the scale subresource (spec.replicas; resourceVersion makes it conditional)."""
-    call = _verbs(kind).patch_scale(client.AppsV1Api(api))
-    return _raw(call, name, namespace, patch, _content_type=MERGE_PATCH)
+    return _raw(api, "PATCH", f"/apis/apps/v1/namespaces/{namespace}/{_plural(kind)}/{name}/scale", body=patch,
+                content_type=MERGE_PATCH)
 
 
 def evict_pod(api: client.ApiClient, namespace: str, name: str) -> bool:
@@ -114,18 +87,18 @@ def evict_pod(api: client.ApiClient, namespace: str, name: str) -> bool:
 
 def list_namespaces(api: client.ApiClient) -> dict[str, dict[str, str]]:
     """Namespace name -> labels (policy namespaceSelectors match on them)."""
-    answer = _raw(client.CoreV1Api(api).list_namespace)
+    answer = _raw(api, "GET", "/api/v1/namespaces")
     return {i["metadata"]["name"]: dict(i["metadata"].get("labels") or {}) for i in answer.get("items") or []}
 
 
 def list_pods(api: client.ApiClient, namespace: str, label_selector: str = "") -> list[dict[str, Any]]:
-    answer = _raw(client.CoreV1Api(api).list_namespaced_pod, namespace, label_selector=label_selector)
+    answer = _raw(api, "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": label_selector})
     return list(answer.get("items") or [])
 
 
 def list_nodes(api: client.ApiClient) -> dict[str, dict[str, str]]:
     """Node name -> labels (GFD's `nvidia.com/gpu.product` among them)."""
-    answer = _raw(client.CoreV1Api(api).list_node)
+    answer = _raw(api, "GET", "/api/v1/nodes")
     return {i["metadata"]["name"]: dict(i["metadata"].get("labels") or {}) for i in answer.get("items") or []}
 
 

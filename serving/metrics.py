@@ -45,7 +45,7 @@ def use_multiprocess_values() -> None:
     prometheus-client picks its value class when it is first imported; if that
     happened in the gunicorn master before serve() set the directory, workers
     must re-pick after the fork (serve() calls this in post_fork)."""
-    values.ValueClass = values.get_value_class()
+    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
 
 
 class RequestMetrics:
@@ -76,7 +76,7 @@ class RequestMetrics:
     def exposition(self) -> bytes:
         if multiprocess_enabled():
             registry = CollectorRegistry()
-            multiprocess.MultiProcessCollector(registry)
+            multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
             return generate_latest(registry)
         return generate_latest(self.registry)
 

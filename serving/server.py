@@ -121,7 +121,7 @@ def _post_fork(_server: Any, _worker: Any) -> None:
 def _child_exit(_server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
-    multiprocess.mark_process_dead(worker.pid)
+    multiprocess.mark_process_dead(worker.pid)  # type: ignore[no-untyped-call]
 
 
 def gunicorn_options(*, bind: str, port: int, cert_dir: Path | None, workers: int, threads: int,

@@ -127,7 +127,9 @@ class Profile:
             if name not in SCORED:
                 raise ProfileError(f"plugins.score.enabled: {name} is not emulated (choose from {', '.join(SCORED)})")
             weights[name] = int(plugin.get("weight") or DEFAULT_WEIGHTS.get(name, 1))
-        fit_strategy, fit_resources, shape = "LeastAllocated", (("cpu", 1), ("memory", 1)), ()
+        fit_strategy = "LeastAllocated"
+        fit_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
+        shape: tuple[tuple[int, int], ...] = ()
         balanced: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
         for entry in chosen.get("pluginConfig") or []:
             args = entry.get("args") or {}

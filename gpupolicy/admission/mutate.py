@@ -168,11 +168,25 @@ def _apply_sharing_policy(
     return Decision(policy.name, mode, action, True, f"{what}: {plan.detail}")
 
 
+_TOLERATIONS: dict[int, tuple[GpuPolicy, list[dict[str, Any]]]] = {}
+
+
+def _tolerations(policy: GpuPolicy) -> list[dict[str, Any]]:
+    """The policy's tolerations as dicts, dumped once per policy object (pydantic's dump per review
+    cost more than the check). Callers copy what they add (`ensure_tolerations`)."""
+    found = _TOLERATIONS.get(id(policy))
+    if found is None or found[0] is not policy:
+        if len(_TOLERATIONS) >= 1024:
+            _TOLERATIONS.clear()
+        found = _TOLERATIONS[id(policy)] = (policy, [toleration_dict(t) for t in policy.spec.tolerations])
+    return found[1]
+
+
 def _apply_injections(
     policy: GpuPolicy, mode: Mode, owner: str, pod: dict[str, Any], warnings: list[str], quiet: bool
 ) -> Decision | None:
     """Tolerations and schedulerName from any policy kind; None when the policy injects nothing."""
-    tolerations = [toleration_dict(t) for t in policy.spec.tolerations]
+    tolerations = _tolerations(policy)
     scheduler = policy.spec.scheduler_name
     if not tolerations and not scheduler:
         return None

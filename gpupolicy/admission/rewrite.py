@@ -18,6 +18,8 @@ from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Any
 
+import orjson
+
 from gpupolicy.catalog import (
     GPU_RESOURCE,
     MIG_RESOURCE_PREFIX,
@@ -194,8 +196,19 @@ def landing_products(pod: Mapping[str, Any], sharing: SharingSpec, view: Cluster
     by an enforced typeFit policy, and by the nodes that exist (when any GPU
     node is known): a slice no such node offers would leave the pod Pending.
     """
-    products = candidate_products(sharing, view)
     pinned = pod_allowed_products(pod)
+    key = ("landing", id(sharing), pinned, type_fit_models)
+    found = view.memo.get(key)
+    if found is None or found[0] is not sharing:  # per view: the pod matters only through `pinned`
+        found = (sharing, _landing_products(sharing, view, pinned, type_fit_models))
+        view.memo[key] = found
+    products, why, known = found[1]
+    return list(products), why, known
+
+
+def _landing_products(sharing: SharingSpec, view: ClusterView, pinned: frozenset[str] | None,
+                      type_fit_models: frozenset[str] | None) -> tuple[list[GpuProduct], str, bool]:
+    products = candidate_products(sharing, view)
     on_nodes = view.node_products()
     known = bool(sharing.gpu_models or pinned is not None or type_fit_models is not None or on_nodes)
     if pinned is not None:
@@ -439,6 +452,14 @@ def apply_sharing(pod: dict[str, Any], plan: SharingPlan) -> dict[str, dict[str,
 
 
 def rewritten_from_json(original: Mapping[str, Any]) -> str:
+    """Compact JSON, keys sorted: orjson's bytes when they are ASCII (then the same as json.dumps'),
+    else json.dumps, which escapes other characters as \\uXXXX."""
+    try:
+        data = orjson.dumps(original, option=orjson.OPT_SORT_KEYS)
+    except (TypeError, orjson.JSONEncodeError):
+        data = b"\x80"
+    if data.isascii():
+        return data.decode()
     return json.dumps(original, sort_keys=True, separators=(",", ":"))
 
 

@@ -199,8 +199,13 @@ def cluster_share_basis(state: NodeState) -> tuple[int, int]:
     """The basis for a pending share pod: the smallest GPU memory and replicas among time-sliced nodes.
 
     Conservative (the largest fraction any such node would charge), so a
-    pending pod never looks smaller than it will be once bound.
+    pending pod never looks smaller than it will be once bound. Capacity
+    only: worked out once per state (`NodeState.static`).
     """
+    return state.static("cluster-share-basis", lambda: _cluster_share_basis(state))
+
+
+def _cluster_share_basis(state: NodeState) -> tuple[int, int]:
     sliced = (state.shared_cap > 0) & (state.gpu_count > 0)
     if not sliced.any():
         return 0, 0

@@ -26,8 +26,9 @@ fit rules read, so a replay never rescans the cluster.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -43,6 +44,7 @@ def next_versions(count: int) -> npt.NDArray[np.int64]:
     return np.arange(start, start + count, dtype=np.int64)
 
 
+T = TypeVar("T")
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
 
@@ -160,6 +162,7 @@ class NodeState:
         # per row, a number no other row content of any state has had (next_versions): caches compare it, and a
         # copy's rows keep their numbers until they change, so a cache built on one state serves its copies
         self.row_version = next_versions(n)
+        self._static: dict[str, Any] = {}  # values derived from capacity alone (`static`)
 
     # ---- construction -------------------------------------------------------------------
     @classmethod
@@ -190,6 +193,14 @@ class NodeState:
         for key, value in self.__dict__.items():
             other.__dict__[key] = value.copy() if isinstance(value, np.ndarray | dict) else value
         return other
+
+    def static(self, key: str, build: Callable[[], T]) -> T:
+        """`build()`, once per state: for values that depend on capacity alone (no row update changes
+        them; a change of capacity builds a new state)."""
+        if key not in self._static:
+            self._static[key] = build()
+        value: T = self._static[key]
+        return value
 
     def __len__(self) -> int:
         return len(self.names)

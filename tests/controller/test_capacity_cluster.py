@@ -31,6 +31,7 @@ from controller.policysync import PolicySync
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.capacity.drain import DRAINING_ANNOTATION, UNDONE_ANNOTATION, read_record
 from gpupolicy.model import Mode
+from gpupolicy.proposals import proposal_id
 from tests.controller.conftest import FakeClock, ScriptedMetrics
 from tests.kubeapi.cluster import Cluster
 from tests.kubeapi.fixtures import make_deployment, make_node, make_pdb, make_pod
@@ -145,6 +146,11 @@ class World:
         self.cluster.create(make_nodeclaim(name, instance_type, nodepool="gpu",
                                            taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]))
         self.cluster.settle()
+        # The API server stamps the NodeClaim and Node on the wall clock; in a cluster the controller's
+        # clock is never behind the objects it reads. A fake clock left behind (a slow set-up on a loaded
+        # machine) read the node as younger than the test's window: catch it up, never back.
+        if isinstance(self.clock, FakeClock):
+            self.clock.advance(max(0.0, time.time() - self.clock.now()))
 
 
 @pytest.fixture
@@ -478,3 +484,159 @@ def test_a_node_emptied_by_deleting_its_pods_also_gets_the_grace(make_world: Any
     world.runner.run_all()
     world.cluster.settle()
     assert "gpu-a" not in world.claims() and "gpu-b" in world.claims()
+
+
+# -- the core's optional inputs, built from live objects -------------------------------------------
+def set_evictions(world: World, records: dict[str, Any], name: str = "gpu-capacity") -> None:
+    """status.evictions as earlier drains left it (the controller's own record, written through the API)."""
+    world.cluster.custom.patch_cluster_custom_object_status(
+        "gpu.kubeon.io", "v1alpha1", "gpupolicies", name, {"status": {"evictions": records}})
+
+
+class Crash(Exception):
+    """The controller dying at a checkpoint (the in-process stand-in for tests/..._crash_process.py's kill)."""
+
+
+def crash_at(checkpoint: str) -> Callable[[str], None]:
+    def hook(step: str) -> None:
+        if step == checkpoint:
+            raise Crash(step)
+    return hook
+
+
+def one_pass_until_the_crash(world: World) -> None:
+    with pytest.raises(Crash):  # the runner would log and carry on: call the reconcilers as a process does
+        for reconciler in world.runner.reconcilers:
+            reconciler.reconcile(world.ctx)
+
+
+def test_evictions_are_counted_per_workload_once_across_a_crash_and_the_pods_re_creation(
+        make_world: Any) -> None:
+    world = make_world(checkpoint=crash_at("evicted"))
+    world.create_policy(capacity_policy())
+    two_nodes_one_pod_each(world)
+    before = {p["metadata"]["name"] for p in world.cluster.pods(NS)}
+    one_pass_until_the_crash(world)
+    [(key, record)] = world.status().get("evictions", {}).items()
+    assert record["count"] == 0 and len(record["pending"]) == 1  # asked, not yet counted: the crash
+    world.restart()
+    world.rounds(4)
+    after = {p["metadata"]["name"] for p in world.cluster.pods(NS)}
+    assert len(after - before) == 1  # the evicted pod came back under a new name
+    records = world.status()["evictions"]
+    assert list(records) == [key] and key in ("Deployment/ml/job-a", "Deployment/ml/job-b")
+    assert records[key]["count"] == 1 and records[key]["pending"] == [] and len(records[key]["evicted"]) == 1
+
+
+def test_a_workload_evicted_max_evictions_per_pod_times_pins_its_node(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy())
+    world.rounds(1)
+    set_evictions(world, {"Deployment/ml/job-a": {"count": 3, "at": world.clock.now()}})
+    two_nodes_one_pod_each(world)
+    world.rounds(4)
+    # without the count gpu-a (first of two equal candidates) would go; pinned, gpu-b goes instead
+    assert "gpu-a" in world.claims() and "gpu-b" not in world.claims()
+    assert set(world.bound().values()) == {"gpu-a"}
+    assert world.status()["evictions"]["Deployment/ml/job-b"]["count"] == 1
+    assert world.status()["evictions"]["Deployment/ml/job-a"]["count"] == 3
+
+
+# -- against the Karpenter stand-in's NodePool accounting -----------------------------------------
+def test_the_controller_keeps_within_max_gpus_where_karpenters_own_count_cannot_see_shared_gpus(
+        make_world: Any) -> None:
+    """Upstream Karpenter checks a NodePool's limits only in its own provisioner (a NodeClaim created by
+    anyone else launches whatever the limits say), and counts status.resources from each node's capacity
+    once initialized: a time-sliced node advertises nvidia.com/gpu.shared, not nvidia.com/gpu. So the
+    controller counts the GPUs of the pool's claims by instance type itself, and lowers the limit it
+    writes by the GPUs Karpenter's count misses."""
+    world = make_world()
+    world.create_policy(sharing_policy("share", "TimeSlicing", replicas=4))
+    world.create_policy(capacity_policy(models=["NVIDIA-L4"], max_gpus=3))
+    gpu_pods(world, 20, "nvidia.com/gpu.shared")
+    world.rounds(8)
+    gpu_pods(world, 8, "nvidia.com/gpu.shared", prefix="late")
+    world.rounds(4)
+    claims = world.claims()
+    assert len(claims) == 3
+    conditions = [{c["type"]: c["status"] for c in claim["status"]["conditions"]} for claim in claims.values()]
+    assert conditions == [{"Launched": "True", "Registered": "True", "Initialized": "True", "Ready": "True"}] * 3
+    pool = world.nodepool()
+    assert pool is not None
+    resources = pool["status"]["resources"]
+    assert (resources["nodes"], pool["status"]["nodes"]) == ("3", 3)
+    assert resources["nvidia.com/gpu.shared"] == "12" and "nvidia.com/gpu" not in resources
+    # so the limit written for Karpenter's own (whole-GPU) provisioning is maxGpus less what it cannot see
+    assert pool["spec"]["limits"] == {"nvidia.com/gpu": "0"}
+    [declared] = [p for p in world.proposals() if p["action"] == "declare NodePool gpu"]
+    assert "limits nvidia.com/gpu=0 (maxGpus 3 less 3 GPU(s) on 3 time-sliced or MIG node(s)" in declared["reason"]
+    assert sum(int(claim["status"]["capacity"]["nvidia.com/gpu"]) for claim in claims.values()) == 3
+    assert len([p for p, node in world.bound().items() if node]) == 12
+    unserved = world.condition("Provisioned")
+    assert (unserved["status"], unserved["reason"]) == ("False", "Unserved")
+    assert "16 pending pod(s) get no node (maxGpus 3 reached)" in unserved["message"]
+
+
+def test_a_node_whose_pods_fit_on_a_cheaper_new_node_is_replaced_launching_before_the_drain(
+        make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy(**{"for": "10m"}))
+    world.launch("gpu-big")  # p4de.24xlarge: 8 A100-80GB
+    # the same plan undone long ago (past its cool-down): says nothing about this replacement
+    plan = proposal_id("gpu-capacity", "Node/gpu-big", "replace (single-node)")
+    old = json.dumps({"at": world.clock.now() - 7200, "plan": plan, "policy": "gpu-capacity", "message": "old"})
+    world.cluster.core.patch_node("gpu-big", {"metadata": {"annotations": {UNDONE_ANNOTATION: old}}})
+    world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
+    world.cluster.settle()
+    assert set(world.bound().values()) == {"gpu-big"}
+    world.rounds(1)
+    [waiting] = [p for p in world.proposals() if p["target"] == "Node/gpu-big"]
+    assert waiting["action"] == "replace (single-node)" and waiting["state"] == "Approved"
+    assert "replaced by" in waiting["reason"] and "a replacement waits until they have not for 10m" in waiting["reason"]
+    assert set(world.claims()) == {"gpu-big"}  # nothing launched while the pods are that fresh
+    world.clock.advance(600)
+    world.runner.run_all()  # the replacement starts: the new NodeClaim first, the node still takes pods
+    new = set(world.claims()) - {"gpu-big"}
+    assert len(new) == 1
+    [claim] = [world.claims()[n] for n in new]
+    check_against_crd(claim, "nodeclaims")
+    kind = claim["spec"]["requirements"][0]["values"][0]
+    assert kind != "p4de.24xlarge"
+    node = world.nodes()["gpu-big"]
+    assert not node["spec"].get("unschedulable") and DRAINING_ANNOTATION not in annotations(node)
+    [started] = [p for p in world.proposals() if p["target"] == "Node/gpu-big"]
+    assert started["state"] == "Applied" and f"launches {kind}" in started["reason"]
+    world.rounds(6)
+    assert set(world.claims()) == new and "gpu-big" not in world.nodes()
+    assert set(world.bound().values()) == new  # the pod moved to the cheaper node
+
+
+def test_a_replacement_killed_between_its_record_and_its_launch_is_finished_by_the_next_leader(
+        make_world: Any) -> None:
+    world = make_world(checkpoint=crash_at("replacing"))
+    world.create_policy(capacity_policy(**{"for": "10m"}))
+    world.launch("gpu-big")
+    world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
+    world.cluster.settle()
+    world.rounds(1)
+    world.clock.advance(600)
+    one_pass_until_the_crash(world)
+    assert set(world.claims()) == {"gpu-big"}  # recorded on the node, nothing launched yet
+    assert "gpu.kubeon.io/replacing" in annotations(world.nodes()["gpu-big"])
+    world.restart()
+    world.rounds(8)
+    claims = set(world.claims())
+    assert len(claims) == 1 and "gpu-big" not in claims and "gpu-big" not in world.nodes()
+    assert set(world.bound().values()) == claims
+
+
+def test_with_min_pod_age_a_node_is_consolidated_only_once_its_youngest_pod_is_that_old(make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy(minPodAge="1h"))
+    two_nodes_one_pod_each(world)
+    world.rounds(3)  # both pods were just bound (their PodScheduled time): too young to move
+    assert set(world.claims()) == {"gpu-a", "gpu-b"}
+    assert not [p for p in world.proposals() if p["target"].startswith("Node/")]
+    world.clock.advance(3600)
+    world.rounds(4)
+    assert len(world.claims()) == 1 and len(set(world.bound().values())) == 1

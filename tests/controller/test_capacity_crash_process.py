@@ -5,8 +5,8 @@ Real: the controller command (`python -m cli.main controller`) in subprocesses w
 0.4 s), policy sync and every reconciler; the test API server with the GpuPolicy and Karpenter CRDs and its
 scheduler, workload, kubelet and Karpenter stand-ins running in the background. The kill is real: the test hook
 `KUBEON_GPU_CAPACITY_CRASH_AT=evicted` makes the process `os._exit(137)` right after the eviction, before the
-drain record notes it, the Events and the policy status; the dead process never releases its lease. Faked:
-nothing else (no Prometheus: request-based consolidation).
+drain record notes it (and before the eviction is counted in status.evictions), the Events and the policy status;
+the dead process never releases its lease. Faked: nothing else (no Prometheus: request-based consolidation).
 """
 
 from __future__ import annotations
@@ -79,3 +79,6 @@ def test_kill_after_an_eviction_then_a_fresh_controller_finishes_the_drain(
     replaced = [p for p in world.cluster.pods(NS) if p["metadata"]["uid"] not in originals]
     assert len(replaced) == 1  # evicted once for the plan, replaced once
     assert not any(v["spec"].get("unschedulable") for v in world.nodes().values())
+    # the kill came between the eviction and its count: the next leader counted it, once
+    records = world.status().get("evictions") or {}
+    assert [(r["count"], r["pending"]) for r in records.values()] == [(1, [])], records

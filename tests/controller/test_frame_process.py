@@ -89,8 +89,12 @@ def test_one_of_two_processes_leads_and_the_other_takes_over(frame_api: Any, rep
     leader = next(r for r in replicas if r.identity == leader_name)
     standby = next(r for r in replicas if r is not leader)
     wait_for(lambda: "policies read count=1" in leader.log, what="policies read in the leader's log")
+    # The standby started as the slower of the two (start-up under load differs by seconds): wait
+    # until it has seen the lease held, then it must be ready at once and must not act.
+    wait_for(lambda: f"standing by identity={standby.identity}" in standby.log, what="the standby's first lease step")
     time.sleep(1.0)
     assert "leadership acquired" in leader.log and "leadership acquired" not in standby.log
+    assert f"holder={leader.identity}" in standby.log
     assert "policies read" not in standby.log
     assert wait_for(lambda: leader.get("/healthz")[0] == 200)
     assert standby.get("/readyz")[0] == 200

@@ -129,6 +129,35 @@ def test_identical_nodes_get_equal_extender_scores() -> None:
     assert set(scores.values()) == {10}
 
 
+def test_the_next_pod_follows_the_identical_node_kube_scheduler_took() -> None:
+    """Identical empty nodes all get 10 and kube-scheduler takes one at random; the extender's tie
+    order then sends the next pod to that node. (With the row order alone it went to another empty
+    node, and GPU pods spread one per node: the CI replay's seed 44 fell from 97.16 to 94.22.)"""
+    nodes = [make_node(f"same-{i}", A100, 8) for i in range(4)]
+    shape = {"gpus": 1, "cpu": "2", "memory": "8Gi"}
+    taken = set()
+    for seed in range(6):
+        live = Scheduled(nodes, [], shipped())
+        node = live.place(pending("a", **shape), seed)
+        assert node is not None
+        bound = running("a", node, **shape)
+        live.cache.on_pod("ADDED", bound)
+        live.cluster.add(bound, node)
+        taken.add(node)
+        assert live.place(pending("b", **shape), seed + 100) == node
+    assert len(taken) > 1  # kube-scheduler did choose among the identical nodes
+
+
+def test_gpu_pods_do_not_follow_cpu_only_pods() -> None:
+    """A node running only a CPU-only pod (the default-scheduler spreads those over the emptiest
+    nodes) is not ahead in the tie order: following them spread GPU pods after them."""
+    nodes = [make_node(f"same-{i}", A100, 8) for i in range(4)]
+    busy = [running("agent", "same-2", cpu="100m", memory="128Mi")]
+    for seed in range(6):
+        live = Scheduled(nodes, busy, shipped())
+        assert live.place(pending("p", gpus=1, cpu="2", memory="8Gi"), seed) != "same-2"
+
+
 def test_a_pod_the_extender_cannot_place_still_schedules_when_stock_filters_allow() -> None:
     """Nodes outside the extender's model: it answers Error, and the ignorable extender is skipped."""
     nodes = [make_node("gpu-0", A100, 8)]

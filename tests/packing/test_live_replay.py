@@ -15,7 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from cli.livereplay import DEFAULT_SCHEDULER, pod_object
 from cli.main import main
+from gpupolicy.admission.mutate import out_of_scope
+from gpupolicy.cluster import ClusterView
+from gpupolicy.packing.nodemodel import PodDemand
 
 VENDOR = Path(__file__).resolve().parents[2] / "vendor" / "openb"
 SEEDS = (42, 43, 44)
@@ -61,3 +65,16 @@ def test_a_bad_scheduler_config_is_a_clear_error(tmp_path: Path, capsys: pytest.
                  "--scheduler-config", str(bad)])
     assert code == 2
     assert "no KubeSchedulerConfiguration" in capsys.readouterr().err
+
+
+def test_the_replay_routes_pods_as_the_webhook_does() -> None:
+    """Only pods asking for a GPU resource get the profile's schedulerName (the webhook's out_of_scope rule);
+    CPU-only pods stay with the cluster's default-scheduler, which calls no extender."""
+
+    cases = {"cpu": PodDemand(cpu_milli=4000, memory_mib=1024), "whole": PodDemand(num_gpu=2, gpu_milli=1000),
+             "share": PodDemand(num_gpu=1, gpu_milli=250)}
+    pods = {k: pod_object(d, i, "kubeon-gpu-scheduler") for i, (k, d) in enumerate(cases.items())}
+    assert {k: p["spec"]["schedulerName"] for k, p in pods.items()} == {
+        "cpu": DEFAULT_SCHEDULER, "whole": "kubeon-gpu-scheduler", "share": "kubeon-gpu-scheduler"}
+    assert out_of_scope(pods["cpu"], "openb", ClusterView()) == "pod asks for no GPU"
+    assert out_of_scope(pods["whole"], "openb", ClusterView()) == ""

@@ -11,7 +11,7 @@ How `Kubeon` scores a node for a pod:
    ties packed in the fixed node order fill nodes one after another, which
    is most of FGD's strength;
 4. equal scores go to the engine's fixed node order (the simulator's
-   per-seed rank; live, `scheduling.used_first_rank`: used nodes first).
+   per-seed rank; live, `scheduling.used_first_rank`: nodes holding GPU work first).
 
 Each part says in its docstring why it helps and by how much: the drop on
 the default openb trace, seeds 42..51, when that part alone is removed

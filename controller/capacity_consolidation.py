@@ -1,0 +1,262 @@
+"""Step 4 of a capacity pass: which GPU nodes to give back, and starting their drains.
+
+Every GPU node is a row of the packing engine's state (pods bound as the
+extender counts them); only nodes of the pool with a NodeClaim are
+candidates. `plan_disruptions` (gpupolicy/capacity/consolidation.py) gets
+the inputs the benchmark's `kubeon` passes, from live objects: each node's
+highest DCGM utilisation over the policy's `for`, prices from the provider,
+when each node became empty and when its pods last changed, when each pod was
+bound (pod ages), eviction counts
+(controller/capacity_evictions.py), the instance types a replacement may
+launch (controller/capacity_replace.py), and the blocked rows: do-not-disrupt
+on the node or a pod, a drain or replacement under way or recently undone, a
+MIG re-layout, a claim being deleted, a node launched for pods still pending
+or as a replacement not yet done.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from controller import capacity_replace
+from controller.capacity_drain import step
+from controller.capacity_pass import HOURS_PER_MONTH, Pass, Seen, annotations_of, is_gpu_node, live, meta, pod_key
+from controller.capacity_pass import timestamp as _timestamp
+from controller.capacity_usage import node_usage
+from controller.context import ControllerContext
+from controller.metrics_source import MetricsError
+from gpupolicy.capacity import drain
+from gpupolicy.capacity.consolidation import EMPTY, UNDERUSED, ConsolidationRules, Disruption, plan_disruptions
+from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION
+from gpupolicy.capacity.nodepool import allowed_types
+from gpupolicy.capacity.provider import CapacityNode
+from gpupolicy.model import CapacitySpec, Condition, ConsolidationSpec, GpuPolicy, Mode, Proposal
+from gpupolicy.model import ProposalState as State
+from gpupolicy.modes import disruption_mode
+from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
+from gpupolicy.packing.nodemodel import PodDemand
+from gpupolicy.proposals import TargetRef, make_proposal
+from kube import layout as kl
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Usage:
+    """Each node's highest GPU utilisation over one window (None: not known); `error` when the query failed."""
+
+    by_node: dict[str, float | None]
+    error: str = ""
+
+
+def usage(ctx: ControllerContext, seen: Seen, window: float, step_seconds: float) -> Usage:
+    """Each node's highest GPU utilisation over the last `window` seconds: the policy's own `for`, so the
+    number its proposal shows ("GPU util 3% for 2h") is the peak over exactly that window."""
+    names = [str(n["metadata"]["name"]) for n in seen.nodes]
+    if ctx.metrics is None or not ctx.prometheus_configured:
+        return Usage(dict.fromkeys(names))
+    now = ctx.clock.now()
+    try:
+        return Usage(node_usage(ctx.metrics, names, start=now - window, end=now, step=step_seconds))
+    except MetricsError as exc:
+        log.warning("capacity: GPU utilisation unavailable: %s", exc)
+        return Usage(dict.fromkeys(names), str(exc)[:300])
+
+
+@dataclass
+class EmptyTracker:
+    """When each node last became empty, and when its pods last changed, as far as the objects and this
+    process can tell."""
+
+    first_seen_empty: dict[str, float] = field(default_factory=dict)
+    was_busy: set[str] = field(default_factory=set)
+    members: dict[str, frozenset[str]] = field(default_factory=dict)
+    changed: dict[str, float] = field(default_factory=dict)
+
+    def changed_at(self, name: str, bound: list[dict[str, Any]], seen: Seen, now: float) -> float | None:
+        """When a pod last came to or left the node: the newest pod's start (else creation), the last
+        finish, and when this process saw the set of pods change (a deleted pod leaves no trace)."""
+        keys = frozenset(str(meta(pod).get("uid") or pod_key(pod)) for pod in bound)
+        if name in self.members and self.members[name] != keys:
+            self.changed[name] = now
+        self.members[name] = keys
+        marks = [_timestamp((pod.get("status") or {}).get("startTime") or meta(pod).get("creationTimestamp"))
+                 for pod in bound] + _finishes(name, seen)
+        known = [m for m in marks if m is not None] + ([self.changed[name]] if name in self.changed else [])
+        return min(max(known), now) if known else None  # a stamp ahead of this clock (skew) is now
+
+    def empty_since(self, name: str, node: Mapping[str, Any], seen: Seen, busy: bool, now: float) -> float:
+        """The latest of the node's creation, its last pod's finish and, when this process saw it
+        busy before (pods deleted leave no trace), when it first saw it empty."""
+        if busy:
+            self.first_seen_empty.pop(name, None)
+            self.was_busy.add(name)
+            return now
+        marks = [_timestamp(meta(node).get("creationTimestamp")), *_finishes(name, seen)]
+        first = self.first_seen_empty.setdefault(name, now)
+        known = [m for m in marks if m is not None] + ([first] if name in self.was_busy else [])
+        return max(known) if known else first
+
+
+def core_rules(spec: ConsolidationSpec) -> ConsolidationRules:
+    """The policy's consolidation block as the core's rules; what the policy leaves unset is the core's."""
+    rules = ConsolidationRules(spec.underused_below_percent, spec.window_seconds, spec.max_disrupted_nodes,
+                               spec.empty_seconds)
+    if spec.min_pod_age_seconds is not None:
+        rules = replace(rules, min_pod_age_seconds=spec.min_pod_age_seconds)
+    return rules
+
+
+def started_at(pod: Mapping[str, Any], now: float) -> float | None:
+    """When the pod was bound to its node (its PodScheduled condition), else started, else created; a stamp
+    ahead of this clock reads as now. The benchmark's `bound_at`."""
+    status = pod.get("status") or {}
+    scheduled = next((c.get("lastTransitionTime") for c in status.get("conditions") or []
+                      if c.get("type") == "PodScheduled" and c.get("status") == "True"), None)
+    for text in (scheduled, status.get("startTime"), meta(pod).get("creationTimestamp")):
+        if (stamp := _timestamp(text)) is not None:
+            return min(stamp, now)
+    return None
+
+
+def _finishes(name: str, seen: Seen) -> list[float | None]:
+    """When the containers of the pods on node `name` finished (finished pods stay bound until deleted)."""
+    return [_timestamp(((status.get("state") or {}).get("terminated") or {}).get("finishedAt"))
+            for pod in seen.by_node.get(name, [])
+            for status in (pod.get("status") or {}).get("containerStatuses") or []]
+
+
+def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used: Usage,
+                empty: EmptyTracker, evictions: Mapping[str, int], proposals: list[Proposal],
+                conditions: list[Condition]) -> list[Disruption]:
+    """Plan the policy's disruptions and start those the mode allows; returns the plan. `evictions`: pod
+    key -> how often it was evicted already (controller/capacity_evictions.py)."""
+    ctx, seen = p.ctx, p.seen
+    rules = spec.consolidation
+    now = ctx.clock.now()
+    if not ctx.prometheus_configured:
+        conditions.append(Condition(type="UsageAware", status="False", reason="PrometheusNotConfigured",
+                                    message="usage-aware consolidation needs --prometheus-url (GPU utilisation "
+                                            "from DCGM); empty nodes and nodes whose pods fit elsewhere are "
+                                            "still consolidated in the policy's mode"))
+    elif used.error:
+        conditions.append(Condition(type="UsageAware", status="False", reason="MetricsUnavailable",
+                                    message=f"GPU utilisation could not be read ({used.error}); no node is "
+                                            "a usage-aware candidate this pass"))
+    claims = {c.node: c for c in seen.pool_claims(spec.node_pool) if c.node is not None}
+    gpu_nodes = [n for n in seen.nodes if is_gpu_node(n)]
+    try:
+        state = state_from_kubernetes(gpu_nodes, seen.pods)
+    except ObjectError as exc:
+        conditions.append(Condition(type="Consolidation", status="False", reason="UnreadableObject",
+                                    message=str(exc)[:500]))
+        return []
+    pods_on: dict[int, list[tuple[str, PodDemand]]] = {}
+    blocked: set[int] = set()
+    empty_since: dict[int, float] = {}
+    changed_at: dict[int, float] = {}  # the core lets a busy node settle (settle_seconds)
+    ages: dict[str, float] = {}  # pod key -> bound at (the core's min_pod_age_seconds)
+    prices: list[float] = []
+    pending = {pod_key(pod) for pod in seen.pods if not (pod.get("spec") or {}).get("nodeName") and live(pod)}
+    cooldown = max(4 * rules.drain_seconds, 3600.0)
+    replacing = capacity_replace.replacing_claims(p)  # new nodes waiting for the drain they are for
+    for row, node in enumerate(gpu_nodes):
+        name = str(node["metadata"]["name"])
+        claim = claims.get(name)
+        prices.append(claim.price_per_hour if claim is not None else 0.0)  # what the provider reports
+        bound = [pod for pod in seen.by_node.get(name, []) if live(pod)]
+        movable = [pod for pod in bound if drain.drainable(pod)]
+        try:
+            pods_on[row] = [(pod_key(pod), demand_from_pod(pod)) for pod in movable]
+        except ObjectError:
+            blocked.add(row)
+        for pod in movable:
+            if (bound_at := started_at(pod, now)) is not None:
+                ages[pod_key(pod)] = bound_at
+        notes = annotations_of(node)
+        undone = drain.read_undone(notes)
+        launched_for = set(claim.launched_for) if claim else set()
+        if (claim is None or claim.deleting or drain.DRAINING_ANNOTATION in notes
+                or capacity_replace.REPLACING_ANNOTATION in notes or claim.claim in replacing
+                or RELAYOUT_ANNOTATION in notes or drain.do_not_disrupt(notes)
+                or any(drain.do_not_disrupt(annotations_of(pod)) for pod in bound)
+                or (undone is not None and now - float(undone["at"]) < cooldown)
+                or launched_for & pending):
+            blocked.add(row)
+        empty_since[row] = empty.empty_since(name, node, seen, bool(movable), now)
+        if (changed := empty.changed_at(name, movable, seen, now)) is not None:
+            changed_at[row] = changed
+    in_progress = sum(1 for n in seen.nodes if drain.DRAINING_ANNOTATION in annotations_of(n)
+                      or capacity_replace.REPLACING_ANNOTATION in annotations_of(n))
+    types = set(allowed_types(spec, {t.name: t.model for t in p.instances}))
+    catalog = [t for t in p.instances if t.name in types and t.gpus > 0]  # what a replacement may launch
+    plan = plan_disruptions(
+        state, pods_on, prices, {i: used.by_node.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)},
+        core_rules(rules),
+        blocked=blocked, now=now, empty_since=empty_since, in_progress=in_progress, evictions=evictions,
+        changed_at=changed_at, instance_types=catalog, started_at=ages)
+    for disruption in plan:
+        steady = now - max((changed_at.get(n, 0.0) for n in disruption.nodes), default=0.0)
+        _disrupt(p, policy, spec, mode, gpu_nodes, claims, disruption, proposals, steady)
+    for node in seen.nodes:  # undone drains stay visible while they cool down
+        undone = drain.read_undone(annotations_of(node))
+        if undone is not None and undone.get("policy") == policy.name and now - float(undone["at"]) < cooldown:
+            proposals.append(make_proposal(policy.name, f"Node/{node['metadata']['name']}",
+                                           "drain undone", str(undone.get("message", ""))[:500], 0.0))
+    conditions.append(Condition(type="Consolidation", status="True", reason="Planned",
+                                message=f"{len(plan)} disruption(s) planned, {in_progress} drain(s) under way"))
+    return plan
+
+
+def _disrupt(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, gpu_nodes: list[dict[str, Any]],
+             claims: Mapping[str, CapacityNode], disruption: Disruption, proposals: list[Proposal],
+             steady: float) -> None:
+    """Show the disruption and start it as the mode allows. `steady`: seconds since a pod last came to or
+    left its nodes; a replacement (new nodes, then every pod moved) waits until that is `for`, so a node
+    that just received pods is not replaced at once (the core would; docs/designs/capacity.md)."""
+    ctx = p.ctx
+    method_mode = disruption_mode(mode, disruption.method == UNDERUSED, ctx.prometheus_configured)
+    names = [str(gpu_nodes[n]["metadata"]["name"]) for n in disruption.nodes]
+    action = f"drain and delete ({disruption.method})" if disruption.method != EMPTY else "delete (empty)"
+    reason, blocked, adds = disruption.explanation, "", 0
+    if disruption.launches:
+        action = f"replace ({disruption.method})"
+        adds = sum(t.gpus for t in disruption.launches)
+        reason = (f"{reason}; launches {', '.join(t.name for t in disruption.launches)} ({adds} GPU(s)) first, "
+                  "drains once they are up")
+        blocked = capacity_replace.why_not(p, spec, p.seen.by_node.get(names[0], []), disruption)
+        if not blocked and steady < spec.consolidation.window_seconds:
+            blocked = (f"waiting: its pods changed {steady:.0f}s ago, a replacement waits until they have not for "
+                       f"{spec.consolidation.for_}")
+        reason = f"{reason}; {blocked}" if blocked else reason
+    states = [p.decide(policy, method_mode, f"Node/{name}", action) for name in names]
+    apply = all(s.apply for s in states) and ctx.is_leader() and not blocked
+    for name, state in zip(names, states, strict=True):
+        shown = State.APPLIED if apply else (State.APPROVED if state.apply else state.state)
+        freed = (claims[name].gpus if name in claims else 0) - adds
+        proposals.append(make_proposal(policy.name, f"Node/{name}", action, reason, freed * HOURS_PER_MONTH, shown))
+    if not apply:
+        return
+    now = ctx.clock.now()
+    if disruption.launches:
+        [name] = names
+        plan_id = make_proposal(policy.name, f"Node/{name}", action, "", 0.0).id
+        moving = [key for key, row in disruption.moves.items() if row >= len(gpu_nodes)]
+        capacity_replace.start(p, policy, spec, name, plan_id, disruption, moving, reason)
+        ctx.recorder.applied(TargetRef("Node", "", name, api_version="v1"), policy,
+                             f"Capacity: {action}", {}, reason, action_label="capacity")
+        return
+    for name in names:
+        node = next(n for n in gpu_nodes if n["metadata"]["name"] == name)
+        plan_id = make_proposal(policy.name, f"Node/{name}", action, "", 0.0).id
+        record = drain.Record(plan=plan_id, policy=policy.name, claim=claims[name].claim, started=now,
+                              deadline=now + spec.consolidation.drain_seconds,
+                              was_unschedulable=bool((node.get("spec") or {}).get("unschedulable")))
+        kl.patch_node(ctx.api, name, drain.start_patch(record))
+        p.checkpoint("cordoned")
+        ctx.recorder.applied(TargetRef("Node", "", name, api_version="v1"), policy,
+                             f"Capacity: {action}", {}, disruption.explanation, action_label="capacity")
+        step(p, name, record, annotations_of(node), p.seen.by_node.get(name, []), policy)

@@ -1,0 +1,115 @@
+"""What one capacity pass works with: the objects it read, the provider, and the mode gate for its proposals.
+
+Shared by the steps of controller/capacity.py (capacity_pool, capacity_provision,
+capacity_consolidation, capacity_drain), so each reads the cluster once per pass
+and every step decides a proposal's state the same way (gpupolicy/proposals.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from controller.context import ControllerContext
+from controller.crashpoints import Checkpoint
+from gpupolicy.capacity.instances import InstanceType
+from gpupolicy.capacity.provider import CapacityNode, CapacityProvider
+from gpupolicy.matching import selector_matches
+from gpupolicy.model import API_VERSION, KIND, GpuPolicy, Mode
+from gpupolicy.model import ProposalState as State
+from gpupolicy.proposals import StateDecision, decide_state, make_proposal
+from kube.events import ObjectRef
+
+SOURCE = "capacity"
+HOURS_PER_MONTH = 730.0
+
+
+def timestamp(text: Any) -> float | None:
+    """An RFC 3339 timestamp as epoch seconds; None when absent or unreadable."""
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
+    return dict(obj.get("metadata") or {})
+
+
+def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
+    return dict(meta(obj).get("annotations") or {})
+
+
+def pod_key(pod: Mapping[str, Any]) -> str:
+    m = meta(pod)
+    return f"{m.get('namespace', 'default')}/{m.get('name', '')}"
+
+
+def live(pod: Mapping[str, Any]) -> bool:
+    return not meta(pod).get("deletionTimestamp") and (pod.get("status") or {}).get("phase") not in (
+        "Succeeded", "Failed")
+
+
+def is_gpu_node(node: Mapping[str, Any]) -> bool:
+    labels = meta(node).get("labels") or {}
+    allocatable = (node.get("status") or {}).get("allocatable") or {}
+    return "nvidia.com/gpu.product" in labels or any(str(k).startswith("nvidia.com/") for k in allocatable)
+
+
+def covers(policy: GpuPolicy, pod: Mapping[str, Any]) -> bool:
+    """The policy's selector covers the pod (namespace labels: the automatic name label only)."""
+    m = meta(pod)
+    namespace = str(m.get("namespace") or "default")
+    return selector_matches(policy.spec.selector, namespace, {"kubernetes.io/metadata.name": namespace},
+                            dict(m.get("labels") or {}))
+
+
+@dataclass
+class Seen:
+    """What one pass read."""
+
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    claims: list[CapacityNode]
+    by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for pod in self.pods:
+            name = (pod.get("spec") or {}).get("nodeName")
+            if name:
+                self.by_node.setdefault(str(name), []).append(pod)
+
+    def pool_claims(self, pool: str) -> list[CapacityNode]:
+        return [c for c in self.claims if c.pool == pool]
+
+
+@dataclass
+class Pass:
+    """One pass: the context, the provider over it, what was read, the catalog and the crash hook."""
+
+    ctx: ControllerContext
+    provider: CapacityProvider
+    seen: Seen
+    instances: list[InstanceType]
+    checkpoint: Checkpoint
+
+    @property
+    def by_type(self) -> dict[str, InstanceType]:
+        return {t.name: t for t in self.instances}
+
+    def decide(self, policy: GpuPolicy, mode: Mode, target: str, action: str) -> StateDecision:
+        """The state of proposal (target, action) in `mode`: approved targets, dismissals kept."""
+        base = make_proposal(policy.name, target, action, "", 0.0)
+        before = self.ctx.policies.previous(policy.name).get(base.id)
+        dismissed = before.state if before is not None and before.state is State.DISMISSED else None
+        return decide_state(mode, target in policy.spec.approvals, dismissed)
+
+    def warn_undone(self, node: str, policy: GpuPolicy | None, message: str) -> None:
+        """A Warning Event `CapacityDrainUndone` on the node and on the policy."""
+        refs = [ObjectRef("v1", "Node", node)]
+        if policy is not None:
+            refs.append(ObjectRef(API_VERSION, KIND, policy.name, None, policy.metadata.uid))
+        for ref in refs:
+            self.ctx.recorder.warning(ref, "CapacityDrainUndone", message)

@@ -1,0 +1,91 @@
+"""Step 2 of a capacity pass: keep the policy's NodePool in the declared shape (server-side apply, never forced).
+
+The shape is gpupolicy/capacity/nodepool.py's; a field another manager owns
+comes back from the API server as a 409 and is reported as condition
+NodePool=False, FieldConflict, never taken over.
+"""
+
+from __future__ import annotations
+
+from controller.capacity_pass import Pass
+from gpupolicy.capacity.nodepool import desired_nodepool
+from gpupolicy.catalog import GPU_RESOURCE
+from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, Proposal
+from gpupolicy.model import ProposalState as State
+from gpupolicy.proposals import TargetRef, make_proposal
+from kube import karpenter as kk
+
+
+def unseen_gpus(p: Pass, spec: CapacitySpec) -> tuple[int, int]:
+    """GPUs of the pool's registered nodes that Karpenter's own `nvidia.com/gpu` count misses, and on how
+    many nodes: it counts each Node's capacity (nodepool/counter/controller.go), and a time-sliced node
+    advertises nvidia.com/gpu.shared, a MIG node nvidia.com/mig-*, instead (negative: counted more than
+    there are, as with replicas advertised under nvidia.com/gpu itself)."""
+    nodes = {str(n["metadata"]["name"]): n for n in p.seen.nodes}
+    by_type = p.by_type
+    missed, count = 0, 0
+    for claim in p.seen.pool_claims(spec.node_pool):
+        node = nodes.get(claim.node or "")
+        kind = by_type.get(claim.instance_type)
+        if claim.deleting or node is None or kind is None:
+            continue
+        advertised = str(((node.get("status") or {}).get("capacity") or {}).get(GPU_RESOURCE) or "0")
+        gap = kind.gpus - (int(advertised) if advertised.isdigit() else 0)
+        if gap:
+            missed, count = missed + gap, count + 1
+    return missed, count
+
+
+def keep_pool(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode,
+              proposals: list[Proposal], conditions: list[Condition]) -> bool:
+    """Keep the NodePool declared; True when it exists in the declared shape after this step.
+
+    Its `limits nvidia.com/gpu` is `maxGpus` less the GPUs Karpenter's count misses, so Karpenter's own
+    provisioning of whole-GPU pods keeps the pool within `maxGpus` too."""
+    ctx = p.ctx
+    missed, shared = unseen_gpus(p, spec) if spec.max_gpus is not None else (0, 0)
+    declared = spec.max_gpus
+    if missed and spec.max_gpus is not None:
+        spec = spec.model_copy(update={"max_gpus": max(0, spec.max_gpus - missed)})
+    target, action = f"NodePool/{spec.node_pool}", f"declare NodePool {spec.node_pool}"
+    try:
+        desired = desired_nodepool(policy.name, spec, {t.name: t.model for t in p.instances})
+    except ValueError as exc:
+        conditions.append(Condition(type="NodePool", status="False", reason="NoInstanceType", message=str(exc)))
+        return False
+    shape = p.provider.pool_in_shape(policy.name, spec)
+    types = desired["spec"]["template"]["spec"]["requirements"][0]["values"]
+    limit = f", limits nvidia.com/gpu={spec.max_gpus}" if spec.max_gpus is not None else ""
+    if missed:
+        limit += (f" (maxGpus {declared} less {missed} GPU(s) on {shared} time-sliced or MIG node(s) that "
+                  "Karpenter's nvidia.com/gpu count does not see)")
+    reason = (f"{len(types)} instance type(s) ({', '.join(types[:6])}{', ...' if len(types) > 6 else ''}), "
+              f"taint nvidia.com/gpu:NoSchedule{limit}, disruption budget "
+              f"{spec.consolidation.max_disrupted_nodes} node(s), consolidateAfter Never")
+    if shape:
+        proposals.append(make_proposal(policy.name, target, action, f"in shape: {reason}", 0.0, State.APPLIED))
+        conditions.append(Condition(type="NodePool", status="True", reason="InShape", message=reason))
+        return True
+    state = p.decide(policy, mode, target, action)
+    shown, why = state.state, reason if shape is None else f"differs from the declared shape: {reason}"
+    ok = False
+    if state.apply and ctx.is_leader():
+        problem = p.provider.ensure_pool(policy.name, spec)
+        if problem:
+            shown, why = State.APPROVED, f"not applied: {problem}"
+            conditions.append(Condition(type="NodePool", status="False", reason="FieldConflict",
+                                        message=f"{problem} (the optimizer never forces fields it does not "
+                                                "own; remove the other manager's value or the policy's)"))
+        else:
+            ok = True
+            ctx.recorder.applied(TargetRef("NodePool", "", spec.node_pool, api_version=kk.GROUP), policy,
+                                 f"Capacity: {action}", {}, reason, action_label="capacity")
+            conditions.append(Condition(type="NodePool", status="True", reason="Applied", message=reason))
+    elif state.apply:
+        shown = State.APPROVED
+    if not ok and not any(c.type == "NodePool" for c in conditions):
+        conditions.append(Condition(type="NodePool", status="False", reason="NotApplied",
+                                    message=f"{'missing' if shape is None else 'not in shape'}; "
+                                            f"{shown.value.lower()} in mode {mode.value}"))
+    proposals.append(make_proposal(policy.name, target, action, why, 0.0, shown))
+    return ok
