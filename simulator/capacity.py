@@ -325,8 +325,8 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
                     pending[r.pod.key] = r
                 cluster.delete(row, now)
         drains = still
-        for kind in controller.provision(cluster, list(pending.values()), now):
-            launch(kind, now)
+        for instance in controller.provision(cluster, list(pending.values()), now):
+            launch(instance, now)
         for drain in controller.disrupt(cluster, now):
             for row in drain.rows:
                 cluster.cordon(row)

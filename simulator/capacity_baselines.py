@@ -326,11 +326,11 @@ class Karpenter(DefaultScheduler):
                    >= KARPENTER_EXPIRE_AFTER]
         out.extend(Drain((r,)) for r in expired)  # forceful: no budget, no replacement first
         if self.validating is not None:
-            command = self.validating
-            if now < command.due:
+            waiting = self.validating
+            if now < waiting.due:
                 return out  # the disruption loop waits out the validation delay (it blocks)
             self.validating = None
-            valid = self._validate(cluster, command, now, set(expired))
+            valid = self._validate(cluster, waiting, now, set(expired))
             if valid is not None:
                 self.validations[0] += 1
                 out.append(valid)
