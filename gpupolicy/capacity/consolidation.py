@@ -189,9 +189,11 @@ def _explain(state: NodeState, nodes: Sequence[int], pods_on: Mapping[int, Seque
     names = ", ".join(state.names[n] for n in nodes)
     count = sum(len(pods_on.get(n, ())) for n in nodes)
     dest = sorted({state.names[d] for d in moves.values()})
-    where = f"; they fit on {', '.join(dest)}" if dest else ""
     gpus = int(sum(int(state.gpu_count[n]) for n in nodes))
-    return f"{names}: {count} pods{usage}{where}; frees {gpus} GPUs, about ${savings:.2f}/h"
+    pods = "1 pod" if count == 1 else f"{count} pods"
+    they = "it fits" if count == 1 else "they fit"
+    where = f"; {they} on {', '.join(dest)}" if dest else ""
+    return f"{names}: {pods}{usage}{where}; frees {gpus} GPUs, about ${savings:.2f}/h"
 
 
 def plan_disruptions(

@@ -92,7 +92,7 @@ def test_single_node_moves_pods_where_they_fit_and_never_otherwise() -> None:
     prices = [T4X4.price_per_hour] * 2
     plans = plan_disruptions(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={})
     assert [(d.method, d.nodes, d.moves) for d in plans] == [("single-node", (1,), {"b": 0})]
-    assert plans[0].explanation == "t4-1: 1 pods; they fit on t4-0; frees 4 GPUs, about $2.70/h"
+    assert plans[0].explanation == "t4-1: 1 pod; it fits on t4-0; frees 4 GPUs, about $2.70/h"
     full, pods_full = _cluster([gpu_pod("a", 4)], [gpu_pod("b")])
     assert plan_disruptions(full, pods_full, prices, {}, RULES, blocked=set(), now=0.0, empty_since={}) == []
     other = plan_disruptions(state, pods_on, prices, {}, RULES, blocked={1}, now=0.0, empty_since={})

@@ -277,7 +277,7 @@ def test_an_idle_gpu_node_whose_pods_fit_elsewhere_is_drained_and_its_nodeclaim_
     world.rounds(1)
     drained = [p for p in world.proposals() if p["target"] == "Node/gpu-a"]
     assert drained, world.proposals()
-    assert "GPU util 3% for 10min" in json.dumps(drained) and "they fit on gpu-b" in json.dumps(drained)
+    assert "gpu-a: 1 pod, GPU util 3% for 10min; it fits on gpu-b" in json.dumps(drained)
     world.rounds(3)
     assert "gpu-a" not in world.claims() and "gpu-a" not in world.nodes()
     assert set(world.bound().values()) == {"gpu-b"}
