@@ -317,19 +317,25 @@ def run(args: argparse.Namespace) -> int:
              process.elector.identity, args.namespace, args.lease_name, bool(args.prometheus_url),
              ",".join(r.name for r in process.runner.reconcilers))
 
-    # SIGTERM and SIGINT are taken by the main thread with sigtimedwait, not by a handler: the
-    # reconcile loop runs in its own thread, and the stop (aborting reads, joining, releasing) runs
-    # here, never inside a handler that interrupted a thread holding a lock it needs. Blocked before
-    # any thread starts, so every thread inherits the mask.
-    signals = {signal.SIGTERM, signal.SIGINT}
-    signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+    # SIGTERM and SIGINT only note the signal; the main thread sees the note and stops (aborting
+    # reads, joining the reconcile thread, releasing the lease), never inside the handler, which
+    # could have interrupted code holding a lock the stop needs. A handler, not a blocked mask
+    # and sigtimedwait: native threads started at import (OpenBLAS's, under numpy) keep the
+    # default action, and a SIGTERM the kernel handed to one of them while the main thread was
+    # between two waits killed the process (exit -15 instead of a released lease).
+    received: list[int] = []
+
+    def note(signum: int, _frame: object) -> None:
+        received.append(signum)  # a list append takes no lock the interrupted code could hold
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, note)
     process.start()
     runner = process.run_in_thread()
-    while runner.is_alive():
-        received = signal.sigtimedwait(signals, 0.5)
-        if received is not None:
-            log.info("signal %d: stopping", received.si_signo)
-            break
+    while runner.is_alive() and not received:
+        runner.join(0.1)
+    if received:
+        log.info("signal %d: stopping", received[0])
     started = time.monotonic()
     process.stop(release=True)
     log.info("controller stopped in %.2fs", time.monotonic() - started)
