@@ -9,9 +9,9 @@ one line and exit 2.
 
 from __future__ import annotations
 
-import csv
 from pathlib import Path
 
+from gpupolicy.csvtable import read_rows
 from gpupolicy.packing.nodemodel import NodeSpec, PodDemand, parse_gpu_spec
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -24,15 +24,9 @@ class TraceError(ValueError):
 
 def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
     try:
-        with path.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [c for c in required if c not in header]
-            if missing:
-                raise TraceError(f"{path}: missing column {missing[0]!r} (need {', '.join(required)})")
-            return list(reader)
-    except OSError as exc:
-        raise TraceError(f"{path}: {exc.strerror or exc}") from exc
+        return read_rows(path, required)
+    except ValueError as exc:
+        raise TraceError(str(exc)) from None
 
 
 def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:

@@ -18,12 +18,12 @@ Bad rows raise `ValueError` naming the file, the row and the field.
 
 from __future__ import annotations
 
-import csv
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpupolicy.csvtable import read_rows
 from gpupolicy.packing.nodemodel import NodeSpec, PodDemand
 
 COLUMNS = ("instance_type", "model", "gpus", "cpu_milli", "memory_mib", "price_per_hour")
@@ -123,14 +123,4 @@ def parse_instances(rows: Sequence[Mapping[str, str | None]], source: str = "ins
 def load_instances(path: str | Path) -> list[InstanceType]:
     """Read an instance catalog CSV (`COLUMNS`); `ValueError` naming file, row and field on bad input."""
     p = Path(path)
-    try:
-        with p.open(newline="") as fh:
-            reader = csv.DictReader(fh)
-            header = reader.fieldnames or []
-            missing = [c for c in COLUMNS if c not in header]
-            if missing:
-                raise ValueError(f"{p}: column {missing[0]!r} missing (need {', '.join(COLUMNS)})")
-            rows = list(reader)
-    except OSError as exc:
-        raise ValueError(f"{p}: {exc.strerror or exc}") from exc
-    return parse_instances(rows, str(p))
+    return parse_instances(read_rows(p, COLUMNS), str(p))
