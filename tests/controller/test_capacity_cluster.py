@@ -337,16 +337,22 @@ def test_pods_that_would_not_fit_elsewhere_keep_the_node(make_world: Any) -> Non
     assert not [p for p in world.proposals() if p["target"].startswith("Node/")]
 
 
-def test_a_node_whose_gpu_pods_finished_is_removed_within_one_loop_after_the_grace(make_world: Any) -> None:
+def kept_node_and_pod_on_gpu_a(make_world: Any, pod: str) -> World:
+    """Two pool nodes with emptyFor 1m: gpu-b kept by a Deployment's pod, gpu-a holding the bare pod `pod`."""
     world = make_world()
     world.create_policy(capacity_policy(emptyFor="1m"))
     world.launch("gpu-a")
     world.launch("gpu-b")
     world.cluster.create(make_deployment("keep", NS, 1, gpus=8, tolerations=TOLERATE_GPU,
                                          node_selector={"kubernetes.io/hostname": "gpu-b"}))
-    world.cluster.create(make_pod("train", NS, gpus=8, tolerations=TOLERATE_GPU,
+    world.cluster.create(make_pod(pod, NS, gpus=8, tolerations=TOLERATE_GPU,
                                   node_selector={"kubernetes.io/hostname": "gpu-a"}))
     world.cluster.settle()
+    return world
+
+
+def test_a_node_whose_gpu_pods_finished_is_removed_within_one_loop_after_the_grace(make_world: Any) -> None:
+    world = kept_node_and_pod_on_gpu_a(make_world, "train")
     assert world.bound()["train"] == "gpu-a"
     finished = world.clock.now() - 5
     stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(finished))
@@ -464,15 +470,7 @@ def test_a_drain_whose_pods_no_longer_fit_elsewhere_is_undone(make_world: Any) -
 
 
 def test_a_node_emptied_by_deleting_its_pods_also_gets_the_grace(make_world: Any) -> None:
-    world = make_world()
-    world.create_policy(capacity_policy(emptyFor="1m"))
-    world.launch("gpu-a")
-    world.launch("gpu-b")
-    world.cluster.create(make_deployment("keep", NS, 1, gpus=8, tolerations=TOLERATE_GPU,
-                                         node_selector={"kubernetes.io/hostname": "gpu-b"}))
-    world.cluster.create(make_pod("job", NS, gpus=8, tolerations=TOLERATE_GPU,
-                                  node_selector={"kubernetes.io/hostname": "gpu-a"}))
-    world.cluster.settle()
+    world = kept_node_and_pod_on_gpu_a(make_world, "job")
     world.clock.advance(600)  # the node is old: its creation says nothing about when it emptied
     world.runner.run_all()
     world.cluster.core.delete_namespaced_pod("job", NS)
