@@ -8,10 +8,10 @@ Pure: construction from API objects is plain dict reading.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 from gpupolicy.catalog import (
     DEFAULT_CATALOG,
@@ -29,6 +29,9 @@ from gpupolicy.modes import EffectiveMode, effective_mode
 
 DEFAULT_NAMESPACE = "kubeon-gpu"
 PROTECTED_NAMESPACES = frozenset({"kube-system"})
+
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -71,14 +74,8 @@ class ClusterView:
 
     def mode_of(self, policy: GpuPolicy) -> EffectiveMode:
         """The mode `policy` runs in here: the one function every component uses (once per policy and view)."""
-        key = ("mode", id(policy))
-        found = self.memo.get(key)
-        if found is None or found[0] is not policy:
-            found = (policy, effective_mode(policy, self.default_mode, self.metrics_configured,
-                                            not self.hub_disconnected))
-            self.memo[key] = found
-        mode: EffectiveMode = found[1]
-        return mode
+        return self.remembered(("mode",), policy, lambda: effective_mode(
+            policy, self.default_mode, self.metrics_configured, not self.hub_disconnected))
 
     @cached_property
     def ordered_policies(self) -> tuple[GpuPolicy, ...]:
@@ -116,6 +113,17 @@ class ClusterView:
         with the view: the MIG choice per memory need and products (admission.rewrite). Views are
         immutable, so an entry never goes stale; concurrent writers compute the same value."""
         return {}
+
+    def remembered(self, key: Hashable, owner: object, build: Callable[[], T]) -> T:
+        """`build()` once per view for `key` and `owner` (a policy or spec object, named by its id): the
+        owner is kept beside the answer, so an id a collected object left behind never returns its answer."""
+        full = (key, id(owner))
+        found = self.memo.get(full)
+        if found is None or found[0] is not owner:
+            found = (owner, build())
+            self.memo[full] = found
+        value: T = found[1]
+        return value
 
     def labels_for_product(self, product: GpuProduct) -> Mapping[str, str]:
         """Labels of the first node carrying `product` (where GFD `.memory` labels live), else empty."""

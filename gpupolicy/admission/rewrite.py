@@ -197,12 +197,9 @@ def landing_products(pod: Mapping[str, Any], sharing: SharingSpec, view: Cluster
     node is known): a slice no such node offers would leave the pod Pending.
     """
     pinned = pod_allowed_products(pod)
-    key = ("landing", id(sharing), pinned, type_fit_models)
-    found = view.memo.get(key)
-    if found is None or found[0] is not sharing:  # per view: the pod matters only through `pinned`
-        found = (sharing, _landing_products(sharing, view, pinned, type_fit_models))
-        view.memo[key] = found
-    products, why, known = found[1]
+    # per view: the pod matters only through `pinned`
+    products, why, known = view.remembered(("landing", pinned, type_fit_models), sharing,
+                                           lambda: _landing_products(sharing, view, pinned, type_fit_models))
     return list(products), why, known
 
 
