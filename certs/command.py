@@ -129,7 +129,7 @@ def _patch_cabundle(args: argparse.Namespace) -> int:
             count = set_ca_bundle(read, patch, name, bundle, kind)
             print(f"patched caBundle into {count} webhook(s) of {kind} {name}")
     finally:
-        api_client.close()
+        api_client.close()  # type: ignore[no-untyped-call]
     return 0
 
 

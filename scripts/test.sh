@@ -6,5 +6,5 @@ bash scripts/install-test-deps.sh
 export PATH="$PWD/.tools/bin:$PATH"
 python3 -m ruff check .
 lint-imports
-python3 -m mypy gpupolicy
+python3 -m mypy gpupolicy kube controller webhook extender cli serving simulator hub certs
 python3 -m pytest -n 2 -q "$@"
