@@ -199,7 +199,8 @@ def replay_through_extender(
     api = ReplayApi(cache)
     for obj in node_objs:
         cache.on_node("ADDED", obj)
-    service = ExtenderService(cache, StaticView(), default_strategy=strategy, binder=api)
+    weight = next((spec.weight for spec in profile.extenders if spec.prioritize_verb), 0)  # as the chart passes it
+    service = ExtenderService(cache, StaticView(), default_strategy=strategy, binder=api, scheduler_weight=weight)
     client = create_app(service).test_client()
     extenders = [(spec, HttpExtender(client, spec)) for spec in profile.extenders]
     cluster = ClusterScores(node_objs)
