@@ -175,11 +175,13 @@ def post(conn: http.client.HTTPConnection, path: str,
 
 
 def start_extender(port: int, kubeconfig: str) -> tuple[subprocess.Popen, Path]:
+    """`kubeon-gpu extender` as the chart runs it: one worker, told the weight the rendered profile gives it."""
     log = Path(tempfile.mkdtemp(prefix="extender-bench-")) / "extender.log"
+    weight = next(e.weight for e in Profile.from_config(load_scheduler_config()).extenders if e.prioritize_verb)
     with open(log, "wb") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "cli.main", "extender", "--port", str(port),
                                  "--bind", "127.0.0.1", "--kubeconfig", kubeconfig, "--workers", "1",
-                                 "--log-level", "WARNING"],
+                                 "--scheduler-weight", str(weight), "--log-level", "WARNING"],
                                 cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return proc, log

@@ -163,13 +163,15 @@ class ExtenderService:
         with self.cache.lock:
             state = self.cache.fresh_state(forget=request.key)  # scheduled again: an old assumption is stale
             view = self.source.current()
-            verdict = screen(view, state, request, self.default_strategy)
-            self.cache.observe(request.key, verdict.demand)  # pending GPU pods are learned into the mix
             rows = self.rows.rows(state, names)
             known = rows >= 0
-            safe = np.where(known, rows, 0)
-            codes = np.where(known, verdict.fitted.codes[safe], UNKNOWN)
-            hopeless = known & verdict.hopeless[safe]
+            asked = rows[known]
+            # only the nodes asked about are checked: the work follows the request, not the cluster
+            verdict = screen(view, state, request, self.default_strategy, rows=asked)
+            self.cache.observe(request.key, verdict.demand)  # pending GPU pods are learned into the mix
+            codes = np.full(len(names), UNKNOWN, dtype=np.int64)
+            hopeless = np.zeros(len(names), dtype=bool)
+            codes[known], hopeless[known] = verdict.verdicts(asked)
             if view.hub_disconnected:  # the hub refused the token: no opinion, kube-scheduler decides alone
                 codes = np.where(known, 0, UNKNOWN).astype(codes.dtype)
                 hopeless = np.zeros(len(names), dtype=bool)
