@@ -28,6 +28,8 @@ from gpupolicy.admission.rewrite import (
     resource_toleration,
     rewritten_from_json,
     toleration_dict,
+    would_add_tolerations,
+    would_set_scheduler,
     writable_copy,
 )
 from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE, WANTED_RESOURCE_ANNOTATION
@@ -190,10 +192,9 @@ def _apply_injections(
     scheduler = policy.spec.scheduler_name
     if not tolerations and not scheduler:
         return None
-    trial = writable_copy(pod)
-    changed = ensure_tolerations(trial, tolerations)
+    changed = would_add_tolerations(pod, tolerations)
     if scheduler:
-        changed = ensure_scheduler(trial, scheduler) or changed
+        changed = would_set_scheduler(pod, scheduler) or changed
     if not changed:
         return None
     parts = ([f"{len(tolerations)} toleration(s)"] if tolerations else []) + (

@@ -504,6 +504,14 @@ def ensure_tolerations(pod: dict[str, Any], wanted: Iterable[Mapping[str, Any]])
     return added
 
 
+def would_add_tolerations(pod: Mapping[str, Any], wanted: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether `ensure_tolerations(pod, wanted)` would add something (the pod is not touched)."""
+    spec = pod.get("spec")
+    current = spec.get("tolerations") if isinstance(spec, dict) else None
+    existing = current if isinstance(current, list) else []
+    return any(dict(toleration) not in existing for toleration in wanted)
+
+
 def resource_toleration(resource: str) -> dict[str, Any]:
     """What ExtendedResourceToleration would add for a resource (added here so every cluster gets it)."""
     return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
@@ -525,6 +533,13 @@ def ensure_scheduler(pod: dict[str, Any], scheduler: str) -> bool:
         spec["schedulerName"] = scheduler
         return True
     return False
+
+
+def would_set_scheduler(pod: Mapping[str, Any], scheduler: str) -> bool:
+    """Whether `ensure_scheduler(pod, scheduler)` would set it (the pod is not touched)."""
+    spec = pod.get("spec")
+    current = spec.get("schedulerName") if isinstance(spec, dict) else None
+    return current in (None, "", "default-scheduler") and current != scheduler
 
 
 def ensure_annotations(pod: dict[str, Any], values: Mapping[str, str]) -> None:
