@@ -208,7 +208,7 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             metrics.decided("prioritize", "", "error")
             return _timed(_dumps([{"Host": n, "Score": 0} for n in args.names]), started)
         metrics.decided("prioritize", outcome.plan.strategy,
-                                 "placed" if outcome.chosen else "none")
+                        "placed" if outcome.chosen else "none")
         return _timed(outcome.body(), started)
 
     hot = {"/filter": filter_route, "/prioritize": prioritize_route}
