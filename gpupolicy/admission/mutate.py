@@ -211,9 +211,13 @@ def _apply_injections(
 
 
 def mutate_pod(
-    pod: Mapping[str, Any], view: ClusterView, namespace: str | None = None, owner: str | None = None
+    pod: Mapping[str, Any], view: ClusterView, namespace: str | None = None, owner: str | None = None, *,
+    with_patch: bool = True,
 ) -> AdmissionResult:
-    """The mutating decision for a Pod CREATE. `owner` defaults to the pod's resolved owner."""
+    """The mutating decision for a Pod CREATE. `owner` defaults to the pod's resolved owner.
+
+    `with_patch=False`: no JSON Patch (`patch` empty) for a caller that expresses the change against
+    another object (the dry-run of a workload diffs the workload, not its pod)."""
     ns = pod_namespace(pod, namespace)
     skipped = out_of_scope(pod, ns, view)
     if skipped:
@@ -251,7 +255,7 @@ def mutate_pod(
         if rewritten:
             notes[ANNOTATION_REWRITTEN_FROM] = rewritten_from_json(rewritten)
         ensure_annotations(mutated, notes)
-    return AdmissionResult(True, diff(pod, mutated), warnings, decisions, object=mutated)
+    return AdmissionResult(True, diff(pod, mutated) if with_patch else [], warnings, decisions, object=mutated)
 
 
 def _guardrail_violation(pod: Mapping[str, Any], policy: GpuPolicy) -> str:
