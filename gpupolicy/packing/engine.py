@@ -33,6 +33,7 @@ from gpupolicy.packing.placement import (
     RejectReason,
     Strategy,
     fit,
+    rows_to_work_on,
     sorted_rows,
     to_gpu_indices,
     with_device_counts,
@@ -117,21 +118,27 @@ def decide(
     `fitted`: `fit(state, demand)` (or `fit(..., nodes)` covering `restrict`)
     when the caller already has it for this very state and demand (the
     extender's /filter for the same pod), to skip checking the fit rules
-    twice. With `restrict` given as rows, the work is on those rows alone
-    (the extender's few hundred of a cluster's thousands of nodes) and the
-    Placement's `scores`/`fit` cover them (`Placement.nodes`); the chosen
-    node is the same as over all nodes with the others made infeasible.
+    twice. With `restrict` given as rows (fewer than a quarter of the state:
+    `rows_to_work_on`), the work is on those rows alone (the extender's few
+    hundred of a cluster's thousands of nodes) and the Placement's
+    `scores`/`fit` cover them (`Placement.nodes`); the chosen node is the same
+    as over all nodes with the others made infeasible.
     """
     if restrict is not None and restrict.dtype == np.bool_:
         restrict = np.flatnonzero(restrict)
-    nodes: IntArray | None = None
-    if restrict is None:
+    few = rows_to_work_on(len(state), restrict)
+    nodes: IntArray | None = None if few is None else sorted_rows(few)
+    if nodes is None:
         if fitted is None or fitted.nodes is not None:
             fitted = fit(state, demand)
-        candidates = np.flatnonzero(fitted.feasible)
+        feasible = fitted.feasible
+        if restrict is not None:
+            allowed = np.zeros(len(state), dtype=bool)
+            allowed[restrict] = True
+            feasible = feasible & allowed
+        candidates = np.flatnonzero(feasible)
         scores = np.full(len(state), -np.inf)
-    else:
-        nodes = sorted_rows(restrict)  # the candidates' order is the row order, as over all nodes
+    else:  # the candidates' order is the row order, as over all nodes
         codes = fitted.codes_of(nodes) if fitted is not None else None
         if fitted is None or codes is None:
             fitted = fit(state, demand, nodes)

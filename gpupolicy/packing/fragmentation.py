@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupolicy.packing.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand
-from gpupolicy.packing.placement import FloatArray, PackingContext, Scored
+from gpupolicy.packing.placement import FloatArray, PackingContext, Scored, rows_to_work_on
 from gpupolicy.packing.typicalmix import COVERAGE, TypicalMix
 
 SHAPES_KEPT = 32  # whole-GPU/CPU-only pod shapes whose F_after per node is kept (FragModel._after_by_node)
@@ -254,7 +254,7 @@ def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = N
         same = model.state.names is state.names and len(model.state) == len(state)
         model = model.fork(state) if same else FragModel(state, mix, use_memory, copies, copies_weight)
         ctx.caches[key] = model
-    model.sync(rows)
+    model.sync(rows_to_work_on(len(state), rows))
     return model
 
 

@@ -110,6 +110,18 @@ def gpu_fit_mask(state: NodeState, demand: PodDemand, nodes: IntArray | None = N
     return out
 
 
+SMALL_REQUEST = 4  # work on the rows asked about when they are under 1/SMALL_REQUEST of the state
+
+
+def rows_to_work_on(size: int, rows: IntArray | None) -> IntArray | None:
+    """`rows`, or None (work on every row) when there are none or they cover a quarter of the state's
+    `size` or more: whole-array operations then cost less than gathering that many rows (and sorting
+    them), and the work is proportional to the request either way."""
+    if rows is None or SMALL_REQUEST * len(rows) >= size:
+        return None
+    return rows
+
+
 def sorted_rows(rows: IntArray) -> IntArray:
     """`rows` sorted, each once (`np.unique`, without its hashing: a tenth of the time on a few hundred)."""
     if rows.size < 2 or bool((rows[1:] > rows[:-1]).all()):

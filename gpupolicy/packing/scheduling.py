@@ -56,6 +56,7 @@ from gpupolicy.packing.placement import (
     PackingContext,
     RejectReason,
     fit,
+    rows_to_work_on,
     sorted_rows,
 )
 from gpupolicy.packing.typicalmix import TypicalMix
@@ -312,7 +313,8 @@ def identical_to(state: NodeState, node: int, nodes: IntArray, keys: RowKeys | N
     `keys`: this state's `RowKeys` (the same answer from one id per row, kept up to date incrementally).
     """
     if keys is not None:
-        ids = keys.sync(np.append(nodes, node))
+        few = rows_to_work_on(len(state), nodes)
+        ids = keys.sync(None if few is None else np.append(few, node))
         same_id: BoolArray = ids[nodes] == ids[node]
         return same_id
     same = ((state.model_idx[nodes] == state.model_idx[node]) & (state.cpu_free[nodes] == state.cpu_free[node])
@@ -426,7 +428,8 @@ def screen(view: ClusterView, state: NodeState, request: PodRequest, default_str
     evicting pods could change that."""
     plan = plan_for_pod(view, request, default_strategy)
     demand = pending_demand(state, request.demand, plan)
-    nodes = None if rows is None else sorted_rows(rows)
+    few = rows_to_work_on(len(state), rows)
+    nodes = None if few is None else sorted_rows(few)
     fitted = fit(state, demand, nodes)
     return Screening(plan, demand, state, fitted, unresolvable_mask(state, demand, fitted.codes, nodes))
 
@@ -472,10 +475,11 @@ def choose(view: ClusterView, state: NodeState, ctx: PackingContext, mix: Typica
     known = rows if bool(known_mask.all()) else rows[known_mask]
     ctx.mix = mix if mix is not None and len(mix) else TypicalMix.from_pods([demand])
     # the tie order and the ids of identical rows, brought up to date for the rows asked about alone
-    ctx.tie_rank = ctx.derived("used-first-rank", (state,), lambda: UsedFirstRank(state)).sync(known)
-    asked = sorted_rows(known)
-    if fitted is None or fitted.codes_of(asked) is None:
-        fitted = fit(state, demand, asked)  # once, for the decision and the explanation
+    few = rows_to_work_on(len(state), known)  # None: so many rows that whole arrays cost less
+    ctx.tie_rank = ctx.derived("used-first-rank", (state,), lambda: UsedFirstRank(state)).sync(few)
+    asked = known if few is None else sorted_rows(few)
+    if fitted is None or (fitted.nodes is not None if few is None else fitted.codes_of(asked) is None):
+        fitted = fit(state, demand, None if few is None else asked)  # once: the decision and the explanation
     scored = asked if plan.preferred_models is None else preferred_rows(state, plan, asked, fitted)
     decision = decide(state, demand, get_strategy(plan.strategy), ctx, restrict=scored, fitted=fitted)
     points = np.zeros(len(rows), dtype=np.int64)
