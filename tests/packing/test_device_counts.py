@@ -152,7 +152,7 @@ def test_mig_devices_are_held_and_given_back_per_gpu() -> None:
     for _ in range(3):
         state.place(0, PodDemand(mig={MIG: 1}), (0,))
     assert state.gpu_free[0].tolist() == [0, 1000]  # every device of GPU 0 held: exactly 0 left
-    with pytest.raises(ValueError, match="has no nvidia.com/mig-1g.10gb free"):
+    with pytest.raises(ValueError, match=r"has no nvidia\.com/mig-1g\.10gb free"):
         state.place(0, PodDemand(mig={MIG: 1}), (0,))
 
 
