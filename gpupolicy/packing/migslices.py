@@ -46,6 +46,12 @@ def resource_slices(resources: Sequence[str]) -> IntArray:
     return np.array([profile_compute_slices(r) or 1 for r in resources], dtype=np.int64)
 
 
+def slice_milli(slices: int, layout: int) -> int:
+    """The milli one device of `slices` compute slices holds on a GPU whose layout holds `layout` in all,
+    rounded down (so a layout's devices fit one GPU in a bin of fixed sizes: the provisioner's)."""
+    return MILLI * slices // layout if layout > 0 else 0
+
+
 def free_milli(used: IntArray | int, layout: IntArray | int) -> IntArray:
     """Free milli of cut GPUs with `used` of their `layout` compute slices held (layout > 0)."""
     lay = np.asarray(layout)
