@@ -6,7 +6,7 @@ model is allowed, its free CPU and memory cover the request, it has
 `num_gpu` GPUs each with free milli >= `gpu_milli` (a sharing pod needs one
 GPU with enough free milli, a whole-GPU pod needs fully free GPUs), its GPU
 memory covers the declared need, and its free MIG devices and time-sliced
-replicas cover the counts asked for. Every node gets one reason from
+replicas cover the counts asked for (GPUs cut by MIG take MIG devices only). Every node gets one reason from
 `RejectReason`, the first rule it breaks, so callers (extender FailedNodes,
 dry-run, logs) explain decisions with the same words.
 """
