@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cli.livereplay import HttpExtender, load_scheduler_config
+from cli.livereplay import HttpExtender, ReplayApi, load_scheduler_config
 from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
@@ -120,6 +120,33 @@ def test_the_profile_before_this_issue_let_spreading_overrule_the_extender(case:
     nodes, busy, pod = CASES[case]()
     live = Scheduled(nodes, busy, before_this_issue())
     assert live.place(pod) == "emptier"
+
+
+def test_a_mig_pod_takes_the_cut_gpu_in_use_and_bind_records_it() -> None:
+    """Per GPU, not by count alone: "cut" has 2 A100s cut all-1g.10gb with 4 slices held on GPU 0 (10
+    devices free), "untouched" one A100 cut alike and empty (7 free). Fewest devices left would start
+    the untouched node (6 left against 9); the extender sends the slice to GPU 0 of "cut", which
+    kube-scheduler follows though its spreading plugins prefer the emptier node, and the bind verb
+    records that GPU on the pod."""
+    slice_ = {"gpus": 1, "gpu_resource": "nvidia.com/mig-1g.10gb"}
+    nodes = [make_node("cut", A100, 2, mig={"1g.10gb": 7}), make_node("untouched", A100, 1, mig={"1g.10gb": 7})]
+    busy = [running(f"slice-{i}", "cut", annotations={"gpu.kubeon.io/gpu-index": "0"}, cpu="20",
+                    memory="200Gi", **slice_) for i in range(4)]
+    for seed in range(8):
+        live = Scheduled(nodes, busy, shipped())
+        api = ReplayApi(live.cache)
+        live.service.binder = api
+        pod = pending("p", annotations={"team": "ml"}, **slice_)
+        api.pods["work/p"] = pod  # the API object the bind verb annotates and binds
+        scores = live.extender_scores(pod, ["cut", "untouched"])
+        assert scores["cut"] > scores["untouched"], scores
+        cycle = schedule_one(live.cluster, pod, live.profile, live.extenders, np.random.default_rng(seed))
+        assert cycle.node == "cut" and cycle.bound_by is not None
+        assert cycle.bound_by.bind(pod, "cut") == ""
+        assert pod["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] == "0"
+        with live.cache.lock:
+            state = live.cache.fresh_state()
+        assert state.gpu_free[state.index["cut"]].tolist()[:2] == [285, 1000]  # 1000 * (7 - 5) // 7
 
 
 def test_identical_nodes_get_equal_extender_scores() -> None:
