@@ -246,7 +246,7 @@ class ExtenderService:
             with self.cache.lock:
                 state = self.cache.fresh_state(forget=key)  # decide on the node without this very pod on it
                 row = state.index.get(node)
-                if row is not None and demand.needs_gpu:
+                if row is not None and (demand.needs_gpu or demand.mig):  # GPU rows: whole, share or MIG slice
                     ctx = self.cache.ctx
                     ctx.mix = self.cache.mix(demand)
                     ctx.tie_rank = used_first_rank(state)

@@ -4,8 +4,9 @@
 the strategy to score the feasible ones, and returns a `Placement` (node, GPU
 indices, and per-node scores and reasons for explanations). MIG and
 time-sliced demands are packed by count for every strategy here
-(`placement.with_device_counts`), so the extender, the simulator and the
-consolidation planner share that rule too; strategies only see milli-GPUs. It never
+(`placement.with_device_counts`; MIG devices on GPU rows go to the fullest
+cut GPU first), so the extender, the simulator and the consolidation planner
+share that rule too; strategies only see milli-GPUs. It never
 mutates the state: the caller commits with `commit(state, demand, decision)`
 (Solve, then Record). Ties in score go to the lowest `ctx.tie_rank`.
 

@@ -61,6 +61,9 @@ class FragModel:
         # inf * 0 is NaN (then 0 after nan_to_num): only types needing no CPU/memory and no GPU
         self.cpu_nan_types = np.flatnonzero((self.cpu <= 0) & (self.per_copy == 0))
         self.mem_nan_types = np.flatnonzero((self.mem <= 0) & (self.per_copy == 0))
+        with np.errstate(invalid="ignore"):  # the NaN is meant: cleared below, after the minimum
+            self.cpu_free_caps = np.inf * self.per_copy[self.cpu_free_types]
+            self.mem_free_caps = np.inf * self.per_copy[self.mem_free_types]
         n, m = len(state), len(mix)
         self.ge = np.zeros((n, m), dtype=np.int64)
         self.small = np.zeros((n, m), dtype=np.int64)
@@ -140,14 +143,14 @@ class FragModel:
         np.floor(cap, out=cap)
         cap *= self.per_copy[None, :]
         if self.cpu_free_types.size:
-            cap[:, self.cpu_free_types] = np.inf * self.per_copy[self.cpu_free_types]
+            cap[:, self.cpu_free_types] = self.cpu_free_caps
         np.minimum(usable, cap, out=usable)
         if self.use_memory:
             np.divide(mem_free.astype(np.float64)[:, None], self.mem_div[None, :], out=cap)
             np.floor(cap, out=cap)
             cap *= self.per_copy[None, :]
             if self.mem_free_types.size:
-                cap[:, self.mem_free_types] = np.inf * self.per_copy[self.mem_free_types]
+                cap[:, self.mem_free_types] = self.mem_free_caps
             np.minimum(usable, cap, out=usable)
         # NaN only in the inf * 0 columns; every cap is finite elsewhere, so usable never holds +-inf
         for cols in (self.cpu_nan_types, self.mem_nan_types if self.use_memory else self.mem_nan_types[:0]):

@@ -6,7 +6,7 @@ model is allowed, its free CPU and memory cover the request, it has
 `num_gpu` GPUs each with free milli >= `gpu_milli` (a sharing pod needs one
 GPU with enough free milli, a whole-GPU pod needs fully free GPUs), its GPU
 memory covers the declared need, and its free MIG devices and time-sliced
-replicas cover the counts asked for. Every node gets one reason from
+replicas cover the counts asked for (GPUs cut by MIG take MIG devices only). Every node gets one reason from
 `RejectReason`, the first rule it breaks, so callers (extender FailedNodes,
 dry-run, logs) explain decisions with the same words.
 """
@@ -21,6 +21,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
+from gpupolicy.packing import migslices
 from gpupolicy.packing.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand, model_mask
 
 FloatArray = npt.NDArray[np.float64]
@@ -163,6 +164,8 @@ def fit(state: NodeState, demand: PodDemand, nodes: IntArray | None = None) -> F
         mark(state.gpu_count[at] == 0, _Code.NO_GPU)
         if not demand.is_sharing:  # a time-sliced node advertises replicas only: no whole GPUs there
             mark(~state.exclusive[at], _Code.NO_GPU)
+        if state.mig_resources:  # GPUs cut by MIG take MIG devices only, no whole GPU or share
+            mark(state.mig_layout[at] > 0, _Code.NO_GPU)
         code = _Code.INSUFFICIENT_GPU_SHARE if demand.is_sharing else _Code.INSUFFICIENT_WHOLE_GPUS
         mark(~gpu_fit_mask(state, demand, nodes), code)
         if demand.gpu_memory_mib:
@@ -306,10 +309,23 @@ def with_device_counts(state: NodeState, demand: PodDemand, candidates: IntArray
     - a pod asking for whole GPUs too: the strategy's score stays first, the
       count best fit breaks its ties, then the strategy's tie-break.
     Other demands pass through unchanged (the simulator's milli-GPU pods).
+
+    MIG devices on nodes whose GPUs are rows (migslices.py) go first to the
+    fullest GPU: the node whose chosen GPU is left with the least free milli
+    wins, then the count best fit, then the strategy. So a MIG pod takes a
+    free slice of a GPU already cut and in use before it starts an untouched
+    GPU or node, which stays whole for a re-layout (the layout planner changes
+    only nodes without GPU pods).
     """
     if not uses_devices(demand):
         return scored
     by_count = -device_count_left(state, demand, candidates).astype(np.float64)
+    if demand.mig and not demand.needs_gpu and bool((state.mig_layout[candidates] > 0).any()):
+        left = migslices.left_after(state, demand, candidates)
+        neutral = MILLI * sum(demand.mig.values())  # nodes without MIG rows: as if every GPU were untouched
+        by_gpu = -np.where(left < 0, neutral, left).astype(np.float64)
+        return Scored(scores=lexicographic(by_gpu, by_count), gpu=scored.gpu,
+                      tiebreak=lexicographic(scored.scores, scored.tiebreak))
     if not demand.needs_gpu:
         return Scored(scores=by_count, gpu=scored.gpu,
                       tiebreak=lexicographic(scored.scores, scored.tiebreak))
@@ -317,11 +333,23 @@ def with_device_counts(state: NodeState, demand: PodDemand, candidates: IntArray
 
 
 def to_gpu_indices(state: NodeState, node: int, demand: PodDemand, chosen_gpu: int) -> tuple[int, ...]:
-    """The GPU indices a placement on `node` uses, given a strategy's choice for sharing pods."""
+    """The GPU indices a placement on `node` uses, given a strategy's choice for sharing pods; then, on a
+    node with MIG rows, one GPU per MIG device (`NodeState.split_indices` has the order)."""
+    mig = mig_gpus(state, node, demand)
     if not demand.needs_gpu:
-        return ()
+        return mig
     if demand.is_sharing:
         if chosen_gpu < 0:
             chosen_gpu = int(best_fit_gpu(state, np.array([node]), demand.gpu_milli)[0])
-        return (chosen_gpu,)
-    return first_full_gpus(state, node, demand.num_gpu)
+        return (chosen_gpu, *mig)
+    return (*first_full_gpus(state, node, demand.num_gpu), *mig)
+
+
+def mig_gpus(state: NodeState, node: int, demand: PodDemand) -> tuple[int, ...]:
+    """The GPU of each of the demand's MIG devices on `node` (fullest with room); () without MIG rows."""
+    if not demand.mig or state.mig_layout[node] <= 0:
+        return ()
+    gpus = migslices.pick(state, node, migslices.device_list(state, demand.mig))
+    if gpus is None:
+        raise ValueError(f"node {state.names[node]}: no GPU whose MIG layout has room for pod {demand.name!r}")
+    return tuple(gpus)

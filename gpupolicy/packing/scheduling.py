@@ -264,9 +264,11 @@ def used_first_rank(state: NodeState) -> IntArray:
     spread one per node (the 100-node CI replay: 94.22 against 97.16 at
     seed 44). Putting nodes that hold GPU pods (whole GPUs, shares, MIG
     devices) first follows the node kube-scheduler took. CPU-only pods do
-    not count: the cluster's default-scheduler spreads them over the
-    emptiest nodes, and following them spread GPU pods after them (full
-    trace, docs/benchmarks.md "Packing through kube-scheduler").
+    not count: those the webhook does not route here (routing switched off,
+    DaemonSet pods, namespaces no policy matches) are spread by the
+    cluster's default-scheduler over the emptiest nodes, and following them
+    spread GPU pods after them (full trace, docs/benchmarks.md "Packing
+    through kube-scheduler").
     """
     rows = np.arange(len(state), dtype=np.int64)
     return _used_first(state, rows)
