@@ -310,7 +310,7 @@ def test_webhook_runs_two_replicas_behind_a_pdb(guide: list[dict]) -> None:
 def test_extender_service(guide: list[dict]) -> None:
     deployment = one(guide, "Deployment", "kubeon-gpu-optimizer-extender")
     assert container(deployment)["args"] == ["extender", "--port=8888", "--default-mode=Recommend",
-                                             "--scheduler-weight=71"]
+                                             "--scheduler-weight=131"]
     service = one(guide, "Service", "kubeon-gpu-optimizer-extender")
     assert service["spec"]["ports"][0]["port"] == 8888
 
@@ -341,7 +341,7 @@ def test_second_scheduler_calls_the_extender(guide: list[dict]) -> None:
 def test_the_extender_is_told_the_weight_the_scheduler_profile_gives_it() -> None:
     """scheduler.extenderWeight reaches both the profile and the extender (which lists in /prioritize only
     the hosts that can still be placed at that weight)."""
-    for weight in (71, 150):
+    for weight in (71, 131, 150):
         docs = render({**GUIDE_SET, "scheduler.extenderWeight": str(weight)})
         assert _scheduler_config(docs)["extenders"][0]["weight"] == weight
         assert _parsed(one(docs, "Deployment", "kubeon-gpu-optimizer-extender")).scheduler_weight == weight
