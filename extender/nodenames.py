@@ -12,6 +12,15 @@ then confirmed by full equality, so a different list never gets stale rows.
 Rows belong to one state object: after a rebuild (node added or removed)
 every entry is stale and is recomputed. Not thread-safe: the service calls
 it with the cache lock held.
+
+A new list (kube-scheduler's sampled NodeNames: a different window of its
+node order for every pod) is mapped through a name -> row dict of its own,
+built once per state from fresh copies of the names. The state's `index`
+has the names the watch parsed, strewn over hundreds of MiB of node
+objects: a lookup whose hash matches compares the key string, and there
+each one was a cache and TLB miss (0.12-0.17 ms for 750 names in process,
+0.4 ms in the worker, against 0.06 ms with the keys and rows allocated
+side by side; docs/benchmarks.md, issue 16 fourth round).
 """
 
 from __future__ import annotations
@@ -41,6 +50,7 @@ class NodeNameRows:
         self._state: NodeState | None = None
         self._entries: OrderedDict[_Key, list[tuple[list[str], IntArray]]] = OrderedDict()
         self._objects: tuple[list[str], npt.NDArray[np.object_]] | None = None  # the last list picked from
+        self._index: dict[str, int] = {}  # the state's names (fresh copies, allocated together) -> row
         self.hits = 0
         self.misses = 0
 
@@ -54,11 +64,16 @@ class NodeNameRows:
         picked: list[str] = held[1][positions].tolist()
         return picked
 
-    def rows(self, state: NodeState, names: list[str]) -> IntArray:
-        """Rows for `names` in order. The returned array is shared: do not modify it."""
+    def _use(self, state: NodeState) -> None:
         if state is not self._state:
             self._state = state
             self._entries.clear()
+            # "".join makes a new string per name: keys and row ints laid out together, in row order
+            self._index = {"".join((name, "")): row for row, name in enumerate(state.names)}
+
+    def rows(self, state: NodeState, names: list[str]) -> IntArray:
+        """Rows for `names` in order. The returned array is shared: do not modify it."""
+        self._use(state)
         key = _key(names)
         for seen, rows in self._entries.get(key, ()):
             if seen is names or seen == names:  # identity, else a C-level element comparison
@@ -66,16 +81,14 @@ class NodeNameRows:
                 self.hits += 1
                 return rows
         self.misses += 1
-        get = state.index.get
+        get = self._index.get
         rows = np.fromiter(map(get, names, repeat(UNKNOWN_ROW)), dtype=np.int64, count=len(names))
         self.remember(state, names, rows)
         return rows
 
     def remember(self, state: NodeState, names: list[str], rows: IntArray) -> None:
         """Record rows computed elsewhere (e.g. the names /filter passed, which /prioritize will send)."""
-        if state is not self._state:
-            self._state = state
-            self._entries.clear()
+        self._use(state)
         rows.setflags(write=False)
         key = _key(names)
         bucket = self._entries.setdefault(key, [])
