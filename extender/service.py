@@ -148,6 +148,17 @@ class ExtenderService:
         self.rows = NodeNameRows()
         self._writer = AnswerWriter(())
         self._memo: _Memo | None = None
+        self._parsed: tuple[Mapping[str, Any], PodRequest] | None = None
+
+    def _request(self, pod: Mapping[str, Any]) -> PodRequest:
+        """`PodRequest.parse(pod)`, once per Pod object: /prioritize gets the very object /filter read
+        (`ArgsReader` does not parse a pod's bytes twice; parsed bodies are never modified)."""
+        last = self._parsed
+        if last is not None and last[0] is pod:
+            return last[1]
+        request = PodRequest.parse(pod)  # ObjectError names the field
+        self._parsed = (pod, request)
+        return request
 
     def ready(self) -> bool:
         return self.source.ready()
@@ -159,7 +170,7 @@ class ExtenderService:
 
     def filter(self, pod: Mapping[str, Any], names: list[str]) -> FilterOutcome:
         """Which of `names` can take the pod, and why not the others (all of them while hub-disconnected)."""
-        request = PodRequest.parse(pod)  # ObjectError names the field
+        request = self._request(pod)  # ObjectError names the field
         with self.cache.lock:
             state = self.cache.fresh_state(forget=request.key)  # scheduled again: an old assumption is stale
             view = self.source.current()
@@ -192,7 +203,7 @@ class ExtenderService:
 
     def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> PrioritizeOutcome:
         """0..10 for every name (unknown or infeasible: 0); the engine's pick alone gets 10 and is assumed."""
-        request = PodRequest.parse(pod)
+        request = self._request(pod)
         with self.cache.lock:
             state = self.cache.fresh_state(forget=request.key)
             rows = self.rows.rows(state, names)

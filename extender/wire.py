@@ -27,6 +27,9 @@ class ExtenderFilterResult(TypedDict):
 # The last NodeNames lists found to hold only strings: extender.argsreader returns the very list object
 # for a body it has seen (the same list pod after pod), and the service never modifies one.
 _CHECKED: deque[list[Any]] = deque(maxlen=8)
+# The last Pod objects found well-formed: /prioritize's body holds the very Pod object /filter's did (the
+# reader does not parse a head it has seen; parsed bodies are never modified).
+_CHECKED_PODS: deque[dict[str, Any]] = deque(maxlen=8)
 
 
 class ArgsError(ValueError):
@@ -48,18 +51,9 @@ def parse_args(body: Any) -> ExtenderArgs:
     if not isinstance(body, dict):
         raise ArgsError("body: expected an ExtenderArgs JSON object")
     pod = body.get("Pod")
-    if pod is None:
-        raise ArgsError("Pod: missing")
-    if not isinstance(pod, dict):
-        raise ArgsError("Pod: expected a v1.Pod object")
-    if not isinstance(pod.get("metadata"), dict) or not (pod["metadata"].get("name")
-                                                         or pod["metadata"].get("generateName")):
-        raise ArgsError("Pod.metadata.name: missing")
-    if not isinstance(pod.get("spec"), dict):
-        raise ArgsError("Pod.spec: missing")
-    shape = pod_shape_error(pod, "Pod")
-    if shape:
-        raise ArgsError(shape)
+    if not any(pod is seen for seen in _CHECKED_PODS):
+        _check_pod(pod)
+        _CHECKED_PODS.append(pod)
     names = body.get("NodeNames")
     nodes = body.get("Nodes")
     if names is not None:
@@ -87,6 +81,21 @@ def parse_args(body: Any) -> ExtenderArgs:
             found.append(name)
         return ExtenderArgs(pod, found, node_objects=items)
     raise ArgsError("NodeNames: missing (and Nodes is null)")
+
+
+def _check_pod(pod: Any) -> None:
+    if pod is None:
+        raise ArgsError("Pod: missing")
+    if not isinstance(pod, dict):
+        raise ArgsError("Pod: expected a v1.Pod object")
+    if not isinstance(pod.get("metadata"), dict) or not (pod["metadata"].get("name")
+                                                         or pod["metadata"].get("generateName")):
+        raise ArgsError("Pod.metadata.name: missing")
+    if not isinstance(pod.get("spec"), dict):
+        raise ArgsError("Pod.spec: missing")
+    shape = pod_shape_error(pod, "Pod")
+    if shape:
+        raise ArgsError(shape)
 
 
 def filter_result(args: ExtenderArgs, passed: list[str], failed: dict[str, str],

@@ -87,3 +87,29 @@ def test_a_changed_list_is_parsed_and_the_memory_is_bounded() -> None:
     assert len(reader._tails) == 2
     assert reader.read(go_body("a", NAMES[4:]))["NodeNames"] == NAMES[4:]
     assert reader.reused == 1
+
+
+def test_prioritize_after_filter_gets_the_same_pod_object_and_equal_bodies() -> None:
+    """/prioritize sends /filter's pod byte for byte: its head is not parsed again (the very Pod object, in a
+    new top-level dict), and every body still equals a plain parse."""
+    reader = ArgsReader()
+    filter_raw = go_body("a")
+    first = reader.read(filter_raw)
+    passed = NAMES[5:30]
+    reader.expect(passed)
+    prioritize_raw = go_body("a", list(passed))
+    second = reader.read(prioritize_raw)
+    assert second == orjson.loads(prioritize_raw) and first == orjson.loads(filter_raw)
+    assert second["Pod"] is first["Pod"] and second is not first
+    assert first["NodeNames"] == NAMES  # the first body is not changed by the second
+    assert reader.heads_reused == 1
+    third = reader.read(go_body("b", list(passed)))  # another pod, same list: its head is parsed
+    assert third["Pod"]["metadata"]["name"] == "b" and third["Pod"] is not first["Pod"]
+    assert reader.heads_reused == 1
+
+
+def test_a_head_whose_key_is_escaped_is_not_remembered() -> None:
+    reader = ArgsReader()
+    raw = b'{"Pod":{"metadata":{"name":"a"}},"x\\"NodeNames":' + orjson.dumps(NAMES) + b"}"
+    assert reader.read(raw) == json.loads(raw)
+    assert not reader._heads
