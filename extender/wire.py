@@ -50,10 +50,8 @@ def parse_args(body: Any) -> ExtenderArgs:
     """Validate the shape of ExtenderArgs; raises ArgsError naming the field."""
     if not isinstance(body, dict):
         raise ArgsError("body: expected an ExtenderArgs JSON object")
-    pod = body.get("Pod")
-    if not any(pod is seen for seen in _CHECKED_PODS):
-        _check_pod(pod)
-        _CHECKED_PODS.append(pod)
+    given: Any = body.get("Pod")
+    pod: dict[str, Any] = given if any(given is seen for seen in _CHECKED_PODS) else _checked_pod(given)
     names = body.get("NodeNames")
     nodes = body.get("Nodes")
     if names is not None:
@@ -83,7 +81,8 @@ def parse_args(body: Any) -> ExtenderArgs:
     raise ArgsError("NodeNames: missing (and Nodes is null)")
 
 
-def _check_pod(pod: Any) -> None:
+def _checked_pod(pod: Any) -> dict[str, Any]:
+    """The Pod, remembered once well-formed (ArgsError naming the field otherwise)."""
     if pod is None:
         raise ArgsError("Pod: missing")
     if not isinstance(pod, dict):
@@ -96,6 +95,8 @@ def _check_pod(pod: Any) -> None:
     shape = pod_shape_error(pod, "Pod")
     if shape:
         raise ArgsError(shape)
+    _CHECKED_PODS.append(pod)
+    return pod
 
 
 def filter_result(args: ExtenderArgs, passed: list[str], failed: dict[str, str],
