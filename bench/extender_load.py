@@ -1,7 +1,7 @@
 """Latency benchmark for the scheduler extender: filter + prioritize of one pod at 1,213 to 15,000 nodes.
 
-For each cluster size: starts the test API server (tests/kubeapi) in this
-process, creates the openb GPU nodes (1,213 from
+For each cluster size: starts the test API server (tests/kubeapi) in a child
+process (so its threads never hold this client's interpreter), creates the openb GPU nodes (1,213 from
 vendor/openb/openb_node_list_gpu_node.csv; for 5,000 the list is
 repeated with suffixed names) and binds whole-GPU pods to about half of
 them (pods created with spec.nodeName), then starts `kubeon-gpu extender`
@@ -41,6 +41,17 @@ Measured per request:
 Every prioritize assumes the pod on the chosen node (none is ever bound), so
 the model changes one row per request, as in a live cluster.
 
+--churn RATE: node status reports during the measured runs, RATE per second
+(a status update of the next node in turn, its Ready condition's
+lastHeartbeatTime: a MODIFIED event on the extender's node watch). Without
+it the API server sends nothing while the benchmark runs and the extender's
+watch threads sit idle. The kubelet reports a node's status every
+nodeStatusReportFrequency (5 min) when nothing changes: 15,000 nodes send 50
+a second. The updates are written to the test API server's store directly
+(the event is the same; a real API server's own work runs elsewhere, not on
+the extender's cores), in the API server's process; the bench's nodes are
+1.1 KiB of JSON, real ones 5-20 KiB (status.images).
+
 --echo N: after a first run, start the limit (bench/echo.py: the same
 gunicorn settings, 1 worker, a plain WSGI callable that parses the
 ExtenderArgs and answers constant bytes) and run
@@ -52,6 +63,7 @@ comparison is the client round trip.
     python bench/extender_load.py --sizes 1213 5000 --requests 300
     python bench/extender_load.py --sizes 15000 --requests 200 --echo 3 --kinds full
     python bench/extender_load.py --sizes 5000,15000 --requests 200 --echo 3
+    python bench/extender_load.py --sizes 15000 --kinds sampled --requests 200 --echo 3 --churn 50
 """
 
 from __future__ import annotations
@@ -59,6 +71,7 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
+import multiprocessing
 import os
 import random
 import socket
@@ -66,7 +79,9 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -82,6 +97,7 @@ from tests.kubeapi.server import ApiServer  # noqa: E402
 CRD = ROOT / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
 GPU_CHOICES = (1, 1, 1, 1, 2, 2, 4, 8)
 KINDS = ("sampled", "full", "all")
+WATCH_HISTORY = 1024  # events the test API server keeps for watches (serve_api)
 
 
 def free_port() -> int:
@@ -124,6 +140,92 @@ def populate(api: ApiServer, nodes: list[dict[str, Any]], rng: random.Random) ->
             api.registry.create(pod_res, "default", pod, Options())
             bound.append(pod)
     return bound
+
+
+class Churn:
+    """Node status reports at `rate` per second from a thread of the API server's process (see --churn)."""
+
+    def __init__(self, api: ApiServer, names: list[str], rate: float) -> None:
+        self.api, self.names, self.rate = api, names, rate
+        self.sent = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="churn", daemon=True)
+
+    def start(self) -> Churn:
+        if self.rate > 0:
+            self._thread.start()
+        return self
+
+    def stop(self) -> int:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=10)
+        return self.sent
+
+    def _run(self) -> None:
+        key = self.api._res("", "v1", "nodes").key
+        store = self.api.store
+        interval, due = 1.0 / self.rate, time.monotonic()
+        while not self._stop.wait(max(0.0, due - time.monotonic())):
+            name = self.names[self.sent % len(self.names)]
+            node = store.get(key, "", name)
+            if node is not None:
+                for condition in node["status"].get("conditions") or []:
+                    if condition.get("type") == "Ready":
+                        condition["lastHeartbeatTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+                store.put(key, node, expect_rv=node["metadata"]["resourceVersion"])  # a MODIFIED event
+            self.sent += 1
+            due += interval
+
+
+def serve_api(conn: Connection, size: int, seed: int) -> None:
+    """The child process: the test API server with the cluster, then churn on request until told to stop.
+
+    Sends (kubeconfig path, bound pods); then answers ("churn", rate) with None once started and
+    ("calm",) with the number of reports sent; ("stop",) ends it."""
+    nodes = cluster_nodes(size)
+    # The extender lists, then watches from the list's resourceVersion: the watch history needs only the
+    # events from then on. The test server scans its whole history on every event for every watch, so the
+    # 22,600 creations kept there cost 10 ms of CPU per node status report (on the extender's cores).
+    with ApiServer.start(crd_files=[CRD], history=WATCH_HISTORY) as api:
+        started = time.perf_counter()
+        bound = populate(api, nodes, random.Random(seed))
+        conn.send((api.kubeconfig, bound, time.perf_counter() - started))
+        names = [n["metadata"]["name"] for n in nodes]
+        churn: Churn | None = None
+        while True:
+            message = conn.recv()
+            if message[0] == "churn":
+                churn = Churn(api, names, float(message[1])).start()
+                conn.send(None)
+            elif message[0] == "calm":
+                conn.send(churn.stop() if churn is not None else 0)
+                churn = None
+            else:
+                break
+
+
+class ApiProcess:
+    """The test API server in a child process: `kubeconfig`, `bound`; `churning(rate)` around a run."""
+
+    def __init__(self, size: int, seed: int) -> None:
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._proc = context.Process(target=serve_api, args=(child, size, seed), daemon=True)
+        self._proc.start()
+        self.kubeconfig, self.bound, self.setup_s = self._conn.recv()
+
+    def churn(self, rate: float) -> None:
+        self._conn.send(("churn", rate))
+        self._conn.recv()
+
+    def calm(self) -> int:
+        self._conn.send(("calm",))
+        return int(self._conn.recv())
+
+    def close(self) -> None:
+        self._conn.send(("stop",))
+        self._proc.join(timeout=30)
 
 
 def requests_for(nodes: list[dict[str, Any]], bound: list[dict[str, Any]], kind: str, count: int,
@@ -257,28 +359,38 @@ def drive(port: int, pods: list[tuple[dict[str, Any], list[str]]], warmup: int) 
 
 
 def run_size(size: int, kinds: list[str], requests: int, warmup: int, seed: int,
-             pairs: int = 0) -> list[dict[str, Any]]:
+             pairs: int = 0, churn: float = 0.0) -> list[dict[str, Any]]:
     """One cluster size, one extender process: per kind, ours alone, or `pairs` interleaved (ours, limit)
     runs of the same requests (a limit started per kind, answering ours' median-sized answers)."""
-    rng = random.Random(seed)
     nodes = cluster_nodes(size)
     out: list[dict[str, Any]] = []
-    with ApiServer.start(crd_files=[CRD], history=200_000) as api:
-        t0 = time.perf_counter()
-        bound = populate(api, nodes, rng)
-        setup = time.perf_counter() - t0
+    api = ApiProcess(size, seed)
+    try:
+        bound = api.bound
         port = free_port()
         proc, log = start_extender(port, api.kubeconfig)
         try:
             wait_ready(proc, log, port)
+
+            def timed(at: int, stream: list[tuple[dict[str, Any], list[str]]]) -> dict[str, Any]:
+                api.churn(churn)
+                started = time.perf_counter()
+                try:
+                    run = drive(at, stream, warmup)
+                finally:
+                    run_s = time.perf_counter() - started
+                    sent = api.calm()
+                run["churn_per_s"] = sent / run_s
+                return run
+
             for kind in kinds:
                 total = warmup + requests
-                ours = drive(port, requests_for(nodes, bound, kind, total, seed), warmup)
+                ours = timed(port, requests_for(nodes, bound, kind, total, seed))
                 request_kib = statistics.median(
                     len(json.dumps({"Pod": None, "Nodes": None, "NodeNames": names}, separators=(",", ":")))
                     for _, names in requests_for(nodes, bound, kind, 20, seed)) / 1024
-                result = {"nodes": size, "kind": kind, "bound_pods": len(bound), "setup_s": round(setup, 1),
-                          "request_kib": request_kib}
+                result = {"nodes": size, "kind": kind, "bound_pods": len(bound), "setup_s": round(api.setup_s, 1),
+                          "request_kib": request_kib, "churn_per_s": ours["churn_per_s"]}
                 if not pairs:
                     ours.pop("_last")
                     out.append({**result, **ours})
@@ -291,7 +403,7 @@ def run_size(size: int, kinds: list[str], requests: int, warmup: int, seed: int,
                     for pair in range(pairs):
                         stream = requests_for(nodes, bound, kind, total, seed + 1 + pair)
                         for who, at in (("ours", port), ("limit", echo_port)):
-                            run = drive(at, stream, warmup)
+                            run = timed(at, stream)
                             run.pop("_last")
                             runs[who].append(run)
                             print(f"  {kind} pair {pair + 1} {who:<5} client p50/p99 "
@@ -305,6 +417,8 @@ def run_size(size: int, kinds: list[str], requests: int, warmup: int, seed: int,
         finally:
             proc.terminate()
             proc.wait(timeout=15)
+    finally:
+        api.close()
     return out
 
 
@@ -314,8 +428,8 @@ def print_pairs(result: dict[str, Any]) -> None:
     print(f"{size} nodes, {result['kind']} NodeNames ({runs['ours'][0]['names']:.0f} names, request "
           f"{result['request_kib']:.0f} KiB; {result['bound_pods']} bound pods, set up in {result['setup_s']} s); "
           f"answers filter {runs['ours'][0]['filter_answer_kib']:.1f} KiB, prioritize "
-          f"{runs['ours'][0]['prioritize_answer_kib']:.1f} KiB (median); medians over {len(runs['ours'])} pairs, "
-          f"ratio = ours / limit:")
+          f"{runs['ours'][0]['prioritize_answer_kib']:.1f} KiB (median); node status reports during the runs "
+          f"{result['churn_per_s']:.0f}/s; medians over {len(runs['ours'])} pairs, ratio = ours / limit:")
     for key in ("client_total_ms", "server_total_ms", "server_cpu_total_ms"):
         for pct in ("p50", "p99"):
             ours = statistics.median(r[key][pct] for r in runs["ours"])
@@ -338,17 +452,21 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--echo", type=int, metavar="PAIRS", default=0,
                         help="interleave this many (ours, limit) runs per size against bench/echo.py")
+    parser.add_argument("--churn", type=float, metavar="RATE", default=0.0,
+                        help="node status reports per second during the runs (module doc; 50: 15,000 kubelets)")
     args = parser.parse_args()
     try:
         sizes = [int(part) for item in args.sizes for part in str(item).split(",") if part]
     except ValueError:
         parser.error(f"--sizes: expected node counts such as 5000,15000, got {' '.join(args.sizes)}")
+    if args.churn < 0:
+        parser.error(f"--churn: expected a rate of 0 or more per second, got {args.churn}")
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
         parser.error(f"--kinds: expected some of {', '.join(KINDS)}, got {args.kinds!r}")
     for size in sizes:
-        results = run_size(size, kinds, args.requests, args.warmup, args.seed, args.echo)
+        results = run_size(size, kinds, args.requests, args.warmup, args.seed, args.echo, args.churn)
         if args.echo:
             continue
         for result in results:

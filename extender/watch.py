@@ -8,10 +8,22 @@
 - GpuPolicies and Namespaces build the `ClusterView` used to pick the packing
   strategy and typeFit products (`kube.views.WatchedView`, the webhook's
   mechanism too), rebuilt lazily after a change (never per request).
+
+Garbage collection. The initial lists are frozen out of the collector once
+synced (`WatchedView.start(freeze_after_sync=True)`), but every watch event
+replaces a frozen object with a new one, which the collector promotes to its
+oldest generation: kubelets report every node's status every 5 minutes, so
+after that long a full collection walks the whole cluster again (207 ms at
+15,000 nodes, inside whichever request triggered it; docs/benchmarks.md,
+issue 16 fourth round). Those objects live until the next event for the
+same object and form no reference cycles (the full collections measured in
+the worker collected nothing), so while the watch runs the oldest
+generation is never collected automatically; the young ones still are.
 """
 
 from __future__ import annotations
 
+import gc
 from typing import Any
 
 from extender.cache import ClusterCache
@@ -19,6 +31,7 @@ from gpupolicy.model import Mode
 from kube.views import WatchedView
 
 ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+NEVER = 1 << 30  # gen1 collections before a full one: never, in practice (module doc)
 
 
 class ClusterWatch(WatchedView):
@@ -31,6 +44,7 @@ class ClusterWatch(WatchedView):
 
         t = watch_timeout
         self.cache = cache
+        self._thresholds = gc.get_threshold()
         self.pods = Reflector(rest.lister(api_client, "/api/v1/pods", fieldSelector=ASSIGNED_PODS),
                               on_change=cache.on_pod, name="pods", timeout_seconds=t)
         self.node_feed = Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=cache.on_node, name="nodes",
@@ -39,5 +53,13 @@ class ClusterWatch(WatchedView):
                          watch_timeout=t)
 
     def start(self, *, freeze_after_sync: bool = True) -> ClusterWatch:
+        """Start the Reflectors; `freeze_after_sync`: keep the cluster's objects out of full collections."""
+        self._thresholds = gc.get_threshold()
+        if freeze_after_sync:
+            gc.set_threshold(self._thresholds[0], self._thresholds[1], NEVER)
         super().start(freeze_after_sync=freeze_after_sync)
         return self
+
+    def stop(self) -> None:
+        super().stop()
+        gc.set_threshold(*self._thresholds)

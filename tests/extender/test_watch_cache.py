@@ -125,3 +125,26 @@ def test_410_relist_catches_up_with_missed_changes(
     wait(lambda: int(state(cache).cpu_free[state(cache).index["a"]]) == expected_cpu,
          f"cpu_free {expected_cpu} after relist")
     assert set(cache.node_pods("a")) == {f"default/{n}" for n in created[1:]}
+
+
+def test_objects_the_watch_replaces_are_never_walked_by_a_full_collection(
+        watched: tuple[ClusterWatch, ClusterCache, client.CoreV1Api]) -> None:
+    """Watch events replace frozen objects with new ones, which age into the oldest generation: while the
+    watch runs no automatic full collection walks them (207 ms at 15,000 nodes); the young generations are
+    still collected; stopping the watch gives the process its collector settings back."""
+    import gc
+
+    w, _, core = watched
+    full_before = gc.get_stats()[2]["collections"]
+    young_before = gc.get_stats()[0]["collections"]
+    for i in range(20):  # status reports: MODIFIED events, each a new object in the reflector's cache
+        core.patch_node_status("a", {"status": {"conditions": [{"type": "Ready", "status": "True",
+                                                                 "message": f"heartbeat {i}"}]}})
+    wait(lambda: w.node_feed.get("a") and "heartbeat 19" in str(w.node_feed.get("a")), "the last report")
+    survivors = [[i] for i in range(400_000)]  # long-lived objects promoted through both young generations
+    assert gc.get_stats()[0]["collections"] > young_before
+    assert gc.get_stats()[2]["collections"] == full_before
+    del survivors
+    saved = w._thresholds
+    w.stop()
+    assert gc.get_threshold() == saved
