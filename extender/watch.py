@@ -19,11 +19,21 @@ issue 16 fourth round). Those objects live until the next event for the
 same object and form no reference cycles (the full collections measured in
 the worker collected nothing), so while the watch runs the oldest
 generation is never collected automatically; the young ones still are.
+
+The young generations need help too: the collector counts allocations
+minus deallocations, and a watch event frees the object it replaces, so
+events alone never trigger a young collection while each leaves a new
+object in the youngest generation. After a quiet time for the scheduler
+(no requests) the first request paid for all of them: a gen0 and a gen1
+collection of 180 ms each after 18,000 node reports. A thread collects
+the young generations every `YOUNG_SECONDS` instead (a second of events:
+under a millisecond at 50 reports a second).
 """
 
 from __future__ import annotations
 
 import gc
+import threading
 from typing import Any
 
 from extender.cache import ClusterCache
@@ -32,6 +42,7 @@ from kube.views import WatchedView
 
 ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 NEVER = 1 << 30  # gen1 collections before a full one: never, in practice (module doc)
+YOUNG_SECONDS = 1.0  # the young generations collected at least this often while the watch runs
 
 
 class ClusterWatch(WatchedView):
@@ -45,6 +56,7 @@ class ClusterWatch(WatchedView):
         t = watch_timeout
         self.cache = cache
         self._thresholds = gc.get_threshold()
+        self._stopped = threading.Event()
         self.pods = Reflector(rest.lister(api_client, "/api/v1/pods", fieldSelector=ASSIGNED_PODS),
                               on_change=cache.on_pod, name="pods", timeout_seconds=t)
         self.node_feed = Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=cache.on_node, name="nodes",
@@ -57,9 +69,15 @@ class ClusterWatch(WatchedView):
         self._thresholds = gc.get_threshold()
         if freeze_after_sync:
             gc.set_threshold(self._thresholds[0], self._thresholds[1], NEVER)
+            threading.Thread(target=self._collect_young, name="gc-young", daemon=True).start()
         super().start(freeze_after_sync=freeze_after_sync)
         return self
 
+    def _collect_young(self) -> None:
+        while not self._stopped.wait(YOUNG_SECONDS):
+            gc.collect(1)
+
     def stop(self) -> None:
+        self._stopped.set()
         super().stop()
         gc.set_threshold(*self._thresholds)
