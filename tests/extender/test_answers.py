@@ -130,6 +130,28 @@ def test_node_name_rows_are_reused_only_for_the_same_list_and_state() -> None:
     assert lookup.rows(rebuilt, ["a", "b", "d"]).tolist() == [1, 2, 0]  # a new state: rows recomputed
 
 
+def test_node_name_rows_after_learning_kube_schedulers_order_are_the_states() -> None:
+    """Lists are stretches of a rotating order unrelated to the rows' (kube-scheduler's sampled NodeNames,
+    nodes left out where its own filters failed, names the state does not know); every list maps to the
+    state's rows before, while and after the lookup is laid out in that order."""
+    import random
+
+    names = [f"node-{i:03d}" for i in range(300)]
+    state = NodeState.build([NodeSpec(n, 1000, 1024) for n in names])
+    rng = random.Random(7)
+    order = names[:]
+    rng.shuffle(order)
+    lookup = NodeNameRows()
+    start, turns = 0, []
+    for _ in range(40):
+        window = [order[(start + k) % len(order)] for k in range(40)]
+        start += 40
+        asked = [n for n in window if rng.random() < 0.9] + (["ghost"] if rng.random() < 0.3 else [])
+        turns.append(lookup.learning)
+        assert lookup.rows(state, asked).tolist() == [state.index.get(n, UNKNOWN_ROW) for n in asked]
+    assert turns[1] and not turns[-1]  # laid out once a turn of the rotation brought nothing new
+
+
 def nodes() -> list[dict]:
     return [make_node(f"a100-{i}", "NVIDIA-A100-SXM4-80GB", 8) for i in range(3)]
 
