@@ -33,10 +33,15 @@ SHAPES_KEPT = 32  # whole-GPU/CPU-only pod shapes whose F_after per node is kept
 
 
 class FragModel:
-    """Per-node fragmentation terms for one state and one mix, kept in step incrementally."""
+    """Per-node fragmentation terms for one state and one mix, kept in step incrementally.
+
+    `every_row`: compute every row's terms now; False leaves them to `sync(rows)`, row by row as decisions
+    read them (`frag_model`: a new typical mix every 30 s in the extender made the next /prioritize compute
+    all 15,000 rows, 10-15 ms, for the few hundred it reads).
+    """
 
     def __init__(self, state: NodeState, mix: TypicalMix, use_memory: bool = False, copies: bool = False,
-                 copies_weight: float = 1.0) -> None:
+                 copies_weight: float = 1.0, every_row: bool = True) -> None:
         self.state = state
         self.copies_weight = copies_weight
         self.mix = mix
@@ -72,7 +77,8 @@ class FragModel:
         self._slots: IntArray | None = None
         # F_after per node for each recent whole-GPU/CPU-only pod shape, valid while the row's version holds
         self._after_by_shape: OrderedDict[tuple[int, int, int], tuple[FloatArray, IntArray]] = OrderedDict()
-        self.sync()
+        if every_row:
+            self.sync()
 
     def fork(self, state: NodeState) -> FragModel:
         """This model for `state`, a copy of (or a copy's copy of) this model's state (`NodeState.copy`).
@@ -250,14 +256,15 @@ def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = N
     flags = (use_memory and mix.memory_mib is not None, copies, copies_weight)
     if (not isinstance(model, FragModel) or model.mix.key != mix.key
             or (model.use_memory, model.copies, model.copies_weight) != flags):
-        model = FragModel(state, mix, use_memory, copies, copies_weight)
+        model = FragModel(state, mix, use_memory, copies, copies_weight, every_row=False)
         ctx.caches[key] = model
     elif model.state is not state:
         # a copy of the model's state shares its names tuple and layout: fork; another state: build
         same = model.state.names is state.names and len(model.state) == len(state)
-        model = model.fork(state) if same else FragModel(state, mix, use_memory, copies, copies_weight)
+        model = model.fork(state) if same else FragModel(state, mix, use_memory, copies, copies_weight,
+                                                         every_row=False)
         ctx.caches[key] = model
-    model.sync(rows_to_work_on(len(state), rows))
+    model.sync(rows_to_work_on(len(state), rows))  # every row, or the rows read: the rest when they are
     return model
 
 

@@ -71,3 +71,21 @@ def test_copies_that_diverge_fork_the_model_and_each_matches_a_fresh_one() -> No
         fresh, _, _ = FragModel(twin, mix).after(pod, nodes)
         np.testing.assert_allclose(got, fresh, rtol=0, atol=1e-9)
         np.testing.assert_allclose(model.frag, FragModel(twin, mix).frag, rtol=0, atol=1e-9)
+
+
+def test_a_new_mix_computes_only_the_rows_a_decision_reads_and_the_same_values() -> None:
+    """The extender's typical mix changes every 30 s: the model for it computes the rows read (a decision's
+    candidates), the others when read later, each with the values a model computing every row has."""
+    state = make_state([(f"n{i}", 32_000 + 1000 * (i % 5), 256_000, [1000] * 8, "A100") for i in range(40)])
+    state.place(3, make_pod(2), to_gpu_indices(state, 3, make_pod(2), -1))
+    _, mix = _cluster()
+    ctx = PackingContext()
+    rows = np.array([2, 3, 17, 30])
+    model = frag_model(state, ctx, mix, key="k", use_memory=True, copies=True, copies_weight=0.25, rows=rows)
+    computed = np.flatnonzero(model.seen >= 0)
+    np.testing.assert_array_equal(computed, rows)
+    full = FragModel(state, mix, use_memory=True, copies=True, copies_weight=0.25)
+    np.testing.assert_allclose(model.frag[rows], full.frag[rows], rtol=0, atol=1e-9)
+    later = frag_model(state, ctx, mix, key="k", use_memory=True, copies=True, copies_weight=0.25)
+    assert later is model
+    np.testing.assert_allclose(later.frag, full.frag, rtol=0, atol=1e-9)
