@@ -152,3 +152,32 @@ def test_objects_the_watch_replaces_are_never_walked_by_a_full_collection(
     saved = w._thresholds
     w.stop()
     assert gc.get_threshold() == saved
+
+
+def test_status_reports_that_change_nothing_the_model_reads_are_skipped_and_changes_still_land() -> None:
+    """Heartbeats (conditions, lastHeartbeatTime) leave the model as it is, at no cost; a cordon, a new
+    label or new allocatable resources arriving after them are still applied."""
+    import copy
+
+    cache = ClusterCache(clock=lambda: 0.0)
+    node = make_node("a", A100, 8)
+    cache.on_node("ADDED", node)
+    before = state(cache)
+    version, rebuilds = cache.version, cache.rebuilds
+    for i in range(3):
+        report = copy.deepcopy(node)
+        report["status"]["conditions"] = [{"type": "Ready", "status": "True", "message": f"heartbeat {i}"}]
+        cache.on_node("MODIFIED", report)
+    assert state(cache) is before and (cache.version, cache.rebuilds) == (version, rebuilds)
+    cordoned = copy.deepcopy(node)
+    cordoned["spec"]["unschedulable"] = True
+    cache.on_node("MODIFIED", cordoned)
+    assert not state(cache).schedulable[state(cache).index["a"]]
+    relabelled = copy.deepcopy(cordoned)
+    relabelled["metadata"]["labels"]["nvidia.com/gpu.product"] = "NVIDIA-H100-80GB-HBM3"
+    cache.on_node("MODIFIED", relabelled)
+    assert state(cache).models[state(cache).model_idx[state(cache).index["a"]]] != before.models[0]
+    smaller = copy.deepcopy(relabelled)
+    smaller["status"]["allocatable"]["nvidia.com/gpu"] = "4"
+    cache.on_node("MODIFIED", smaller)
+    assert int(state(cache).gpu_count[state(cache).index["a"]]) == 4
