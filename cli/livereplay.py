@@ -229,7 +229,9 @@ def replay_through_extender(
         cache.on_node("ADDED", obj)
     scheduler_name = str(((config.get("profiles") or [{}])[0]).get("schedulerName") or DEFAULT_SCHEDULER)
     view = routing_view(scheduler_name, route_cpu_pods)
-    service = ExtenderService(cache, StaticView(view), default_strategy=strategy, binder=api)
+    weight = next((spec.weight for spec in profile.extenders if spec.prioritize_verb), 0)  # as the chart passes it
+    service = ExtenderService(cache, StaticView(view), default_strategy=strategy, binder=api,
+                              scheduler_weight=weight)
     client = create_app(service).test_client()
     extenders = [(spec, HttpExtender(client, spec)) for spec in profile.extenders]
     cluster = ClusterScores(node_objs)

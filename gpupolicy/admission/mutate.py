@@ -28,6 +28,8 @@ from gpupolicy.admission.rewrite import (
     resource_toleration,
     rewritten_from_json,
     toleration_dict,
+    would_add_tolerations,
+    would_set_scheduler,
     writable_copy,
 )
 from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE, WANTED_RESOURCE_ANNOTATION
@@ -228,10 +230,9 @@ def _apply_injections(
     scheduler = policy.spec.scheduler_name
     if not tolerations and not scheduler:
         return None
-    trial = writable_copy(pod)
-    changed = ensure_tolerations(trial, tolerations)
+    changed = would_add_tolerations(pod, tolerations)
     if scheduler:
-        changed = ensure_scheduler(trial, scheduler) or changed
+        changed = would_set_scheduler(pod, scheduler) or changed
     if not changed:
         return None
     parts = ([f"{len(tolerations)} toleration(s)"] if tolerations else []) + (
@@ -248,9 +249,13 @@ def _apply_injections(
 
 
 def mutate_pod(
-    pod: Mapping[str, Any], view: ClusterView, namespace: str | None = None, owner: str | None = None
+    pod: Mapping[str, Any], view: ClusterView, namespace: str | None = None, owner: str | None = None, *,
+    with_patch: bool = True,
 ) -> AdmissionResult:
-    """The mutating decision for a Pod CREATE. `owner` defaults to the pod's resolved owner."""
+    """The mutating decision for a Pod CREATE. `owner` defaults to the pod's resolved owner.
+
+    `with_patch=False`: no JSON Patch (`patch` empty) for a caller that expresses the change against
+    another object (the dry-run of a workload diffs the workload, not its pod)."""
     ns = pod_namespace(pod, namespace)
     skipped, route_only = _scope(pod, ns, view)
     if skipped:
@@ -288,7 +293,7 @@ def mutate_pod(
         if rewritten:
             notes[ANNOTATION_REWRITTEN_FROM] = rewritten_from_json(rewritten)
         ensure_annotations(mutated, notes)
-    return AdmissionResult(True, diff(pod, mutated), warnings, decisions, object=mutated)
+    return AdmissionResult(True, diff(pod, mutated) if with_patch else [], warnings, decisions, object=mutated)
 
 
 def _guardrail_violation(pod: Mapping[str, Any], policy: GpuPolicy) -> str:

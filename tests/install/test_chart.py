@@ -309,7 +309,8 @@ def test_webhook_runs_two_replicas_behind_a_pdb(guide: list[dict]) -> None:
 
 def test_extender_service(guide: list[dict]) -> None:
     deployment = one(guide, "Deployment", "kubeon-gpu-optimizer-extender")
-    assert container(deployment)["args"] == ["extender", "--port=8888", "--default-mode=Recommend"]
+    assert container(deployment)["args"] == ["extender", "--port=8888", "--default-mode=Recommend",
+                                             "--scheduler-weight=131"]
     service = one(guide, "Service", "kubeon-gpu-optimizer-extender")
     assert service["spec"]["ports"][0]["port"] == 8888
 
@@ -335,6 +336,15 @@ def test_second_scheduler_calls_the_extender(guide: list[dict]) -> None:
     kube_scheduler = container(deployment)
     assert kube_scheduler["image"].startswith("registry.k8s.io/kube-scheduler:v1.")
     assert "--config=/etc/kubernetes/kubeon-gpu-scheduler/config.yaml" in kube_scheduler["command"]
+
+
+def test_the_extender_is_told_the_weight_the_scheduler_profile_gives_it() -> None:
+    """scheduler.extenderWeight reaches both the profile and the extender (which lists in /prioritize only
+    the hosts that can still be placed at that weight)."""
+    for weight in (71, 131, 150):
+        docs = render({**GUIDE_SET, "scheduler.extenderWeight": str(weight)})
+        assert _scheduler_config(docs)["extenders"][0]["weight"] == weight
+        assert _parsed(one(docs, "Deployment", "kubeon-gpu-optimizer-extender")).scheduler_weight == weight
 
 
 def test_the_extender_is_asked_about_every_pod_the_profile_schedules(guide: list[dict]) -> None:

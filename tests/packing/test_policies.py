@@ -140,6 +140,18 @@ def test_every_policy_sends_a_cpu_only_pod_to_a_node_without_gpus_first(name: st
     assert decide(state, make_pod(gpus=1), get_strategy(name), ctx).node != state.index["cpu"]
 
 
+def test_a_cpu_only_pod_asked_about_a_few_nodes_takes_the_one_without_gpus() -> None:
+    # The extender's request-restricted path (a few rows of a larger state: placement.rows_to_work_on).
+    state = make_state([*[(f"gpu-{i}", 64000, 262144, [0, 0, 1000, 1000], "T4") for i in range(10)],
+                        ("cpu", 16000, 65536, [], "")])
+    ctx = make_ctx([make_pod(gpus=1, cpu=8000), make_pod(cpu=2000)])
+    ctx.tie_rank = used_first_rank(state)
+    rows = np.array([state.index["gpu-3"], state.index["cpu"]])
+    got = decide(state, make_pod(cpu=4000, mem=8192), get_strategy("kubeon"), ctx, restrict=rows)
+    assert got.nodes is not None  # the restricted path was taken
+    assert got.node == state.index["cpu"]
+
+
 def test_fgd_needs_a_mix() -> None:
     state = make_state([("A", 8000, 8192, [1000], "T4")])
     with pytest.raises(ValueError, match="typical pod mix"):
