@@ -6,7 +6,10 @@ indices, and per-node scores and reasons for explanations). MIG and
 time-sliced demands are packed by count for every strategy here
 (`placement.with_device_counts`; MIG devices on GPU rows go to the fullest
 cut GPU first), so the extender, the simulator and the consolidation planner
-share that rule too; strategies only see milli-GPUs. It never
+share that rule too; strategies only see milli-GPUs. A pod that asks no GPU goes
+to a feasible node without GPUs first, whatever the strategy
+(`placement.with_gpu_less_nodes_first`: GPU nodes' CPU and memory stay for GPU
+pods; openb, GPU nodes only, is unchanged). It never
 mutates the state: the caller commits with `commit(state, demand, decision)`
 (Solve, then Record). Ties in score go to the lowest `ctx.tie_rank`.
 
@@ -38,6 +41,7 @@ from gpupolicy.packing.placement import (
     sorted_rows,
     to_gpu_indices,
     with_device_counts,
+    with_gpu_less_nodes_first,
 )
 from gpupolicy.packing.strategies.baselines import BestFit, DotProd, GpuPacking, Random
 from gpupolicy.packing.strategies.kubeon import Kubeon
@@ -150,6 +154,7 @@ def decide(
     if candidates.size == 0:
         return Placement(None, (), scores, fitted, strategy.name, nodes)
     scored = with_device_counts(state, demand, candidates, strategy.score(state, demand, candidates, ctx))
+    scored = with_gpu_less_nodes_first(state, demand, candidates, scored)
     if nodes is None:
         scores[candidates] = scored.scores
     else:

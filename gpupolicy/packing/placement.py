@@ -332,6 +332,39 @@ def with_device_counts(state: NodeState, demand: PodDemand, candidates: IntArray
     return Scored(scores=scored.scores, gpu=scored.gpu, tiebreak=lexicographic(by_count, scored.tiebreak))
 
 
+def without_gpus(state: NodeState) -> BoolArray:
+    """Per node: it has no GPU of any kind (no GPU rows, MIG devices or time-sliced replicas)."""
+    def build() -> BoolArray:
+        out: BoolArray = (state.gpu_count == 0) & (state.shared_cap == 0) & ~(state.mig_cap > 0).any(axis=1)
+        return out
+    return state.static("without-gpus", build)
+
+
+def with_gpu_less_nodes_first(state: NodeState, demand: PodDemand, candidates: IntArray, scored: Scored) -> Scored:
+    """For a pod that asks no GPU of any kind: the nodes without GPUs first, then any strategy's order.
+
+    A CPU-only pod that kube-scheduler's profile routes here (it tolerates
+    the GPU taint) fits on a node without GPUs and on a GPU node alike; on
+    the GPU node it takes CPU and memory the next GPU pods there need, which
+    is not what an operator who keeps GPU nodes for GPU work expects. The
+    strategies cannot see that: placing the pod on a node without GPUs
+    changes no fragment (score 50 in FGD's rounding), and neither does
+    placing it on a GPU node with cores to spare, so the tie order decided,
+    and live it puts nodes holding GPU work first. So, as for device counts,
+    the engine orders for every strategy in `packing.decide`: the feasible
+    nodes without GPUs win, then the strategy's score (its order among
+    either kind unchanged), then its tie-break. When all candidates are of
+    one kind (openb: GPU nodes only) the answer passes through unchanged.
+    """
+    if demand.needs_gpu or uses_devices(demand):
+        return scored
+    gpu_less = without_gpus(state)[candidates]
+    if bool(gpu_less.all()) or not bool(gpu_less.any()):
+        return scored
+    return Scored(scores=lexicographic(gpu_less.astype(np.float64), scored.scores), gpu=scored.gpu,
+                  tiebreak=scored.tiebreak)
+
+
 def to_gpu_indices(state: NodeState, node: int, demand: PodDemand, chosen_gpu: int) -> tuple[int, ...]:
     """The GPU indices a placement on `node` uses, given a strategy's choice for sharing pods; then, on a
     node with MIG rows, one GPU per MIG device (`NodeState.split_indices` has the order)."""

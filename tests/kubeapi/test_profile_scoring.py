@@ -232,3 +232,31 @@ def test_a_cpu_only_pod_the_gpu_nodes_cannot_take_goes_where_the_stock_filters_a
     live = Scheduled(nodes, [], shipped())
     pod = pending("wide", cpu="32", memory="8Gi", tolerations=[GPU_TOLERATION])
     assert live.place(pod) == "cpu"
+
+
+def test_a_cpu_only_pod_routed_to_the_profile_uses_a_node_without_gpus_first() -> None:
+    """A CPU-only pod that fits a node without GPUs goes there, not onto the CPU and memory of a GPU node
+    holding GPU work (which the next GPU pods there need). The engine once scored the GPU node 10 and the
+    CPU node 9 (equal fragment change, and the tie order put nodes holding GPU work first)."""
+    nodes = [make_node("gpu", A100, 8, gpu_taint=True), make_node("cpu", None, 0, cpu="64", memory="256Gi")]
+    busy = [running(f"gpu-{i}", "gpu", gpus=1, cpu="8", memory="64Gi", tolerations=[GPU_TOLERATION])
+            for i in range(4)]
+    pod = pending("cpu-only", cpu="4", memory="16Gi", tolerations=[GPU_TOLERATION])
+    live = Scheduled(nodes, busy, shipped())
+    scores = live.extender_scores(pod, ["gpu", "cpu"])
+    assert scores["cpu"] > scores["gpu"], scores
+    assert {live.place(pod, seed) for seed in range(8)} == {"cpu"}
+
+
+def test_a_cpu_only_pod_too_big_for_the_nodes_without_gpus_still_packs_the_gpu_nodes() -> None:
+    """Nodes without GPUs come first only when they fit: otherwise the engine's packing order among the GPU
+    nodes holds as before (beside GPU work, keeping the empty GPU node whole)."""
+    nodes = [make_node("used", A100, 8, gpu_taint=True), make_node("empty", A100, 8, gpu_taint=True),
+             make_node("cpu", None, 0, cpu="8", memory="32Gi")]
+    busy = [running(f"gpu-{i}", "used", gpus=1, cpu="8", memory="64Gi", tolerations=[GPU_TOLERATION])
+            for i in range(4)]
+    pod = pending("cpu-only", cpu="12", memory="48Gi", tolerations=[GPU_TOLERATION])
+    live = Scheduled(nodes, busy, shipped())
+    scores = live.extender_scores(pod, ["used", "empty", "cpu"])
+    assert scores["used"] > scores["empty"], scores
+    assert {live.place(pod, seed) for seed in range(8)} == {"used"}
