@@ -34,7 +34,9 @@ Measured per request:
   inside the handler, wall clock);
 - server CPU: the `X-Kubeon-Handler-Cpu-Seconds` header (the handling
   thread's CPU time over the same span: the cost without CPU contention,
-  which matters on a shared machine);
+  which matters on a shared machine), plus /prioritize's
+  `X-Kubeon-Ahead-Cpu-Seconds` (its decision, worked out after /filter's
+  answer went out);
 - client: the HTTP round trip seen by the caller (adds gunicorn, the socket
   and the client's own JSON work; client and server share the 2 cores).
 
@@ -272,8 +274,10 @@ def post(conn: http.client.HTTPConnection, path: str,
     elapsed = time.perf_counter() - started
     if resp.status != 200:
         raise RuntimeError(f"{path}: HTTP {resp.status}: {payload[:200]!r}")
-    return (json.loads(payload), elapsed, float(resp.getheader("X-Kubeon-Handler-Seconds") or "nan"),
-            float(resp.getheader("X-Kubeon-Handler-Cpu-Seconds") or "nan"), payload)
+    # the CPU /prioritize's decision took after /filter's answer went out counts as the pod's too
+    cpu = float(resp.getheader("X-Kubeon-Handler-Cpu-Seconds") or "nan")
+    cpu += float(resp.getheader("X-Kubeon-Ahead-Cpu-Seconds") or "0")
+    return (json.loads(payload), elapsed, float(resp.getheader("X-Kubeon-Handler-Seconds") or "nan"), cpu, payload)
 
 
 def start_extender(port: int, kubeconfig: str) -> tuple[subprocess.Popen, Path]:

@@ -19,6 +19,11 @@ Each answer carries `X-Kubeon-Handler-Seconds`, the time spent inside the
 handler (parse to serialise), and `X-Kubeon-Handler-Cpu-Seconds`, the CPU
 time of the handling thread over the same span (what the request costs
 without waiting for a contended CPU); bench/extender_load.py reads both.
+/prioritize's decision is usually worked out right after /filter's answer
+has been sent (`ExtenderService.ahead`, while kube-scheduler runs its own
+scoring); /prioritize then carries that CPU time in
+`X-Kubeon-Ahead-Cpu-Seconds` (0 when it decided itself), so a pod's cost is
+the three headers together.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ from extender.wire import ArgsError, filter_error, filter_result, parse_args
 from gpupolicy.packing.kubemodel import ObjectError
 from serving.http import HttpError, encode_json, install_error_handlers, json_error, read_body
 from serving.metrics import instrument
-from serving.wsgi import Answer, HotRoutes, error_answer
+from serving.wsgi import Answer, Headers, HotRoutes, Then, error_answer
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +65,7 @@ except ImportError:  # pragma: no cover - the stdlib is the fallback
 MAX_BODY_BYTES = 64 * 1024 * 1024
 TIMING_HEADER = "X-Kubeon-Handler-Seconds"
 CPU_TIMING_HEADER = "X-Kubeon-Handler-Cpu-Seconds"  # this thread's CPU time: contention-free cost
+AHEAD_CPU_HEADER = "X-Kubeon-Ahead-Cpu-Seconds"  # /prioritize: CPU its decision took after /filter's answer
 
 
 class ExtenderMetrics:
@@ -160,7 +166,7 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     app.extensions["kubeon_extender"] = service
     app.extensions["kubeon_extender_args"] = reader
 
-    def filter_route(data: bytes) -> Answer:
+    def filter_route(data: bytes) -> Answer | tuple[int, bytes, Headers, Then]:
         started = _start()
         body = parse_body(reader, data)  # HttpError -> 400 JSON
         if not isinstance(body, dict):
@@ -190,7 +196,8 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             return _timed(answer, started)
         if outcome.passed:
             reader.expect(outcome.passed)  # the NodeNames /prioritize will get: no need to parse them again
-        return _timed(outcome.body(), started)
+        # /prioritize's decision, worked out once this answer is out (while kube-scheduler scores)
+        return (*_timed(outcome.body(), started), lambda: service.ahead(outcome))
 
     def prioritize_route(data: bytes) -> Answer:
         started = _start()
@@ -209,7 +216,8 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             return _timed(_dumps([{"Host": n, "Score": 0} for n in args.names]), started)
         metrics.decided("prioritize", outcome.plan.strategy,
                         "placed" if outcome.chosen else "none")
-        return _timed(outcome.body(), started)
+        status, answer, headers = _timed(outcome.body(), started)
+        return status, answer, [*headers, (AHEAD_CPU_HEADER, f"{outcome.ahead_cpu:.6f}")]
 
     hot = {"/filter": filter_route, "/prioritize": prioritize_route}
     app.wsgi_app = HotRoutes(app.wsgi_app, hot, request_metrics, MAX_BODY_BYTES)  # type: ignore[method-assign]

@@ -21,6 +21,7 @@ either way.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -34,7 +35,8 @@ from extender.nodenames import NodeNameRows
 from gpupolicy.packing.engine import DEFAULT_STRATEGY, decide, get_strategy
 from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, cluster_share_basis, resolve_share
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
-from gpupolicy.packing.scheduling import Plan, PodRequest, Screening, choose, screen, used_first_rank
+from gpupolicy.packing.scheduling import Choice, Plan, PodRequest, Screening, choose, screen, used_first_rank
+from gpupolicy.packing.typicalmix import TypicalMix
 from kube.views import ViewSource
 
 log = logging.getLogger(__name__)
@@ -54,6 +56,7 @@ class FilterOutcome:
     plan: Plan
     writer: AnswerWriter
     passed: list[str]  # the names that pass, in order: one list object, remembered with its rows
+    request: PodRequest | None = None  # the pod, for `ExtenderService.ahead`
 
     @property
     def any_passed(self) -> bool:
@@ -92,6 +95,7 @@ class PrioritizeOutcome:
     plan: Plan
     writer: AnswerWriter
     reach: int | None = None
+    ahead_cpu: float = 0.0  # CPU seconds spent on this decision after /filter's answer (`ExtenderService.ahead`)
 
     @property
     def scores(self) -> list[tuple[str, int]]:
@@ -129,6 +133,21 @@ class _Memo:
     screened: Screening
 
 
+@dataclass(frozen=True)
+class _Ahead:
+    """/prioritize's decision for /filter's pod and passed names, worked out after /filter's answer went out;
+    valid while nothing it read has changed (`ExtenderService.prioritize` checks)."""
+
+    request: PodRequest
+    names: list[str]
+    version: int
+    view: object
+    mix: TypicalMix | None
+    compare: bool
+    choice: Choice
+    cpu_seconds: float
+
+
 class ExtenderService:
     """The extender's decisions; thread-safe (one lock around the node model and the lookups).
 
@@ -149,6 +168,7 @@ class ExtenderService:
         self._writer = AnswerWriter(())
         self._memo: _Memo | None = None
         self._parsed: tuple[Mapping[str, Any], PodRequest] | None = None
+        self._ahead: _Ahead | None = None
 
     def _request(self, pod: Mapping[str, Any]) -> PodRequest:
         """`PodRequest.parse(pod)`, once per Pod object: /prioritize gets the very object /filter read
@@ -194,12 +214,46 @@ class ExtenderService:
             if len(passed_names) == 1:  # kube-scheduler skips /prioritize and binds at once: /bind needs the pod
                 self._remember(request, verdict.demand, verdict.plan)
             outcome = FilterOutcome(names, rows, codes, hopeless, verdict.plan, self._writer_for(state),
-                                    passed_names)
+                                    passed_names, request)
         _log_notes(request, verdict.plan)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("filter %s (%s): %d passed, failed %s, unresolvable %s", request.name,
                       verdict.plan.strategy, len(passed_names), outcome.failed, outcome.unresolvable)
         return outcome
+
+    def ahead(self, outcome: FilterOutcome) -> None:
+        """Work out /prioritize's decision for the names `outcome` passed, once /filter's answer has gone out.
+
+        kube-scheduler runs its own score plugins between the two calls, and
+        /prioritize sends back the names /filter passed: the decision made
+        meanwhile is the one /prioritize would make, kept while nothing it
+        read changes (the model's version, the policies, the mix, the pod,
+        the names). Nothing is assumed here; /prioritize does that. Skipped
+        when fewer than two names passed: kube-scheduler then does not ask.
+        """
+        request = outcome.request
+        if request is None or len(outcome.passed) < 2:
+            return
+        started = time.thread_time()
+        with self.cache.lock:
+            state = self.cache.fresh_state(forget=request.key)
+            rows = self.rows.rows(state, outcome.passed)
+            view, mix, compare = self._inputs(request, state)
+            choice = self._choose(request, state, rows, view, mix, compare)
+            self._ahead = _Ahead(request, outcome.passed, self.cache.version, view, mix, compare, choice,
+                                 time.thread_time() - started)
+
+    def _inputs(self, request: PodRequest, state: NodeState) -> tuple[Any, TypicalMix | None, bool]:
+        fallback = resolve_share(request.demand, *cluster_share_basis(state))
+        return self.source.current(), self.cache.mix(fallback), log.isEnabledFor(logging.INFO)
+
+    def _choose(self, request: PodRequest, state: NodeState, rows: IntArray, view: Any, mix: TypicalMix | None,
+                compare: bool) -> Choice:
+        memo = self._memo
+        screened = (memo.screened if memo is not None and memo.uid == request.uid
+                    and memo.version == self.cache.version else None)
+        return choose(view, state, self.cache.ctx, mix, request, rows, self.default_strategy, screened=screened,
+                      compare=compare)
 
     def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> PrioritizeOutcome:
         """0..10 for every name (unknown or infeasible: 0); the engine's pick alone gets 10 and is assumed."""
@@ -207,20 +261,22 @@ class ExtenderService:
         with self.cache.lock:
             state = self.cache.fresh_state(forget=request.key)
             rows = self.rows.rows(state, names)
-            memo = self._memo
-            screened = (memo.screened if memo is not None and memo.uid == request.uid
-                        and memo.version == self.cache.version else None)
-            view = self.source.current()
-            fallback = resolve_share(request.demand, *cluster_share_basis(state))
-            choice = choose(view, state, self.cache.ctx, self.cache.mix(fallback), request, rows,
-                            self.default_strategy, screened=screened, compare=log.isEnabledFor(logging.INFO))
+            view, mix, compare = self._inputs(request, state)
+            ahead, self._ahead = self._ahead, None
+            if (ahead is not None and ahead.version == self.cache.version and ahead.view is view
+                    and _same_mix(ahead.mix, mix) and ahead.compare == compare and ahead.request == request
+                    and (ahead.names is names or ahead.names == names)):
+                choice, ahead_cpu = ahead.choice, ahead.cpu_seconds
+            else:
+                choice, ahead_cpu = self._choose(request, state, rows, view, mix, compare), 0.0
             points, node = choice.points, choice.node
             if view.hub_disconnected:  # neutral: every node 0, nothing assumed
                 points, node = np.zeros_like(points), None
             if node is not None:
                 self.cache.assume(request.key, node, choice.demand, choice.decision.gpu_indices)
                 self._remember(request, choice.demand, choice.plan)
-            outcome = PrioritizeOutcome(names, rows, points, node, choice.plan, self._writer_for(state), self.reach)
+            outcome = PrioritizeOutcome(names, rows, points, node, choice.plan, self._writer_for(state), self.reach,
+                                        ahead_cpu)
         _log_notes(request, choice.plan)
         if choice.plan.recommended:
             log.info("%s: scored with %s -> %s; %s would pick %s", request.name, choice.plan.strategy,
@@ -273,6 +329,12 @@ class ExtenderService:
             log.info("bind %s to %s failed: %s", key, node, exc)
             return BindOutcome(node, gpus, f"binding {key} to {node}: {exc}")
         return BindOutcome(node, gpus, "")
+
+
+def _same_mix(a: TypicalMix | None, b: TypicalMix | None) -> bool:
+    """The same mix for a decision: the same object, or the same types and weights (a mix built from the
+    first few pods is a new object per call)."""
+    return a is b or (a is not None and b is not None and a.key == b.key)
 
 
 def _log_notes(request: PodRequest, plan: Plan) -> None:

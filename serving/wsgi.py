@@ -14,6 +14,12 @@ Same contract as the Flask handlers (serving.http): the body capped and
 drained before a 413, HttpError answered as `{"error": ...}` with its
 status, anything unexpected logged and answered as a JSON 500 without a
 traceback, and every request counted and timed in the app's RequestMetrics.
+
+A handler may return a fourth element, work to run once the answer has been
+sent (the iterable's `close()`, which every WSGI server calls after writing
+the body: gunicorn, werkzeug's test client): the extender works out
+/prioritize's decision while kube-scheduler runs its own scoring. Its
+failures are logged; the answer is already out.
 """
 
 from __future__ import annotations
@@ -31,7 +37,8 @@ log = logging.getLogger(__name__)
 
 Headers = list[tuple[str, str]]
 Answer = tuple[int, bytes, Headers]  # status, JSON body, extra headers
-Handler = Callable[[bytes], Answer]
+Then = Callable[[], None]  # work after the answer went out
+Handler = Callable[[bytes], Answer | tuple[int, bytes, Headers, Then]]
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
@@ -53,6 +60,22 @@ def _status_line(status: int) -> str:
     return line
 
 
+class _ThenBody(list[bytes]):
+    """The answer's one chunk; `close()` (after the server wrote it) runs the handler's follow-up."""
+
+    def __init__(self, body: bytes, then: Then) -> None:
+        super().__init__((body,))
+        self._then: Then | None = then
+
+    def close(self) -> None:
+        then, self._then = self._then, None
+        if then is not None:
+            try:
+                then()
+            except Exception:
+                log.exception("work after an answer failed")
+
+
 class HotRoutes:
     """POST `routes` answered by plain functions of the body; the rest handed to `fallback` (Flask)."""
 
@@ -70,12 +93,16 @@ class HotRoutes:
             return self.fallback(environ, start_response)
         started = time.perf_counter()
         extra: Headers = []
+        then: Then | None = None
         if environ.get("REQUEST_METHOD") != "POST":
             status, body, extra = error_answer(405, "The method is not allowed for the requested URL.")
             extra = [("Allow", "POST")]
         else:
             try:
-                status, body, extra = handler(self._body(environ))
+                answer = handler(self._body(environ))
+                status, body, extra = answer[0], answer[1], answer[2]
+                if len(answer) > 3:
+                    then = answer[3]
             except HttpError as exc:
                 status, body, extra = error_answer(exc.status, exc.message)
             except Exception:
@@ -84,7 +111,7 @@ class HotRoutes:
         start_response(_status_line(status), [("Content-Type", "application/json"),
                                               ("Content-Length", str(len(body))), *extra])
         self.metrics.record(path, status, time.perf_counter() - started)
-        return [body]
+        return [body] if then is None else _ThenBody(body, then)
 
     def _body(self, environ: Mapping[str, Any]) -> bytes:
         text = environ.get("CONTENT_LENGTH") or ""

@@ -88,6 +88,7 @@ class Harness:
         resp = self.client.post("/filter", json=args(pod, names))
         assert resp.status_code == 200, resp.get_data(as_text=True)
         result: dict[str, Any] = resp.get_json()
+        resp.close()  # as a WSGI server does once the answer is sent: /prioritize's decision is worked out
         return result
 
     def prioritize(self, pod: Mapping[str, Any], names: Sequence[str]) -> dict[str, int]:

@@ -21,7 +21,7 @@ from extender.answers import (
 )
 from extender.nodenames import UNKNOWN_ROW, NodeNameRows
 from gpupolicy.packing.nodemodel import NodeSpec, NodeState
-from tests.extender.payloads import Harness, bound, wire_pod
+from tests.extender.payloads import Harness, args, bound, wire_pod
 from tests.kubeapi.fixtures import make_node
 
 STATE_NAMES = ("n-a", 'n-"quoted"', "n-ü", "n-d")
@@ -177,6 +177,34 @@ def test_prioritize_after_filter_matches_a_fresh_service() -> None:
     with_memo = h.prioritize(pod, passed)
     assert with_memo == Harness(nodes(), busy).prioritize(pod, passed)
     assert with_memo["a100-2"] == 10  # the used node first
+
+
+def test_prioritize_decided_once_the_filter_answer_is_out_is_the_decision_it_would_make() -> None:
+    """/filter's answer out (the WSGI iterable closed, as gunicorn does), the service decides /prioritize's
+    pod ahead; /prioritize answers with that decision (its CPU in X-Kubeon-Ahead-Cpu-Seconds), byte-equal
+    to deciding then; an event in between (a pod bound) makes /prioritize decide again."""
+    busy = [bound(wire_pod("small", gpus=3, cpu="1"), "a100-2")]
+    pod = wire_pod("p", gpus=2)
+    names = ["a100-0", "a100-1", "a100-2"]
+
+    def prioritize(h: Harness, passed: list[str]) -> tuple[bytes, float]:
+        resp = h.client.post("/prioritize", json=args(pod, passed))
+        return resp.get_data(), float(resp.headers["X-Kubeon-Ahead-Cpu-Seconds"])
+
+    ahead = Harness(nodes(), busy)
+    passed = ahead.filter(pod, names)["NodeNames"]  # closes the answer: the decision is made now
+    decided_ahead, cpu = prioritize(ahead, passed)
+    assert cpu > 0
+    then = Harness(nodes(), busy)
+    resp = then.client.post("/filter", json=args(pod, names))  # not closed: nothing ahead
+    assert resp.get_json()["NodeNames"] == passed
+    decided_then, cpu_then = prioritize(then, passed)
+    assert cpu_then == 0 and decided_ahead == decided_then
+    moved = Harness(nodes(), busy)
+    moved.filter(pod, names)
+    moved.cache.on_pod("ADDED", bound(wire_pod("big", gpus=5, cpu="1"), "a100-2"))
+    decided_moved, cpu_moved = prioritize(moved, passed)
+    assert cpu_moved == 0 and decided_moved != decided_ahead  # a100-2 is full now: decided again
 
 
 def test_answers_carry_wall_and_cpu_handler_times() -> None:
