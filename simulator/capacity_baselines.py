@@ -103,6 +103,9 @@ class DefaultScheduler:
         row = int(top[self.rng.integers(top.size)]) if top.size > 1 else int(top[0])
         return row, first_gpus(state, row, demand)
 
+    def launched(self, rows: Sequence[int]) -> None:
+        """Nothing to remember: the referees re-plan from the cluster at every loop."""
+
 
 # ---- bin packing on new nodes, shared by the two baselines' estimates ------------------------
 @dataclass

@@ -2,10 +2,12 @@
 
 Placement is the packing engine (`gpupolicy.packing.engine.decide` with the
 default strategy and the extender's used-nodes-first tie order), provisioning
-is `gpupolicy.capacity.provisioning.plan_launches`, consolidation is
+is `gpupolicy.capacity.provisioning.plan_provisioning`, consolidation is
 `gpupolicy.capacity.consolidation.plan_disruptions`. This adapter only keeps
-what a controller keeps between loops (when each node became empty) and
-skips loops whose inputs did not change. The trace has no GPU utilisation,
+what a controller keeps between loops (when each node became empty, the
+spots the last plan gave pending pods, as the controller's NodeClaims
+remember the pods they were launched for) and skips loops whose inputs did
+not change. The trace has no GPU utilisation,
 so usage-aware candidates are off (`usage_percent` is empty, as a cluster
 without Prometheus); the request-based methods act.
 """
@@ -20,7 +22,7 @@ import numpy as np
 
 from gpupolicy.capacity.consolidation import ConsolidationRules, plan_disruptions
 from gpupolicy.capacity.instances import InstanceType
-from gpupolicy.capacity.provisioning import plan_launches
+from gpupolicy.capacity.provisioning import Launch, Spot, plan_provisioning
 from gpupolicy.packing.engine import decide, get_strategy
 from gpupolicy.packing.nodemodel import PodDemand
 from gpupolicy.packing.placement import PackingContext
@@ -54,6 +56,9 @@ class Kubeon:
         self.strategy = get_strategy(None)
         self.ctx = PackingContext(mix=TypicalMix.from_pods([p.demand for p in self.pods], 1.0))
         self.planned: set[str] = set()
+        self.spots: dict[str, tuple[int, str, tuple[int, ...]]] = {}  # pod -> row, its node's name, GPUs
+        self.last_launches: list[Launch] = []
+        self.cluster: Cluster | None = None
         self.deleted_seen = 0
         self.empty_since: dict[int, float] = {}
         self.quiet_version = -1
@@ -67,13 +72,29 @@ class Kubeon:
     def provision(self, cluster: Cluster, pending: Sequence[PodRun], now: float) -> list[InstanceType]:
         keys = {r.pod.key for r in pending}
         deleted = cluster.serial - cluster.nodes_now
+        self.last_launches = []
         if keys <= self.planned and deleted == self.deleted_seen:
             return []  # the same pods against no less capacity: the last plan stands
         self.planned, self.deleted_seen = keys, deleted
+        self.cluster = cluster
+        reserved: dict[str, Spot] = {k: (row, gpus) for k, (row, name, gpus) in self.spots.items()
+                                     if k in keys and cluster.alive[row] and cluster.node_name[row] == name}
         self.ctx.tie_rank = used_first_rank(cluster.state)
-        launches = plan_launches([(r.pod.key, r.pod.demand) for r in pending], cluster.state, [],
-                                 self.instance_types, max_gpus=self.max_gpus, strategy=self.strategy, ctx=self.ctx)
-        return [launch.instance_type for launch in launches]
+        plan = plan_provisioning([(r.pod.key, r.pod.demand) for r in pending], cluster.state, [],
+                                 self.instance_types, max_gpus=self.max_gpus, strategy=self.strategy, ctx=self.ctx,
+                                 reserved=reserved)
+        self.spots = {k: (row, cluster.node_name[row], gpus) for k, (row, gpus) in plan.placed.items()}
+        self.last_launches = plan.launches
+        return [launch.instance_type for launch in plan.launches]
+
+    def launched(self, rows: Sequence[int]) -> None:
+        if not rows:
+            return
+        assert self.cluster is not None and len(rows) == len(self.last_launches)
+        for row, launch in zip(rows, self.last_launches, strict=True):
+            name = self.cluster.node_name[row]
+            self.spots.update({k: (row, name, gpus) for k, gpus in zip(launch.pods, launch.gpus, strict=True)})
+        self.last_launches = []
 
     def disrupt(self, cluster: Cluster, now: float) -> list[Drain]:
         live = cluster.live_rows()

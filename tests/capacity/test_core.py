@@ -6,7 +6,7 @@ import pytest
 
 from gpupolicy.capacity.consolidation import ConsolidationRules, plan_disruptions
 from gpupolicy.capacity.instances import InstanceType, load_instances, parse_instances
-from gpupolicy.capacity.provisioning import plan_launches
+from gpupolicy.capacity.provisioning import plan_launches, plan_provisioning
 from gpupolicy.packing.nodemodel import NodeState, PodDemand
 
 T4X4 = InstanceType("t4x4", "T4", 4, 96000, 393216, 2.696)
@@ -46,6 +46,24 @@ def test_a_burst_of_pending_pods_launches_the_nodes_once() -> None:
     # the same pods, with those launches already requested: nothing more
     again = plan_launches(pending, NodeState.build([]), [launch.instance_type for launch in launches], TYPES)
     assert again == []
+
+
+def test_pods_keep_the_spots_an_earlier_plan_reserved_and_only_new_pods_are_planned() -> None:
+    # a, b, c were planned onto a launching T4x4 (GPUs 0, 1, 2); then d (2 GPUs) arrives. Planned from
+    # scratch, d (largest first) takes two GPUs of that node and pushes a pod onto a new one; with the
+    # reservations a, b, c keep their spots and only d is planned
+    pending = [gpu_pod("a"), gpu_pod("b"), gpu_pod("c"), gpu_pod("d", 2)]
+    scratch = plan_provisioning(pending, NodeState.build([]), [T4X4], TYPES)
+    assert "d" in scratch.placed and len(scratch.launches) == 1 and "d" not in scratch.launches[0].pods
+    reserved = {"a": (0, (0,)), "b": (0, (1,)), "c": (0, (2,))}
+    kept = plan_provisioning(pending, NodeState.build([]), [T4X4], TYPES, reserved=reserved)
+    assert kept.placed == reserved
+    assert [(la.pods, la.gpus) for la in kept.launches] == [(("d",), ((0, 1),))]
+    # a spot that no longer holds the pod (its row cordoned) is planned again
+    state = NodeState.build([T4X4.spec("t4-0")])
+    state.schedulable[0] = False
+    again = plan_provisioning([gpu_pod("a")], state, [], TYPES, reserved={"a": (0, (0,))})
+    assert again.placed == {} and [la.pods for la in again.launches] == [("a",)]
 
 
 def test_pods_that_fit_on_existing_nodes_get_no_launch() -> None:
