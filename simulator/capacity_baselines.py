@@ -23,7 +23,10 @@ code (cited in docs/designs/capacity.md):
 - `ClusterAutoscaler`: scale-up for pods no node or upcoming node holds:
   per node group (instance type) a first-fit-decreasing estimate of the new
   nodes, the least-waste expander (least unused CPU and memory, averaged)
-  picks one group per loop. Scale-down: a node whose GPU requests are below
+  picks one group per loop; a group one node of which would exceed the GPU
+  limit is skipped before the estimate (scaleup/orchestrator
+  `filterValidScaleUpNodeGroups`, `IsNodeGroupResourceExceeded`), and the
+  count is capped to what the limit leaves. Scale-down: a node whose GPU requests are below
   50% of its GPUs and whose pods fit elsewhere is unneeded; after 10
   minutes unneeded it goes, empty ones in bulk (up to 10), a non-empty one
   per loop; no scale-down within 10 minutes of a scale-up. A node whose
@@ -551,7 +554,10 @@ class ClusterAutoscaler(DefaultScheduler):
         if not left:
             return []
         best: tuple[float, float, InstanceType, int] | None = None
+        gpus = sum(cluster.kind[r].gpus for r in cluster.live_rows())
         for kind in self.instance_types:
+            if self.max_gpus is not None and gpus + kind.gpus > self.max_gpus:
+                continue  # a group one more node of which exceeds the GPU limit is skipped before estimating
             fitting = [d for d in left if kind.holds(d)]
             if not fitting:
                 continue
@@ -566,7 +572,6 @@ class ClusterAutoscaler(DefaultScheduler):
             return []
         kind, count = best[2], best[3]
         if self.max_gpus is not None and kind.gpus:
-            gpus = sum(cluster.kind[r].gpus for r in cluster.live_rows())
             count = min(count, max(0, (self.max_gpus - gpus) // kind.gpus))
         if count:
             self.last_scale_up = now

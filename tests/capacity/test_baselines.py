@@ -148,3 +148,13 @@ def test_cluster_autoscaler_does_not_simulate_an_unremovable_node_again_for_5_mi
     cluster.make_ready(late, 1310.0)
     ca.disrupt(cluster, 1310.0)
     assert rows[0] in ca.unneeded_since  # simulated again: its pod fits on the new node
+
+
+def test_cluster_autoscaler_skips_a_group_one_node_of_which_exceeds_the_gpu_limit() -> None:
+    # a T4x4 runs a 4-GPU pod; a 90-core pod waits. Least waste would take another T4x4, but 4 + 4 GPUs
+    # exceed the limit of 5: that group is skipped before estimating (upstream filterValidScaleUpNodeGroups),
+    # so the A10 host (1 GPU) is launched rather than nothing
+    ca = ClusterAutoscaler(instance_types=[T4X4, BIG], max_gpus=5)
+    events = replay(ca, [pod("full", 0, 10 * HOUR, gpus=4), pod("wide", 600, HOUR, cpu=90000)])
+    assert [kind for _, e, _, kind, _ in events if e == "launch"] == ["t4x4", "a10x1"]
+    assert any(e == "place" and p == "wide" for _, e, _, _, p in events)
