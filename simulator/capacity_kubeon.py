@@ -80,9 +80,11 @@ class Kubeon:
         reserved: dict[str, Spot] = {k: (row, gpus) for k, (row, name, gpus) in self.spots.items()
                                      if k in keys and cluster.alive[row] and cluster.node_name[row] == name}
         self.ctx.tie_rank = used_first_rank(cluster.state)
+        # the state keeps the rows of deleted nodes for reuse: they are no nodes, so not under the GPU limit
+        dead = sum(cluster.kind[r].gpus for r, alive in enumerate(cluster.alive) if not alive)
         plan = plan_provisioning([(r.pod.key, r.pod.demand) for r in pending], cluster.state, [],
-                                 self.instance_types, max_gpus=self.max_gpus, strategy=self.strategy, ctx=self.ctx,
-                                 reserved=reserved)
+                                 self.instance_types, strategy=self.strategy, ctx=self.ctx, reserved=reserved,
+                                 max_gpus=None if self.max_gpus is None else self.max_gpus + dead)
         self.spots = {k: (row, cluster.node_name[row], gpus) for k, (row, gpus) in plan.placed.items()}
         self.last_launches = plan.launches
         return [launch.instance_type for launch in plan.launches]
@@ -108,13 +110,18 @@ class Kubeon:
                 del self.empty_since[row]
         if cluster.version == self.quiet_version and now < self.quiet_until:
             return []
-        blocked = {r for r in live if not cluster.ready[r]}
+        not_ready = {r for r in live if not cluster.ready[r]}
+        # a node the last plan gave a still pending pod is no candidate (the controller's "launched for pods
+        # still pending"; Karpenter's nomination): deleting it would send the pod to wait for a new node
+        nominated = {row for key, (row, name, _) in self.spots.items()
+                     if key in cluster.pending and cluster.alive[row] and cluster.node_name[row] == name}
+        blocked = not_ready | nominated
         in_progress = sum(1 for r in live if cluster.cordoned[r])
         pods_on = {r: [(k, p.pod.demand) for k, p in cluster.pods_on[r].items()] for r in live}
         prices = [k.price_per_hour for k in cluster.kind]
         # destinations are ready nodes only: an evicted pod must not wait for a node still starting
         view = cluster.state.copy()
-        view.schedulable[list(blocked)] = False
+        view.schedulable[list(not_ready)] = False
         self.ctx.tie_rank = used_first_rank(view)
         plans = plan_disruptions(view, pods_on, prices, {}, self.rules, blocked=blocked, now=now,
                                  empty_since=self.empty_since, in_progress=in_progress,
