@@ -213,3 +213,23 @@ def test_an_eight_gpu_node_kept_by_small_pods_is_replaced_by_several_smaller_nod
     assert len(plans) == 1 and sorted(t.name for t in plans[0].launches) in (["t4x4", "t4x4"],
                                                                            ["p100x1", "t4x4"])
     assert plans[0].savings_per_hour > 15
+
+
+def test_a_move_is_planned_only_where_the_scheduler_itself_would_put_the_pod() -> None:
+    # the mover's node (t4-2) could empty onto t4-1's free GPU, but the packing engine, which places the
+    # evicted pod as the scheduler will, picks the V100's last free GPU (dearer per GPU: a refused
+    # destination). Hiding the V100 from the simulation planned a move the scheduler then did not make
+    state = NodeState.build([V100X8.spec("v100-0"), T4X4.spec("t4-1"), T4X4.spec("t4-2")])
+    big, mid, mover = gpu_pod("big", 7), gpu_pod("mid", 3), gpu_pod("mover")
+    state.place(0, big[1], tuple(range(7)))
+    state.place(1, mid[1], (0, 1, 2))
+    state.place(2, mover[1], (0,))
+    pods_on = {0: [big], 1: [mid], 2: [mover]}
+    prices = [V100X8.price_per_hour, T4X4.price_per_hour, T4X4.price_per_hour]
+    rules = ConsolidationRules(max_disrupted_nodes=1)
+    kw = {"blocked": {0, 1}, "now": 0.0, "empty_since": {}}
+    assert plan_disruptions(state, pods_on, prices, {}, rules, **kw) == []
+    full = state.copy()
+    full.place(0, gpu_pod("last")[1], (7,))  # the V100 full: the engine's pick is t4-1, and the move is planned
+    plans = plan_disruptions(full, pods_on, prices, {}, rules, **kw)
+    assert [(d.nodes, d.moves) for d in plans] == [((2,), {"mover": 1})]
