@@ -1,4 +1,4 @@
-"""Latency benchmark for the scheduler extender: filter + prioritize of one pod at 1,213 and 5,000 nodes.
+"""Latency benchmark for the scheduler extender: filter + prioritize of one pod at 1,213 to 15,000 nodes.
 
 For each cluster size: starts the test API server (tests/kubeapi) in this
 process, creates the openb GPU nodes (1,213 from
@@ -6,10 +6,28 @@ vendor/openb/openb_node_list_gpu_node.csv; for 5,000 the list is
 repeated with suffixed names) and binds whole-GPU pods to about half of
 them (pods created with spec.nodeName), then starts `kubeon-gpu extender`
 (gunicorn, 1 worker, watching that server) and plays kube-scheduler:
-for each of --requests pods, POST /filter with every node name
-(nodeCacheCapable) and POST /prioritize with the names that passed, over one
-keep-alive connection, sequentially (kube-scheduler calls an extender one
-pod at a time).
+for each of --requests pods, POST /filter with the NodeNames kube-scheduler
+would send (nodeCacheCapable) and POST /prioritize with the names that
+passed, over one keep-alive connection, sequentially (kube-scheduler calls
+an extender one pod at a time).
+
+Which NodeNames (--kinds; each kind is run and printed apart):
+- `sampled` (what the shipped chart makes kube-scheduler send): upstream's
+  findNodesThatPassFilters runs its own filters from where the last search
+  stopped and stops at numFeasibleNodesToFind feasible nodes; only those go
+  to the extender (findNodesThatPassExtenders). The count comes from the
+  rendered profile (manifests/rendered/scheduler.yaml, read by
+  simulator.kubescheduler.Profile; `percentageOfNodesToScore` unset there:
+  adaptive, max(100, 5% of N) at 15,000 nodes) and the filters and the
+  rotating start are the stand-in's (simulator.kubescheduler.ClusterScores
+  .feasible/.sample), the same code the stand-in scheduler in the tests runs.
+- `full`: the same with percentageOfNodesToScore 100, every node
+  kube-scheduler's filters pass: the worst case a profile can ask for.
+- `all`: every node name, feasible or not (this benchmark before the sampled
+  kind; no kube-scheduler sends it, kept to compare with earlier runs).
+The stand-in's node cache is not told of the pods the benchmark places (the
+extender assumes them; nothing is bound), so ours and the limit get the very
+same requests.
 
 Measured per request:
 - server: the `X-Kubeon-Handler-Seconds` header (parse -> decide -> serialise
@@ -32,7 +50,7 @@ ratios and the answer sizes. The limit has no handler timing header, so the
 comparison is the client round trip.
 
     python bench/extender_load.py --sizes 1213 5000 --requests 300
-    python bench/extender_load.py --sizes 15000 --requests 200 --echo 3
+    python bench/extender_load.py --sizes 15000 --requests 200 --echo 3 --kinds full
     python bench/extender_load.py --sizes 5000,15000 --requests 200 --echo 3
 """
 
@@ -55,12 +73,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from cli.livereplay import load_scheduler_config  # noqa: E402
+from simulator.kubescheduler import ClusterScores, Profile  # noqa: E402
 from tests.kubeapi.fixtures import OPENB_NODES_CSV, make_pod, nodes_from_openb  # noqa: E402
 from tests.kubeapi.registry import Options  # noqa: E402
 from tests.kubeapi.server import ApiServer  # noqa: E402
 
 CRD = ROOT / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
 GPU_CHOICES = (1, 1, 1, 1, 2, 2, 4, 8)
+KINDS = ("sampled", "full", "all")
 
 
 def free_port() -> int:
@@ -87,22 +108,46 @@ def cluster_nodes(size: int) -> list[dict[str, Any]]:
     return out
 
 
-def populate(api: ApiServer, nodes: list[dict[str, Any]], rng: random.Random) -> int:
+def populate(api: ApiServer, nodes: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
     """Create the nodes and the bound pods in the test API server's registry directly (what a POST
     does, without HTTP and the client's serialisation: 15,000 nodes in seconds, not minutes)."""
     node_res, pod_res = api._res("", "v1", "nodes"), api._res("", "v1", "pods")
-    bound = 0
+    bound: list[dict[str, Any]] = []
     for node in nodes:
         api.registry.create(node_res, "", node, Options())
     for node in nodes:
         gpus = int(node["status"]["allocatable"].get("nvidia.com/gpu", "0"))
         if gpus and rng.random() < 0.5:
             take = rng.randint(1, gpus)
-            pod = make_pod(f"load-{bound}", "default", gpus=take, cpu=f"{take * 4}", memory=f"{take * 16}Gi")
+            pod = make_pod(f"load-{len(bound)}", "default", gpus=take, cpu=f"{take * 4}", memory=f"{take * 16}Gi")
             pod["spec"]["nodeName"] = node["metadata"]["name"]
             api.registry.create(pod_res, "default", pod, Options())
-            bound += 1
+            bound.append(pod)
     return bound
+
+
+def requests_for(nodes: list[dict[str, Any]], bound: list[dict[str, Any]], kind: str, count: int,
+                 seed: int) -> list[tuple[dict[str, Any], list[str]]]:
+    """`count` pods and the NodeNames kube-scheduler sends the extender for each (see the module doc)."""
+    rng = random.Random(seed)
+    pods = []
+    for i in range(count):
+        gpus = rng.choice(GPU_CHOICES)
+        pod = make_pod(f"bench-{i}", "default", gpus=gpus, cpu=f"{gpus * 4}", memory=f"{gpus * 16}Gi")
+        pod["metadata"]["uid"] = f"uid-{seed}-{i}"
+        pods.append(pod)
+    all_names = [n["metadata"]["name"] for n in nodes]
+    if kind == "all":
+        return [(pod, all_names) for pod in pods]
+    cluster = ClusterScores(nodes)
+    for pod in bound:
+        cluster.add(pod, pod["spec"]["nodeName"])
+    percentage = 100 if kind == "full" else Profile.from_config(load_scheduler_config()).percentage_of_nodes_to_score
+    out = []
+    for pod in pods:  # nextStartNodeIndex moves on from request to request, as upstream's does
+        picked = cluster.sample(cluster.feasible(pod), percentage).tolist()
+        out.append((pod, [cluster.names[i] for i in picked]))
+    return out
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
@@ -130,11 +175,13 @@ def post(conn: http.client.HTTPConnection, path: str,
 
 
 def start_extender(port: int, kubeconfig: str) -> tuple[subprocess.Popen, Path]:
+    """`kubeon-gpu extender` as the chart runs it: one worker, told the weight the rendered profile gives it."""
     log = Path(tempfile.mkdtemp(prefix="extender-bench-")) / "extender.log"
+    weight = next(e.weight for e in Profile.from_config(load_scheduler_config()).extenders if e.prioritize_verb)
     with open(log, "wb") as sink:
         proc = subprocess.Popen([sys.executable, "-m", "cli.main", "extender", "--port", str(port),
                                  "--bind", "127.0.0.1", "--kubeconfig", kubeconfig, "--workers", "1",
-                                 "--log-level", "WARNING"],
+                                 "--scheduler-weight", str(weight), "--log-level", "WARNING"],
                                 cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
                                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
     return proc, log
@@ -172,18 +219,16 @@ def wait_ready(proc: subprocess.Popen, log: Path, port: int) -> None:
         time.sleep(0.2)
 
 
-def drive(port: int, names: list[str], requests: int, warmup: int, seed: int) -> dict[str, Any]:
-    """Play kube-scheduler for warmup + requests pods (filter, then prioritize the passed names)."""
-    rng = random.Random(seed)
+def drive(port: int, pods: list[tuple[dict[str, Any], list[str]]], warmup: int) -> dict[str, Any]:
+    """Play kube-scheduler for `pods` (filter the names, then prioritize the passed ones); the first
+    `warmup` are not counted."""
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     server_f, server_p, server_sum, client_sum, cpu_sum = [], [], [], [], []
     placed = 0
     sizes: dict[str, list[int]] = {"filter": [], "prioritize": [], "request": []}
     answers: dict[str, list[bytes]] = {"/filter": [], "/prioritize": []}
-    for i in range(warmup + requests):
-        gpus = rng.choice(GPU_CHOICES)
-        pod = make_pod(f"bench-{i}", "default", gpus=gpus, cpu=f"{gpus * 4}", memory=f"{gpus * 16}Gi")
-        pod["metadata"]["uid"] = f"uid-{seed}-{i}"
+    for i, (pod, names) in enumerate(pods):
+        sizes["request"].append(len(names))
         result, c_f, s_f, u_f, raw = post(conn, "/filter", {"Pod": pod, "Nodes": None, "NodeNames": names})
         answers["/filter"].append(raw)
         passed = result["NodeNames"] or []
@@ -200,7 +245,8 @@ def drive(port: int, names: list[str], requests: int, warmup: int, seed: int) ->
             server_sum.append(s_f + s_p)
             client_sum.append(c_f + c_p)
             cpu_sum.append(u_f + u_p)
-    return {"requests": requests, "placed": placed, "server_filter_ms": percentiles(server_f),
+    return {"requests": len(pods) - warmup, "placed": placed, "names": statistics.median(sizes["request"]),
+            "server_filter_ms": percentiles(server_f),
             "server_prioritize_ms": percentiles(server_p), "server_total_ms": percentiles(server_sum),
             "server_cpu_total_ms": percentiles(cpu_sum), "client_total_ms": percentiles(client_sum),
             "filter_answer_kib": statistics.median(sizes["filter"]) / 1024,
@@ -210,53 +256,66 @@ def drive(port: int, names: list[str], requests: int, warmup: int, seed: int) ->
             "_last": {verb: sorted(got, key=len)[len(got) // 2] for verb, got in answers.items() if got}}
 
 
-def run_size(size: int, requests: int, warmup: int, seed: int, pairs: int = 0) -> dict[str, Any]:
-    """One cluster size: ours alone, or with `pairs` interleaved (ours, limit) runs of the same pods."""
+def run_size(size: int, kinds: list[str], requests: int, warmup: int, seed: int,
+             pairs: int = 0) -> list[dict[str, Any]]:
+    """One cluster size, one extender process: per kind, ours alone, or `pairs` interleaved (ours, limit)
+    runs of the same requests (a limit started per kind, answering ours' median-sized answers)."""
     rng = random.Random(seed)
     nodes = cluster_nodes(size)
-    names = [n["metadata"]["name"] for n in nodes]
+    out: list[dict[str, Any]] = []
     with ApiServer.start(crd_files=[CRD], history=200_000) as api:
         t0 = time.perf_counter()
         bound = populate(api, nodes, rng)
         setup = time.perf_counter() - t0
         port = free_port()
         proc, log = start_extender(port, api.kubeconfig)
-        echo = None
         try:
             wait_ready(proc, log, port)
-            ours = drive(port, names, requests, warmup, seed)
-            result = {"nodes": size, "bound_pods": bound, "setup_s": round(setup, 1),
-                      "request_kib": len(json.dumps({"Pod": None, "Nodes": None, "NodeNames": names},
-                                                    separators=(",", ":"))) / 1024}
-            if not pairs:
-                ours.pop("_last")
-                return {**result, **ours}
-            echo_port = free_port()
-            echo = start_echo(echo_port, ours["_last"])
-            wait_ready(echo[0], echo[1], echo_port)
-            runs: dict[str, list[dict[str, Any]]] = {"ours": [], "limit": []}
-            for pair in range(pairs):
-                for who, at in (("ours", port), ("limit", echo_port)):
-                    run = drive(at, names, requests, warmup, seed + 1 + pair)
-                    run.pop("_last")
-                    runs[who].append(run)
-                    print(f"  pair {pair + 1} {who:<5} client p50/p99 {run['client_total_ms']['p50']:.2f} / "
-                          f"{run['client_total_ms']['p99']:.2f} ms, load {run['load_average']:.1f}", flush=True)
-            return {**result, "pairs": runs}
+            for kind in kinds:
+                total = warmup + requests
+                ours = drive(port, requests_for(nodes, bound, kind, total, seed), warmup)
+                request_kib = statistics.median(
+                    len(json.dumps({"Pod": None, "Nodes": None, "NodeNames": names}, separators=(",", ":")))
+                    for _, names in requests_for(nodes, bound, kind, 20, seed)) / 1024
+                result = {"nodes": size, "kind": kind, "bound_pods": len(bound), "setup_s": round(setup, 1),
+                          "request_kib": request_kib}
+                if not pairs:
+                    ours.pop("_last")
+                    out.append({**result, **ours})
+                    continue
+                echo_port = free_port()
+                echo = start_echo(echo_port, ours["_last"])
+                try:
+                    wait_ready(echo[0], echo[1], echo_port)
+                    runs: dict[str, list[dict[str, Any]]] = {"ours": [], "limit": []}
+                    for pair in range(pairs):
+                        stream = requests_for(nodes, bound, kind, total, seed + 1 + pair)
+                        for who, at in (("ours", port), ("limit", echo_port)):
+                            run = drive(at, stream, warmup)
+                            run.pop("_last")
+                            runs[who].append(run)
+                            print(f"  {kind} pair {pair + 1} {who:<5} client p50/p99 "
+                                  f"{run['client_total_ms']['p50']:.2f} / {run['client_total_ms']['p99']:.2f} ms, "
+                                  f"load {run['load_average']:.1f}", flush=True)
+                finally:
+                    echo[0].terminate()
+                    echo[0].wait(timeout=15)
+                out.append({**result, "pairs": runs})
+                print_pairs(out[-1])
         finally:
-            for p in (proc, echo[0] if echo else None):
-                if p is not None:
-                    p.terminate()
-                    p.wait(timeout=15)
+            proc.terminate()
+            proc.wait(timeout=15)
+    return out
 
 
 def print_pairs(result: dict[str, Any]) -> None:
     runs = result["pairs"]
     size = result["nodes"]
-    print(f"{size} nodes ({result['bound_pods']} bound pods, set up in {result['setup_s']} s): request "
-          f"{result['request_kib']:.0f} KiB; answers filter "
-          f"{runs['ours'][0]['filter_answer_kib']:.0f} KiB, prioritize {runs['ours'][0]['prioritize_answer_kib']:.0f}"
-          f" KiB (median); medians over {len(runs['ours'])} pairs, ratio = ours / limit:")
+    print(f"{size} nodes, {result['kind']} NodeNames ({runs['ours'][0]['names']:.0f} names, request "
+          f"{result['request_kib']:.0f} KiB; {result['bound_pods']} bound pods, set up in {result['setup_s']} s); "
+          f"answers filter {runs['ours'][0]['filter_answer_kib']:.1f} KiB, prioritize "
+          f"{runs['ours'][0]['prioritize_answer_kib']:.1f} KiB (median); medians over {len(runs['ours'])} pairs, "
+          f"ratio = ours / limit:")
     for key in ("client_total_ms", "server_total_ms", "server_cpu_total_ms"):
         for pct in ("p50", "p99"):
             ours = statistics.median(r[key][pct] for r in runs["ours"])
@@ -272,6 +331,8 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", nargs="+", default=["1213", "5000"],
                         help="cluster sizes, space- or comma-separated (5000,15000)")
+    parser.add_argument("--kinds", default="sampled,full",
+                        help=f"which NodeNames to send, comma-separated, from {', '.join(KINDS)} (module doc)")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--warmup", type=int, default=20)
     parser.add_argument("--seed", type=int, default=42)
@@ -282,17 +343,21 @@ def main() -> int:
         sizes = [int(part) for item in args.sizes for part in str(item).split(",") if part]
     except ValueError:
         parser.error(f"--sizes: expected node counts such as 5000,15000, got {' '.join(args.sizes)}")
+    kinds = [k for k in args.kinds.split(",") if k]
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        parser.error(f"--kinds: expected some of {', '.join(KINDS)}, got {args.kinds!r}")
     for size in sizes:
+        results = run_size(size, kinds, args.requests, args.warmup, args.seed, args.echo)
         if args.echo:
-            print_pairs(run_size(size, args.requests, args.warmup, args.seed, args.echo))
             continue
-        result = run_size(size, args.requests, args.warmup, args.seed)
-        print(json.dumps(result, default=lambda v: round(v, 3)))
-        for key in ("server_filter_ms", "server_prioritize_ms", "server_total_ms", "server_cpu_total_ms",
-                    "client_total_ms"):
-            p = result[key]
-            print(f"  {size:>5} nodes {key:<22} p50 {p['p50']:7.2f}  p90 {p['p90']:7.2f}  p99 {p['p99']:7.2f}"
-                  f"  max {p['max']:7.2f}")
+        for result in results:
+            print(json.dumps(result, default=lambda v: round(v, 3)))
+            for key in ("server_filter_ms", "server_prioritize_ms", "server_total_ms", "server_cpu_total_ms",
+                        "client_total_ms"):
+                p = result[key]
+                print(f"  {size:>5} nodes {result['kind']:<7} {key:<22} p50 {p['p50']:7.2f}  p90 {p['p90']:7.2f}"
+                      f"  p99 {p['p99']:7.2f}  max {p['max']:7.2f}")
     return 0
 
 

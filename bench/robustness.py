@@ -23,9 +23,13 @@ table; every run goes to `--out`.
 
 `--through-extender`: the first strategy runs the live path instead
 (`kubeon-gpu simulate --through-extender`: the extender behind the chart's
-profile; the CPU-only pods, like the trace's own, are placed by the
-cluster's default-scheduler, as in production); the others stay the
-simulator's referees.
+profile, every pod admitted by the webhook's `mutate_pod`); the others stay
+the simulator's referees. The added pods run on the GPU nodes, so they
+tolerate the GPU taint and the webhook routes them to kubeon's scheduler,
+as the trace's own CPU-only pods (`--route-cpu-pods-on-gpu-nodes false`
+leaves them all to the default-scheduler). The DaemonSet-like ones arrive
+at random points like any pod: real DaemonSet pods are pinned one per node
+by their controller and are never routed.
 """
 
 from __future__ import annotations
@@ -66,14 +70,15 @@ def cpu_only_pods(count: int, seed: int) -> list[PodDemand]:
     return out
 
 
-def run_one(job: tuple[int, str, int, str, bool]) -> dict[str, object]:
-    factor, strategy, seed, data, live = job
+def run_one(job: tuple[int, str, int, str, bool, bool]) -> dict[str, object]:
+    factor, strategy, seed, data, live, route_cpu_pods = job
     nodes = load_nodes(Path(data) / "openb_node_list_gpu_node.csv")
     pods = load_pods(Path(data) / "openb_pod_list_default.csv")
     extra = cpu_only_pods(factor * sum(1 for p in pods if not p.needs_gpu), seed)
     if live:
         from cli.livereplay import replay_through_extender
-        result = replay_through_extender(nodes, pods, seed, strategy=strategy, extra=extra)
+        result = replay_through_extender(nodes, pods, seed, strategy=strategy, extra=extra,
+                                         route_cpu_pods=route_cpu_pods)
     else:
         result = replay(nodes, pods, strategy, seed, extra=extra)
     return {"factor": factor, "extra_pods": len(extra), **result.summary(), "strategy": strategy,
@@ -88,6 +93,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--through-extender", action="store_true",
                         help="the first strategy through the extender and the chart's profile (the live path)")
+    parser.add_argument("--route-cpu-pods-on-gpu-nodes", choices=("true", "false"), default="true",
+                        help="with --through-extender: the webhook's switch (default: true, the chart's)")
     parser.add_argument("--data", default=str(DATA))
     parser.add_argument("--out", default="bench/out/robustness.csv")
     args = parser.parse_args(argv)
@@ -107,7 +114,11 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError:
         print(f"error: --seeds: expected N-M or a comma-separated list, got {args.seeds!r}", file=sys.stderr)
         return 2
-    jobs = [(f, s, seed, args.data, args.through_extender and i == 0)
+    if args.route_cpu_pods_on_gpu_nodes == "false" and not args.through_extender:
+        print("error: --route-cpu-pods-on-gpu-nodes needs --through-extender", file=sys.stderr)
+        return 2
+    route = args.route_cpu_pods_on_gpu_nodes == "true"
+    jobs = [(f, s, seed, args.data, args.through_extender and i == 0, route)
             for f in factors for i, s in enumerate(strategies) for seed in seeds]
     started = time.time()
     rows: list[dict[str, object]] = []

@@ -84,6 +84,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="evaluate the embedded example (policies, nodes, workloads; examples/ in the repository)")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
                         help="mode of policies that set none (the install's defaultMode; default: Recommend)")
+    parser.add_argument("--route-cpu-pods-on-gpu-nodes", choices=("true", "false"), default="true",
+                        help="as the install's webhook.routeCpuPodsOnGpuNodes: CPU-only pods that tolerate the "
+                             "GPU taint get the schedulerName of the policies they match (default: true)")
     parser.add_argument("--metrics", action="store_true",
                         help="evaluate as an install with prometheus.url set; without it sharing and "
                              "scaleToZero policies stay Recommend, as they do in the cluster (--example implies it)")
@@ -156,10 +159,10 @@ class Context:
             return doc.problem(f"cannot be read ({type(exc).__name__}: {str(exc)[:200]})")
         return None
 
-    def view(self, default_mode: Mode, metrics: bool = False) -> ClusterView:
+    def view(self, default_mode: Mode, metrics: bool = False, route_cpu_pods: bool = True) -> ClusterView:
         return ClusterView(policies=tuple(self.policies), namespace_labels=self.namespaces,
                            nodes=tuple(node_from_object(n) for n in self.nodes), default_mode=default_mode,
-                           metrics_configured=metrics)
+                           metrics_configured=metrics, route_cpu_pods=route_cpu_pods)
 
 
 def _items(source: Source, found: Scan) -> Iterator[Document | Problem]:
@@ -250,7 +253,8 @@ def run(args: argparse.Namespace) -> int:
                     report.problem(problem)
             elif isinstance(item, Problem) and source.role != "-f":
                 report.problem(item)
-    view = context.view(Mode(args.default_mode), bool(args.metrics or args.example or args.prometheus_url))
+    view = context.view(Mode(args.default_mode), bool(args.metrics or args.example or args.prometheus_url),
+                        args.route_cpu_pods_on_gpu_nodes == "true")
     output = args.output or ("text" if args.example else "yaml")
     note = "" if view.nodes else catalog_note()
     if note and output != "text":

@@ -12,13 +12,19 @@ Pods: whole-GPU pods request `nvidia.com/gpu`, sharing pods one
 `nvidia.com/gpu.shared` with their fraction in `gpu.kubeon.io/gpu-share`,
 `gpu_spec` a required node affinity on `nvidia.com/gpu.product`.
 
-Which scheduler places which pod is production's: the webhook sets
-`schedulerName` (to the profile's, kubeon-gpu-scheduler) only on pods that
-ask for a GPU resource (`admission.mutate.out_of_scope`: "pod asks for no
-GPU"), so CPU-only pods are placed by the cluster's default-scheduler, with
-upstream's default profile and no extender, and its own node-sampling
-offset (each kube-scheduler process keeps its own `nextStartNodeIndex`).
-Both see every binding, as two schedulers on one API server do.
+Which scheduler places which pod is production's: every pod passes the
+webhook's own `mutate_pod` under one Automatic packing policy for the
+trace's namespace that names the profile's scheduler (kubeon-gpu-scheduler),
+with the webhook's default switches. The nodes carry the GPU taint kubeon's
+nodes carry (`taints.GPU_TAINT`) and every trace pod tolerates it (they all
+run on GPU nodes), so GPU pods and CPU-only pods alike are routed to the
+profile (`admission.mutate.routes_cpu_pod`). A pod the webhook leaves on
+the default scheduler (`route_cpu_pods=False`, as `webhook
+--route-cpu-pods-on-gpu-nodes=false` does) is placed by the cluster's
+default-scheduler, with upstream's default profile and no extender, and its
+own node-sampling offset (each kube-scheduler process keeps its own
+`nextStartNodeIndex`). Both see every binding, as two schedulers on one API
+server do.
 
 Arrivals, tie order and metrics are `simulator.replay`'s, from the same
 seed: node names carry the per-seed random rank (as the paper's simulator
@@ -41,11 +47,14 @@ from flask.testing import FlaskClient
 from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
-from gpupolicy.admission.rewrite import pod_gpu_resources
+from gpupolicy.admission.mutate import DEFAULT_SCHEDULER, mutate_pod
 from gpupolicy.catalog import GPU_RESOURCE, PRODUCT_LABEL, SHARED_GPU_RESOURCE
+from gpupolicy.cluster import ClusterView, view_from_objects
+from gpupolicy.model import GROUP, KIND, VERSION, Mode
 from gpupolicy.packing.engine import DEFAULT_STRATEGY
 from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATION, gpu_indices_from_pod
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
+from gpupolicy.taints import GPU_TAINT
 from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, ExtenderSpec, Obj, Profile, ProfileError, schedule_one
 from simulator.replay import Arrival, ReplayResult, arrival_order, interleave
@@ -53,7 +62,6 @@ from simulator.replay import Arrival, ReplayResult, arrival_order, interleave
 REPO = Path(__file__).resolve().parent.parent
 SHIPPED_SCHEDULER_CONFIG = REPO / "manifests" / "rendered" / "scheduler.yaml"
 NAMESPACE = "openb"
-DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.schedulerName to
 
 
 def load_scheduler_config(path: str | Path = SHIPPED_SCHEDULER_CONFIG) -> dict[str, Any]:
@@ -74,6 +82,7 @@ def load_scheduler_config(path: str | Path = SHIPPED_SCHEDULER_CONFIG) -> dict[s
 
 
 def node_object(spec: NodeSpec, name: str, replicas: int) -> dict[str, Any]:
+    """An openb node as a Node: GPUs whole and time-sliced, its product label, and kubeon's GPU taint."""
     alloc = {"cpu": f"{spec.cpu_milli}m", "memory": f"{spec.memory_mib}Mi", "pods": "10000"}
     labels = {"kubernetes.io/hostname": name}
     if spec.gpu_count:
@@ -81,15 +90,32 @@ def node_object(spec: NodeSpec, name: str, replicas: int) -> dict[str, Any]:
         alloc[SHARED_GPU_RESOURCE] = str(spec.gpu_count * replicas)
         labels[PRODUCT_LABEL] = spec.model
     return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
-            "spec": {}, "status": {"allocatable": alloc, "capacity": dict(alloc)}}
+            "spec": {"taints": [dict(GPU_TAINT)]} if spec.gpu_count else {},
+            "status": {"allocatable": alloc, "capacity": dict(alloc)}}
 
 
-def pod_object(demand: PodDemand, seq: int, scheduler_name: str) -> dict[str, Any]:
-    """An openb pod as a Pod: whole GPUs, or one time-sliced share with its fraction declared.
+def routing_view(scheduler_name: str, route_cpu_pods: bool = True) -> ClusterView:
+    """What the webhook and the extender know: one Automatic packing policy for the trace's namespace that
+    routes its pods to `scheduler_name` (the install's default strategy), nothing else."""
+    policy = {"apiVersion": f"{GROUP}/{VERSION}", "kind": KIND, "metadata": {"name": "openb-packing"},
+              "spec": {"mode": "Automatic", "selector": {"namespaces": [NAMESPACE]},
+                       "schedulerName": scheduler_name, "packing": {"strategy": "default"}}}
+    view, invalid = view_from_objects([policy], [], default_mode=Mode.RECOMMEND, route_cpu_pods=route_cpu_pods)
+    assert not invalid, invalid
+    return view
 
-    `scheduler_name` goes to the pods the webhook routes (those asking for a
-    GPU resource); the others keep the default scheduler.
-    """
+
+def admitted(pod: dict[str, Any], view: ClusterView) -> dict[str, Any]:
+    """The pod as the webhook's /mutate leaves it (its patch applied): schedulerName where it routes."""
+    result = mutate_pod(pod, view, NAMESPACE)
+    out: dict[str, Any] = result.object
+    out["spec"].setdefault("schedulerName", DEFAULT_SCHEDULER)  # the API server's default
+    return out
+
+
+def pod_object(demand: PodDemand, seq: int, view: ClusterView) -> dict[str, Any]:
+    """An openb pod as a Pod after admission: whole GPUs, or one time-sliced share with its fraction
+    declared; it tolerates the GPU taint (the trace's pods run on GPU nodes); `view` routes it."""
     requests: dict[str, str] = {"cpu": f"{demand.cpu_milli}m", "memory": f"{demand.memory_mib}Mi"}
     annotations: dict[str, str] = {}
     if demand.is_sharing:
@@ -98,7 +124,9 @@ def pod_object(demand: PodDemand, seq: int, scheduler_name: str) -> dict[str, An
     elif demand.needs_gpu:
         requests[GPU_RESOURCE] = str(demand.num_gpu)
     spec: dict[str, Any] = {"containers": [{"name": "main", "resources": {"requests": requests,
-                                                                           "limits": dict(requests)}}]}
+                                                                           "limits": dict(requests)}}],
+                            "tolerations": [{"key": GPU_TAINT["key"], "operator": "Exists",
+                                             "effect": GPU_TAINT["effect"]}]}
     if demand.allowed_models:
         spec["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
             "nodeSelectorTerms": [{"matchExpressions": [
@@ -107,9 +135,7 @@ def pod_object(demand: PodDemand, seq: int, scheduler_name: str) -> dict[str, An
     pod = {"apiVersion": "v1", "kind": "Pod",
            "metadata": {"name": name, "namespace": NAMESPACE, "uid": f"uid-{seq}", "annotations": annotations},
            "spec": spec, "status": {"phase": "Pending"}}
-    routed = any(count > 0 for count in pod_gpu_resources(pod).values())
-    spec["schedulerName"] = scheduler_name if routed else DEFAULT_SCHEDULER
-    return pod
+    return admitted(pod, view)
 
 
 class HttpExtender:
@@ -172,11 +198,13 @@ def replay_through_extender(
     strategy: str = DEFAULT_STRATEGY,
     keep_placements: bool = False,
     extra: Sequence[PodDemand] = (),
+    route_cpu_pods: bool = True,
 ) -> ReplayResult:
     """One replay of the live path; the same arrivals and metrics as `simulator.replay.replay`.
 
     `extra`: pods arriving besides the trace's (bench/robustness.py's
     CPU-only pods), interleaved as `simulator.replay.replay` does.
+    `route_cpu_pods`: the webhook's switch (`--route-cpu-pods-on-gpu-nodes`).
     """
     config = config if config is not None else load_scheduler_config()
     profile = Profile.from_config(config)
@@ -199,12 +227,15 @@ def replay_through_extender(
     api = ReplayApi(cache)
     for obj in node_objs:
         cache.on_node("ADDED", obj)
-    service = ExtenderService(cache, StaticView(), default_strategy=strategy, binder=api)
+    scheduler_name = str(((config.get("profiles") or [{}])[0]).get("schedulerName") or DEFAULT_SCHEDULER)
+    view = routing_view(scheduler_name, route_cpu_pods)
+    weight = next((spec.weight for spec in profile.extenders if spec.prioritize_verb), 0)  # as the chart passes it
+    service = ExtenderService(cache, StaticView(view), default_strategy=strategy, binder=api,
+                              scheduler_weight=weight)
     client = create_app(service).test_client()
     extenders = [(spec, HttpExtender(client, spec)) for spec in profile.extenders]
     cluster = ClusterScores(node_objs)
     select_rng = np.random.default_rng([seed, 1])
-    scheduler_name = str(((config.get("profiles") or [{}])[0]).get("schedulerName") or DEFAULT_SCHEDULER)
     # the cluster's own scheduler: upstream's default profile, no extenders (unless the config is its own)
     profiles = {DEFAULT_SCHEDULER: (Profile(), []), scheduler_name: (profile, extenders)}
     next_start = dict.fromkeys(profiles, 0)
@@ -215,7 +246,7 @@ def replay_through_extender(
     placements: list[Arrival] = []
     for seq, demand in enumerate(arrivals):
         clock[0] = float(seq)
-        pod = pod_object(demand, seq, scheduler_name)
+        pod = pod_object(demand, seq, view)
         api.pods[f"{NAMESPACE}/{pod['metadata']['name']}"] = pod
         by = str(pod["spec"]["schedulerName"])
         cluster.next_start = next_start[by]
@@ -243,4 +274,5 @@ def replay_through_extender(
                         placements=placements)
 
 
-__all__ = ["GPU_INDEX_ANNOTATION", "SHIPPED_SCHEDULER_CONFIG", "load_scheduler_config", "replay_through_extender"]
+__all__ = ["DEFAULT_SCHEDULER", "GPU_INDEX_ANNOTATION", "SHIPPED_SCHEDULER_CONFIG", "load_scheduler_config",
+           "replay_through_extender"]

@@ -69,6 +69,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--scheduler-config", metavar="FILE",
                         help="KubeSchedulerConfiguration (or its ConfigMap) for --through-extender "
                              "(default: the chart's, manifests/rendered/scheduler.yaml)")
+    parser.add_argument("--route-cpu-pods-on-gpu-nodes", choices=("true", "false"), default=None,
+                        help="with --through-extender: the webhook's switch of the same name (default: true, "
+                             "the chart's); false leaves the trace's CPU-only pods to the default-scheduler")
     simcapacity.add_arguments(parser)
 
 
@@ -101,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
     if not args.tune > 0:
         print(f"error: --tune must be positive, got {args.tune}", file=sys.stderr)
         return 2
+    if args.route_cpu_pods_on_gpu_nodes is not None and not args.through_extender:
+        print("error: --route-cpu-pods-on-gpu-nodes needs --through-extender (the simulator routes no pods)",
+              file=sys.stderr)
+        return 2
     try:
         nodes = load_nodes(args.nodes)
         pods = load_pods(args.pods)
@@ -109,7 +116,8 @@ def run(args: argparse.Namespace) -> int:
 
             config = load_scheduler_config(args.scheduler_config or SHIPPED_SCHEDULER_CONFIG)
             result = replay_through_extender(nodes, pods, args.seed, args.tune, config, args.strategy,
-                                             keep_placements=bool(args.placements))
+                                             keep_placements=bool(args.placements),
+                                             route_cpu_pods=args.route_cpu_pods_on_gpu_nodes != "false")
         else:
             result = replay(nodes, pods, args.strategy, args.seed, args.tune, keep_placements=bool(args.placements),
                             progress=_progress_bar)

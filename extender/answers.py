@@ -99,20 +99,50 @@ def crowded_reason(code: int, count: int) -> str:
     return f"{REASONS[code]} ({count} nodes)"
 
 
-def listed_scores(scores: npt.NDArray[np.int64]) -> npt.NDArray[np.intp] | None:
-    """The positions a prioritize answer lists: those scoring above 0 (None: every position).
+# What kube-scheduler adds per host besides the extenders (pkg/scheduler/apis/config/v1/default_plugins.go,
+# the profile the chart ships): TaintToleration 3, NodeAffinity 2, NodeResourcesFit 1, PodTopologySpread 2,
+# InterPodAffinity 2, NodeResourcesBalancedAllocation 1, ImageLocality 1, each 0..MaxNodeScore (100). The
+# most these can put one host ahead of another. PodTopologySpread (system default spreading for pods of a
+# Service or ReplicaSet) and ImageLocality (cached images) score real pods, so all of them count.
+MAX_NODE_SCORE = 100
+DEFAULT_PLUGIN_SWING = MAX_NODE_SCORE * (3 + 2 + 1 + 2 + 2 + 1 + 1)
+EXTENDER_POINT = MAX_NODE_SCORE // MAX_SCORE  # extender.go: score x weight x (MaxNodeScore / MaxExtenderPriority)
 
-    kube-scheduler adds each listed host's score x weight to its own and
-    nothing for an unlisted host (prioritizeNodes in schedule_one.go), so a 0
-    listed or left out gives every node the same total. Left out, a node also
-    gets no random tie-break value (Randomizer), so it loses exact ties to
-    listed nodes; at the chart's weight (71: one point is 710, more than the
-    default plugins' 700 swing) a 0-point node never ties a listed one.
-    When no name scores above 0 every name is listed, as before, so
-    kube-scheduler's random tie-break among them stays.
+
+def score_reach(weight: int, swing: int = DEFAULT_PLUGIN_SWING) -> int | None:
+    """How many points below the top extender score a host can still be placed; None: unknown (weight 0).
+
+    kube-scheduler adds `score x weight x 10` per listed host to the plugins'
+    total (0..`swing` apart between two hosts) and takes the highest
+    (prioritizeNodes, nodeScoreHeap in schedule_one.go). A host `d` points
+    below the top scorer can beat or tie it only if `d x weight x 10 <= swing`.
     """
-    listed = np.flatnonzero(scores > 0)
-    return None if listed.size in (0, scores.size) else listed
+    if weight <= 0:
+        return None
+    return swing // (weight * EXTENDER_POINT)
+
+
+def listed_scores(scores: npt.NDArray[np.int64], reach: int | None) -> npt.NDArray[np.intp] | None:
+    """The positions a prioritize answer lists (None: every position).
+
+    kube-scheduler adds each listed host's score x weight x 10 to its total,
+    nothing for an unlisted one, and gives only listed hosts the random value
+    (Randomizer) that breaks exact ties (prioritizeNodes in schedule_one.go).
+    A host more than `reach` points (`score_reach`) below the top scorer
+    cannot be placed whatever the plugins say, listed or not, and leaving it
+    out only lowers its total: the pick is the same as with every host listed.
+    Every host within `reach` of the top is listed with its score, so their
+    totals and random tie-breaks are the same as with the full list. With
+    `reach` unknown (the extender was not told its weight) or no host above 0,
+    every host is listed.
+    """
+    if reach is None or scores.size == 0:
+        return None
+    top = int(scores.max())
+    if top == 0:
+        return None
+    listed = np.flatnonzero(scores >= top - reach)
+    return None if listed.size == scores.size else listed
 
 
 class AnswerWriter:
@@ -173,10 +203,10 @@ class AnswerWriter:
         return b"".join(parts)
 
     def prioritize_answer(self, names: Sequence[str], rows: npt.NDArray[np.int64],
-                          scores: npt.NDArray[np.int64]) -> bytes:
-        """The bare HostPriorityList: {"Host", "Score"} for every input name scoring above 0, in order
-        (`listed_scores`); every name when none does."""
-        pos = listed_scores(scores)
+                          scores: npt.NDArray[np.int64], reach: int | None = None) -> bytes:
+        """The bare HostPriorityList: {"Host", "Score"} for the input names that can still be placed, in
+        order (`listed_scores`: within `reach` points of the top; every name when `reach` is None)."""
+        pos = listed_scores(scores, reach)
         at_rows = rows if pos is None else rows[pos]
         if at_rows.size == 0 or int(at_rows.min()) < 0:  # names the state does not know: the general path
             parts = [b"["]

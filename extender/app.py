@@ -67,6 +67,16 @@ class ExtenderMetrics:
         self.decisions = Counter("kubeon_extender_decisions_total",
                                  "Filter/prioritize answers by verb, strategy and outcome.",
                                  ["verb", "strategy", "outcome"], registry=registry)
+        self._children: dict[tuple[str, str, str], Any] = {}
+
+    def decided(self, verb: str, strategy: str, outcome: str) -> None:
+        """Count one answer; the labelled child looked up once per label set (`.labels()` costs more than
+        the increment; the strategies and outcomes are closed sets)."""
+        key = (verb, strategy, outcome)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = self.decisions.labels(verb, strategy, outcome)
+        child.inc()
 
 
 class MixCollector(Collector):
@@ -159,19 +169,19 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             args = parse_args(body)
             outcome = service.filter(args.pod, args.names)
         except (ArgsError, ObjectError) as exc:
-            metrics.decisions.labels("filter", "", "bad-args").inc()
+            metrics.decided("filter", "", "bad-args")
             return _timed(_dumps(filter_error(str(exc))), started)
         except Exception as exc:  # a core bug: say so in Error, the scheduler decides (ignorable)
             log.exception("/filter failed")
-            metrics.decisions.labels("filter", "", "error").inc()
+            metrics.decided("filter", "", "error")
             return _timed(_dumps(filter_error(f"kubeon-gpu extender internal error ({type(exc).__name__})")),
                           started)
         if not outcome.any_passed and outcome.names and outcome.knows_none:
             # nothing to say about these nodes: an Error lets an ignorable extender step aside
-            metrics.decisions.labels("filter", outcome.plan.strategy, "unknown-nodes").inc()
+            metrics.decided("filter", outcome.plan.strategy, "unknown-nodes")
             return _timed(_dumps(filter_error(
                 f"kubeon-gpu: none of the {len(outcome.names)} nodes is in the node model")), started)
-        metrics.decisions.labels("filter", outcome.plan.strategy, "fit" if outcome.any_passed else "none").inc()
+        metrics.decided("filter", outcome.plan.strategy, "fit" if outcome.any_passed else "none")
         if args.node_objects is not None:  # not nodeCacheCapable: the answer carries Node objects
             try:
                 answer = encode_json(filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable))
@@ -195,10 +205,10 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             return error_answer(400, str(exc))
         except Exception:  # a core bug: neutral scores keep scheduling going
             log.exception("/prioritize failed")
-            metrics.decisions.labels("prioritize", "", "error").inc()
+            metrics.decided("prioritize", "", "error")
             return _timed(_dumps([{"Host": n, "Score": 0} for n in args.names]), started)
-        metrics.decisions.labels("prioritize", outcome.plan.strategy,
-                                 "placed" if outcome.chosen else "none").inc()
+        metrics.decided("prioritize", outcome.plan.strategy,
+                        "placed" if outcome.chosen else "none")
         return _timed(outcome.body(), started)
 
     hot = {"/filter": filter_route, "/prioritize": prioritize_route}
@@ -216,7 +226,7 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             return _json({"Error": f"ExtenderBindingArgs: missing {', '.join(missing)}"}, started)
         outcome = service.bind(str(fields["PodNamespace"]), str(fields["PodName"]), str(fields["PodUID"] or ""),
                                str(fields["Node"]))
-        metrics.decisions.labels("bind", "", "error" if outcome.error else "bound").inc()
+        metrics.decided("bind", "", "error" if outcome.error else "bound")
         return _json({"Error": outcome.error}, started)
 
     @app.get("/debug/mix")

@@ -3,9 +3,10 @@
 What is real on a Kubernetes node (the NVIDIA device plugin, not the
 scheduler, picks devices; docs/designs/extender.md):
 - per GPU: whole-GPU pods hold whole GPUs, time-sliced share pods their
-  declared fraction of one GPU, each on the GPU indices recorded on the pod
-  by the extender's bind (`kubemodel.py` has the rules); MIG devices and
-  replica counts per node.
+  declared fraction of one GPU, MIG pods their profile's slice of a GPU cut
+  by the node's MIG layout, each on the GPU indices recorded on the pod by
+  the extender's bind (`kubemodel.py` has the rules); MIG device and
+  replica counts per node, which the fit reads.
 
 Update rules (all under one lock; watch threads only record, requests apply):
 - node ADDED/DELETED, or a change of its capacity, GPU product or memory:

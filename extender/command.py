@@ -49,6 +49,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="mode of GpuPolicies that set none (default: Recommend, as the webhook)")
     parser.add_argument("--assume-seconds", type=float, default=30.0,
                         help="how long a just-placed pod counts on its node before the API shows it bound")
+    parser.add_argument("--scheduler-weight", type=int, default=0, metavar="N",
+                        help="this extender's weight in kube-scheduler's profile (the chart passes it); known, "
+                             "/prioritize lists only the hosts that can still be placed (default: 0, unknown: "
+                             "every host)")
     parser.add_argument("--workers", type=int, default=1, help="gunicorn worker processes (default: 1, see docs)")
     parser.add_argument("--threads", type=int, default=4, help="threads per worker (default: 4)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
@@ -97,7 +101,8 @@ def make_app_factory(args: argparse.Namespace) -> Any:
         else:
             log.warning("extender running without a cluster watch: every node is unknown")
             source = StaticView()
-        service = ExtenderService(cache, source, default_strategy=args.default_strategy, binder=binder)
+        service = ExtenderService(cache, source, default_strategy=args.default_strategy, binder=binder,
+                                  scheduler_weight=args.scheduler_weight)
         app = create_app(service)
         probes.register(app, service.ready)
         return app
@@ -109,6 +114,10 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if args.workers < 1 or args.threads < 1:
         print("kubeon-gpu extender: --workers and --threads must be at least 1", file=sys.stderr)
+        return 2
+    if args.scheduler_weight < 0:
+        print(f"kubeon-gpu extender: --scheduler-weight {args.scheduler_weight}: must be 0 (unknown) or more",
+              file=sys.stderr)
         return 2
     if args.cert_dir:
         from pathlib import Path

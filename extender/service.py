@@ -28,7 +28,7 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from extender.answers import REASONS, UNKNOWN, AnswerWriter
+from extender.answers import REASONS, UNKNOWN, AnswerWriter, score_reach
 from extender.cache import ClusterCache
 from extender.nodenames import NodeNameRows
 from gpupolicy.packing.engine import DEFAULT_STRATEGY, decide, get_strategy
@@ -82,7 +82,8 @@ class FilterOutcome:
 
 @dataclass(frozen=True)
 class PrioritizeOutcome:
-    """`points[i]`: 0..10 for input name i; `chosen`: the engine's node (None when nothing fits)."""
+    """`points[i]`: 0..10 for input name i; `chosen`: the engine's node (None when nothing fits);
+    `reach`: how far below the top a listed host may score (`answers.score_reach`)."""
 
     names: list[str]
     rows: IntArray
@@ -90,6 +91,7 @@ class PrioritizeOutcome:
     chosen: str | None
     plan: Plan
     writer: AnswerWriter
+    reach: int | None = None
 
     @property
     def scores(self) -> list[tuple[str, int]]:
@@ -97,7 +99,7 @@ class PrioritizeOutcome:
 
     def body(self) -> bytes:
         """The HostPriorityList JSON."""
-        return self.writer.prioritize_answer(self.names, self.rows, self.points)
+        return self.writer.prioritize_answer(self.names, self.rows, self.points, self.reach)
 
 
 @dataclass(frozen=True)
@@ -128,11 +130,16 @@ class _Memo:
 
 
 class ExtenderService:
-    """The extender's decisions; thread-safe (one lock around the node model and the lookups)."""
+    """The extender's decisions; thread-safe (one lock around the node model and the lookups).
+
+    `scheduler_weight`: this extender's `weight` in kube-scheduler's profile (0: not told). Known, a
+    prioritize answer lists only the hosts that can still be placed (`answers.listed_scores`).
+    """
 
     def __init__(self, cache: ClusterCache, source: ViewSource, default_strategy: str = DEFAULT_STRATEGY,
-                 binder: Binder | None = None) -> None:
+                 binder: Binder | None = None, scheduler_weight: int = 0) -> None:
         get_strategy(default_strategy)  # raises UnknownStrategyError naming the choices
+        self.reach = score_reach(scheduler_weight)
         self.cache = cache
         self.binder = binder
         self._prioritized: dict[str, tuple[str, PodDemand, Plan]] = {}  # uid -> (key, demand, plan), for /bind
@@ -156,13 +163,15 @@ class ExtenderService:
         with self.cache.lock:
             state = self.cache.fresh_state(forget=request.key)  # scheduled again: an old assumption is stale
             view = self.source.current()
-            verdict = screen(view, state, request, self.default_strategy)
-            self.cache.observe(request.key, verdict.demand)  # pending GPU pods are learned into the mix
             rows = self.rows.rows(state, names)
             known = rows >= 0
-            safe = np.where(known, rows, 0)
-            codes = np.where(known, verdict.fitted.codes[safe], UNKNOWN)
-            hopeless = known & verdict.hopeless[safe]
+            asked = rows[known]
+            # only the nodes asked about are checked: the work follows the request, not the cluster
+            verdict = screen(view, state, request, self.default_strategy, rows=asked)
+            self.cache.observe(request.key, verdict.demand)  # pending GPU pods are learned into the mix
+            codes = np.full(len(names), UNKNOWN, dtype=np.int64)
+            hopeless = np.zeros(len(names), dtype=bool)
+            codes[known], hopeless[known] = verdict.verdicts(asked)
             if view.hub_disconnected:  # the hub refused the token: no opinion, kube-scheduler decides alone
                 codes = np.where(known, 0, UNKNOWN).astype(codes.dtype)
                 hopeless = np.zeros(len(names), dtype=bool)
@@ -200,7 +209,7 @@ class ExtenderService:
             if node is not None:
                 self.cache.assume(request.key, node, choice.demand, choice.decision.gpu_indices)
                 self._remember(request, choice.demand, choice.plan)
-            outcome = PrioritizeOutcome(names, rows, points, node, choice.plan, self._writer_for(state))
+            outcome = PrioritizeOutcome(names, rows, points, node, choice.plan, self._writer_for(state), self.reach)
         _log_notes(request, choice.plan)
         if choice.plan.recommended:
             log.info("%s: scored with %s -> %s; %s would pick %s", request.name, choice.plan.strategy,
@@ -237,7 +246,7 @@ class ExtenderService:
             with self.cache.lock:
                 state = self.cache.fresh_state(forget=key)  # decide on the node without this very pod on it
                 row = state.index.get(node)
-                if row is not None and demand.needs_gpu:
+                if row is not None and (demand.needs_gpu or demand.mig):  # GPU rows: whole, share or MIG slice
                     ctx = self.cache.ctx
                     ctx.mix = self.cache.mix(demand)
                     ctx.tie_rank = used_first_rank(state)

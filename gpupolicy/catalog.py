@@ -140,6 +140,26 @@ def normalise_profile_name(name: str) -> str:
     return text
 
 
+def profile_compute_slices(name: str) -> int:
+    """Compute slices of a MIG profile or resource, from its name (`3g.40gb`, `nvidia.com/mig-3g.40gb`: 3).
+
+    Every profile name starts with its compute slices (`<N>g.`), on every product, so the
+    name alone says it (GFD's `<resource>.slices.ci` label says the same). 0: not a MIG name.
+    """
+    head, sep, _ = normalise_profile_name(name).partition("g.")
+    return int(head) if sep and head.isdigit() else 0
+
+
+def mig_layout_per_gpu(product: GpuProduct | None, layout_name: str) -> dict[str, int] | None:
+    """Devices per GPU (device plugin resource -> count) of the GPU Operator's default layout `layout_name`
+    (`nvidia.com/mig.config`) on `product`; None when the product or the layout is not in the catalog
+    (a custom mig-parted config) or the layout disables MIG."""
+    layout = product.mig_layout(layout_name) if product is not None and layout_name else None
+    if layout is None or not layout.mig_enabled:
+        return None
+    return layout.resources(1)
+
+
 # Start slots on the 8 memory slices (REFERENCE.md, MIG profiles).
 _PLACEMENTS_8 = {
     ("1g", 1): (0, 1, 2, 3, 4, 5, 6),

@@ -71,6 +71,9 @@ class ClusterView:
     # Whether GPU metrics (--prometheus-url) are configured: without them sharing and
     # scaleToZero stay Recommend (gpupolicy.modes.effective_mode).
     metrics_configured: bool = False
+    # CPU-only pods that tolerate the GPU taint get the schedulerName of the policies they match
+    # (admission.mutate.routes_cpu_pod; the chart's webhook.routeCpuPodsOnGpuNodes).
+    route_cpu_pods: bool = True
 
     def mode_of(self, policy: GpuPolicy) -> EffectiveMode:
         """The mode `policy` runs in here: the one function every component uses (once per policy and view)."""
@@ -198,6 +201,7 @@ def view_from_objects(
     default_mode: Mode = Mode.RECOMMEND,
     own_namespace: str = DEFAULT_NAMESPACE,
     metrics_configured: bool = False,
+    route_cpu_pods: bool = True,
 ) -> tuple[ClusterView, list[tuple[str, str]]]:
     """Assemble a view from watch-cache objects (plain API dicts). Pure.
 
@@ -213,6 +217,6 @@ def view_from_objects(
     view = ClusterView(
         policies=tuple(valid), namespace_labels=labels, nodes=tuple(node_from_object(n) for n in nodes),
         default_mode=default_mode, own_namespace=own_namespace, metrics_configured=metrics_configured,
-        hub_disconnected=any(not in_force(p) for p in policies),
+        hub_disconnected=any(not in_force(p) for p in policies), route_cpu_pods=route_cpu_pods,
     )
     return view, invalid

@@ -29,28 +29,39 @@ def diff(old: Any, new: Any, path: str = "") -> list[PatchOp]:
     review, whatever the pod's size) and finds the same operations as a walk
     over two independent copies (tests/core/test_patch_built.py).
     """
-    if old is new:
-        return []
+    ops: list[PatchOp] = []
+    if old is not new:
+        _walk(old, new, path, ops)
+    return ops
+
+
+def _walk(old: Any, new: Any, path: str, ops: list[PatchOp]) -> None:
+    """`diff` of two values that are not the same object, appended to `ops` (one list, no per-level lists:
+    the admission hot path calls this for every level the rewrite copied)."""
     if isinstance(old, dict) and isinstance(new, dict):
-        ops: list[PatchOp] = []
-        ops += [{"op": "remove", "path": path + "/" + escape(key)} for key in old if key not in new]
-        missing = _MISSING
+        if not old.keys() <= new.keys():  # a C-level check; the per-key loop only when a key went
+            ops += [{"op": "remove", "path": path + "/" + escape(key)} for key in old if key not in new]
+        get = old.get
         for key, value in new.items():
-            before = old.get(key, missing)
+            before = get(key, _MISSING)
             if before is value:  # shared with the original: not written, not walked
                 continue
-            if before is missing:
+            if before is _MISSING:
                 ops.append({"op": "add", "path": path + "/" + escape(key), "value": value})
             else:
-                ops += diff(before, value, path + "/" + escape(key))
-        return ops
+                _walk(before, value, path + "/" + escape(key), ops)
+        return
     if isinstance(old, list) and isinstance(new, list):
         if len(old) == len(new):
-            return [op for i, (a, b) in enumerate(zip(old, new, strict=True)) if a is not b
-                    for op in diff(a, b, f"{path}/{i}")]
+            for i, (a, b) in enumerate(zip(old, new, strict=True)):
+                if a is not b:
+                    _walk(a, b, f"{path}/{i}", ops)
+            return
         if len(new) > len(old) and new[: len(old)] == old:
-            return [{"op": "add", "path": f"{path}/-", "value": v} for v in new[len(old):]]
-        return [{"op": "replace", "path": path, "value": new}]
+            ops += [{"op": "add", "path": f"{path}/-", "value": v} for v in new[len(old):]]
+            return
+        ops.append({"op": "replace", "path": path, "value": new})
+        return
     if type(old) is type(new) and old == new:
-        return []
-    return [{"op": "replace", "path": path, "value": new}]
+        return
+    ops.append({"op": "replace", "path": path, "value": new})

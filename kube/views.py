@@ -58,14 +58,15 @@ class WatchedView:
     def __init__(self, api_client: Any, *, default_mode: Mode = Mode.RECOMMEND,
                  own_namespace: str = DEFAULT_NAMESPACE, with_nodes: bool = False,
                  feeds: Sequence[Reflector] = (), watch_timeout: int = 300,
-                 metrics_configured: bool = False) -> None:
+                 metrics_configured: bool = False, route_cpu_pods: bool = True) -> None:
         self._default_mode = default_mode
+        self._route_cpu_pods = route_cpu_pods  # --route-cpu-pods-on-gpu-nodes (admission.mutate)
         self._own_namespace = own_namespace
         self._metrics_configured = metrics_configured  # --prometheus-url given (gpupolicy.modes)
         self._lock = threading.Lock()
         self._dirty = True
         self._view = ClusterView(default_mode=default_mode, own_namespace=own_namespace,
-                                 metrics_configured=metrics_configured)
+                                 metrics_configured=metrics_configured, route_cpu_pods=route_cpu_pods)
         t = watch_timeout
         self.policies = Reflector(custom_objects_lister(api_client, GROUP, VERSION, PLURAL),
                                   on_change=self._changed, name="gpupolicies", timeout_seconds=t)
@@ -116,7 +117,7 @@ class WatchedView:
                 self._view, invalid = view_from_objects(
                     self.policies.snapshot().values(), self.namespaces.snapshot().values(), nodes,
                     default_mode=self._default_mode, own_namespace=self._own_namespace,
-                    metrics_configured=self._metrics_configured)
+                    metrics_configured=self._metrics_configured, route_cpu_pods=self._route_cpu_pods)
                 for name, error in invalid:
                     log.warning("ignoring invalid GpuPolicy %s: %s", name, error)
             return self._view

@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Renders the Helm chart into plain manifests for `kubectl apply -k manifests/`.
 #
-#   manifests/render.sh          refresh everything checked in: the chart's managed-resource
-#                                list (from gpupolicy/catalog.py), the chart's CRD copy (from
+#   manifests/render.sh          refresh everything checked in: the chart's CRD copy (from
 #                                manifests/crd/), and manifests/rendered/
 #   manifests/render.sh OUTDIR   only render into OUTDIR (tests/install diffs it with rendered/)
 #
@@ -22,7 +21,6 @@ else helm="$(command -v helm)"; fi
 
 if [ $# -eq 0 ]; then
   out="$here/rendered"
-  (cd "$here/.." && python3 manifests/gen_managed_resources.py)
   if [ -f "$here/crd/gpupolicies.gpu.kubeon.io.yaml" ]; then
     cp "$here/crd/gpupolicies.gpu.kubeon.io.yaml" "$chart/crds/gpupolicies.gpu.kubeon.io.yaml"
   fi

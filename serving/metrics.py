@@ -39,13 +39,27 @@ def multiprocess_enabled() -> bool:
     return bool(os.environ.get(MULTIPROC_ENV))
 
 
+_PID = [os.getpid()]
+os.register_at_fork(after_in_child=lambda: _PID.__setitem__(0, os.getpid()))
+
+
+def _process_id() -> int:
+    """This process's id, kept up to date across forks: prometheus_client's default asks the kernel
+    (a getpid system call) on every increment, five times per admission request."""
+    return _PID[0]
+
+
 def use_multiprocess_values() -> None:
     """Make metrics created from now on write to the multiprocess directory.
 
     prometheus-client picks its value class when it is first imported; if that
     happened in the gunicorn master before serve() set the directory, workers
-    must re-pick after the fork (serve() calls this in post_fork)."""
-    values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
+    must re-pick after the fork (serve() calls this in post_fork). In
+    multiprocess mode the values identify their process by `_process_id`."""
+    if multiprocess_enabled():
+        values.ValueClass = values.MultiProcessValue(process_identifier=_process_id)  # type: ignore[no-untyped-call]
+    else:
+        values.ValueClass = values.get_value_class()  # type: ignore[no-untyped-call]
 
 
 class RequestMetrics:

@@ -47,6 +47,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupolicy.quantity import parse_quantity
+from gpupolicy.taints import tolerates
 
 MAX_NODE_SCORE = 100
 MAX_EXTENDER_PRIORITY = 10
@@ -190,25 +191,6 @@ def pod_requests(pod: Obj, *, nonzero: bool = False) -> dict[str, Decimal]:
 def _units(resource: str, value: Decimal) -> int:
     """Upstream's integer units: milli-CPU for cpu, whole units (bytes, counts) for the rest."""
     return int(value * 1000) if resource == "cpu" else int(value)
-
-
-def tolerates(tolerations: Sequence[Mapping[str, Any]], taint: Mapping[str, Any]) -> bool:
-    """core/v1 toleration matching: empty key with Exists tolerates all; empty effect matches any. Pure."""
-    for toleration in tolerations:
-        effect = toleration.get("effect") or ""
-        if effect and effect != taint.get("effect"):
-            continue
-        key = toleration.get("key") or ""
-        operator = toleration.get("operator") or "Equal"
-        if not key:
-            if operator == "Exists":
-                return True
-            continue
-        if key != taint.get("key"):
-            continue
-        if operator == "Exists" or (toleration.get("value") or "") == (taint.get("value") or ""):
-            return True
-    return False
 
 
 def _expression_matches(expression: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

@@ -45,6 +45,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prometheus-url", default=None, metavar="URL",
                         help="the install's Prometheus (not queried here): without it sharing policies "
                              "stay Recommend, as the controller reports in their status")
+    parser.add_argument("--route-cpu-pods-on-gpu-nodes", choices=("true", "false"), default="true",
+                        help="give CPU-only pods that tolerate the GPU taint (nvidia.com/gpu:NoSchedule) the "
+                             "schedulerName of the policies they match, as GPU pods get it; DaemonSet pods and "
+                             "pods naming a scheduler are left alone (default: true)")
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (in-cluster config when unset)")
     parser.add_argument("--no-watch", action="store_true", help="do not watch the cluster: static view only")
     parser.add_argument("--policies", metavar="FILE", help="GpuPolicy YAML documents for a static view")
@@ -60,7 +64,12 @@ def load_static_view(args: argparse.Namespace) -> ClusterView:
         except (OSError, yaml.YAMLError, DryRunError) as exc:
             raise ValueError(f"{args.policies}: {exc}") from exc
     return ClusterView(policies=tuple(policies), default_mode=Mode(args.default_mode),
-                       own_namespace=args.namespace, metrics_configured=bool(args.prometheus_url))
+                       own_namespace=args.namespace, metrics_configured=bool(args.prometheus_url),
+                       route_cpu_pods=routes_cpu_pods(args))
+
+
+def routes_cpu_pods(args: argparse.Namespace) -> bool:
+    return bool(args.route_cpu_pods_on_gpu_nodes == "true")
 
 
 def should_watch(args: argparse.Namespace) -> bool:
@@ -79,7 +88,8 @@ def make_app_factory(args: argparse.Namespace, static: ClusterView) -> Any:
 
             source = WatchedView(load_api_client(args.kubeconfig), default_mode=Mode(args.default_mode),
                                  own_namespace=args.namespace, with_nodes=True,
-                                 metrics_configured=bool(args.prometheus_url)).start()
+                                 metrics_configured=bool(args.prometheus_url),
+                                 route_cpu_pods=routes_cpu_pods(args)).start()
         else:
             source = StaticView(static)
         app = create_app(source)

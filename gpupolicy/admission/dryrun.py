@@ -169,7 +169,7 @@ def dry_run(obj: Any, view: ClusterView, namespace: str | None = None) -> Admiss
     if skipped:  # the answer mutate + validate + diff give an out-of-scope pod (whose template has a
         # spec: without one the slow path writes `spec: {}` into the object it shows), without them
         return AdmissionResult(object=obj, note=skipped)
-    return _combine(obj, mutate_pod(pod, view, ns, owner), view, ns, owner, path)
+    return _combine(obj, mutate_pod(pod, view, ns, owner, with_patch=False), view, ns, owner, path)
 
 
 def _combine(
@@ -197,8 +197,11 @@ def _combine(
     else:
         result_obj = pod
     decisions = mutation.decisions + [d for d in validation.decisions if d.action != "Allow"]
+    # a Pod's patch is the mutation's own (the same diff of the same two objects); a workload's is
+    # worked out against the workload
+    patch = diff(dict(obj), result_obj) if path else mutation.patch
     return AdmissionResult(
-        allowed=validation.allowed, patch=diff(dict(obj), result_obj),
+        allowed=validation.allowed, patch=patch,
         warnings=mutation.warnings + validation.warnings, decisions=decisions,
         message=validation.message, object=result_obj, note=mutation.note or validation.note,
     )

@@ -28,6 +28,8 @@ from gpupolicy.admission.rewrite import (
     resource_toleration,
     rewritten_from_json,
     toleration_dict,
+    would_add_tolerations,
+    would_set_scheduler,
     writable_copy,
 )
 from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE, WANTED_RESOURCE_ANNOTATION
@@ -37,6 +39,7 @@ from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.owners import is_approved, pod_owner
 from gpupolicy.patch import PatchOp, diff
 from gpupolicy.proposals import applied_resource
+from gpupolicy.taints import GPU_TAINT, tolerates
 
 WARNING_LIMIT = 120
 
@@ -109,15 +112,50 @@ def may_apply(policy: GpuPolicy, mode: Mode, owner: str) -> bool:
     return mode == Mode.AUTOMATIC or (mode == Mode.APPROVE and is_approved(policy.spec.approvals, owner))
 
 
-def out_of_scope(pod: Mapping[str, Any], namespace: str, view: ClusterView) -> str:
-    """Why a pod is out of scope for every policy, or "" when it is in scope."""
+NO_GPU = "pod asks for no GPU"
+DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.schedulerName to
+
+
+def routes_cpu_pod(pod: Mapping[str, Any], view: ClusterView) -> bool:
+    """Whether a pod that asks for no GPU still gets the schedulerName of the policies it matches.
+
+    kubeon's GPU nodes carry `GPU_TAINT`; a CPU-only pod that tolerates it
+    may land on them, and the default-scheduler would spread it onto the
+    empty nodes whole-GPU pods need (docs/benchmarks.md, "Packing through
+    kube-scheduler"). Such a pod is routed as GPU pods are (schedulerName
+    only: no tolerations, no sharing), except a DaemonSet's pod (pinned to
+    its node, and it must run even when kubeon's scheduler is down: the
+    device plugin is one), a pod already on a node (`spec.nodeName`: no
+    scheduler binds it), a pod naming another scheduler, and when the
+    install switched it off (`view.route_cpu_pods`).
+    """
+    spec = pod.get("spec")
+    if not view.route_cpu_pods or not isinstance(spec, Mapping) or spec.get("nodeName"):
+        return False
+    if spec.get("schedulerName") not in (None, "", DEFAULT_SCHEDULER):
+        return False
+    refs = (pod.get("metadata") or {}).get("ownerReferences")
+    if isinstance(refs, list) and any(isinstance(r, Mapping) and r.get("kind") == "DaemonSet" for r in refs):
+        return False
+    tolerations = spec.get("tolerations")
+    return isinstance(tolerations, list) and tolerates(tolerations, GPU_TAINT)
+
+
+def _scope(pod: Mapping[str, Any], namespace: str, view: ClusterView) -> tuple[str, bool]:
+    """(why the pod is out of scope, "" when in scope; whether it is in scope for routing alone)."""
     if view.is_protected(namespace):
-        return f"namespace {namespace} is never touched"
+        return f"namespace {namespace} is never touched", False
     if has_skip_marker(pod):
-        return "pod is marked gpu.kubeon.io/skip=true"
+        return "pod is marked gpu.kubeon.io/skip=true", False
     if not any(count > 0 for count in pod_gpu_resources(pod).values()):
-        return "pod asks for no GPU"
-    return ""
+        return ("", True) if routes_cpu_pod(pod, view) else (NO_GPU, False)
+    return "", False
+
+
+def out_of_scope(pod: Mapping[str, Any], namespace: str, view: ClusterView) -> str:
+    """Why a pod is out of scope for every policy, or "" when it is in scope (a CPU-only pod that
+    `routes_cpu_pod` is, for the policies' schedulerName alone)."""
+    return _scope(pod, namespace, view)[0]
 
 
 def _not_applied_warning(policy: GpuPolicy, mode: Mode, owner: str, what: str) -> str:
@@ -183,17 +221,18 @@ def _tolerations(policy: GpuPolicy) -> list[dict[str, Any]]:
 
 
 def _apply_injections(
-    policy: GpuPolicy, mode: Mode, owner: str, pod: dict[str, Any], warnings: list[str], quiet: bool
+    policy: GpuPolicy, mode: Mode, owner: str, pod: dict[str, Any], warnings: list[str], quiet: bool,
+    route_only: bool = False,
 ) -> Decision | None:
-    """Tolerations and schedulerName from any policy kind; None when the policy injects nothing."""
-    tolerations = _tolerations(policy)
+    """Tolerations and schedulerName from any policy kind (`route_only`: schedulerName alone); None when
+    the policy injects nothing."""
+    tolerations = [] if route_only else _tolerations(policy)
     scheduler = policy.spec.scheduler_name
     if not tolerations and not scheduler:
         return None
-    trial = writable_copy(pod)
-    changed = ensure_tolerations(trial, tolerations)
+    changed = would_add_tolerations(pod, tolerations)
     if scheduler:
-        changed = ensure_scheduler(trial, scheduler) or changed
+        changed = would_set_scheduler(pod, scheduler) or changed
     if not changed:
         return None
     parts = ([f"{len(tolerations)} toleration(s)"] if tolerations else []) + (
@@ -210,11 +249,15 @@ def _apply_injections(
 
 
 def mutate_pod(
-    pod: Mapping[str, Any], view: ClusterView, namespace: str | None = None, owner: str | None = None
+    pod: Mapping[str, Any], view: ClusterView, namespace: str | None = None, owner: str | None = None, *,
+    with_patch: bool = True,
 ) -> AdmissionResult:
-    """The mutating decision for a Pod CREATE. `owner` defaults to the pod's resolved owner."""
+    """The mutating decision for a Pod CREATE. `owner` defaults to the pod's resolved owner.
+
+    `with_patch=False`: no JSON Patch (`patch` empty) for a caller that expresses the change against
+    another object (the dry-run of a workload diffs the workload, not its pod)."""
     ns = pod_namespace(pod, namespace)
-    skipped = out_of_scope(pod, ns, view)
+    skipped, route_only = _scope(pod, ns, view)
     if skipped:
         return AdmissionResult(object=pod, note=skipped)
     owner = owner or pod_owner(pod, ns)
@@ -228,15 +271,15 @@ def mutate_pod(
     applied: list[str] = []
     for kind, policy in winners.items():
         mode = view.mode_of(policy).mode
-        quiet = False
-        if kind == PolicyKind.SHARING:
+        quiet = route_only  # a CPU-only pod's author has nothing to act on; the decision still says it
+        if kind == PolicyKind.SHARING and not route_only:
             decision = _apply_sharing_policy(policy, mode, owner, mutated, view, warnings, rewritten,
                                              _enforced_type_fit(winners, view, owner))
             decisions.append(decision)
             quiet = not decision.applied and decision.action != Action.SKIP
             if decision.applied:
                 applied.append(policy.name)
-        injected = _apply_injections(policy, mode, owner, mutated, warnings, quiet)
+        injected = _apply_injections(policy, mode, owner, mutated, warnings, quiet, route_only)
         if injected is not None:
             decisions.append(injected)
             if injected.applied and policy.name not in applied:
@@ -250,7 +293,7 @@ def mutate_pod(
         if rewritten:
             notes[ANNOTATION_REWRITTEN_FROM] = rewritten_from_json(rewritten)
         ensure_annotations(mutated, notes)
-    return AdmissionResult(True, diff(pod, mutated), warnings, decisions, object=mutated)
+    return AdmissionResult(True, diff(pod, mutated) if with_patch else [], warnings, decisions, object=mutated)
 
 
 def _guardrail_violation(pod: Mapping[str, Any], policy: GpuPolicy) -> str:
@@ -272,9 +315,9 @@ def validate_pod(
 ) -> AdmissionResult:
     """Guardrails for a Pod CREATE: deny (Automatic, or Approve for approved owners) or warn."""
     ns = pod_namespace(pod, namespace)
-    skipped = out_of_scope(pod, ns, view)
-    if skipped:
-        return AdmissionResult(object=pod, note=skipped)
+    skipped, route_only = _scope(pod, ns, view)
+    if skipped or route_only:  # guardrails are about GPUs: a routed CPU-only pod has none
+        return AdmissionResult(object=pod, note=skipped or NO_GPU)
     policy = winning_policies(view, ns, _pod_labels(pod)).get(PolicyKind.GUARDRAIL)
     if policy is None:
         return AdmissionResult(object=pod, note="no guardrail policy matches")

@@ -186,17 +186,17 @@ def _named(names: frozenset[str], product: GpuProduct, view: ClusterView) -> boo
     return any(view.catalog.product(name) == product for name in names)
 
 
-def landing_products(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
+def landing_products(pinned: frozenset[str] | None, sharing: SharingSpec, view: ClusterView,
                      type_fit_models: frozenset[str] | None) -> tuple[list[GpuProduct], str, bool]:
-    """The MIG-capable products the pod may land on, why none when the list is empty, and whether
-    the list is known (False: no node, gpuModels, pin or typeFit says; every catalog product).
+    """The MIG-capable products a pod pinning itself to `pinned` (`pod_allowed_products`) may land on,
+    why none when the list is empty, and whether the list is known (False: no node, gpuModels, pin or
+    typeFit says; every catalog product).
 
     The policy's candidates (gpuModels, else what the nodes have), narrowed by
     the pod's own nodeSelector / required node affinity on the product label,
     by an enforced typeFit policy, and by the nodes that exist (when any GPU
     node is known): a slice no such node offers would leave the pod Pending.
     """
-    pinned = pod_allowed_products(pod)
     # per view: the pod matters only through `pinned`
     products, why, known = view.remembered(("landing", pinned, type_fit_models), sharing,
                                            lambda: _landing_products(sharing, view, pinned, type_fit_models))
@@ -290,18 +290,17 @@ def _pin(product: GpuProduct, view: ClusterView) -> str:
     return product.product
 
 
-def declared_need_mib(pod: Mapping[str, Any], sharing: SharingSpec) -> tuple[float | None, str]:
-    """The pod's GPU memory need: its annotation, else the policy's gpuMemory; with where it came from.
+def declared_need_mib(text: str | None, sharing: SharingSpec) -> tuple[float | None, str]:
+    """The pod's GPU memory need: its annotation's `text`, else the policy's gpuMemory; with where it
+    came from.
 
     Raises QuantityError (naming the annotation) when the annotation is not a quantity.
     """
-    annotations = (pod.get("metadata") or {}).get("annotations") or {}
-    text = annotations.get(ANNOTATION_GPU_MEMORY)
     if text:
         try:
-            return parse_bytes_mib(str(text)), f"annotation {text}"
+            return parse_bytes_mib(text), f"annotation {text}"
         except QuantityError as exc:
-            raise QuantityError(f"{ANNOTATION_GPU_MEMORY} {str(text)[:40]!r} is not a memory quantity "
+            raise QuantityError(f"{ANNOTATION_GPU_MEMORY} {text[:40]!r} is not a memory quantity "
                                 f"(e.g. 20Gi): {exc}") from exc
     if sharing.gpu_memory:
         return parse_bytes_mib(sharing.gpu_memory), f"policy gpuMemory {sharing.gpu_memory}"
@@ -325,8 +324,8 @@ def time_slice_guarantee_mib(sharing: SharingSpec, view: ClusterView) -> tuple[f
     return smallest.memory_mib / replicas, f"{smallest.product} {smallest.memory_mib}Mi / {replicas} replicas"
 
 
-def _time_slicing_plan(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
-                       single: tuple[str, ...], need: float | None, source: str) -> SharingPlan:
+def _time_slicing_plan(sharing: SharingSpec, view: ClusterView, single: tuple[str, ...], need: float | None,
+                       source: str) -> SharingPlan:
     guarantee = time_slice_guarantee_mib(sharing, view) if need is not None else None
     if need is not None and guarantee is not None and need > guarantee[0]:
         why = f"declares {need:.0f}Mi ({source}), a time-sliced share guarantees {guarantee[0]:.0f}Mi"
@@ -345,8 +344,35 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
     otherwise it stays on whole GPUs with a warning, marked with the slice it
     wanted so the planner counts it. A time-sliced share is 1/replicas of a GPU
     with the replicas the nodes run (from the time-slicing ConfigMap).
+
+    Past the pod's containers, the plan depends on the pod only through its
+    declared GPU memory (the annotation's text), the products it pins itself
+    to and the containers asking for one GPU; it is worked out once per view
+    for those (`ClusterView.remembered`), as replicas of one workload ask the
+    same question.
     """
-    plan = _plan_sharing(pod, sharing, view, right_sized, type_fit_models)
+    scanned = _single_gpu_containers(pod)
+    if isinstance(scanned, SharingPlan):
+        return scanned
+    if right_sized is not None and right_sized.resource and is_sliced_resource(right_sized.resource):
+        return _offered(SharingPlan(right_sized.resource, scanned, detail=f"right-sized from measured peak "
+                                                                          f"(proposal {right_sized.id} Applied)"),
+                        sharing, view)
+    text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPU_MEMORY)
+    need_text = str(text) if text else None
+    pinned = pod_allowed_products(pod) if sharing.strategy != SharingStrategy.TIME_SLICING else None
+    if len(view.memo) >= PLAN_MEMO_LIMIT:  # pods declaring ever new needs: no more memo entries
+        return _offered(_plan_sharing(need_text, pinned, scanned, sharing, view, type_fit_models), sharing, view)
+    key = ("sharing-plan", need_text, pinned, scanned, type_fit_models)
+    return view.remembered(key, sharing, lambda: _offered(
+        _plan_sharing(need_text, pinned, scanned, sharing, view, type_fit_models), sharing, view))
+
+
+PLAN_MEMO_LIMIT = 4096  # per-view memo entries past which sharing plans are worked out every time
+
+
+def _offered(plan: SharingPlan, sharing: SharingSpec, view: ClusterView) -> SharingPlan:
+    """`plan` if a node offers its resource; else stay on whole GPUs, marked with the slice wanted."""
     if plan.resource is None:
         return plan
     if not view.offers(plan.resource):
@@ -358,17 +384,8 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
     return plan
 
 
-def _plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
-                  right_sized: Proposal | None = None,
-                  type_fit_models: frozenset[str] | None = None) -> SharingPlan:
-    """Decide the target resource for a pod under a sharing policy (no change made here).
-
-    `right_sized`: the policy's Applied right-sizing proposal for the pod's owner.
-    Its resource wins over the policy's own sizing (annotation, gpuMemory, fixed
-    profile): the policy status is the single source of truth, so the pods get
-    exactly the size the controller measured and applied. `type_fit_models`:
-    the products an enforced typeFit policy allows the pod (None: no such policy).
-    """
+def _single_gpu_containers(pod: Mapping[str, Any]) -> tuple[str, ...] | SharingPlan:
+    """The names of the containers asking for exactly one whole GPU, or why the pod is not a candidate."""
     single: list[str] = []
     multi: list[str] = []
     for container in iter_containers(pod):
@@ -384,20 +401,28 @@ def _plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterVie
         if multi:
             return SharingPlan(None, skip_reason=f"container {multi[0]} asks for more than one GPU")
         return SharingPlan(None, skip_reason="no container asks for nvidia.com/gpu: 1")
-    if right_sized is not None and right_sized.resource and is_sliced_resource(right_sized.resource):
-        return SharingPlan(right_sized.resource, tuple(single),
-                           detail=f"right-sized from measured peak (proposal {right_sized.id} Applied)")
+    return tuple(single)
+
+
+def _plan_sharing(need_text: str | None, pinned: frozenset[str] | None, single: tuple[str, ...],
+                  sharing: SharingSpec, view: ClusterView,
+                  type_fit_models: frozenset[str] | None = None) -> SharingPlan:
+    """Decide the target resource for a pod under a sharing policy (no change made here), from what the
+    plan reads of the pod: the gpu-memory annotation's text, the products it pins (`pod_allowed_products`)
+    and the containers asking for one GPU. `type_fit_models`: the products an enforced typeFit policy
+    allows the pod (None: no such policy). (A right-sizing proposal's resource wins over all of this:
+    `plan_sharing`.)"""
     try:
-        need, source = declared_need_mib(pod, sharing)
+        need, source = declared_need_mib(need_text, sharing)
     except QuantityError as exc:
         return SharingPlan(None, skip_reason=str(exc), warning=f"{exc}: pod left unchanged")
     if sharing.strategy == SharingStrategy.TIME_SLICING:
-        return _time_slicing_plan(pod, sharing, view, tuple(single), need, source)
+        return _time_slicing_plan(sharing, view, single, need, source)
     fixed = None if sharing.mig_profile == "auto" else normalise_profile_name(sharing.mig_profile)
     if fixed is None and need is None:
         return SharingPlan(None, skip_reason="no GPU memory need (gpu.kubeon.io/gpu-memory or gpuMemory)",
                            warning="no GPU memory need declared: set gpu.kubeon.io/gpu-memory")
-    products, why_none, known = landing_products(pod, sharing, view, type_fit_models)
+    products, why_none, known = landing_products(pinned, sharing, view, type_fit_models)
     if not products:
         return SharingPlan(None, skip_reason=why_none, warning=f"{why_none}: pod left on whole GPUs")
     choice = choose_mig_profile(need, products, view, fixed, pin=known)
@@ -415,7 +440,7 @@ def _plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterVie
     if choice.pin is not None:
         selector = {PRODUCT_LABEL: choice.pin}
         detail += f"; pinned to {PRODUCT_LABEL}={choice.pin} (no one profile fits every GPU it may use)"
-    return SharingPlan(choice.profile.resource_name, tuple(single), detail=detail, node_selector=selector)
+    return SharingPlan(choice.profile.resource_name, single, detail=detail, node_selector=selector)
 
 
 def apply_sharing(pod: dict[str, Any], plan: SharingPlan) -> dict[str, dict[str, dict[str, str]]]:
@@ -479,6 +504,14 @@ def ensure_tolerations(pod: dict[str, Any], wanted: Iterable[Mapping[str, Any]])
     return added
 
 
+def would_add_tolerations(pod: Mapping[str, Any], wanted: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether `ensure_tolerations(pod, wanted)` would add something (the pod is not touched)."""
+    spec = pod.get("spec")
+    current = spec.get("tolerations") if isinstance(spec, dict) else None
+    existing = current if isinstance(current, list) else []
+    return any(dict(toleration) not in existing for toleration in wanted)
+
+
 def resource_toleration(resource: str) -> dict[str, Any]:
     """What ExtendedResourceToleration would add for a resource (added here so every cluster gets it)."""
     return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
@@ -500,6 +533,13 @@ def ensure_scheduler(pod: dict[str, Any], scheduler: str) -> bool:
         spec["schedulerName"] = scheduler
         return True
     return False
+
+
+def would_set_scheduler(pod: Mapping[str, Any], scheduler: str) -> bool:
+    """Whether `ensure_scheduler(pod, scheduler)` would set it (the pod is not touched)."""
+    spec = pod.get("spec")
+    current = spec.get("schedulerName") if isinstance(spec, dict) else None
+    return current in (None, "", "default-scheduler") and current != scheduler
 
 
 def ensure_annotations(pod: dict[str, Any], values: Mapping[str, str]) -> None:

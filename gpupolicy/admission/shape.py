@@ -211,7 +211,7 @@ def _compile(spec: Spec) -> Fits:
     others = tuple((name, _compile(field)) for name, field in spec.items() if field != STRING)
 
     def object_fits(value: Any) -> bool:
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):  # parsed JSON/YAML: a dict, no ABC check
             return value is None
         get = value.get
         for name in strings:
@@ -248,7 +248,7 @@ def _map_fits(item: Spec) -> Fits:
     check_item, no_null = _compile(item), item in (STRING, QUANTITY)
 
     def map_fits(value: Any) -> bool:
-        if not isinstance(value, Mapping):
+        if type(value) is not dict and not isinstance(value, Mapping):
             return value is None
         for key, element in value.items():
             if not isinstance(key, str):
@@ -264,7 +264,7 @@ def _map_fits(item: Spec) -> Fits:
 
 
 def _string_map_fits(value: Any) -> bool:
-    if not isinstance(value, Mapping):
+    if type(value) is not dict and not isinstance(value, Mapping):
         return value is None
     for key, element in value.items():  # noqa: SIM110 - a loop is faster than all() over a generator
         if not isinstance(key, str) or not isinstance(element, str):  # null included
@@ -277,7 +277,7 @@ _LEAVES: dict[str, Fits] = {
     QUANTITY: lambda v: v is None or not _quantity_problem(v),
     BOOLEAN: lambda v: v is None or isinstance(v, bool),
     INTEGER: lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)),
-    ANY_OBJECT: lambda v: v is None or isinstance(v, Mapping),
+    ANY_OBJECT: lambda v: v is None or type(v) is dict or isinstance(v, Mapping),
 }
 
 

@@ -11,9 +11,11 @@ reconciler therefore:
    against the capacity already asked for;
 2. turns each unserved pod into GPU milli under the layout its sharing
    policy asks for (`launch_demand`): a time-sliced share is 1/replicas of a
-   GPU; a MIG slice is 1/instances of its profile's `all-<profile>` layout
-   (the GPU Operator's default set), per product that has the profile (the
-   caller plans each product and keeps the cheapest);
+   GPU; a MIG slice is its compute slices' share of a GPU cut by its
+   profile's `all-<profile>` layout (the GPU Operator's default set), i.e.
+   1/instances, the live model's conversion (packing/migslices.py), per
+   product that has the profile (the caller plans each product and keeps
+   the cheapest);
 3. groups them by resource, so every node launched runs one layout, and
    `boot_labels` names the MIG layout the node boots with
    (`nvidia.com/mig.config`). A time-sliced node boots whole and the layout
@@ -39,6 +41,7 @@ from gpupolicy.catalog import (
 )
 from gpupolicy.model import GpuPolicy
 from gpupolicy.packing.kubemodel import ObjectError, pod_requests
+from gpupolicy.packing.migslices import slice_milli
 from gpupolicy.packing.nodemodel import MILLI, PodDemand
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -111,7 +114,8 @@ def launch_demand(pod: Mapping[str, Any], resource: str, policy: GpuPolicy | Non
         if profile is None or profile.max_instances <= 0:
             continue
         products.add(product.product)
-        milli = MILLI // profile.max_instances  # rounded down, so that max_instances fit one GPU
+        # its slice of a GPU cut all-<profile> (the live model's conversion, rounded down to fit the bin)
+        milli = slice_milli(profile.compute_slices, profile.compute_slices * profile.max_instances)
         worst = max(worst, milli)
         by_product[product.product] = PodDemand(cpu_milli=cpu, memory_mib=mem, num_gpu=1, gpu_milli=milli,
                                                 allowed_models=frozenset({product.product}), name=key)

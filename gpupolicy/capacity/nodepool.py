@@ -28,6 +28,7 @@ from typing import Any
 
 from gpupolicy.catalog import GPU_RESOURCE, normalise_product_label
 from gpupolicy.model import CapacitySpec
+from gpupolicy.taints import GPU_TAINT
 
 GROUP, VERSION = "karpenter.sh", "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -37,7 +38,6 @@ INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 CAPACITY_TYPE_LABEL = "karpenter.sh/capacity-type"
 POLICY_LABEL = "gpu.kubeon.io/capacity-policy"  # on the NodePool and on the NodeClaims we create
 MANAGED_BY = {"app.kubernetes.io/managed-by": "kubeon-gpu-optimizer"}
-GPU_TAINT = {"key": GPU_RESOURCE, "effect": "NoSchedule"}
 FOR_PODS_ANNOTATION = "gpu.kubeon.io/launched-for"  # the pending pods a NodeClaim was created for
 
 

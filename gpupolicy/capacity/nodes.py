@@ -21,18 +21,21 @@ def with_rows(state: NodeState, specs: Sequence[NodeSpec]) -> NodeState:
     models = sorted(set(state.models) | {s.model for s in specs})
     midx = {m: i for i, m in enumerate(models)}
     old_models = np.array([midx[m] for m in state.models], dtype=np.int64)
-    mig_resources = sorted(set(state.mig_resources) | {r for s in specs for r in s.mig})
+    mig_resources = sorted(set(state.mig_resources) | {r for s in specs for r in (*s.mig, *s.mig_per_gpu)})
     n_old, n_new = len(state), len(specs)
     mig_cap = np.zeros((n_old + n_new, len(mig_resources)), dtype=np.int64)
     mig_free = np.zeros_like(mig_cap)
-    for j, r in enumerate(state.mig_resources):
-        k = mig_resources.index(r)
-        mig_cap[:n_old, k] = state.mig_cap[:, j]
-        mig_free[:n_old, k] = state.mig_free[:, j]
+    per_gpu = np.zeros_like(mig_cap)
+    old_at = [mig_resources.index(r) for r in state.mig_resources]
+    mig_cap[:n_old, old_at] = state.mig_cap
+    mig_free[:n_old, old_at] = state.mig_free
+    per_gpu[:n_old, old_at] = state.mig_per_gpu
     for i, s in enumerate(specs):
         for r, c in s.mig.items():
             mig_cap[n_old + i, mig_resources.index(r)] = c
             mig_free[n_old + i, mig_resources.index(r)] = c
+        for r, c in s.mig_per_gpu.items():
+            per_gpu[n_old + i, mig_resources.index(r)] = c
     out = NodeState(
         names=[*state.names, *(s.name for s in specs)],
         cpu_cap=np.concatenate([state.cpu_cap, [s.cpu_milli for s in specs]]).astype(np.int64),
@@ -46,12 +49,14 @@ def with_rows(state: NodeState, specs: Sequence[NodeSpec]) -> NodeState:
         mig_cap=mig_cap,
         shared_cap=np.concatenate([state.shared_cap, [s.shared for s in specs]]).astype(np.int64),
         exclusive=np.concatenate([state.exclusive, [s.exclusive for s in specs]]).astype(bool),
+        mig_per_gpu=per_gpu,
     )
     out.cpu_free[:n_old] = state.cpu_free
     out.mem_free[:n_old] = state.mem_free
     width = state.gpu_free.shape[1]
     out.gpu_free[:n_old, :width] = state.gpu_free[:, : out.gpu_free.shape[1]]
     out.mig_free[:] = mig_free
+    out.mig_held[:n_old, :width][:, :, old_at] = state.mig_held[:, : out.gpu_free.shape[1]]
     out.shared_free[:n_old] = state.shared_free
     out.schedulable[:n_old] = state.schedulable
     refresh_all(out)

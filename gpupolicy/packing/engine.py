@@ -4,8 +4,12 @@
 the strategy to score the feasible ones, and returns a `Placement` (node, GPU
 indices, and per-node scores and reasons for explanations). MIG and
 time-sliced demands are packed by count for every strategy here
-(`placement.with_device_counts`), so the extender, the simulator and the
-consolidation planner share that rule too; strategies only see milli-GPUs. It never
+(`placement.with_device_counts`; MIG devices on GPU rows go to the fullest
+cut GPU first), so the extender, the simulator and the consolidation planner
+share that rule too; strategies only see milli-GPUs. A pod that asks no GPU goes
+to a feasible node without GPUs first, whatever the strategy
+(`placement.with_gpu_less_nodes_first`: GPU nodes' CPU and memory stay for GPU
+pods; openb, GPU nodes only, is unchanged). It never
 mutates the state: the caller commits with `commit(state, demand, decision)`
 (Solve, then Record). Ties in score go to the lowest `ctx.tie_rank`.
 
@@ -33,8 +37,11 @@ from gpupolicy.packing.placement import (
     RejectReason,
     Strategy,
     fit,
+    rows_to_work_on,
+    sorted_rows,
     to_gpu_indices,
     with_device_counts,
+    with_gpu_less_nodes_first,
 )
 from gpupolicy.packing.strategies.baselines import BestFit, DotProd, GpuPacking, Random
 from gpupolicy.packing.strategies.kubeon import Kubeon
@@ -73,9 +80,12 @@ def get_strategy(name: str | None) -> Strategy:
 class Placement:
     """The solver's answer for one pod: where it goes (`node` None when no node fits).
 
-    `scores[n]` is the strategy's score of node n (-inf where infeasible),
-    `fit.reason(n)` why a node was rejected; `gpu_indices` the GPUs the pod
-    takes on the chosen node.
+    `scores` holds the strategy's score per node (-inf where infeasible) for
+    every node of the state, or, after a decision restricted to some nodes,
+    for `nodes` (sorted) alone, position i being `nodes[i]`'s (`scores_of`).
+    `fit` says why a node was rejected, for every node or at least for
+    `nodes` (`reason`). `gpu_indices`: the GPUs the pod takes on the chosen
+    node.
     """
 
     node: int | None
@@ -83,9 +93,21 @@ class Placement:
     scores: FloatArray
     fit: FitResult
     strategy: str
+    nodes: IntArray | None = None
 
     def reason(self, node: int) -> RejectReason:
         return self.fit.reason(node)
+
+    def scores_of(self, nodes: IntArray) -> FloatArray:
+        """The scores of `nodes` (any order); -inf for a node the decision did not consider."""
+        if self.nodes is None:
+            out: FloatArray = self.scores[nodes]
+            return out
+        pos = np.searchsorted(self.nodes, nodes)
+        inside = pos < len(self.nodes)
+        pos = np.where(inside, pos, 0)
+        known = inside & (self.nodes[pos] == nodes) if len(self.nodes) else inside
+        return np.where(known, self.scores[pos] if len(self.nodes) else -np.inf, -np.inf)
 
 
 def decide(
@@ -96,25 +118,47 @@ def decide(
     restrict: IntArray | None = None,
     fitted: FitResult | None = None,
 ) -> Placement:
-    """Score `demand` against all nodes (or only `restrict`) and pick the best. Does not mutate.
+    """Score `demand` against all nodes (or only the rows `restrict`) and pick the best. Does not mutate.
 
-    `fitted`: `fit(state, demand)` when the caller already has it for this
-    very state and demand (the extender's /filter for the same pod), to
-    skip checking the fit rules twice.
+    `fitted`: `fit(state, demand)` (or `fit(..., nodes)` covering `restrict`)
+    when the caller already has it for this very state and demand (the
+    extender's /filter for the same pod), to skip checking the fit rules
+    twice. With `restrict` given as rows (fewer than a quarter of the state:
+    `rows_to_work_on`), the work is on those rows alone (the extender's few
+    hundred of a cluster's thousands of nodes) and the Placement's
+    `scores`/`fit` cover them (`Placement.nodes`); the chosen node is the same
+    as over all nodes with the others made infeasible.
     """
-    if fitted is None:
-        fitted = fit(state, demand)
-    feasible = fitted.feasible
-    if restrict is not None:
-        allowed = np.zeros(len(state), dtype=bool)
-        allowed[restrict] = True
-        feasible = feasible & allowed
-    candidates = np.flatnonzero(feasible)
-    scores = np.full(len(state), -np.inf)
+    if restrict is not None and restrict.dtype == np.bool_:
+        restrict = np.flatnonzero(restrict)
+    few = rows_to_work_on(len(state), restrict)
+    nodes: IntArray | None = None if few is None else sorted_rows(few)
+    if nodes is None:
+        if fitted is None or fitted.nodes is not None:
+            fitted = fit(state, demand)
+        feasible = fitted.feasible
+        if restrict is not None:
+            allowed = np.zeros(len(state), dtype=bool)
+            allowed[restrict] = True
+            feasible = feasible & allowed
+        candidates = np.flatnonzero(feasible)
+        scores = np.full(len(state), -np.inf)
+    else:  # the candidates' order is the row order, as over all nodes
+        codes = fitted.codes_of(nodes) if fitted is not None else None
+        if fitted is None or codes is None:
+            fitted = fit(state, demand, nodes)
+            codes = fitted.codes
+        feasible = codes == 0
+        candidates = nodes[feasible]
+        scores = np.full(len(nodes), -np.inf)
     if candidates.size == 0:
-        return Placement(None, (), scores, fitted, strategy.name)
+        return Placement(None, (), scores, fitted, strategy.name, nodes)
     scored = with_device_counts(state, demand, candidates, strategy.score(state, demand, candidates, ctx))
-    scores[candidates] = scored.scores
+    scored = with_gpu_less_nodes_first(state, demand, candidates, scored)
+    if nodes is None:
+        scores[candidates] = scored.scores
+    else:
+        scores[feasible] = scored.scores
     rank = ctx.rank(state)[candidates]
     top = scored.scores == scored.scores.max()
     pick = np.flatnonzero(top)
@@ -124,7 +168,7 @@ def decide(
     best = int(pick[np.argmin(rank[pick])])
     node = int(candidates[best])
     chosen_gpu = int(scored.gpu[best]) if scored.gpu is not None else -1
-    return Placement(node, to_gpu_indices(state, node, demand, chosen_gpu), scores, fitted, strategy.name)
+    return Placement(node, to_gpu_indices(state, node, demand, chosen_gpu), scores, fitted, strategy.name, nodes)
 
 
 def commit(state: NodeState, demand: PodDemand, decision: Placement) -> None:
@@ -145,11 +189,12 @@ class NodeVerdict:
 
 def explain(state: NodeState, decision: Placement, nodes: Sequence[int] | None = None) -> list[NodeVerdict]:
     """Per-node scores and rejection reasons of a decision, best first, for logs and dry-run."""
-    idx = range(len(state)) if nodes is None else nodes
+    idx = np.arange(len(state)) if nodes is None else np.asarray(nodes, dtype=np.int64)
+    codes = decision.fit.codes_of(idx)
+    if codes is None:
+        raise ValueError("explain: nodes outside the decision's")
     out = []
-    for n in idx:
-        code = int(decision.fit.codes[n])
-        score = float(decision.scores[n])
+    for n, code, score in zip(idx.tolist(), codes.tolist(), decision.scores_of(idx).tolist(), strict=True):
         out.append(NodeVerdict(state.names[n], code == 0, REASON_BY_CODE[code],
                                score if np.isfinite(score) else None))
     out.sort(key=lambda v: (not v.feasible, -(v.score if v.score is not None else 0.0)))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from gpupolicy.packing.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand
-from gpupolicy.packing.placement import FloatArray, PackingContext, Scored
+from gpupolicy.packing.placement import FloatArray, PackingContext, Scored, rows_to_work_on
 from gpupolicy.packing.typicalmix import COVERAGE, TypicalMix
 
 SHAPES_KEPT = 32  # whole-GPU/CPU-only pod shapes whose F_after per node is kept (FragModel._after_by_node)
@@ -61,6 +61,9 @@ class FragModel:
         # inf * 0 is NaN (then 0 after nan_to_num): only types needing no CPU/memory and no GPU
         self.cpu_nan_types = np.flatnonzero((self.cpu <= 0) & (self.per_copy == 0))
         self.mem_nan_types = np.flatnonzero((self.mem <= 0) & (self.per_copy == 0))
+        with np.errstate(invalid="ignore"):  # the NaN is meant: cleared below, after the minimum
+            self.cpu_free_caps = np.inf * self.per_copy[self.cpu_free_types]
+            self.mem_free_caps = np.inf * self.per_copy[self.mem_free_types]
         n, m = len(state), len(mix)
         self.ge = np.zeros((n, m), dtype=np.int64)
         self.small = np.zeros((n, m), dtype=np.int64)
@@ -87,9 +90,13 @@ class FragModel:
         other._after_by_shape = OrderedDict((k, (v.copy(), ver.copy())) for k, (v, ver) in self._after_by_shape.items())
         return other
 
-    def sync(self) -> None:
-        """Recompute the rows of nodes that changed since the last call."""
-        dirty = np.flatnonzero(self.state.row_version != self.seen)
+    def sync(self, rows: IntArray | None = None) -> None:
+        """Recompute the rows of nodes that changed since they were last computed: every such row, or those
+        among `rows` (the candidates a decision reads; the others catch up when they are read)."""
+        if rows is None:
+            dirty = np.flatnonzero(self.state.row_version != self.seen)
+        else:
+            dirty = rows[self.state.row_version[rows] != self.seen[rows]]
         if dirty.size == 0:
             return
         free = self.state.gpu_free[dirty]  # (D, G); absent GPUs hold 0
@@ -136,14 +143,14 @@ class FragModel:
         np.floor(cap, out=cap)
         cap *= self.per_copy[None, :]
         if self.cpu_free_types.size:
-            cap[:, self.cpu_free_types] = np.inf * self.per_copy[self.cpu_free_types]
+            cap[:, self.cpu_free_types] = self.cpu_free_caps
         np.minimum(usable, cap, out=usable)
         if self.use_memory:
             np.divide(mem_free.astype(np.float64)[:, None], self.mem_div[None, :], out=cap)
             np.floor(cap, out=cap)
             cap *= self.per_copy[None, :]
             if self.mem_free_types.size:
-                cap[:, self.mem_free_types] = np.inf * self.per_copy[self.mem_free_types]
+                cap[:, self.mem_free_types] = self.mem_free_caps
             np.minimum(usable, cap, out=usable)
         # NaN only in the inf * 0 columns; every cap is finite elsewhere, so usable never holds +-inf
         for cols in (self.cpu_nan_types, self.mem_nan_types if self.use_memory else self.mem_nan_types[:0]):
@@ -233,8 +240,9 @@ class FragModel:
 
 def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = None,
                key: str = "frag", use_memory: bool = False, copies: bool = False,
-               copies_weight: float = 1.0) -> FragModel:
-    """The context's FragModel for this state and mix (default: `ctx.mix`), built once, then synced."""
+               copies_weight: float = 1.0, rows: IntArray | None = None) -> FragModel:
+    """The context's FragModel for this state and mix (default: `ctx.mix`), built once, then synced (every
+    row, or the `rows` the caller reads: a decision's candidates)."""
     mix = mix if mix is not None else ctx.mix
     if mix is None:
         raise ValueError("this strategy needs a typical pod mix (PackingContext.mix)")
@@ -249,7 +257,7 @@ def frag_model(state: NodeState, ctx: PackingContext, mix: TypicalMix | None = N
         same = model.state.names is state.names and len(model.state) == len(state)
         model = model.fork(state) if same else FragModel(state, mix, use_memory, copies, copies_weight)
         ctx.caches[key] = model
-    model.sync()
+    model.sync(rows_to_work_on(len(state), rows))
     return model
 
 
@@ -285,7 +293,7 @@ class Fgd:
             raise ValueError("this strategy needs a typical pod mix (PackingContext.mix)")
         mix = ctx.mix
         cut = ctx.derived(f"fgd-mix-{self.coverage}", (mix,), lambda: mix.truncated(self.coverage))
-        model = frag_model(state, ctx, cut)
+        model = frag_model(state, ctx, cut, rows=candidates)
         f_after, pos, gpu = model.after(demand, candidates)
         delta = model.frag[candidates][pos] - f_after
         value = delta if self.exact else sigmoid_score(delta)

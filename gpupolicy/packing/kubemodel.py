@@ -18,7 +18,17 @@ to the API. What is modelled (docs/designs/packing.md, "Live nodes"), per GPU:
   accounting of the GPU's share, exact in sum per node, not a device
   assignment. Pods without the annotation (bound by another scheduler) take
   the fullest GPU that still fits them (shares) or the first free ones.
-- MIG devices (`nvidia.com/mig-<profile>`): node-level free counts, fitted by count.
+- MIG devices (`nvidia.com/mig-<profile>`, mixed strategy): fitted by the
+  node's free count (allocatable less the devices held: the device plugin's
+  truth), and held on GPU rows: a MIG node keeps its physical GPUs
+  (`nvidia.com/gpu.count`) cut by its layout (`nvidia.com/mig.config`, looked
+  up in the GPU Operator's default mig-parted config through the catalog;
+  else the advertised devices spread evenly over the GPUs), and a MIG pod
+  holds its profile's compute slices of one GPU (`migslices.py`, the one
+  conversion), on the GPU index recorded on it, else the fullest GPU whose
+  layout has a free device of its profile. Under the single strategy the
+  device plugin advertises MIG devices as `nvidia.com/gpu` and GFD counts
+  them in `nvidia.com/gpu.count`: they are the rows then, whole.
 - GPU product from the GFD label `nvidia.com/gpu.product` (normalised, so
   `-SHARED` and `-MIG-...` suffixes do not split a model), per-GPU memory
   from `nvidia.com/gpu.memory` (MiB).
@@ -37,13 +47,18 @@ from typing import Any
 import numpy as np
 
 from gpupolicy.catalog import (
+    DEFAULT_CATALOG,
     GPU_RESOURCE,
+    MIG_CONFIG_LABEL,
     MIG_RESOURCE_PREFIX,
     PRODUCT_LABEL,
     SHARED_GPU_RESOURCE,
+    Catalog,
+    mig_layout_per_gpu,
     normalise_product_label,
 )
 from gpupolicy.matching import pod_allowed_products as allowed_products
+from gpupolicy.packing.migslices import pick
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, NodeState, PodDemand
 from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity, shown
 
@@ -226,13 +241,14 @@ def gpu_indices_from_pod(pod: Obj) -> tuple[int, ...]:
         return ()
 
 
-def node_spec(node: Obj) -> NodeSpec:
+def node_spec(node: Obj, catalog: Catalog = DEFAULT_CATALOG) -> NodeSpec:
     """A Kubernetes Node dict's allocatable capacity as a NodeSpec.
 
     A time-sliced node (replicas advertised as `nvidia.com/gpu.shared`, no
     `nvidia.com/gpu`) keeps its physical GPUs as rows: the GFD label
     `nvidia.com/gpu.count`, else replicas over `nvidia.com/gpu.replicas`;
-    it takes no whole-GPU pods (`exclusive` False).
+    it takes no whole-GPU pods (`exclusive` False). So does a MIG node
+    (`mig_rows`): its GPUs are rows cut by its MIG layout.
     """
     name = _get(node, "metadata", "name")
     if not name:
@@ -243,24 +259,56 @@ def node_spec(node: Obj) -> NodeSpec:
     gpu_mem = labels.get(GPU_MEMORY_LABEL)
     whole = _count(alloc.get(GPU_RESOURCE, 0), f"status.allocatable.{GPU_RESOURCE}")
     shared = _count(alloc.get(SHARED_GPU_RESOURCE, 0), f"status.allocatable.{SHARED_GPU_RESOURCE}")
+    mig = {k: v for k, v in mig.items() if v > 0}
     gpus = whole
+    per_gpu: dict[str, int] = {}
+    memory = int(gpu_mem) if gpu_mem and str(gpu_mem).isdigit() else 0
     if not whole and shared:
         count, replicas = str(labels.get(GPU_COUNT_LABEL, "")), str(labels.get(GPU_REPLICAS_LABEL, ""))
         if count.isdigit():
             gpus = int(count)
         elif replicas.isdigit() and int(replicas) > 0:
             gpus = shared // int(replicas)
+    elif not whole and mig:
+        product = catalog.product(str(labels.get(PRODUCT_LABEL, "")))
+        per_gpu, gpus = mig_rows(labels, mig, catalog)
+        memory = memory or (product.memory_mib if product is not None else 0)
     return NodeSpec(
         name=str(name),
         cpu_milli=_milli(alloc.get("cpu", 0), "status.allocatable.cpu"),
         memory_mib=_mib(alloc.get("memory", 0), "status.allocatable.memory"),
         gpu_count=gpus,
         model=normalise_product_label(labels.get(PRODUCT_LABEL, "")),
-        gpu_memory_mib=int(gpu_mem) if gpu_mem and str(gpu_mem).isdigit() else 0,
-        mig={k: v for k, v in mig.items() if v > 0},
+        gpu_memory_mib=memory,
+        mig=mig,
         shared=shared,
-        exclusive=bool(whole) or not shared,
+        exclusive=bool(whole) or not (shared or mig),
+        mig_per_gpu=per_gpu,
     )
+
+
+def mig_rows(labels: Mapping[str, Any], mig: Mapping[str, int], catalog: Catalog = DEFAULT_CATALOG
+             ) -> tuple[dict[str, int], int]:
+    """(devices per GPU, GPUs) of a MIG node advertising `mig` (mixed strategy, no whole GPUs).
+
+    The layout is the GPU Operator's default one `nvidia.com/mig.config` names, for the
+    node's product, when it holds every advertised device on the node's GPUs (GFD's
+    `nvidia.com/gpu.count`, else as many as the layout needs); otherwise (a custom
+    mig-parted config, or a re-layout under way whose devices are not advertised yet)
+    the advertised devices spread evenly over the GPUs. ({}, 0) when the GPU count is
+    unknown either way: MIG devices by count only.
+    """
+    text = str(labels.get(GPU_COUNT_LABEL, ""))
+    count = int(text) if text.isdigit() else 0
+    product = catalog.product(str(labels.get(PRODUCT_LABEL, "")))
+    layout = mig_layout_per_gpu(product, str(labels.get(MIG_CONFIG_LABEL, "")))
+    if layout is not None and set(mig) <= set(layout):
+        need = max(-(-c // layout[r]) for r, c in mig.items())
+        if count >= need or not count:
+            return layout, count or need
+    if count <= 0:
+        return {}, 0
+    return {r: -(-c // count) for r, c in mig.items()}, count
 
 
 def node_schedulable(node: Obj) -> bool:
@@ -285,10 +333,11 @@ def occupy(state: NodeState, node: int, demand: PodDemand, gpu_indices: tuple[in
     demand = resolve_share(demand, *node_share_basis(state, node))
     state.cpu_free[node] = max(0, state.cpu_free[node] - demand.cpu_milli)
     state.mem_free[node] = max(0, state.mem_free[node] - demand.memory_mib)
+    whole, devices, mig_gpus = state.split_indices(node, demand, gpu_indices)
     if demand.needs_gpu:
         row = state.gpu_free[node]
         present = state.gpu_present[node]
-        chosen = [g for g in gpu_indices if 0 <= g < row.size and present[g]]
+        chosen = [g for g in whole if 0 <= g < row.size and present[g]]
         if len(chosen) != demand.num_gpu:
             if demand.is_sharing:
                 fits = np.flatnonzero(present & (row >= demand.gpu_milli))
@@ -297,12 +346,32 @@ def occupy(state: NodeState, node: int, demand: PodDemand, gpu_indices: tuple[in
                 chosen = [int(g) for g in np.flatnonzero(row == MILLI)[: demand.num_gpu]]
         for g in chosen:
             row[g] = max(0, row[g] - demand.gpu_milli)
+    if devices:
+        _hold_mig(state, node, devices, mig_gpus)
     for resource, count in demand.mig.items():
         if resource in state.mig_resources:
             r = state.mig_resources.index(resource)
             state.mig_free[node, r] = max(0, state.mig_free[node, r] - count)
     state.shared_free[node] = max(0, state.shared_free[node] - demand.shared)
     state.refresh(node)
+
+
+def _hold_mig(state: NodeState, node: int, devices: list[int], recorded: tuple[int, ...]) -> None:
+    """Hold MIG devices on GPU rows: on the recorded GPUs when their layout has room for each, else the
+    fullest GPU with room; a device no GPU has room for (more held than the node has) holds none."""
+    chosen = pick(state, node, devices, recorded)
+    held = state.mig_held[node].copy()
+    if chosen is not None:
+        for r, g in zip(devices, chosen, strict=True):
+            held[g, r] += 1
+        state.hold_mig(node, held)
+        return
+    for r in devices:
+        one = pick(state, node, [r])
+        if one is not None:
+            held[one[0], r] += 1
+            state.hold_mig(node, held)
+            held = state.mig_held[node].copy()
 
 
 def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj]) -> NodeState:

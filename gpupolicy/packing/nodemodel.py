@@ -16,8 +16,9 @@ How per-GPU state is modelled
   (`nvidia.com/mig-<profile>`). `kubemodel.py` puts every pod on GPU rows:
   a whole-GPU or time-sliced share pod on the GPU indices recorded on it
   (`gpu.kubeon.io/gpu-index`, written by the extender's bind), a share with
-  its declared fraction; MIG and shared counts also live in `mig_free` /
-  `shared_free` and are fitted by count.
+  its declared fraction, a MIG device as its slice of the GPU its layout
+  cuts (`migslices.py`: `mig_per_gpu`, `mig_held`); MIG and shared counts
+  also live in `mig_free` / `shared_free` and are fitted by count.
 
 Incremental updates (`place`/`remove`) touch one row and refresh the
 per-node summaries (`full_count`, `max_partial`, `gpu_free_total`) that the
@@ -33,7 +34,11 @@ from typing import Any, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-MILLI = 1000  # milli-GPU in one whole GPU
+from gpupolicy.packing import migslices
+from gpupolicy.packing.migslices import device_list, free_milli, resource_slices
+
+MILLI = migslices.MILLI  # milli-GPU in one whole GPU
+  # milli-GPU in one whole GPU
 _next_version = [1]  # row versions, unique across every NodeState of the process
 
 
@@ -105,6 +110,9 @@ class NodeSpec:
     mig: Mapping[str, int] = field(default_factory=dict)
     shared: int = 0
     exclusive: bool = True  # whole GPUs can be requested (False: a time-sliced node advertising only replicas)
+    # MIG devices of each resource on one GPU (the node's MIG layout, every GPU alike): with `gpu_count`,
+    # the GPUs are rows MIG devices are placed on (migslices.py); empty: MIG devices by count only
+    mig_per_gpu: Mapping[str, int] = field(default_factory=dict)
 
 
 class NodeState:
@@ -115,7 +123,9 @@ class NodeState:
     `gpu_free` (N x G milli), `gpu_present` (N x G), `mig_free` (N x R over
     `mig_resources`), `shared_free`, and the derived `full_count` (fully free
     GPUs), `max_partial` (largest free milli on a partly used GPU, 0 if none),
-    `gpu_free_total`.
+    `gpu_free_total`. MIG rows (migslices.py): `mig_per_gpu` (N x R devices per
+    GPU), `mig_held` (N x G x R), `mig_slices` (R compute slices per device),
+    `mig_layout` (N compute slices one GPU's layout holds; 0: no MIG rows).
     """
 
     def __init__(
@@ -131,6 +141,7 @@ class NodeState:
         mig_cap: IntArray,
         shared_cap: IntArray,
         exclusive: BoolArray | None = None,
+        mig_per_gpu: IntArray | None = None,
     ) -> None:
         self.names: tuple[str, ...] = tuple(names)
         self.index: dict[str, int] = {n: i for i, n in enumerate(self.names)}
@@ -151,6 +162,12 @@ class NodeState:
         self.mig_resources: tuple[str, ...] = tuple(mig_resources)
         self.mig_cap = mig_cap.astype(np.int64).reshape(n, len(self.mig_resources))
         self.mig_free = self.mig_cap.copy()
+        self.mig_slices = resource_slices(self.mig_resources)
+        self.mig_per_gpu = (np.zeros_like(self.mig_cap) if mig_per_gpu is None
+                            else mig_per_gpu.astype(np.int64).reshape(self.mig_cap.shape))
+        self.mig_per_gpu[self.gpu_count == 0] = 0  # no GPU rows: MIG devices by count only
+        self.mig_layout = self.mig_per_gpu @ self.mig_slices
+        self.mig_held = np.zeros((n, width, len(self.mig_resources)), dtype=np.int64)
         self.shared_cap = shared_cap.astype(np.int64)
         self.shared_free = self.shared_cap.copy()
         self.full_count = self.gpu_count.copy()
@@ -171,8 +188,9 @@ class NodeState:
         specs = list(specs)
         models = sorted({s.model for s in specs})
         midx = {m: i for i, m in enumerate(models)}
-        mig_resources = sorted({r for s in specs for r in s.mig})
+        mig_resources = sorted({r for s in specs for r in (*s.mig, *s.mig_per_gpu)})
         mig_cap = np.array([[s.mig.get(r, 0) for r in mig_resources] for s in specs], dtype=np.int64)
+        per_gpu = np.array([[s.mig_per_gpu.get(r, 0) for r in mig_resources] for s in specs], dtype=np.int64)
         return cls(
             names=[s.name for s in specs],
             cpu_cap=np.array([s.cpu_milli for s in specs], dtype=np.int64),
@@ -185,6 +203,7 @@ class NodeState:
             mig_cap=mig_cap.reshape(len(specs), len(mig_resources)),
             shared_cap=np.array([s.shared for s in specs], dtype=np.int64),
             exclusive=np.array([s.exclusive for s in specs], dtype=bool),
+            mig_per_gpu=per_gpu.reshape(len(specs), len(mig_resources)),
         )
 
     def copy(self) -> NodeState:
@@ -223,10 +242,20 @@ class NodeState:
         mem = self.mem_free[node] + sign * demand.memory_mib
         if cpu < 0 or mem < 0 or cpu > self.cpu_cap[node] or mem > self.mem_cap[node]:
             raise ValueError(f"cpu/memory out of range on node {self.names[node]} for pod {demand.name!r}")
-        if demand.needs_gpu and len(gpu_indices) != demand.num_gpu:
-            raise ValueError(f"pod {demand.name!r} needs {demand.num_gpu} GPU indices, got {list(gpu_indices)}")
+        whole, devices, mig_gpus = self.split_indices(node, demand, gpu_indices)
+        k = demand.num_gpu if demand.needs_gpu else 0
+        if len(whole) != k or len(whole) + len(mig_gpus) != len(gpu_indices) or len(mig_gpus) != len(devices):
+            raise ValueError(f"pod {demand.name!r} needs {demand.num_gpu if demand.needs_gpu else 0} GPU "
+                             f"indices and one per MIG device on {self.names[node]}, got {list(gpu_indices)}")
+        held = self.mig_held[node].copy()
+        for r, g in zip(devices, mig_gpus, strict=True):
+            if not (0 <= g < held.shape[0] and self.gpu_present[node, g]
+                    and 0 <= held[g, r] - sign <= self.mig_per_gpu[node, r]):
+                raise ValueError(f"GPU {g} of node {self.names[node]} has no {self.mig_resources[r]} "
+                                 f"{'free' if sign < 0 else 'held'} for pod {demand.name!r}")
+            held[g, r] -= sign  # place (sign -1) holds one more device
         row = self.gpu_free[node]
-        for g in gpu_indices:
+        for g in whole:
             if not self.gpu_present[node, g]:
                 raise ValueError(f"node {self.names[node]} has no GPU {g}")
             value = row[g] + sign * demand.gpu_milli
@@ -242,12 +271,32 @@ class NodeState:
         # all checks passed: commit
         self.cpu_free[node] = cpu
         self.mem_free[node] = mem
-        for g in gpu_indices:
+        for g in whole:
             row[g] += sign * demand.gpu_milli
+        if mig_gpus:
+            self.hold_mig(node, held)
         for resource, count in demand.mig.items():
             self.mig_free[node, self.mig_resources.index(resource)] += sign * count
         self.shared_free[node] = shared
         self.refresh(node)
+
+    def split_indices(self, node: int, demand: PodDemand, gpu_indices: Sequence[int]
+                      ) -> tuple[tuple[int, ...], list[int], tuple[int, ...]]:
+        """A pod's GPU indices on `node` as (whole GPUs or share, its MIG devices' resource indices, their
+        GPUs). The order on the pod (`gpu.kubeon.io/gpu-index`): the `num_gpu` GPUs of its milli part first,
+        then one GPU per MIG device (resources in name order); MIG devices take no index on a node without
+        MIG rows."""
+        k = demand.num_gpu if demand.needs_gpu else 0
+        devices = device_list(self, demand.mig) if demand.mig and self.mig_layout[node] > 0 else []
+        return tuple(gpu_indices[:k]), devices, tuple(gpu_indices[k:k + len(devices)])
+
+    def hold_mig(self, node: int, held: IntArray) -> None:
+        """Set the MIG devices held per GPU of `node` (G x R) and the GPUs' free milli from them (the one
+        conversion, migslices.py). Unchecked: `_apply` checks first, the live model clamps."""
+        self.mig_held[node] = held
+        cut = self.gpu_present[node] & (self.mig_layout[node] > 0)
+        self.gpu_free[node] = np.where(cut, free_milli(held @ self.mig_slices, self.mig_layout[node]),
+                                       self.gpu_free[node])
 
     def refresh(self, node: int) -> None:
         """Recompute one node's GPU summaries after its row changed."""
@@ -276,6 +325,7 @@ class NodeState:
         self.cpu_free[node] = self.cpu_cap[node]
         self.mem_free[node] = self.mem_cap[node]
         self.gpu_free[node] = np.where(self.gpu_present[node], MILLI, 0)
+        self.mig_held[node] = 0
         self.mig_free[node] = self.mig_cap[node]
         self.shared_free[node] = self.shared_cap[node]
         if schedulable is not None:
@@ -289,9 +339,14 @@ class NodeState:
                 and spec.model == self.models[self.model_idx[node]]
                 and spec.gpu_memory_mib == self.gpu_memory_mib[node]
                 and {r: c for r, c in spec.mig.items() if c} == mig and spec.shared == self.shared_cap[node]
-                and spec.exclusive == bool(self.exclusive[node]))
+                and spec.exclusive == bool(self.exclusive[node]) and self._same_mig_layout(node, spec))
         if not same:
             raise ValueError(f"node {self.names[node]}: capacity or layout changed; build a new NodeState")
+
+    def _same_mig_layout(self, node: int, spec: NodeSpec) -> bool:
+        per_gpu = {r: int(c) for r, c in zip(self.mig_resources, self.mig_per_gpu[node].tolist(), strict=True) if c}
+        wanted = {r: c for r, c in spec.mig_per_gpu.items() if c} if spec.gpu_count else {}
+        return per_gpu == wanted
 
     def set_gpu_free(self, node: int, values: Sequence[int]) -> None:
         """Overwrite one node's per-GPU free milli (the extender's resync of a node). """

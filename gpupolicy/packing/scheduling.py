@@ -49,8 +49,16 @@ from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.owners import is_approved, pod_owner
 from gpupolicy.packing.engine import STRATEGIES, NodeVerdict, Placement, decide, explain, get_strategy
 from gpupolicy.packing.kubemodel import cluster_share_basis, demand_from_pod, resolve_share
-from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand, model_mask
-from gpupolicy.packing.placement import REASON_BY_CODE, FitResult, PackingContext, RejectReason, fit
+from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
+from gpupolicy.packing.placement import (
+    REASON_BY_CODE,
+    FitResult,
+    PackingContext,
+    RejectReason,
+    fit,
+    rows_to_work_on,
+    sorted_rows,
+)
 from gpupolicy.packing.typicalmix import TypicalMix
 
 MAX_EXTENDER_SCORE = 10  # upstream MaxExtenderPriority
@@ -191,7 +199,11 @@ def preferred_rows(state: NodeState, plan: Plan, rows: IntArray, fitted: FitResu
     prefers none or none of those can take the pod (a preference never makes a pod unschedulable)."""
     if plan.preferred_models is None:
         return rows
-    keep = fitted.feasible[rows] & model_mask(state, plan.preferred_models)[rows]
+    codes = fitted.codes_of(rows)
+    if codes is None:  # `fitted` does not cover `rows`
+        raise ValueError("preferred_rows: the fit verdicts do not cover the rows")
+    vocab = np.array([m in plan.preferred_models for m in state.models], dtype=bool)
+    keep = (codes == 0) & vocab[state.model_idx[rows]] if len(state.models) else np.zeros(len(rows), dtype=bool)
     return rows[keep] if bool(keep.any()) else rows
 
 
@@ -203,28 +215,32 @@ def constrain(demand: PodDemand, allowed: frozenset[str] | None) -> PodDemand:
     return replace(demand, allowed_models=allowed if own is None else own & allowed)
 
 
-def unresolvable_mask(state: NodeState, demand: PodDemand, codes: np.ndarray[Any, Any]) -> BoolArray:
+def unresolvable_mask(state: NodeState, demand: PodDemand, codes: np.ndarray[Any, Any],
+                      nodes: IntArray | None = None) -> BoolArray:
     """Per node: True when its rejection (`codes`, from `placement.fit`) is one evicting pods cannot cure.
 
     Always for a wrong product, cordon/drain, no GPUs or too little GPU
     memory; for a resource shortfall, when the node's capacity (not just
-    what is free) is below the request. Vectorised over nodes.
+    what is free) is below the request. Vectorised over every node, or over
+    `nodes` (then `codes[i]` is `nodes[i]`'s, as `fit(..., nodes)` gives them).
     """
+    at = slice(None) if nodes is None else nodes
+    n = len(state) if nodes is None else len(nodes)
     out: BoolArray = _ALWAYS_BY_CODE[codes]
     code = _CODE
-    out |= (codes == code[RejectReason.INSUFFICIENT_CPU]) & (state.cpu_cap < demand.cpu_milli)
-    out |= (codes == code[RejectReason.INSUFFICIENT_MEMORY]) & (state.mem_cap < demand.memory_mib)
-    short_gpus = state.gpu_count < max(demand.num_gpu, 1)
+    out |= (codes == code[RejectReason.INSUFFICIENT_CPU]) & (state.cpu_cap[at] < demand.cpu_milli)
+    out |= (codes == code[RejectReason.INSUFFICIENT_MEMORY]) & (state.mem_cap[at] < demand.memory_mib)
+    short_gpus = state.gpu_count[at] < max(demand.num_gpu, 1)
     out |= (codes == code[RejectReason.INSUFFICIENT_WHOLE_GPUS]) & short_gpus
     out |= (codes == code[RejectReason.INSUFFICIENT_GPU_SHARE]) & short_gpus
     if demand.mig:
-        short_mig = np.zeros(len(state), dtype=bool)
+        short_mig = np.zeros(n, dtype=bool)
         for resource, count in demand.mig.items():
-            cap = (state.mig_cap[:, state.mig_resources.index(resource)] if resource in state.mig_resources
-                   else np.zeros(len(state), dtype=np.int64))
+            cap = (state.mig_cap[at, state.mig_resources.index(resource)] if resource in state.mig_resources
+                   else np.zeros(n, dtype=np.int64))
             short_mig |= cap < count
         out |= (codes == code[RejectReason.INSUFFICIENT_MIG]) & short_mig
-    out |= (codes == code[RejectReason.INSUFFICIENT_SHARED]) & (state.shared_cap < demand.shared)
+    out |= (codes == code[RejectReason.INSUFFICIENT_SHARED]) & (state.shared_cap[at] < demand.shared)
     return out
 
 
@@ -248,9 +264,11 @@ def used_first_rank(state: NodeState) -> IntArray:
     spread one per node (the 100-node CI replay: 94.22 against 97.16 at
     seed 44). Putting nodes that hold GPU pods (whole GPUs, shares, MIG
     devices) first follows the node kube-scheduler took. CPU-only pods do
-    not count: the cluster's default-scheduler spreads them over the
-    emptiest nodes, and following them spread GPU pods after them (full
-    trace, docs/benchmarks.md "Packing through kube-scheduler").
+    not count: those the webhook does not route here (routing switched off,
+    DaemonSet pods, namespaces no policy matches) are spread by the
+    cluster's default-scheduler over the emptiest nodes, and following them
+    spread GPU pods after them (full trace, docs/benchmarks.md "Packing
+    through kube-scheduler").
     """
     rows = np.arange(len(state), dtype=np.int64)
     return _used_first(state, rows)
@@ -278,9 +296,13 @@ class UsedFirstRank:
         self.rank = used_first_rank(state)
         self.seen = state.row_version.copy()
 
-    def sync(self) -> IntArray:
+    def sync(self, rows: IntArray | None = None) -> IntArray:
+        """The ranks, up to date for every row, or for `rows` alone (the only ones the caller reads)."""
         st = self.state
-        dirty = np.flatnonzero(st.row_version != self.seen)
+        if rows is None:
+            dirty = np.flatnonzero(st.row_version != self.seen)
+        else:
+            dirty = rows[st.row_version[rows] != self.seen[rows]]
         if dirty.size:
             self.rank[dirty] = _used_first(st, dirty)
             self.seen[dirty] = st.row_version[dirty]
@@ -293,7 +315,8 @@ def identical_to(state: NodeState, node: int, nodes: IntArray, keys: RowKeys | N
     `keys`: this state's `RowKeys` (the same answer from one id per row, kept up to date incrementally).
     """
     if keys is not None:
-        ids = keys.sync()
+        few = rows_to_work_on(len(state), nodes)
+        ids = keys.sync(None if few is None else np.append(few, node))
         same_id: BoolArray = ids[nodes] == ids[node]
         return same_id
     same = ((state.model_idx[nodes] == state.model_idx[node]) & (state.cpu_free[nodes] == state.cpu_free[node])
@@ -325,14 +348,19 @@ class RowKeys:
         self.ids = np.zeros(len(state), dtype=np.int64)
         self._table: dict[bytes, int] = {}
 
-    def sync(self) -> IntArray:
-        """The ids, after re-keying the rows that changed since the last call."""
+    def sync(self, rows: IntArray | None = None) -> IntArray:
+        """The ids, after re-keying the rows that changed since they were last keyed: every row, or `rows`
+        alone (ids of other rows may then be stale: compare only ids of rows synced)."""
         st = self.state
-        dirty = np.flatnonzero(st.row_version != self.seen)
+        if rows is None:
+            dirty = np.flatnonzero(st.row_version != self.seen)
+        else:
+            dirty = rows[st.row_version[rows] != self.seen[rows]]
         if dirty.size == 0:
             return self.ids
-        if len(self._table) > 4 * len(st) + 1024:
+        if len(self._table) > 4 * len(st) + 1024:  # rare: every row keyed again against a new table
             self._table.clear()
+            self.seen[:] = -1
             dirty = np.arange(len(st))
         values = np.ascontiguousarray(np.column_stack((
             st.model_idx[dirty], st.cpu_free[dirty], st.mem_free[dirty], st.shared_free[dirty], st.cpu_cap[dirty],
@@ -355,7 +383,7 @@ def extender_scores(decision: Placement, nodes: IntArray, state: NodeState | Non
     after another, and kube-scheduler's spreading plugins would undo it.
     `keys`: the state's `RowKeys`, for the same answer at a fraction of the cost.
     """
-    raw = decision.scores[nodes]
+    raw = decision.scores_of(nodes)
     out = np.zeros(len(nodes), dtype=np.int64)
     finite = np.isfinite(raw)
     chosen = nodes == decision.node if decision.node is not None else np.zeros(len(nodes), dtype=bool)
@@ -385,16 +413,27 @@ class Screening:
     plan: Plan
     demand: PodDemand  # the pod's demand, constrained by the plan's products
     state: NodeState
-    fitted: FitResult
-    hopeless: BoolArray
+    fitted: FitResult  # every node's, or the rows screened (`fitted.nodes`)
+    hopeless: BoolArray  # aligned with `fitted.codes`
+
+    def verdicts(self, rows: IntArray) -> tuple[np.ndarray[Any, Any], BoolArray]:
+        """(codes, hopeless) of the screened `rows`, in their order."""
+        if self.fitted.nodes is None:
+            return self.fitted.codes[rows], self.hopeless[rows]
+        pos = np.searchsorted(self.fitted.nodes, rows)
+        return self.fitted.codes[pos], self.hopeless[pos]
 
 
-def screen(view: ClusterView, state: NodeState, request: PodRequest, default_strategy: str) -> Screening:
-    """Which nodes can take the pod, and for the others whether evicting pods could change that."""
+def screen(view: ClusterView, state: NodeState, request: PodRequest, default_strategy: str,
+           rows: IntArray | None = None) -> Screening:
+    """Which nodes (every one, or the `rows` asked about) can take the pod, and for the others whether
+    evicting pods could change that."""
     plan = plan_for_pod(view, request, default_strategy)
     demand = pending_demand(state, request.demand, plan)
-    fitted = fit(state, demand)
-    return Screening(plan, demand, state, fitted, unresolvable_mask(state, demand, fitted.codes))
+    few = rows_to_work_on(len(state), rows)
+    nodes = None if few is None else sorted_rows(few)
+    fitted = fit(state, demand, nodes)
+    return Screening(plan, demand, state, fitted, unresolvable_mask(state, demand, fitted.codes, nodes))
 
 
 @dataclass(frozen=True)
@@ -437,12 +476,13 @@ def choose(view: ClusterView, state: NodeState, ctx: PackingContext, mix: Typica
     known_mask = rows >= 0
     known = rows if bool(known_mask.all()) else rows[known_mask]
     ctx.mix = mix if mix is not None and len(mix) else TypicalMix.from_pods([demand])
-    ctx.tie_rank = ctx.derived("used-first-rank", (state,), lambda: UsedFirstRank(state)).sync()
-    if plan.preferred_models is not None:
-        fitted = fitted or fit(state, demand)
-        scored = preferred_rows(state, plan, known, fitted)
-    else:
-        scored = known
+    # the tie order and the ids of identical rows, brought up to date for the rows asked about alone
+    few = rows_to_work_on(len(state), known)  # None: so many rows that whole arrays cost less
+    ctx.tie_rank = ctx.derived("used-first-rank", (state,), lambda: UsedFirstRank(state)).sync(few)
+    asked = known if few is None else sorted_rows(few)
+    if fitted is None or (fitted.nodes is not None if few is None else fitted.codes_of(asked) is None):
+        fitted = fit(state, demand, None if few is None else asked)  # once: the decision and the explanation
+    scored = asked if plan.preferred_models is None else preferred_rows(state, plan, asked, fitted)
     decision = decide(state, demand, get_strategy(plan.strategy), ctx, restrict=scored, fitted=fitted)
     points = np.zeros(len(rows), dtype=np.int64)
     keys = ctx.derived("row-keys", (state,), lambda: RowKeys(state))
@@ -450,6 +490,6 @@ def choose(view: ClusterView, state: NodeState, ctx: PackingContext, mix: Typica
     node = state.names[decision.node] if decision.node is not None else None
     would = None
     if compare and plan.recommended:
-        other = decide(state, demand, get_strategy(plan.recommended), ctx, restrict=known, fitted=decision.fit)
+        other = decide(state, demand, get_strategy(plan.recommended), ctx, restrict=asked, fitted=decision.fit)
         would = state.names[other.node] if other.node is not None else None
     return Choice(plan, demand, decision, state, known, points, node, would)

@@ -233,3 +233,30 @@ def test_a_move_is_planned_only_where_the_scheduler_itself_would_put_the_pod() -
     full.place(0, gpu_pod("last")[1], (7,))  # the V100 full: the engine's pick is t4-1, and the move is planned
     plans = plan_disruptions(full, pods_on, prices, {}, rules, **kw)
     assert [(d.nodes, d.moves) for d in plans] == [((2,), {"mover": 1})]
+
+
+def test_mig_nodes_count_their_gpus_and_slices_when_consolidating() -> None:
+    """From Node and Pod objects, as the controller reads them: MIG nodes have GPU rows, so a slice is GPU
+    used (1/7 of an A100 cut all-1g.10gb), their price per GPU is real, and freeing one frees its GPUs.
+    mig-b's single slice (143 milli of GPU for $1/h) is the cheapest to move; it goes to the last free
+    1g of mig-a's GPU 0, the fullest GPU with room."""
+    from gpupolicy.packing.kubemodel import demand_from_pod, state_from_kubernetes
+    from tests.kubeapi.fixtures import make_node, make_pod
+
+    def slice_on(name: str, node: str, gpu: str) -> dict[str, object]:
+        pod = make_pod(name, "ml", annotations={"gpu.kubeon.io/gpu-index": gpu}, gpus=1,
+                       gpu_resource="nvidia.com/mig-1g.10gb", cpu="1", memory="4Gi")
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running"}
+        return pod
+
+    nodes = [make_node("mig-a", "NVIDIA-A100-SXM4-80GB", 2, mig={"1g.10gb": 7}),
+             make_node("mig-b", "NVIDIA-A100-SXM4-80GB", 1, mig={"1g.10gb": 7})]
+    pods = [slice_on(f"a{i}", "mig-a", "0") for i in range(6)] + [slice_on("b0", "mig-b", "0")]
+    state = state_from_kubernetes(nodes, pods)
+    assert state.gpu_count.tolist() == [2, 1] and state.gpu_free[:, :2].tolist() == [[142, 1000], [857, 0]]
+    pods_on = {0: [(f"ml/a{i}", demand_from_pod(p)) for i, p in enumerate(pods[:6])],
+               1: [("ml/b0", demand_from_pod(pods[6]))]}
+    plans = plan_disruptions(state, pods_on, [2.0, 1.0], {}, RULES, blocked=set(), now=0.0, empty_since={})
+    assert [(d.method, d.nodes, d.moves) for d in plans] == [("single-node", (1,), {"ml/b0": 0})]
+    assert plans[0].explanation == "mig-b: 1 pod; it fits on mig-a; frees 1 GPUs, about $1.00/h"

@@ -70,7 +70,8 @@ class Harness:
     """A ClusterCache fed by hand with Node/Pod dicts, a static policy view, the real Flask app."""
 
     def __init__(self, nodes: Sequence[Mapping[str, Any]] = (), pods: Sequence[Mapping[str, Any]] = (),
-                 policies: Sequence[Mapping[str, Any]] = (), default_strategy: str | None = None) -> None:
+                 policies: Sequence[Mapping[str, Any]] = (), default_strategy: str | None = None,
+                 scheduler_weight: int = 0) -> None:
         self.now = 0.0
         self.cache = ClusterCache(clock=lambda: self.now)
         for node in nodes:
@@ -79,7 +80,7 @@ class Harness:
             self.cache.on_pod("ADDED", pod)
         self.source = StaticView(ClusterView(policies=tuple(parse_policy(dict(p)) for p in policies)))
         kwargs = {"default_strategy": default_strategy} if default_strategy else {}
-        self.service = ExtenderService(self.cache, self.source, **kwargs)
+        self.service = ExtenderService(self.cache, self.source, scheduler_weight=scheduler_weight, **kwargs)
         self.app = create_app(self.service)
         self.client = self.app.test_client()
 

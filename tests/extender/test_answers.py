@@ -11,7 +11,14 @@ import numpy as np
 import orjson
 import pytest
 
-from extender.answers import REASONS, UNKNOWN, UNRESOLVABLE_PER_REASON, AnswerWriter
+from extender.answers import (
+    DEFAULT_PLUGIN_SWING,
+    REASONS,
+    UNKNOWN,
+    UNRESOLVABLE_PER_REASON,
+    AnswerWriter,
+    score_reach,
+)
 from extender.nodenames import UNKNOWN_ROW, NodeNameRows
 from gpupolicy.packing.nodemodel import NodeSpec, NodeState
 from tests.extender.payloads import Harness, bound, wire_pod
@@ -47,32 +54,46 @@ def test_filter_answer_is_byte_equal_to_serialising_the_dicts(names: list[str], 
                                 np.array(hopeless, dtype=bool)) == got  # again, from the rendered tables
 
 
-def expected_prioritize(names: list[str], scores: list[int]) -> bytes:
-    """The HostPriorityList contract: hosts scoring above 0, in input order; every host when none does."""
-    listed = [(n, int(s)) for n, s in zip(names, scores, strict=True) if s > 0] or list(zip(names, scores,
-                                                                                            strict=True))
+def expected_prioritize(names: list[str], scores: list[int], reach: int | None = None) -> bytes:
+    """The HostPriorityList contract: in input order, the hosts within `reach` points of the top score;
+    every host when `reach` is unknown or none scores above 0."""
+    top = max(scores, default=0)
+    listed = [(n, int(s)) for n, s in zip(names, scores, strict=True)
+              if reach is None or top == 0 or s >= top - reach]
     return orjson.dumps([{"Host": n, "Score": int(s)} for n, s in listed])
 
 
-def test_prioritize_answer_is_byte_equal_to_serialising_the_list() -> None:
+@pytest.mark.parametrize("reach", [None, 0, 1, 3])
+def test_prioritize_answer_is_byte_equal_to_serialising_the_list(reach: int | None) -> None:
     writer = AnswerWriter(STATE_NAMES)
     names = ["n-d", "ghost", 'n-"quoted"', "n-a", "n-ü"]
     rows = np.array([3, UNKNOWN_ROW, 1, 0, 2], dtype=np.int64)
-    for values in ([10, 0, 9, 0, 3], [0, 4, 0, 0, 0], [0, 0, 0, 0, 0]):
+    for values in ([10, 0, 9, 0, 3], [0, 4, 0, 0, 0], [0, 0, 0, 0, 0], [2, 1, 0, 1, 2]):
         scores = np.array(values, dtype=np.int64)
-        assert writer.prioritize_answer(names, rows, scores) == expected_prioritize(names, values)
-    assert writer.prioritize_answer([], rows[:0], scores[:0]) == b"[]"
+        assert writer.prioritize_answer(names, rows, scores, reach) == expected_prioritize(names, values, reach)
+    assert writer.prioritize_answer([], rows[:0], scores[:0], reach) == b"[]"
 
 
-def test_prioritize_answer_of_known_names_writes_digits_into_zero_entries_byte_equal() -> None:
+@pytest.mark.parametrize("reach", [None, 0, 1])
+def test_prioritize_answer_of_known_names_writes_digits_into_zero_entries_byte_equal(reach: int | None) -> None:
     writer = AnswerWriter(STATE_NAMES)
     names = ["n-d", 'n-"quoted"', "n-a", "n-ü"]
     rows = np.array([3, 1, 0, 2], dtype=np.int64)
     for scores in ([10, 0, 9, 3], [0, 7, 1, 10], [4, 4, 4, 4], [10, 10, 0, 0], [1, 2, 3, 4], [0, 0, 0, 0]):
-        expected = expected_prioritize(names, scores)
-        assert writer.prioritize_answer(names, rows, np.array(scores, dtype=np.int64)) == expected
+        expected = expected_prioritize(names, scores, reach)
+        assert writer.prioritize_answer(names, rows, np.array(scores, dtype=np.int64), reach) == expected
     one = orjson.dumps([{"Host": "n-ü", "Score": 10}])
-    assert writer.prioritize_answer(["n-ü"], np.array([2]), np.array([10])) == one
+    assert writer.prioritize_answer(["n-ü"], np.array([2]), np.array([10]), reach) == one
+
+
+def test_score_reach_is_the_points_kube_schedulers_plugins_can_make_up() -> None:
+    """One point is weight x 10 of kube-scheduler's total; its default plugins swing at most 1,200."""
+    assert DEFAULT_PLUGIN_SWING == 1200
+    assert score_reach(0) is None  # not told: every host is listed
+    assert score_reach(71) == 1  # the chart's weight: 710 per point, so a host 1 point down may still win
+    assert score_reach(120) == 1  # 1,200 = 1 x 1,200: a tie is possible, the host stays listed
+    assert score_reach(121) == 0  # 1,210 > 1,200: only the top scorers can be placed
+    assert score_reach(1) == 120 and score_reach(71, swing=700) == 0
 
 
 def test_unresolvable_nodes_are_bounded_per_reason_with_the_count_named() -> None:

@@ -106,3 +106,31 @@ def test_a_pod_that_passed_the_filter_on_one_node_is_bound_with_its_gpu_index(ap
     stored = json.loads(core.read_namespaced_pod("s3", "default", _preload_content=False).data)
     assert stored["spec"]["nodeName"] == "b"
     assert stored["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] in ("0", "1")
+
+
+def test_bind_records_the_gpu_of_a_mig_slice(api: ApiServer) -> None:
+    """A MIG pod's slice is accounted on one GPU of the node, as a share is: the bind verb records the
+    fullest GPU whose layout has a free device of the profile (GPU 1, which holds a slice already)."""
+    core = client.CoreV1Api(api.api_client())
+    cache = ClusterCache(clock=lambda: 0.0)
+    node = make_node("m", A100, 2, mig={"1g.10gb": 7})
+    core.create_node(node, _preload_content=False)
+    cache.on_node("ADDED", node)
+    slice_ = {"gpus": 1, "gpu_resource": "nvidia.com/mig-1g.10gb"}
+    held = make_pod("held", "default", annotations={"gpu.kubeon.io/gpu-index": "1"}, **slice_)
+    held["spec"]["nodeName"] = "m"
+    cache.on_pod("ADDED", json.loads(core.create_namespaced_pod("default", held, _preload_content=False).data))
+    http = create_app(ExtenderService(cache, StaticView(), binder=ApiBinder(api.api_client()))).test_client()
+    pod = json.loads(core.create_namespaced_pod("default", make_pod("m1", "default", **slice_),
+                                                _preload_content=False).data)
+    assert http.post("/filter", json=args(pod, ["m"])).get_json()["NodeNames"] == ["m"]
+    answer = http.post("/bind", json={"PodName": "m1", "PodNamespace": "default",
+                                      "PodUID": pod["metadata"]["uid"], "Node": "m"}).get_json()
+    assert answer == {"Error": ""}
+    stored = json.loads(core.read_namespaced_pod("m1", "default", _preload_content=False).data)
+    assert stored["spec"]["nodeName"] == "m"
+    assert stored["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] == "1"
+    cache.on_pod("ADDED", stored)
+    with cache.lock:
+        state = cache.fresh_state()
+    assert state.gpu_free[state.index["m"]].tolist()[:2] == [1000, 714]  # two 1g of 7 on GPU 1

@@ -116,20 +116,36 @@ def test_filter_with_full_node_list_answers_nodes() -> None:
 
 # ---------------------------------------------------------------- prioritize
 
-def test_prioritize_is_a_bare_list_of_the_input_nodes_scoring_1_to_10() -> None:
-    """Hosts scoring 0 are left out (kube-scheduler adds nothing for an unlisted host: the same total);
-    the listed ones keep input order, each once, 1..10, exactly one 10 here."""
+def test_prioritize_is_a_bare_list_of_every_input_node_scoring_0_to_10_when_the_weight_is_unknown() -> None:
+    """Not told its weight in kube-scheduler's profile, the extender lists every input host, in input order,
+    each once, 0..10: exactly one 10 here, 0 for the infeasible and the unknown."""
     h = Harness(cluster(), [used_pod("busy", "a100-used", 4)])
     names = ["a100-fresh", "a100-used", "h100-0", "a100-cordoned", "ghost"]
     resp = h.client.post("/prioritize", json=args(wire_pod("p", gpus=1), names))
     assert resp.status_code == 200
     body = resp.get_json()
-    hosts = [e["Host"] for e in body]
-    assert hosts == [n for n in names if n in hosts] and all(set(e) == {"Host", "Score"} for e in body)
+    assert [e["Host"] for e in body] == names and all(set(e) == {"Host", "Score"} for e in body)
     scores = {e["Host"]: e["Score"] for e in body}
-    assert all(1 <= s <= 10 for s in scores.values())
+    assert all(0 <= s <= 10 for s in scores.values())
     assert list(scores.values()).count(10) == 1
-    assert "a100-cordoned" not in scores and "ghost" not in scores  # 0: infeasible, unknown
+    assert scores["a100-cordoned"] == scores["ghost"] == 0  # infeasible, unknown
+
+
+@pytest.mark.parametrize(("weight", "reach"), [(71, 1), (121, 0)])
+def test_prioritize_lists_only_the_hosts_that_can_still_be_placed_at_a_known_weight(weight: int,
+                                                                                    reach: int) -> None:
+    """Told its weight, the extender leaves out the hosts too far below the top for kube-scheduler's plugins
+    (1,200 at most) to make up: kube-scheduler adds nothing for an unlisted host, the pick is the same."""
+    pods = [used_pod("busy", "a100-used", 4)]
+    names = ["a100-fresh", "a100-used", "h100-0", "a100-cordoned", "ghost"]
+    full = Harness(cluster(), pods).prioritize(wire_pod("p", gpus=1), names)
+    h = Harness(cluster(), pods, scheduler_weight=weight)
+    body = h.client.post("/prioritize", json=args(wire_pod("p", gpus=1), names)).get_json()
+    top = max(full.values())
+    assert top == 10
+    assert [e["Host"] for e in body] == [n for n in names if full[n] >= top - reach]
+    assert {e["Host"]: e["Score"] for e in body} == {n: s for n, s in full.items() if s >= top - reach}
+    assert not {"a100-cordoned", "ghost"} & {e["Host"] for e in body}
 
 
 @pytest.mark.parametrize("strategy", ["bestfit", "default", "fgd", "packing"])

@@ -105,11 +105,14 @@ def test_410_relist_catches_up_with_missed_changes(
     before = w.pods.relists
     created = []
     # Write and compact until a watch resumes from a compacted resourceVersion (410 Gone -> relist).
+    # How many rounds that takes depends on when the watch falls behind (100 and more were seen):
+    # 10m pods keep the node's CPU from running out however many it takes (1-CPU pods overflowed
+    # the 96-core node after 96 rounds and the expected free CPU went negative: the old flake).
     deadline = time.monotonic() + 15
     i = 0
     while w.pods.relists == before and time.monotonic() < deadline:
         name = f"r{i}"
-        core.create_namespaced_pod("default", make_pod(name, gpus=0, cpu="1"), _preload_content=False)
+        core.create_namespaced_pod("default", make_pod(name, gpus=0, cpu="10m"), _preload_content=False)
         bind(core, name, "a")
         created.append(name)
         api.compact()
@@ -118,7 +121,7 @@ def test_410_relist_catches_up_with_missed_changes(
     assert w.pods.relists > before, "no relist happened"
     # a change after the relist, and the cache matches the API exactly
     core.delete_namespaced_pod(created[0], "default", _preload_content=False)
-    expected_cpu = 96_000 - 1000 * (len(created) - 1)
+    expected_cpu = 96_000 - 10 * (len(created) - 1)
     wait(lambda: int(state(cache).cpu_free[state(cache).index["a"]]) == expected_cpu,
          f"cpu_free {expected_cpu} after relist")
     assert set(cache.node_pods("a")) == {f"default/{n}" for n in created[1:]}

@@ -21,7 +21,6 @@ import yaml
 from cryptography import x509
 
 from cli.main import SUBCOMMANDS
-from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, SHARED_GPU_RESOURCE
 from tests.install.chart import (
     CHART,
     CHART_CRD,
@@ -310,7 +309,8 @@ def test_webhook_runs_two_replicas_behind_a_pdb(guide: list[dict]) -> None:
 
 def test_extender_service(guide: list[dict]) -> None:
     deployment = one(guide, "Deployment", "kubeon-gpu-optimizer-extender")
-    assert container(deployment)["args"] == ["extender", "--port=8888", "--default-mode=Recommend"]
+    assert container(deployment)["args"] == ["extender", "--port=8888", "--default-mode=Recommend",
+                                             "--scheduler-weight=131"]
     service = one(guide, "Service", "kubeon-gpu-optimizer-extender")
     assert service["spec"]["ports"][0]["port"] == 8888
 
@@ -338,12 +338,30 @@ def test_second_scheduler_calls_the_extender(guide: list[dict]) -> None:
     assert "--config=/etc/kubernetes/kubeon-gpu-scheduler/config.yaml" in kube_scheduler["command"]
 
 
-def test_managed_resources_are_the_catalogs(guide: list[dict]) -> None:
-    managed = [r["name"] for r in _scheduler_config(guide)["extenders"][0]["managedResources"]]
-    catalog = {p.resource_name for product in DEFAULT_CATALOG.products for p in product.profiles}
-    assert len(managed) == len(set(managed))
-    assert set(managed) == {GPU_RESOURCE, SHARED_GPU_RESOURCE} | catalog
-    assert "nvidia.com/mig-1g.10gb" in managed and "nvidia.com/mig-1g.18gb.me" in managed
+def test_the_extender_is_told_the_weight_the_scheduler_profile_gives_it() -> None:
+    """scheduler.extenderWeight reaches both the profile and the extender (which lists in /prioritize only
+    the hosts that can still be placed at that weight)."""
+    for weight in (71, 131, 150):
+        docs = render({**GUIDE_SET, "scheduler.extenderWeight": str(weight)})
+        assert _scheduler_config(docs)["extenders"][0]["weight"] == weight
+        assert _parsed(one(docs, "Deployment", "kubeon-gpu-optimizer-extender")).scheduler_weight == weight
+
+
+def test_the_extender_is_asked_about_every_pod_the_profile_schedules(guide: list[dict]) -> None:
+    """No managedResources (upstream IsInterested: then every pod): the CPU-only pods the webhook routes
+    to kubeon-gpu-scheduler are packed by the extender too, not spread by the stock plugins alone."""
+    (extender,) = _scheduler_config(guide)["extenders"]
+    assert "managedResources" not in extender
+
+
+def test_routing_cpu_only_pods_is_a_switch_the_webhook_reads() -> None:
+    """webhook.routeCpuPodsOnGpuNodes reaches the webhook's own flag, parsed as the webhook parses it."""
+    webhook = "kubeon-gpu-optimizer-webhook"
+    assert _parsed(one(render(GUIDE_SET), "Deployment", webhook)).route_cpu_pods_on_gpu_nodes == "true"
+    off = render({**GUIDE_SET, "webhook.routeCpuPodsOnGpuNodes": "false"})
+    assert _parsed(one(off, "Deployment", webhook)).route_cpu_pods_on_gpu_nodes == "false"
+    with pytest.raises(AssertionError):
+        render({**GUIDE_SET, "webhook.routeCpuPodsOnGpuNodes": "maybe"})
 
 
 def test_scheduler_image_follows_the_cluster_version_unless_pinned() -> None:

@@ -19,8 +19,6 @@ import kubernetes_validate
 import pytest
 import yaml
 
-from gpupolicy.catalog import DEFAULT_CATALOG
-from manifests.gen_managed_resources import managed_resources, render_template
 from tests.install.chart import CHART, MANIFESTS, NAMESPACE, find, load_dir, one, run, tool
 from tests.missing import missing
 
@@ -41,12 +39,6 @@ def test_rendered_manifests_are_current(tmp_path: Path) -> None:
     assert fresh == sorted(p.name for p in RENDERED.iterdir()), "run manifests/render.sh"
     _, mismatch, errors = filecmp.cmpfiles(tmp_path / "out", RENDERED, fresh, shallow=False)
     assert not mismatch and not errors, f"stale: {mismatch + errors}: run manifests/render.sh"
-
-
-def test_managed_resource_template_is_current() -> None:
-    template = CHART / "templates" / "_managed-resources.tpl"
-    assert template.read_text() == render_template(managed_resources(DEFAULT_CATALOG)), \
-        "run manifests/render.sh (catalog changed)"
 
 
 def test_kustomize_builds_namespace_crd_and_workloads(built: list[dict]) -> None:

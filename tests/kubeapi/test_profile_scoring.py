@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from cli.livereplay import HttpExtender, load_scheduler_config
+from cli.livereplay import HttpExtender, ReplayApi, load_scheduler_config
 from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
@@ -122,6 +122,33 @@ def test_the_profile_before_this_issue_let_spreading_overrule_the_extender(case:
     assert live.place(pod) == "emptier"
 
 
+def test_a_mig_pod_takes_the_cut_gpu_in_use_and_bind_records_it() -> None:
+    """Per GPU, not by count alone: "cut" has 2 A100s cut all-1g.10gb with 4 slices held on GPU 0 (10
+    devices free), "untouched" one A100 cut alike and empty (7 free). Fewest devices left would start
+    the untouched node (6 left against 9); the extender sends the slice to GPU 0 of "cut", which
+    kube-scheduler follows though its spreading plugins prefer the emptier node, and the bind verb
+    records that GPU on the pod."""
+    slice_ = {"gpus": 1, "gpu_resource": "nvidia.com/mig-1g.10gb"}
+    nodes = [make_node("cut", A100, 2, mig={"1g.10gb": 7}), make_node("untouched", A100, 1, mig={"1g.10gb": 7})]
+    busy = [running(f"slice-{i}", "cut", annotations={"gpu.kubeon.io/gpu-index": "0"}, cpu="20",
+                    memory="200Gi", **slice_) for i in range(4)]
+    for seed in range(8):
+        live = Scheduled(nodes, busy, shipped())
+        api = ReplayApi(live.cache)
+        live.service.binder = api
+        pod = pending("p", annotations={"team": "ml"}, **slice_)
+        api.pods["work/p"] = pod  # the API object the bind verb annotates and binds
+        scores = live.extender_scores(pod, ["cut", "untouched"])
+        assert scores["cut"] > scores["untouched"], scores
+        cycle = schedule_one(live.cluster, pod, live.profile, live.extenders, np.random.default_rng(seed))
+        assert cycle.node == "cut" and cycle.bound_by is not None
+        assert cycle.bound_by.bind(pod, "cut") == ""
+        assert pod["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] == "0"
+        with live.cache.lock:
+            state = live.cache.fresh_state()
+        assert state.gpu_free[state.index["cut"]].tolist()[:2] == [285, 1000]  # 1000 * (7 - 5) // 7
+
+
 def test_identical_nodes_get_equal_extender_scores() -> None:
     nodes = [make_node(f"same-{i}", A100, 8) for i in range(3)]
     live = Scheduled(nodes, [], shipped())
@@ -165,3 +192,71 @@ def test_a_pod_the_extender_cannot_place_still_schedules_when_stock_filters_allo
     live.cluster = ClusterScores(nodes)
     assert live.profile.extenders[0].ignorable
     assert live.place(pending("p", gpus=1)) == "gpu-0"
+
+
+GPU_TOLERATION = {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def with_managed_resources() -> dict[str, Any]:
+    """The profile as shipped before CPU-only pods were routed: the extender asked about GPU pods only."""
+    config = copy.deepcopy(shipped())
+    config["extenders"][0]["managedResources"] = [{"name": r, "ignoredByScheduler": False}
+                                                  for r in ("nvidia.com/gpu", "nvidia.com/gpu.shared")]
+    return config
+
+
+def test_a_cpu_only_pod_routed_to_the_profile_is_packed_by_the_extender() -> None:
+    """The webhook routes CPU-only pods that tolerate the GPU taint here (admission.mutate.routes_cpu_pod),
+    and the extender is asked about them too: its engine puts the pod beside GPU work and keeps the empty
+    GPU node whole for a pod that needs all of it. Stock scoring (the default-scheduler, or this profile
+    when the extender was asked about GPU pods only) spreads it onto the empty node."""
+    nodes = [make_node("used", A100, 8, gpu_taint=True), make_node("empty", A100, 8, gpu_taint=True)]
+    busy = [running(f"gpu-{i}", "used", gpus=1, cpu="8", memory="64Gi", tolerations=[GPU_TOLERATION])
+            for i in range(4)]
+    pod = pending("cpu-only", cpu="12", memory="48Gi", tolerations=[GPU_TOLERATION])
+    live = Scheduled(nodes, busy, shipped())
+    scores = live.extender_scores(pod, ["used", "empty"])
+    assert scores["used"] > scores["empty"], scores
+    assert {live.place(pod, seed) for seed in range(8)} == {"used"}
+    assert live.extenders[0][1].calls["filter"] >= 8  # asked on every cycle
+    before = Scheduled(nodes, busy, with_managed_resources())
+    assert {before.place(pod, seed) for seed in range(8)} == {"empty"}
+    assert before.extenders[0][1].calls == {"filter": 0, "prioritize": 0, "bind": 0}
+    default = Profile()  # the cluster's default-scheduler: no extender
+    assert {schedule_one(live.cluster, pod, default, [], np.random.default_rng(s)).node for s in range(8)} == {"empty"}
+
+
+def test_a_cpu_only_pod_the_gpu_nodes_cannot_take_goes_where_the_stock_filters_allow() -> None:
+    """A pod asking for more CPU than any GPU node has left is placed on the CPU node the extender also knows."""
+    nodes = [make_node("gpu", A100, 8, gpu_taint=True, cpu="16"), make_node("cpu", None, 0, cpu="64")]
+    live = Scheduled(nodes, [], shipped())
+    pod = pending("wide", cpu="32", memory="8Gi", tolerations=[GPU_TOLERATION])
+    assert live.place(pod) == "cpu"
+
+
+def test_a_cpu_only_pod_routed_to_the_profile_uses_a_node_without_gpus_first() -> None:
+    """A CPU-only pod that fits a node without GPUs goes there, not onto the CPU and memory of a GPU node
+    holding GPU work (which the next GPU pods there need). The engine once scored the GPU node 10 and the
+    CPU node 9 (equal fragment change, and the tie order put nodes holding GPU work first)."""
+    nodes = [make_node("gpu", A100, 8, gpu_taint=True), make_node("cpu", None, 0, cpu="64", memory="256Gi")]
+    busy = [running(f"gpu-{i}", "gpu", gpus=1, cpu="8", memory="64Gi", tolerations=[GPU_TOLERATION])
+            for i in range(4)]
+    pod = pending("cpu-only", cpu="4", memory="16Gi", tolerations=[GPU_TOLERATION])
+    live = Scheduled(nodes, busy, shipped())
+    scores = live.extender_scores(pod, ["gpu", "cpu"])
+    assert scores["cpu"] > scores["gpu"], scores
+    assert {live.place(pod, seed) for seed in range(8)} == {"cpu"}
+
+
+def test_a_cpu_only_pod_too_big_for_the_nodes_without_gpus_still_packs_the_gpu_nodes() -> None:
+    """Nodes without GPUs come first only when they fit: otherwise the engine's packing order among the GPU
+    nodes holds as before (beside GPU work, keeping the empty GPU node whole)."""
+    nodes = [make_node("used", A100, 8, gpu_taint=True), make_node("empty", A100, 8, gpu_taint=True),
+             make_node("cpu", None, 0, cpu="8", memory="32Gi")]
+    busy = [running(f"gpu-{i}", "used", gpus=1, cpu="8", memory="64Gi", tolerations=[GPU_TOLERATION])
+            for i in range(4)]
+    pod = pending("cpu-only", cpu="12", memory="48Gi", tolerations=[GPU_TOLERATION])
+    live = Scheduled(nodes, busy, shipped())
+    scores = live.extender_scores(pod, ["used", "empty", "cpu"])
+    assert scores["used"] > scores["empty"], scores
+    assert {live.place(pod, seed) for seed in range(8)} == {"used"}

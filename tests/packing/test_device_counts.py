@@ -1,12 +1,15 @@
 """MIG devices and time-sliced replicas in the engine: every registered policy packs them by count.
 
-Real: NodeState, fit, decide, every policy in STRATEGIES, NodeState.reset_row.
-Faked: nothing; the node states are built by hand.
+Real: NodeState (MIG rows included), fit, decide, every policy in STRATEGIES,
+NodeState.reset_row, capacity.nodes.with_rows. Faked: nothing; the node states
+are built by hand.
 
-Why these winners: node-level free counts are all that is real for MIG and
-time-sliced resources, so `decide` ranks count pods by the fewest free units
-of the requested resources left (partly used nodes fill first), whatever the
-policy; the policy's own order only breaks ties among equal counts.
+Why these winners: node-level free counts are what the device plugin fits by,
+so `decide` ranks count pods by the fewest free units of the requested
+resources left (partly used nodes fill first), whatever the policy; the
+policy's own order only breaks ties among equal counts. Where a node's GPUs
+are rows cut by its MIG layout, a MIG device goes first to the fullest cut GPU
+with room (the least free milli left), then by count.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from gpupolicy.capacity.nodes import with_rows
 from gpupolicy.packing.engine import STRATEGIES, decide, get_strategy
 from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
 from gpupolicy.packing.placement import PackingContext, lexicographic
@@ -109,3 +113,55 @@ def test_reset_row_restores_capacity_and_checks_the_layout() -> None:
     assert not state.schedulable[0] and state.row_version[0] > version
     with pytest.raises(ValueError, match="capacity or layout changed"):
         state.reset_row(0, NodeSpec("m", 16000, 8192, 2, "A100", mig={MIG: 3}, shared=2))
+
+
+# ---------------------------------------------------------------- MIG devices on GPU rows
+
+def mig_rows_state() -> NodeState:
+    """cut: 2 GPUs all-1g.10gb, 4 devices held on GPU 0 (10 free in all); whole: 1 untouched GPU
+    (7 free). The count best fit alone would start the untouched GPU (6 left against 9)."""
+    state = NodeState.build([
+        NodeSpec("cut", 64000, 262144, 2, "A100", mig={MIG: 14}, exclusive=False, mig_per_gpu={MIG: 7}),
+        NodeSpec("whole", 64000, 262144, 1, "A100", mig={MIG: 7}, exclusive=False, mig_per_gpu={MIG: 7}),
+    ])
+    for _ in range(4):
+        state.place(0, PodDemand(cpu_milli=1000, mig={MIG: 1}), (0,))
+    return state
+
+
+@pytest.mark.parametrize("policy", list(STRATEGIES))
+def test_every_policy_puts_a_mig_slice_on_the_fullest_cut_gpu_before_an_untouched_one(policy: str) -> None:
+    state = mig_rows_state()
+    assert state.gpu_free.tolist() == [[428, 1000], [1000, 0]]  # 1000 * (7 - 4) // 7
+    pod = PodDemand(cpu_milli=1000, memory_mib=1024, mig={MIG: 1})
+    d = decide(state, pod, get_strategy(policy), ctx_for(pod))
+    assert (d.node, d.gpu_indices) == (0, (0,))
+
+
+def test_mig_devices_are_held_and_given_back_per_gpu() -> None:
+    state = mig_rows_state()
+    two = PodDemand(cpu_milli=1000, memory_mib=512, mig={MIG: 2})
+    d = decide(state, two, get_strategy("kubeon"), ctx_for(two))
+    assert (d.node, d.gpu_indices) == (0, (0, 0))  # both on GPU 0: three of its seven are free
+    state.place(0, two, d.gpu_indices)
+    assert state.gpu_free[0].tolist() == [142, 1000] and state.mig_free[0].tolist() == [8]
+    state.remove(0, two, d.gpu_indices)
+    assert state.gpu_free[0].tolist() == [428, 1000] and state.mig_free[0].tolist() == [10]
+    with pytest.raises(ValueError, match="one per MIG device"):
+        state.place(0, two, (0,))
+    for _ in range(3):
+        state.place(0, PodDemand(mig={MIG: 1}), (0,))
+    assert state.gpu_free[0].tolist() == [0, 1000]  # every device of GPU 0 held: exactly 0 left
+    with pytest.raises(ValueError, match=r"has no nvidia\.com/mig-1g\.10gb free"):
+        state.place(0, PodDemand(mig={MIG: 1}), (0,))
+
+
+def test_gpus_cut_by_mig_take_no_whole_gpu_or_share_and_rows_survive_new_nodes() -> None:
+    state = mig_rows_state()
+    for pod in (PodDemand(num_gpu=1, gpu_milli=1000), PodDemand(num_gpu=1, gpu_milli=100, shared=0)):
+        assert decide(state, pod, get_strategy("kubeon"), ctx_for(pod)).node is None
+    grown = with_rows(state, [NodeSpec("new", 8000, 8192, 4, "A100")])
+    assert grown.gpu_free[:2, :2].tolist() == state.gpu_free.tolist()
+    assert grown.mig_held[0, 0].tolist() == [4] and grown.mig_layout.tolist() == [7, 7, 0]
+    grown.remove(0, PodDemand(cpu_milli=1000, mig={MIG: 1}), (0,))
+    assert grown.gpu_free[0, 0] == 571

@@ -63,7 +63,7 @@ class FromScratch:
     def __init__(self, state: NodeState) -> None:
         self.state = state
 
-    def sync(self) -> IntArray:
+    def sync(self, rows: IntArray | None = None) -> IntArray:
         return reference_used_first_rank(self.state)
 
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from gpupolicy.packing.engine import decide, get_strategy
-from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
+from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, node_spec, state_from_kubernetes
 from gpupolicy.packing.placement import PackingContext, RejectReason
 from gpupolicy.packing.typicalmix import TypicalMix
 
@@ -112,3 +112,73 @@ def test_time_sliced_node_keeps_its_gpus_and_takes_no_whole_gpu_pods() -> None:
     whole = demand_from_pod(pod("w", gpus=1))
     d = decide(state, whole, get_strategy("kubeon"), PackingContext(mix=TypicalMix.from_pods([whole])))
     assert d.node == state.index["whole"] and d.fit.reason(ts) is RejectReason.NO_GPU
+
+
+# ---------------------------------------------------------------- MIG slices per GPU
+
+BALANCED = {"nvidia.com/mig-1g.10gb": 2, "nvidia.com/mig-2g.20gb": 1, "nvidia.com/mig-3g.40gb": 1}
+
+
+def mig_node(name: str, gpus: int, layout: str, per_gpu: dict[str, int], count_label: bool = True,
+             advertised: dict[str, int] | None = None) -> dict[str, Any]:
+    """A MIG node as GFD and the device plugin (mixed strategy) show it: no nvidia.com/gpu, the
+    devices in allocatable, the physical GPU count and the layout the GPU Operator was told."""
+    n = node(name, gpus=0, alloc=advertised if advertised is not None else {r: str(c * gpus) for r, c in
+                                                                            per_gpu.items()},
+             labels={"nvidia.com/mig.config": layout, "nvidia.com/mig.strategy": "mixed",
+                     **({"nvidia.com/gpu.count": str(gpus)} if count_label else {})})
+    del n["status"]["allocatable"]["nvidia.com/gpu"]
+    return n
+
+
+def mig_pod(name: str, profile: str, node_name: str | None = None, gpu_index: str | None = None) -> dict[str, Any]:
+    annotations = {"gpu.kubeon.io/gpu-index": gpu_index} if gpu_index is not None else {}
+    return pod(name, gpus=0, node_name=node_name, limits={f"nvidia.com/mig-{profile}": "1"},
+               metadata={"annotations": annotations})
+
+
+def test_two_mig_slices_on_one_gpu_and_one_on_another_from_objects_alone() -> None:
+    """The MIG mirror of the time-sliced test above: 4 A100s cut all-balanced (2 x 1g.10gb, 2g.20gb,
+    3g.40gb each: 7 compute slices). A 1g and a 3g recorded on GPU 2, a 2g on GPU 0, and a 1g bound
+    by another scheduler (no index), which takes the fullest GPU with a free 1g: GPU 2."""
+    n = mig_node("m", 4, "all-balanced", BALANCED)
+    pods = [mig_pod("s1", "1g.10gb", "m", "2"), mig_pod("s2", "3g.40gb", "m", "2"),
+            mig_pod("w", "2g.20gb", "m", "0"), mig_pod("u", "1g.10gb", "m")]
+    state = state_from_kubernetes([n], pods)
+    # free milli = 1000 * (7 - compute slices held) // 7: GPU 2 holds 1 + 3 + 1, GPU 0 holds 2
+    assert state.gpu_free[0].tolist() == [714, 1000, 285, 1000]
+    assert int(state.gpu_count[0]) == 4 and not state.exclusive[0]
+    assert dict(zip(state.mig_resources, state.mig_free[0].tolist(), strict=True)) == {
+        "nvidia.com/mig-1g.10gb": 6, "nvidia.com/mig-2g.20gb": 3, "nvidia.com/mig-3g.40gb": 3}
+    ctx = PackingContext(mix=TypicalMix.empty())
+    one_g = demand_from_pod(mig_pod("next", "1g.10gb"))
+    # GPU 2's two 1g devices are both held: the next 1g goes to the fullest GPU that still has one
+    assert decide(state, one_g, get_strategy("kubeon"), ctx).gpu_indices == (0,)
+    for other in (pod("whole", gpus=1), share_pod("share", share="100")):
+        d = decide(state, demand_from_pod(other), get_strategy("kubeon"), ctx)
+        assert d.node is None and d.reason(0) is RejectReason.NO_GPU  # cut GPUs take MIG devices only
+
+
+def test_a_recorded_index_whose_gpu_has_no_room_falls_back_to_the_fullest_gpu() -> None:
+    n = mig_node("m", 2, "all-3g.40gb", {"nvidia.com/mig-3g.40gb": 2})
+    pods = [mig_pod(f"p{i}", "3g.40gb", "m", "0") for i in range(3)]  # GPU 0 holds two 3g at most
+    state = state_from_kubernetes([n], pods)
+    assert state.gpu_free[0].tolist() == [0, 500]  # a 3g of all-3g.40gb is half its GPU
+    assert state.mig_free[0].tolist() == [1]
+
+
+def test_mig_layout_from_the_gpu_operator_label_else_the_devices_spread_over_the_gpus() -> None:
+    one_g = "nvidia.com/mig-1g.10gb"
+    known = node_spec(mig_node("known", 8, "all-1g.10gb", {one_g: 7}))
+    assert (known.gpu_count, dict(known.mig_per_gpu), known.exclusive) == (8, {one_g: 7}, False)
+    # no nvidia.com/gpu.count: the default layout says how many GPUs hold what is advertised
+    assert node_spec(mig_node("uncounted", 8, "all-1g.10gb", {one_g: 7}, count_label=False)).gpu_count == 8
+    # a custom mig-parted config: the advertised devices over GFD's GPU count
+    custom = node_spec(mig_node("custom", 2, "custom", {one_g: 3, "nvidia.com/mig-4g.40gb": 1}))
+    assert dict(custom.mig_per_gpu) == {one_g: 3, "nvidia.com/mig-4g.40gb": 1} and custom.gpu_count == 2
+    # a re-layout under way: the label names the new layout, allocatable still shows the old devices
+    moving = node_spec(mig_node("moving", 8, "all-3g.40gb", {one_g: 7}))
+    assert dict(moving.mig_per_gpu) == {one_g: 7}
+    # neither a GPU count nor a known layout: MIG devices by count only, as before
+    bare = node_spec(mig_node("bare", 2, "custom", {one_g: 7}, count_label=False))
+    assert (bare.gpu_count, dict(bare.mig_per_gpu), dict(bare.mig)) == (0, {}, {one_g: 14})

@@ -15,10 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from cli.livereplay import DEFAULT_SCHEDULER, pod_object
+from cli.livereplay import DEFAULT_SCHEDULER, pod_object, routing_view
 from cli.main import main
-from gpupolicy.admission.mutate import out_of_scope
-from gpupolicy.cluster import ClusterView
 from gpupolicy.packing.nodemodel import PodDemand
 
 VENDOR = Path(__file__).resolve().parents[2] / "vendor" / "openb"
@@ -68,13 +66,21 @@ def test_a_bad_scheduler_config_is_a_clear_error(tmp_path: Path, capsys: pytest.
 
 
 def test_the_replay_routes_pods_as_the_webhook_does() -> None:
-    """Only pods asking for a GPU resource get the profile's schedulerName (the webhook's out_of_scope rule);
-    CPU-only pods stay with the cluster's default-scheduler, which calls no extender."""
-
+    """The replay's pods pass the webhook's own mutate_pod: the trace's pods tolerate the GPU taint (they run
+    on GPU nodes), so CPU-only pods are routed to the profile as GPU pods are; with the webhook's switch off
+    (`--route-cpu-pods-on-gpu-nodes=false`) they stay with the default-scheduler, which calls no extender."""
     cases = {"cpu": PodDemand(cpu_milli=4000, memory_mib=1024), "whole": PodDemand(num_gpu=2, gpu_milli=1000),
              "share": PodDemand(num_gpu=1, gpu_milli=250)}
-    pods = {k: pod_object(d, i, "kubeon-gpu-scheduler") for i, (k, d) in enumerate(cases.items())}
-    assert {k: p["spec"]["schedulerName"] for k, p in pods.items()} == {
-        "cpu": DEFAULT_SCHEDULER, "whole": "kubeon-gpu-scheduler", "share": "kubeon-gpu-scheduler"}
-    assert out_of_scope(pods["cpu"], "openb", ClusterView()) == "pod asks for no GPU"
-    assert out_of_scope(pods["whole"], "openb", ClusterView()) == ""
+    for switch, cpu_by in ((True, "kubeon-gpu-scheduler"), (False, DEFAULT_SCHEDULER)):
+        view = routing_view("kubeon-gpu-scheduler", route_cpu_pods=switch)
+        pods = {k: pod_object(d, i, view) for i, (k, d) in enumerate(cases.items())}
+        assert {k: p["spec"]["schedulerName"] for k, p in pods.items()} == {
+            "cpu": cpu_by, "whole": "kubeon-gpu-scheduler", "share": "kubeon-gpu-scheduler"}, switch
+
+
+def test_the_switch_reaches_the_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--route-cpu-pods-on-gpu-nodes` is the live replay's (the simulator routes nothing: a clear error)."""
+    nodes = subset(VENDOR / "openb_node_list_gpu_node.csv", tmp_path / "nodes.csv", 5)
+    pods = subset(VENDOR / "openb_pod_list_default.csv", tmp_path / "pods.csv", 5)
+    code = main(["simulate", "--nodes", str(nodes), "--pods", str(pods), "--route-cpu-pods-on-gpu-nodes", "false"])
+    assert code == 2 and "needs --through-extender" in capsys.readouterr().err

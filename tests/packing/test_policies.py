@@ -125,6 +125,33 @@ def test_every_policy_respects_fit_and_explains(name: str) -> None:
     assert decide(state, pod, get_strategy(name), ctx).node is None
 
 
+@pytest.mark.parametrize("name", list(STRATEGIES))
+def test_every_policy_sends_a_cpu_only_pod_to_a_node_without_gpus_first(name: str) -> None:
+    # "busy" holds GPU work with cores to spare, ranked first in the tie order (as live); "cpu" has no
+    # GPUs. A CPU-only pod goes to "cpu" whatever the strategy (without the engine's rule FGD, kubeon,
+    # GpuPacking and DotProd took "busy"). A pod "cpu" cannot hold still packs the GPU nodes.
+    state = make_state([("busy", 64000, 262144, [0, 0, 1000, 1000], "T4"),
+                        ("empty", 64000, 262144, [1000] * 4, "T4"), ("cpu", 16000, 65536, [], "")])
+    ctx = make_ctx([make_pod(gpus=1, cpu=8000), make_pod(cpu=2000)])
+    ctx.tie_rank = used_first_rank(state)
+    assert state.names[decide(state, make_pod(cpu=4000, mem=8192), get_strategy(name), ctx).node] == "cpu"
+    wide = decide(state, make_pod(cpu=32000, mem=8192), get_strategy(name), ctx)
+    assert wide.node is not None and state.names[wide.node] != "cpu"
+    assert decide(state, make_pod(gpus=1), get_strategy(name), ctx).node != state.index["cpu"]
+
+
+def test_a_cpu_only_pod_asked_about_a_few_nodes_takes_the_one_without_gpus() -> None:
+    # The extender's request-restricted path (a few rows of a larger state: placement.rows_to_work_on).
+    state = make_state([*[(f"gpu-{i}", 64000, 262144, [0, 0, 1000, 1000], "T4") for i in range(10)],
+                        ("cpu", 16000, 65536, [], "")])
+    ctx = make_ctx([make_pod(gpus=1, cpu=8000), make_pod(cpu=2000)])
+    ctx.tie_rank = used_first_rank(state)
+    rows = np.array([state.index["gpu-3"], state.index["cpu"]])
+    got = decide(state, make_pod(cpu=4000, mem=8192), get_strategy("kubeon"), ctx, restrict=rows)
+    assert got.nodes is not None  # the restricted path was taken
+    assert got.node == state.index["cpu"]
+
+
 def test_fgd_needs_a_mix() -> None:
     state = make_state([("A", 8000, 8192, [1000], "T4")])
     with pytest.raises(ValueError, match="typical pod mix"):

@@ -6,8 +6,10 @@ and the stand-in kube-scheduler with the chart's rendered profile
 (simulator/kubescheduler.py, through cli.livereplay). The reference is the
 answer encoding before issue 16, kept here: every rejected node in
 FailedAndUnresolvableNodes and every input host in the prioritize list,
-serialised from plain dicts. Same seed, same arrivals: the placements (node
-and GPU indices per pod) must be identical.
+serialised from plain dicts. Same seed, same arrivals, same profile (the
+chart's, and the same with the extender's weight at 121, where only the top
+scorers are listed): the placements (node and GPU indices per pod) must be
+identical.
 
 A pod that fits nowhere still gets a FailedScheduling message naming the
 extender's reasons, with the count of nodes each one covers.
@@ -15,6 +17,7 @@ extender's reasons, with the count of nodes each one covers.
 
 from __future__ import annotations
 
+import copy
 import csv
 from pathlib import Path
 from typing import Any
@@ -23,7 +26,7 @@ import numpy as np
 import orjson
 import pytest
 
-from cli.livereplay import replay_through_extender
+from cli.livereplay import load_scheduler_config, replay_through_extender
 from extender.answers import REASONS, UNRESOLVABLE_PER_REASON, AnswerWriter
 from simulator.trace import load_nodes, load_pods
 from tests.extender.payloads import Harness, wire_pod
@@ -56,7 +59,7 @@ def full_filter_answer(self: AnswerWriter, names: list[str], rows: Any, codes: A
     return expected_filter(names, codes.tolist(), hopeless.tolist())
 
 
-def full_prioritize_answer(self: AnswerWriter, names: list[str], rows: Any, scores: Any) -> bytes:
+def full_prioritize_answer(self: AnswerWriter, names: list[str], rows: Any, scores: Any, *reach: Any) -> bytes:
     """The answer before issue 16: every input host, zeros included."""
     return orjson.dumps([{"Host": n, "Score": int(s)} for n, s in zip(names, scores.tolist(), strict=True)])
 
@@ -84,18 +87,30 @@ class Sizes:
         monkeypatch.setattr(AnswerWriter, "prioritize_answer", counted_prioritize)
 
 
+def with_weight(weight: int) -> dict[str, Any]:
+    """The chart's rendered KubeSchedulerConfiguration with the extender's weight set to `weight`."""
+    config = copy.deepcopy(load_scheduler_config())
+    for extender in config["extenders"]:
+        extender["weight"] = weight
+    return config
+
+
+@pytest.mark.parametrize("weight", [71, 121], ids=["chart-weight-71", "weight-121-top-only"])
 def test_smaller_answers_make_the_same_placements_on_an_openb_replay(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weight: int) -> None:
+    """At the chart's weight (71: hosts 1 point below the top stay listed) and at 121 (only the top), the
+    stand-in kube-scheduler places every pod as with every host listed and every rejection in full."""
     nodes = load_nodes(subset(VENDOR / "openb_node_list_gpu_node.csv", tmp_path / "nodes.csv", 100))
     pods = load_pods(subset(VENDOR / "openb_pod_list_default.csv", tmp_path / "pods.csv", 300, spec_every=5))
+    config = with_weight(weight)
     with monkeypatch.context() as patch:
         new = Sizes(patch)
-        smaller = replay_through_extender(nodes, pods, seed=42, keep_placements=True)
+        smaller = replay_through_extender(nodes, pods, seed=42, keep_placements=True, config=config)
     with monkeypatch.context() as patch:
         patch.setattr(AnswerWriter, "filter_answer", full_filter_answer)
         patch.setattr(AnswerWriter, "prioritize_answer", full_prioritize_answer)
         old = Sizes(patch)
-        reference = replay_through_extender(nodes, pods, seed=42, keep_placements=True)
+        reference = replay_through_extender(nodes, pods, seed=42, keep_placements=True, config=config)
     assert len(smaller.placements) == len(reference.placements) == smaller.pods > 250
     assert sum(p.node is not None for p in smaller.placements) > 100
     assert smaller.placements == reference.placements
@@ -103,7 +118,7 @@ def test_smaller_answers_make_the_same_placements_on_an_openb_replay(
     # the smaller answers were in force: prioritize lists fewer hosts. kube-scheduler's own filters
     # (node affinity, unschedulable, resources) run first, so here the extender rejects only for
     # reasons preemption may resolve: FailedNodes, kept whole, and filter answers of the same size.
-    assert new.prioritize < old.prioritize
+    assert new.prioritize < old.prioritize / 2
     assert new.filter == old.filter and new.unresolvable_sampled == 0
 
 

@@ -109,9 +109,11 @@ class Fragment:
         """The types this fragment counts: the coverage prefix."""
         return mix.truncated(self.coverage)
 
-    def model(self, state: NodeState, ctx: PackingContext, mix: TypicalMix) -> FragModel:
+    def model(self, state: NodeState, ctx: PackingContext, mix: TypicalMix,
+              rows: IntArray | None = None) -> FragModel:
+        """The fragment's model, synced for `rows` (a decision's candidates; every row when None)."""
         return frag_model(state, ctx, mix, key="kubeon-frag", use_memory=self.memory, copies=self.copies > 0,
-                          copies_weight=self.copies if self.copies > 0 else 1.0)
+                          copies_weight=self.copies if self.copies > 0 else 1.0, rows=rows)
 
 
 @dataclass(frozen=True)
@@ -203,7 +205,7 @@ class Kubeon:
             raise ValueError("this strategy needs a typical pod mix (PackingContext.mix)")
         full, frag = ctx.mix, self.fragment
         mix = ctx.derived(f"kubeon-mix-{frag.coverage}", (full,), lambda: frag.typical(full))
-        model = frag.model(state, ctx, mix)
+        model = frag.model(state, ctx, mix, candidates)
         f_after, pos, gpu = model.after(demand, candidates)
         delta = model.frag[candidates][pos] - f_after
         view = Candidates(state, demand, candidates[pos], gpu, model, mix, ctx)

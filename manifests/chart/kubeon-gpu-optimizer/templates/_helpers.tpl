@@ -133,8 +133,9 @@ extenders:
     enableHTTPS: false
     nodeCacheCapable: true
     ignorable: true
-    managedResources:
-      {{- include "kgo.managedResources" . | nindent 6 }}
+    {{- /* No managedResources: the extender is asked about every pod this profile schedules, the
+    CPU-only pods the webhook routes here included (webhook.routeCpuPodsOnGpuNodes), so packing
+    places them too (docs/designs/extender.md, "Profile"). */}}
 {{- end -}}
 
 {{/*
