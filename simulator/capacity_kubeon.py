@@ -31,12 +31,12 @@ from gpupolicy.packing.typicalmix import TypicalMix
 from simulator.capacity import Cluster, Drain, PodRun
 from simulator.capacity_trace import TimedPod
 
-# The capacity knobs of the benchmark (tuned on the default trace, F=50, only; kubeon takes no seed, so seeds
-# 0..2 give one run). min_pod_age_seconds 24 h, at most 3 evictions per pod (GPU-node-hours / lower bound,
-# cost / lower bound, evictions, max per pod): 1.222, 1.429, 138, 3. Against: no age rule, 6 evictions
-# 1.173, 1.144, 2,342, 6; no age rule, 3 evictions 2.36 (pods pinned early keep nodes a quarter used);
-# age 6 h 2.13; 12 h 1.40; 48 h 1.205, 1.522, 91; age 24 h with 4 evictions 1.134, 1.365, 144, 4; with
-# none 1.128, 1.357, 148, 5. Details: docs/benchmarks.md, Capacity.
+# The capacity knobs of the benchmark (tuned on the default trace only; kubeon takes no seed, so seeds 0..2
+# give one run; rules are compared as means over provisioning delays 160..200 s at F=50 and F=5300, since one
+# run moves with any detail). Minimum pod age 24 h, at most 3 evictions per pod: (GPU-node-hours / lower bound,
+# cost / lower bound, evictions) F=50 1.219, 1.445, 84; F=5300 1.481, 1.439, 72. Against: age 6 h 1.284, 1.352,
+# 146 / 1.551, 1.417, 157; 12 h 1.205, 1.394, 106 / 1.477, 1.385, 103; 48 h 1.234, 1.615, 58 / 1.509, 1.480, 56;
+# no eviction cap 1.189, 1.440 / 1.429, 1.416 (up to 11 per pod). Details: docs/benchmarks.md, Capacity.
 RULES = ConsolidationRules(underused_below_percent=10.0, window_seconds=7200.0, max_disrupted_nodes=4,
                            empty_grace_seconds=0.0, settle_seconds=0.0, max_evictions_per_pod=3,
                            min_pod_age_seconds=86400.0)
