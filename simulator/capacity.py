@@ -188,6 +188,10 @@ class Controller(Protocol):
         """The nodes to request now for the pending pods."""
         ...
 
+    def launched(self, rows: Sequence[int]) -> None:
+        """The rows the engine launched for the last `provision`'s answer, in its order."""
+        ...
+
     def disrupt(self, cluster: Cluster, now: float) -> list[Drain]:
         """Nodes to empty and delete now (the engine cordons, evicts and deletes)."""
         ...
@@ -325,8 +329,8 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
                     pending[r.pod.key] = r
                 cluster.delete(row, now)
         drains = still
-        for instance in controller.provision(cluster, list(pending.values()), now):
-            launch(instance, now)
+        controller.launched([launch(instance, now) for instance in controller.provision(
+            cluster, list(pending.values()), now)])
         for drain in controller.disrupt(cluster, now):
             for row in drain.rows:
                 cluster.cordon(row)

@@ -23,10 +23,16 @@ code (cited in docs/designs/capacity.md):
 - `ClusterAutoscaler`: scale-up for pods no node or upcoming node holds:
   per node group (instance type) a first-fit-decreasing estimate of the new
   nodes, the least-waste expander (least unused CPU and memory, averaged)
-  picks one group per loop. Scale-down: a node whose GPU requests are below
+  picks one group per loop; a group one node of which would exceed the GPU
+  limit is skipped before the estimate (scaleup/orchestrator
+  `filterValidScaleUpNodeGroups`, `IsNodeGroupResourceExceeded`), and the
+  count is capped to what the limit leaves. Scale-down: a node whose GPU requests are below
   50% of its GPUs and whose pods fit elsewhere is unneeded; after 10
   minutes unneeded it goes, empty ones in bulk (up to 10), a non-empty one
-  per loop; no scale-down within 10 minutes of a scale-up.
+  per loop; no scale-down within 10 minutes of a scale-up. A node whose
+  pods the simulation could not re-place is not simulated again for 5
+  minutes (unremovable-node-recheck-timeout; core/scaledown/unremovable,
+  eligibility.go `IsRecent`).
 - `lower_bound`: the GPU-hours the pods request (shares as fractions) and
   their cost at the cheapest price per GPU of an allowed type that holds
   the pod.
@@ -57,6 +63,7 @@ CA_UTILISATION_THRESHOLD = 0.5
 CA_UNNEEDED_TIME = 600.0
 CA_DELAY_AFTER_ADD = 600.0
 CA_MAX_EMPTY_BULK_DELETE = 10
+CA_UNREMOVABLE_RECHECK = 300.0  # --unremovable-node-recheck-timeout (FAQ, "What are the parameters to CA?")
 
 
 def first_gpus(state: NodeState, row: int, demand: PodDemand) -> tuple[int, ...]:
@@ -102,6 +109,9 @@ class DefaultScheduler:
         top = rows[scores == scores.max()]
         row = int(top[self.rng.integers(top.size)]) if top.size > 1 else int(top[0])
         return row, first_gpus(state, row, demand)
+
+    def launched(self, rows: Sequence[int]) -> None:
+        """Nothing to remember: the referees re-plan from the cluster at every loop."""
 
 
 # ---- bin packing on new nodes, shared by the two baselines' estimates ------------------------
@@ -159,6 +169,49 @@ def pack_new(pods: Sequence[PodDemand], types: Sequence[InstanceType]) -> tuple[
     return nodes, unfit
 
 
+def estimate(pods: Sequence[PodDemand], kind: InstanceType) -> tuple[int, int, int]:
+    """`pack_new(pods, [kind])` as numbers: how many new nodes, and the CPU and memory packed on them.
+
+    Cluster Autoscaler's binpacking estimate per node group, once per group
+    and loop: the same first fit as `NewNode.add` on one type, on plain
+    numbers (pods `kind` cannot hold are skipped, as `pack_new` leaves them
+    unfit).
+    """
+    cpu: list[int] = []
+    mem: list[int] = []
+    used: list[list[int]] = []  # per node, milli used per GPU taken so far
+    for d in pods:
+        if not kind.holds(d):
+            continue
+        whole = d.num_gpu if d.needs_gpu and not d.is_sharing else 0
+        for i in range(len(cpu)):
+            if cpu[i] + d.cpu_milli > kind.cpu_milli or mem[i] + d.memory_mib > kind.memory_mib:
+                continue
+            gpus = used[i]
+            if d.is_sharing:
+                g = next((g for g, u in enumerate(gpus) if MILLI - u >= d.gpu_milli), -1)
+                if g < 0 and len(gpus) + 1 > kind.gpus:
+                    continue
+                if g < 0:
+                    gpus.append(d.gpu_milli)
+                else:
+                    gpus[g] += d.gpu_milli
+            elif whole:
+                if len(gpus) + whole > kind.gpus:
+                    continue
+                gpus.extend([MILLI] * whole)
+            cpu[i] += d.cpu_milli
+            mem[i] += d.memory_mib
+            break
+        else:
+            if d.cpu_milli > kind.cpu_milli or d.memory_mib > kind.memory_mib:
+                continue
+            cpu.append(d.cpu_milli)
+            mem.append(d.memory_mib)
+            used.append([d.gpu_milli] if d.is_sharing else [MILLI] * whole)
+    return len(cpu), sum(cpu), sum(mem)
+
+
 def by_size(d: PodDemand) -> tuple[int, int, int]:
     return (-d.cpu_milli, -d.memory_mib, -d.gpu_total_milli)
 
@@ -201,8 +254,42 @@ def _first_gpus_of(free: list[int], d: PodDemand) -> tuple[int, ...]:
     return tuple([g for g, v in enumerate(free) if v == MILLI][: d.num_gpu])
 
 
-def first_fit(state: NodeState, pods: Sequence[PodDemand], rows: np.ndarray) -> list[PodDemand]:
-    """Place `pods` first-fit (row order) on `rows` of `state` (mutated); the pods that found no room."""
+class RowUndo:
+    """The mutable fields of the rows a trial changes, saved before their first change, to be put back.
+
+    Cluster Autoscaler's scale-down check simulates one node after another on
+    one state and keeps only the simulations that succeed: undoing the few
+    rows a failed one touched costs what it touched, not a copy of the state.
+    """
+
+    def __init__(self, state: NodeState) -> None:
+        self.state = state
+        self.saved: dict[int, tuple[int, int, np.ndarray, int, int, int, int, np.ndarray, int]] = {}
+
+    def mark(self, row: int) -> None:
+        if row in self.saved:
+            return
+        s = self.state
+        self.saved[row] = (int(s.cpu_free[row]), int(s.mem_free[row]), s.gpu_free[row].copy(), int(s.full_count[row]),
+                           int(s.max_partial[row]), int(s.gpu_free_total[row]), int(s.row_version[row]),
+                           s.mig_free[row].copy(), int(s.shared_free[row]))
+
+    def restore(self) -> None:
+        s = self.state
+        for row, (cpu, mem, gpu, full, partial, total, version, mig, shared) in self.saved.items():
+            s.cpu_free[row], s.mem_free[row], s.gpu_free[row], s.full_count[row] = cpu, mem, gpu, full
+            s.max_partial[row], s.gpu_free_total[row], s.row_version[row] = partial, total, version
+            s.mig_free[row], s.shared_free[row] = mig, shared
+        self.saved.clear()
+
+
+def first_fit(state: NodeState, pods: Sequence[PodDemand], rows: np.ndarray, *, undo: RowUndo | None = None,
+              stop_at_miss: bool = False) -> list[PodDemand]:
+    """Place `pods` first-fit (row order) on `rows` of `state` (mutated); the pods that found no room.
+
+    `undo` records every row before its first change; `stop_at_miss` returns
+    at the first pod with no room (callers that only ask whether all fit).
+    """
     left: list[PodDemand] = []
     if not len(state):
         return list(pods)
@@ -215,9 +302,13 @@ def first_fit(state: NodeState, pods: Sequence[PodDemand], rows: np.ndarray) -> 
             ok = np.flatnonzero(fit(state, d).feasible & allowed)
             if ok.size:
                 row = int(ok[0])
+                if undo is not None:
+                    undo.mark(row)
                 state.place(row, d, first_gpus(state, row, d))
             else:
                 left.append(d)
+                if stop_at_miss:
+                    return left
             continue
         mask = allowed & (state.cpu_free >= d.cpu_milli)
         mask &= state.mem_free >= d.memory_mib
@@ -234,8 +325,12 @@ def first_fit(state: NodeState, pods: Sequence[PodDemand], rows: np.ndarray) -> 
         row = int(mask.argmax())
         if not mask[row]:
             left.append(d)
+            if stop_at_miss:
+                return left
             continue
         gpus = _first_gpus_of(state.gpu_free[row, : int(state.gpu_count[row])].tolist(), d) if d.needs_gpu else ()
+        if undo is not None:
+            undo.mark(row)
         _take(state, row, d, gpus)
     return left
 
@@ -450,6 +545,7 @@ class ClusterAutoscaler(DefaultScheduler):
     def __post_init__(self) -> None:
         super().__post_init__()
         self.unneeded_since: dict[int, float] = {}
+        self.unremovable_until: dict[str, float] = {}  # node name -> when it may be simulated again
         self.last_scale_up = -math.inf
         self.quiet_version = -1
 
@@ -458,14 +554,16 @@ class ClusterAutoscaler(DefaultScheduler):
         if not left:
             return []
         best: tuple[float, float, InstanceType, int] | None = None
+        gpus = sum(cluster.kind[r].gpus for r in cluster.live_rows())
         for kind in self.instance_types:
+            if self.max_gpus is not None and gpus + kind.gpus > self.max_gpus:
+                continue  # a group one more node of which exceeds the GPU limit is skipped before estimating
             fitting = [d for d in left if kind.holds(d)]
             if not fitting:
                 continue
-            nodes, _ = pack_new(fitting, [kind])
-            count = len(nodes)
-            cpu = sum(n.cpu for n in nodes) / (kind.cpu_milli * count)
-            mem = sum(n.mem for n in nodes) / (kind.memory_mib * count)
+            count, cpu_used, mem_used = estimate(fitting, kind)
+            cpu = cpu_used / (kind.cpu_milli * count)
+            mem = mem_used / (kind.memory_mib * count)
             waste = ((1 - cpu) + (1 - mem)) / 2
             key = (waste, float(self.rng.random()), kind, count)
             if best is None or key[:2] < best[:2]:
@@ -474,7 +572,6 @@ class ClusterAutoscaler(DefaultScheduler):
             return []
         kind, count = best[2], best[3]
         if self.max_gpus is not None and kind.gpus:
-            gpus = sum(cluster.kind[r].gpus for r in cluster.live_rows())
             count = min(count, max(0, (self.max_gpus - gpus) // kind.gpus))
         if count:
             self.last_scale_up = now
@@ -489,6 +586,7 @@ class ClusterAutoscaler(DefaultScheduler):
         ready = [r for r in live if cluster.ready[r]]
         if cluster.version != self.quiet_version:
             self.quiet_version = cluster.version
+            self.unremovable_until = {n: t for n, t in self.unremovable_until.items() if t > now}
             trial = cluster.state.copy()
             unneeded: list[int] = []
             destination = np.zeros(len(cluster.state), dtype=bool)  # ready, not (yet) unneeded
@@ -496,19 +594,21 @@ class ClusterAutoscaler(DefaultScheduler):
             for r in ready:
                 gpus = cluster.kind[r].gpus
                 used = (gpus * MILLI - int(trial.gpu_free_total[r])) / (gpus * MILLI) if gpus else 0.0
-                if used >= CA_UTILISATION_THRESHOLD:
+                if used >= CA_UTILISATION_THRESHOLD or cluster.node_name[r] in self.unremovable_until:
                     continue
                 destination[r] = False
                 others = np.flatnonzero(destination)
                 destination[r] = True
                 pods = [p.pod.demand for p in cluster.pods_on[r].values()]
-                if pods:
-                    attempt = trial.copy()
+                if pods:  # simulated on `trial` itself; a failed simulation is undone, a good one kept
+                    undo = RowUndo(trial)
+                    undo.mark(r)
                     for p in cluster.pods_on[r].values():
-                        attempt.remove(r, p.pod.demand, p.gpus)
-                    if first_fit(attempt, sorted(pods, key=by_size), others):
+                        trial.remove(r, p.pod.demand, p.gpus)
+                    if first_fit(trial, sorted(pods, key=by_size), others, undo=undo, stop_at_miss=True):
+                        undo.restore()
+                        self.unremovable_until[cluster.node_name[r]] = now + CA_UNREMOVABLE_RECHECK
                         continue
-                    trial = attempt
                 unneeded.append(r)
                 destination[r] = False
             self.unneeded_since = {r: self.unneeded_since.get(r, now) for r in unneeded}

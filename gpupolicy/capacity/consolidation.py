@@ -58,8 +58,16 @@ Methods, in order (Karpenter's disruption order, plus ours):
    summed CPU, memory and GPUs cost less than it (a bound that skips
    hopeless ones; several nodes may replace one).
 Re-placement runs the packing engine (the extender's solver) on a copy with
-the candidates cordoned; destinations are nodes that hold pods (moving pods
-onto an empty node saves nothing); `moves` are its destinations. At most
+the candidates cordoned, over every other schedulable node, as the
+scheduler will place the evicted pods: the controller cannot steer them.
+A move is planned only if the engine's own pick for every pod is a
+destination the rules accept: a node that holds pods (moving pods onto an
+empty node saves nothing), not dearer per GPU, not beside young pods (with
+`min_pod_age_seconds`). Excluding those nodes from the simulation instead
+(as before) planned moves the scheduler then did not make: at F=50 the
+evicted pods of such plans went onto the refused nodes (an 8-GPU node
+kept for weeks by 1-GPU pods at their eviction cap). `moves` are the
+engine's picks. At most
 `max_disrupted_nodes - in_progress` nodes in all; at most one multi- or
 single-node action per call (the next loop sees the result). `max_trials`
 bounds the re-placement simulations per call (a loop's time budget).
@@ -156,26 +164,29 @@ def _hours(seconds: float) -> str:
 
 
 def replace_pods(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, PodDemand]],
-                 strategy: Strategy, ctx: PackingContext, exclude: Sequence[int] = ()) -> dict[str, int] | None:
-    """Where the packing engine puts `pods` once `nodes` are gone, never on `exclude` (None: one does not fit)."""
-    done = _replace(state, nodes, pods, strategy, ctx, exclude)
+                 strategy: Strategy, ctx: PackingContext, refuse: Sequence[int] = ()) -> dict[str, int] | None:
+    """Where the packing engine puts `pods` once `nodes` are gone (None: one does not fit, or lands on `refuse`)."""
+    done = _replace(state, nodes, pods, strategy, ctx, refuse)
     return None if done is None else done[0]
 
 
 def _replace(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, PodDemand]],
-             strategy: Strategy, ctx: PackingContext, exclude: Sequence[int] = ()
+             strategy: Strategy, ctx: PackingContext, refuse: Sequence[int] = ()
              ) -> tuple[dict[str, int], NodeState] | None:
+    """The engine places the pods as the scheduler will once they are evicted: `refuse` rows stay open to
+    it (the scheduler does not know them), and a pod it puts on one makes the move no plan."""
     trial = state.copy()
     trial.schedulable[list(nodes)] = False
-    trial.schedulable[list(exclude)] = False
+    refused = set(refuse)
     moves: dict[str, int] = {}
     for key, demand in sorted(pods, key=lambda kd: (-kd[1].gpu_total_milli, -kd[1].cpu_milli, kd[0])):
         fitted = fit(trial, demand)
         if not fitted.feasible.any():
             return None
         decision = decide(trial, demand, strategy, ctx, fitted=fitted)
+        if decision.node is None or decision.node in refused:
+            return None
         commit(trial, demand, decision)
-        assert decision.node is not None
         moves[key] = decision.node
     return moves, trial
 
@@ -250,7 +261,7 @@ def plan_disruptions(
     base = state.copy()
     base.schedulable[list(taken)] = False
     # an empty node is no destination: moving pods onto it keeps a node alive to free another
-    base.schedulable[[n for n in range(len(state)) if not pods_on.get(n)]] = False
+    empties = [n for n in range(len(state)) if not pods_on.get(n) and n not in taken]
 
     # a pod is never moved onto a node that costs more per GPU than the ones it leaves: it would keep the
     # dearer node alive (a 1-GPU pod beside the free GPUs of an 8-GPU node whose big pod left)
@@ -263,7 +274,7 @@ def plan_disruptions(
 
     def dearer(group: Sequence[int]) -> list[int]:
         top = max(unit[n] for n in group)
-        return [n for n in range(len(state)) if unit[n] > top + 1e-9] + young
+        return [n for n in range(len(state)) if unit[n] > top + 1e-9] + young + empties
 
     underused = [n for n in busy if (u := usage_percent.get(n)) is not None and u < rules.underused_below_percent]
     for n in sorted(underused, key=lambda n: (-price_per_hour[n], n)):
@@ -283,7 +294,9 @@ def plan_disruptions(
     candidates = sorted((n for n in busy if n not in taken),
                         key=lambda n: (_used_milli(state, n) / max(price_per_hour[n], 1e-9),
                                        len(pods_on[n]), n))
-    free_gpu = int(base.gpu_free_total[base.schedulable].sum())
+    open_rows = base.schedulable.copy()
+    open_rows[empties] = False  # what moves may fill: schedulable nodes with pods
+    free_gpu = int(base.gpu_free_total[open_rows].sum())
     # multi-node: the largest prefix (2..room) that re-places, found by halving
     lo, hi = 2, min(room, len(candidates))
     best: tuple[list[int], dict[str, int]] | None = None

@@ -8,7 +8,7 @@ import numpy as np
 
 from gpupolicy.capacity.instances import InstanceType
 from gpupolicy.packing.nodemodel import NodeState, PodDemand
-from simulator.capacity import run
+from simulator.capacity import Cluster, PodRun, run
 from simulator.capacity_baselines import ClusterAutoscaler, DefaultScheduler, Karpenter, lower_bound
 from simulator.capacity_kubeon import Kubeon
 from simulator.capacity_trace import TimedPod
@@ -124,3 +124,37 @@ def test_lower_bound_counts_shares_as_fractions_at_the_cheapest_fitting_price_pe
                            pod("b", 0, 2 * HOUR, gpus=2)], [T4X4, P100X1])
     assert figures.gpu_node_hours == 0.5 + 4.0
     assert abs(figures.cost - 4.5 * 2.696 / 4) < 1e-9
+
+
+def test_cluster_autoscaler_does_not_simulate_an_unremovable_node_again_for_5_minutes() -> None:
+    # node 0 holds one 1-GPU pod (25% < 50%) that fits nowhere while node 1 is full: unremovable. Node 1's
+    # pod leaves 100 s later; upstream (unremovable-node-recheck-timeout 5m) skips node 0 until 5 minutes
+    # after its simulation, so only the now empty node 1 is unneeded; after that node 0 is simulated again
+    cluster = Cluster([T4X4], 180.0, None)
+    rows = [cluster.launch(T4X4, 0.0) for _ in range(2)]
+    for row in rows:
+        cluster.make_ready(row, 180.0)
+    small, full = PodRun(pod("small", 0, 10 * HOUR), 10 * HOUR), PodRun(pod("full", 0, HOUR, gpus=4), HOUR)
+    cluster.bind(small, rows[0], (0,), 180.0)
+    cluster.bind(full, rows[1], (0, 1, 2, 3), 180.0)
+    ca = ClusterAutoscaler(instance_types=[T4X4])
+    assert ca.disrupt(cluster, 1000.0) == [] and ca.unneeded_since == {}
+    cluster.unbind(full, 1100.0, "finish")
+    ca.disrupt(cluster, 1100.0)
+    assert set(ca.unneeded_since) == {rows[1]}  # node 0 not simulated: found unremovable at 1000 s
+    cluster.cordon(rows[1])
+    cluster.delete(rows[1], 1200.0)  # any change after the 5 minutes
+    late = cluster.launch(T4X4, 1310.0)
+    cluster.make_ready(late, 1310.0)
+    ca.disrupt(cluster, 1310.0)
+    assert rows[0] in ca.unneeded_since  # simulated again: its pod fits on the new node
+
+
+def test_cluster_autoscaler_skips_a_group_one_node_of_which_exceeds_the_gpu_limit() -> None:
+    # a T4x4 runs a 4-GPU pod; a 90-core pod waits. Least waste would take another T4x4, but 4 + 4 GPUs
+    # exceed the limit of 5: that group is skipped before estimating (upstream filterValidScaleUpNodeGroups),
+    # so the A10 host (1 GPU) is launched rather than nothing
+    ca = ClusterAutoscaler(instance_types=[T4X4, BIG], max_gpus=5)
+    events = replay(ca, [pod("full", 0, 10 * HOUR, gpus=4), pod("wide", 600, HOUR, cpu=90000)])
+    assert [kind for _, e, _, kind, _ in events if e == "launch"] == ["t4x4", "a10x1"]
+    assert any(e == "place" and p == "wide" for _, e, _, _, p in events)

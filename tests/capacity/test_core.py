@@ -6,7 +6,7 @@ import pytest
 
 from gpupolicy.capacity.consolidation import ConsolidationRules, plan_disruptions
 from gpupolicy.capacity.instances import InstanceType, load_instances, parse_instances
-from gpupolicy.capacity.provisioning import plan_launches
+from gpupolicy.capacity.provisioning import plan_launches, plan_provisioning
 from gpupolicy.packing.nodemodel import NodeState, PodDemand
 
 T4X4 = InstanceType("t4x4", "T4", 4, 96000, 393216, 2.696)
@@ -46,6 +46,24 @@ def test_a_burst_of_pending_pods_launches_the_nodes_once() -> None:
     # the same pods, with those launches already requested: nothing more
     again = plan_launches(pending, NodeState.build([]), [launch.instance_type for launch in launches], TYPES)
     assert again == []
+
+
+def test_pods_keep_the_spots_an_earlier_plan_reserved_and_only_new_pods_are_planned() -> None:
+    # a, b, c were planned onto a launching T4x4 (GPUs 0, 1, 2); then d (2 GPUs) arrives. Planned from
+    # scratch, d (largest first) takes two GPUs of that node and pushes a pod onto a new one; with the
+    # reservations a, b, c keep their spots and only d is planned
+    pending = [gpu_pod("a"), gpu_pod("b"), gpu_pod("c"), gpu_pod("d", 2)]
+    scratch = plan_provisioning(pending, NodeState.build([]), [T4X4], TYPES)
+    assert "d" in scratch.placed and len(scratch.launches) == 1 and "d" not in scratch.launches[0].pods
+    reserved = {"a": (0, (0,)), "b": (0, (1,)), "c": (0, (2,))}
+    kept = plan_provisioning(pending, NodeState.build([]), [T4X4], TYPES, reserved=reserved)
+    assert kept.placed == reserved
+    assert [(la.pods, la.gpus) for la in kept.launches] == [(("d",), ((0, 1),))]
+    # a spot that no longer holds the pod (its row cordoned) is planned again
+    state = NodeState.build([T4X4.spec("t4-0")])
+    state.schedulable[0] = False
+    again = plan_provisioning([gpu_pod("a")], state, [], TYPES, reserved={"a": (0, (0,))})
+    assert again.placed == {} and [la.pods for la in again.launches] == [("a",)]
 
 
 def test_pods_that_fit_on_existing_nodes_get_no_launch() -> None:
@@ -195,6 +213,26 @@ def test_an_eight_gpu_node_kept_by_small_pods_is_replaced_by_several_smaller_nod
     assert len(plans) == 1 and sorted(t.name for t in plans[0].launches) in (["t4x4", "t4x4"],
                                                                            ["p100x1", "t4x4"])
     assert plans[0].savings_per_hour > 15
+
+
+def test_a_move_is_planned_only_where_the_scheduler_itself_would_put_the_pod() -> None:
+    # the mover's node (t4-2) could empty onto t4-1's free GPU, but the packing engine, which places the
+    # evicted pod as the scheduler will, picks the V100's last free GPU (dearer per GPU: a refused
+    # destination). Hiding the V100 from the simulation planned a move the scheduler then did not make
+    state = NodeState.build([V100X8.spec("v100-0"), T4X4.spec("t4-1"), T4X4.spec("t4-2")])
+    big, mid, mover = gpu_pod("big", 7), gpu_pod("mid", 3), gpu_pod("mover")
+    state.place(0, big[1], tuple(range(7)))
+    state.place(1, mid[1], (0, 1, 2))
+    state.place(2, mover[1], (0,))
+    pods_on = {0: [big], 1: [mid], 2: [mover]}
+    prices = [V100X8.price_per_hour, T4X4.price_per_hour, T4X4.price_per_hour]
+    rules = ConsolidationRules(max_disrupted_nodes=1)
+    kw = {"blocked": {0, 1}, "now": 0.0, "empty_since": {}}
+    assert plan_disruptions(state, pods_on, prices, {}, rules, **kw) == []
+    full = state.copy()
+    full.place(0, gpu_pod("last")[1], (7,))  # the V100 full: the engine's pick is t4-1, and the move is planned
+    plans = plan_disruptions(full, pods_on, prices, {}, rules, **kw)
+    assert [(d.nodes, d.moves) for d in plans] == [((2,), {"mover": 1})]
 
 
 def test_mig_nodes_count_their_gpus_and_slices_when_consolidating() -> None:
