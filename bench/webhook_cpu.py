@@ -1,0 +1,140 @@
+"""Server CPU per /mutate request, ours against the limit (not a timed test).
+
+Wall-clock benchmarks (bench/webhook_load.py) move with whatever else runs on
+the machine; the CPU a server spends per request does not, much. This starts
+ours and the limit exactly as bench/webhook_load.py --echo does (same gunicorn,
+TLS, worker settings, certificates; the limit answers the bytes ours answered),
+sends --requests POST /mutate over --conns keep-alive TLS connections from one
+client process, and reads utime + stime of each server's whole process tree
+(gunicorn master and workers, every thread) from /proc before and after.
+Interleaved over --pairs pairs; prints us of server CPU per request for ours,
+the limit and the difference, and the medians.
+
+    python bench/webhook_cpu.py --requests 5000 --pairs 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import os
+import signal
+import ssl
+import statistics
+import sys
+import threading
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from bench.webhook_load import answer_of, start_server  # noqa: E402
+from tests.webhook.payloads import api_pod, review  # noqa: E402
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def tree(root: int) -> list[int]:
+    """`root` and every process below it (gunicorn's master and its workers)."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+            except OSError:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        todo.extend(children.get(pid, []))
+    return found
+
+
+def cpu_seconds(pids: list[int]) -> float:
+    """utime + stime of `pids` (all their threads), in seconds."""
+    total = 0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / TICK
+
+
+def drive(port: int, ca: str, requests: int, conns: int) -> int:
+    """`requests` POST /mutate over `conns` keep-alive connections; the number that failed."""
+    body = json.dumps(review(api_pod())).encode()
+    headers = {"Content-Type": "application/json"}
+    context = ssl.create_default_context(cafile=ca)
+    errors = [0]
+
+    def one(count: int) -> None:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
+        for _ in range(count):
+            conn.request("POST", "/mutate", body, headers)
+            resp = conn.getresponse()
+            resp.read()
+            if resp.status != 200:
+                errors[0] += 1
+        conn.close()
+
+    threads = [threading.Thread(target=one, args=(requests // conns,)) for _ in range(conns)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return errors[0]
+
+
+def per_request_us(pid: int, port: int, ca: str, requests: int, conns: int) -> float:
+    drive(port, ca, 200, conns)  # warm: connections' first requests, lazy imports, label children
+    pids = tree(pid)
+    before = cpu_seconds(pids)
+    errors = drive(port, ca, requests, conns)
+    used = cpu_seconds(pids) - before
+    if errors:
+        raise SystemExit(f"{errors} requests failed")
+    return used / (requests // conns * conns) * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--pairs", type=int, default=3)
+    parser.add_argument("--conns", type=int, default=1, help="keep-alive connections (threads) of the client")
+    parser.add_argument("--server-workers", type=int, default=2)
+    parser.add_argument("--server-threads", type=int, default=4)
+    args = parser.parse_args()
+    ours = start_server(args.server_workers, args.server_threads)
+    limit = None
+    try:
+        limit = start_server(args.server_workers, args.server_threads, echo_answer=answer_of(ours[1], ours[2]),
+                             tmp=ours[3])
+        print(f"{args.requests} POST /mutate per run over {args.conns} keep-alive TLS connection(s); server: "
+              f"gunicorn gthread {args.server_workers}x{args.server_threads}; load average "
+              f"{os.getloadavg()[0]:.1f}", flush=True)
+        rows: dict[str, list[float]] = {"ours": [], "limit": []}
+        for pair in range(1, args.pairs + 1):
+            for who, (proc, port, ca, _) in (("ours", ours), ("limit", limit)):
+                rows[who].append(per_request_us(proc.pid, port, ca, args.requests, args.conns))
+            print(f"pair {pair}: ours {rows['ours'][-1]:.0f} us, limit {rows['limit'][-1]:.0f} us, "
+                  f"difference {rows['ours'][-1] - rows['limit'][-1]:.0f} us (load {os.getloadavg()[0]:.1f})",
+                  flush=True)
+        o, li = statistics.median(rows["ours"]), statistics.median(rows["limit"])
+        diffs = [a - b for a, b in zip(rows["ours"], rows["limit"], strict=True)]
+        print(f"server CPU per request, medians of {args.pairs}: ours {o:.0f} us, limit {li:.0f} us, "
+              f"difference {statistics.median(diffs):.0f} us (pairs {min(diffs):.0f}-{max(diffs):.0f})")
+    finally:
+        for server in (ours, limit):
+            if server is not None:
+                server[0].send_signal(signal.SIGTERM)
+                server[0].wait(10)
+
+
+if __name__ == "__main__":
+    main()
