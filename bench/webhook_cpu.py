@@ -7,10 +7,18 @@ TLS, worker settings, certificates; the limit answers the bytes ours answered),
 sends --requests POST /mutate over --conns keep-alive TLS connections from one
 client process, and reads utime + stime of each server's whole process tree
 (gunicorn master and workers, every thread) from /proc before and after.
-Interleaved over --pairs pairs; prints us of server CPU per request for ours,
-the limit and the difference, and the medians.
+Interleaved over --pairs rounds (ours, the limit, in turn); prints us of
+server CPU per request for each, the difference, and the medians.
+
+--against DIR: also start ours from another checkout (e.g. an export of main)
+on the same certificates and policies, and take it in turn with the other
+two: a change measured against what it changes, under the same conditions.
+On a shared VM the CPU time a process is charged still moves with the load
+(contended caches, the host's steal time), so prefer many short rounds
+(--requests 2000 --pairs 10) and read the medians.
 
     python bench/webhook_cpu.py --requests 5000 --pairs 3
+    python bench/webhook_cpu.py --requests 2000 --pairs 10 --against /tmp/main
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import os
 import signal
 import ssl
 import statistics
+import subprocess
 import sys
 import threading
 from pathlib import Path
@@ -109,31 +118,44 @@ def main() -> None:
     parser.add_argument("--conns", type=int, default=1, help="keep-alive connections (threads) of the client")
     parser.add_argument("--server-workers", type=int, default=2)
     parser.add_argument("--server-threads", type=int, default=4)
+    parser.add_argument("--against", type=Path, metavar="DIR", help="also ours from this checkout, in turn")
     args = parser.parse_args()
-    ours = start_server(args.server_workers, args.server_threads)
-    limit = None
+    servers: dict[str, tuple[subprocess.Popen, int, str, Path]] = {}
     try:
-        limit = start_server(args.server_workers, args.server_threads, echo_answer=answer_of(ours[1], ours[2]),
-                             tmp=ours[3])
+        servers["ours"] = ours = start_server(args.server_workers, args.server_threads)
+        if args.against:
+            servers["against"] = start_server(args.server_workers, args.server_threads, tmp=ours[3],
+                                              root=args.against)
+        servers["limit"] = start_server(args.server_workers, args.server_threads,
+                                        echo_answer=answer_of(ours[1], ours[2]), tmp=ours[3])
+        if args.against and answer_of(*servers["against"][1:3]) != answer_of(ours[1], ours[2]):
+            print(f"note: {args.against} answers differently from ours")
         print(f"{args.requests} POST /mutate per run over {args.conns} keep-alive TLS connection(s); server: "
               f"gunicorn gthread {args.server_workers}x{args.server_threads}; load average "
               f"{os.getloadavg()[0]:.1f}", flush=True)
-        rows: dict[str, list[float]] = {"ours": [], "limit": []}
+        rows: dict[str, list[float]] = {who: [] for who in servers}
         for pair in range(1, args.pairs + 1):
-            for who, (proc, port, ca, _) in (("ours", ours), ("limit", limit)):
+            for who, (proc, port, ca, _) in servers.items():
                 rows[who].append(per_request_us(proc.pid, port, ca, args.requests, args.conns))
-            print(f"pair {pair}: ours {rows['ours'][-1]:.0f} us, limit {rows['limit'][-1]:.0f} us, "
-                  f"difference {rows['ours'][-1] - rows['limit'][-1]:.0f} us (load {os.getloadavg()[0]:.1f})",
-                  flush=True)
-        o, li = statistics.median(rows["ours"]), statistics.median(rows["limit"])
-        diffs = [a - b for a, b in zip(rows["ours"], rows["limit"], strict=True)]
-        print(f"server CPU per request, medians of {args.pairs}: ours {o:.0f} us, limit {li:.0f} us, "
-              f"difference {statistics.median(diffs):.0f} us (pairs {min(diffs):.0f}-{max(diffs):.0f})")
+            print(f"round {pair}: " + ", ".join(f"{who} {rows[who][-1]:.0f} us" for who in servers)
+                  + f" (load {os.getloadavg()[0]:.1f})", flush=True)
+        print(f"server CPU per request, medians of {args.pairs}:")
+        for who in servers:
+            if who == "limit":
+                print(f"  limit {statistics.median(rows[who]):.0f} us")
+                continue
+            diffs = [a - b for a, b in zip(rows[who], rows["limit"], strict=True)]
+            label = "ours" if who == "ours" else f"ours at {args.against}"
+            print(f"  {label} {statistics.median(rows[who]):.0f} us, minus the limit "
+                  f"{statistics.median(diffs):.0f} us (rounds {min(diffs):.0f} to {max(diffs):.0f})")
+        if args.against:
+            diffs = [a - b for a, b in zip(rows["ours"], rows["against"], strict=True)]
+            print(f"  ours minus ours at {args.against}: {statistics.median(diffs):.0f} us "
+                  f"(rounds {min(diffs):.0f} to {max(diffs):.0f})")
     finally:
-        for server in (ours, limit):
-            if server is not None:
-                server[0].send_signal(signal.SIGTERM)
-                server[0].wait(10)
+        for proc, *_ in servers.values():
+            proc.send_signal(signal.SIGTERM)
+            proc.wait(10)
 
 
 if __name__ == "__main__":

@@ -58,8 +58,9 @@ def free_port() -> int:
 
 
 def start_server(workers: int, threads: int, echo_answer: bytes | None = None,
-                 tmp: Path | None = None) -> tuple[subprocess.Popen, int, str, Path]:
-    """Ours (`kubeon-gpu webhook`), or with `echo_answer` the limit (bench/echo.py) on the same certs."""
+                 tmp: Path | None = None, root: Path = ROOT) -> tuple[subprocess.Popen, int, str, Path]:
+    """Ours (`kubeon-gpu webhook` of the checkout at `root`), or with `echo_answer` the limit
+    (bench/echo.py) on the same certs."""
     import yaml
 
     if tmp is None:
@@ -78,7 +79,7 @@ def start_server(workers: int, threads: int, echo_answer: bytes | None = None,
                    "--policies", str(tmp / "policies.yaml"),
                    # an install with prometheus.url (never queried by the webhook): the sharing policy rewrites
                    "--prometheus-url", "http://127.0.0.1:9"]
-    proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(command, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ca = str(tmp / "ca.crt")
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
