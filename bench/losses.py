@@ -30,8 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.openb import parse_seeds
-from gpupolicy.packing.engine import STRATEGIES
+from bench.openb import parse_seeds, parse_strategies
 from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand
 from gpupolicy.packing.placement import gpu_fit_mask
 from simulator.replay import replay
@@ -135,11 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--top", type=int, default=8, help="slice kinds listed (largest total first)")
     parser.add_argument("--data", default=str(DATA))
     args = parser.parse_args(argv)
-    strategies = [s for s in args.strategies.split(",") if s]
-    unknown = [s for s in strategies if s not in STRATEGIES]
-    if unknown:
-        print(f"error: --strategies: unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)}",
-              file=sys.stderr)
+    try:
+        strategies = parse_strategies(args.strategies)
+    except ValueError as exc:
+        print(f"error: --strategies: {exc}", file=sys.stderr)
         return 2
     try:
         seeds = parse_seeds(args.seeds)

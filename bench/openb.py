@@ -41,6 +41,15 @@ def parse_seeds(text: str) -> list[int]:
     return [int(s) for s in text.split(",") if s]
 
 
+def parse_strategies(text: str) -> list[str]:
+    """A comma list of packing strategies; ValueError names the first unknown one and the choices."""
+    strategies = [s for s in text.split(",") if s]
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)}")
+    return strategies
+
+
 def run_one(job: tuple[str, str, int, str]) -> dict[str, object]:
     trace, strategy, seed, data = job
     nodes = load_nodes(Path(data) / "openb_node_list_gpu_node.csv")
@@ -137,10 +146,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="docs/benchmarks/openb-results.csv")
     parser.add_argument("--plot", metavar="FILE.png", help="draw allocated vs arrived for the first trace and seed")
     args = parser.parse_args(argv)
-    strategies = [p for p in args.strategies.split(",") if p]
-    unknown = [p for p in strategies if p not in STRATEGIES]
-    if unknown:
-        print(f"error: unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)}", file=sys.stderr)
+    try:
+        strategies = parse_strategies(args.strategies)
+    except ValueError as exc:
+        print(f"error: --strategies: {exc}", file=sys.stderr)
         return 2
     traces = ([t for t in args.traces.split(",") if t] if args.traces is not None else
               [t for t in TRACES if (Path(args.data) / f"openb_pod_list_{t}.csv").is_file()])

@@ -47,8 +47,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.openb import parse_seeds  # noqa: E402
-from gpupolicy.packing.engine import STRATEGIES  # noqa: E402
+from bench.openb import parse_seeds, parse_strategies  # noqa: E402
 from gpupolicy.packing.nodemodel import PodDemand  # noqa: E402
 from simulator.replay import replay  # noqa: E402
 from simulator.trace import load_nodes, load_pods  # noqa: E402
@@ -98,11 +97,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", default=str(DATA))
     parser.add_argument("--out", default="bench/out/robustness.csv")
     args = parser.parse_args(argv)
-    strategies = [s for s in args.strategies.split(",") if s]
-    unknown = [s for s in strategies if s not in STRATEGIES]
-    if unknown:
-        print(f"error: --strategies: unknown strategy {unknown[0]!r}; choose from {', '.join(STRATEGIES)}",
-              file=sys.stderr)
+    try:
+        strategies = parse_strategies(args.strategies)
+    except ValueError as exc:
+        print(f"error: --strategies: {exc}", file=sys.stderr)
         return 2
     try:
         factors = [int(f) for f in args.factors.split(",") if f]
