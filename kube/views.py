@@ -65,6 +65,7 @@ class WatchedView:
         self._metrics_configured = metrics_configured  # --prometheus-url given (gpupolicy.modes)
         self._lock = threading.Lock()
         self._dirty = True
+        self.frozen = threading.Event()  # set once the synced caches are frozen (`start(freeze_after_sync=True)`)
         self._view = ClusterView(default_mode=default_mode, own_namespace=own_namespace,
                                  metrics_configured=metrics_configured, route_cpu_pods=route_cpu_pods)
         t = watch_timeout
@@ -95,6 +96,7 @@ class WatchedView:
         if all(r.wait_for_sync(600) for r in self._reflectors):
             gc.collect()
             gc.freeze()
+            self.frozen.set()
             log.info("caches synced; %d objects frozen out of garbage collection", gc.get_freeze_count())
 
     def stop(self) -> None:

@@ -43,6 +43,9 @@ def watched(api: ApiServer) -> Iterator[tuple[ClusterWatch, ClusterCache, client
     w = ClusterWatch(api.api_client(), cache, watch_timeout=2).start()
     try:
         wait(w.ready, "reflectors synced")
+        # the freeze's own full collection runs on its thread after the sync: a test counting full
+        # collections must start after it (it landed inside one under load: 45 == 44, the old flake)
+        wait(w.frozen.is_set, "synced caches frozen")
         yield w, cache, core
     finally:
         w.stop()
