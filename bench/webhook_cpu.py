@@ -46,20 +46,15 @@ TICK = os.sysconf("SC_CLK_TCK")
 
 def tree(root: int) -> list[int]:
     """`root` and every process below it (gunicorn's master and its workers)."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                stat = Path(f"/proc/{entry}/stat").read_text()
-            except OSError:
-                continue
-            ppid = int(stat.rsplit(")", 1)[1].split()[1])
-            children.setdefault(ppid, []).append(int(entry))
     found, todo = [], [root]
     while todo:
         pid = todo.pop()
         found.append(pid)
-        todo.extend(children.get(pid, []))
+        for task in Path(f"/proc/{pid}/task").glob("*"):
+            try:
+                todo.extend(int(c) for c in (task / "children").read_text().split())
+            except OSError:
+                continue
     return found
 
 
