@@ -4,9 +4,10 @@ Wall-clock benchmarks (bench/webhook_load.py) move with whatever else runs on
 the machine; the CPU a server spends per request does not, much. This starts
 ours and the limit exactly as bench/webhook_load.py --echo does (same gunicorn,
 TLS, worker settings, certificates; the limit answers the bytes ours answered),
-sends --requests POST /mutate over --conns keep-alive TLS connections from one
-client process, and reads utime + stime of each server's whole process tree
-(gunicorn master and workers, every thread) from /proc before and after.
+sends --requests POST /mutate (the --pods mix of bench/webhook_load.py) over
+--conns keep-alive TLS connections from one client process, and reads utime +
+stime of each server's whole process tree (gunicorn master and workers, every
+thread) from /proc before and after.
 Interleaved over --pairs rounds (ours, the limit, in turn); prints us of
 server CPU per request for each, the difference, and the medians.
 
@@ -17,7 +18,7 @@ On a shared VM the CPU time a process is charged still moves with the load
 (contended caches, the host's steal time), so prefer many short rounds
 (--requests 2000 --pairs 10) and read the medians.
 
-    python bench/webhook_cpu.py --requests 5000 --pairs 3
+    python bench/webhook_cpu.py --requests 5000 --pairs 3 [--pods same|replicas|unique]
     python bench/webhook_cpu.py --requests 2000 --pairs 10 --against /tmp/main
 """
 
@@ -25,7 +26,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
-import json
+import itertools
 import os
 import signal
 import ssl
@@ -38,8 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from bench.webhook_load import answer_of, start_server  # noqa: E402
-from tests.webhook.payloads import api_pod, review  # noqa: E402
+from bench.webhook_load import PODS, answer_of, body_maker, start_server  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
 
@@ -70,9 +70,11 @@ def cpu_seconds(pids: list[int]) -> float:
     return total / TICK
 
 
-def drive(port: int, ca: str, requests: int, conns: int) -> int:
-    """`requests` POST /mutate over `conns` keep-alive connections; the number that failed."""
-    body = json.dumps(review(api_pod())).encode()
+def drive(port: int, ca: str, requests: int, conns: int, pods: str) -> int:
+    """`requests` POST /mutate of the `pods` mix (bench/webhook_load.py --pods) over `conns` keep-alive
+    connections; the number that failed."""
+    make = body_maker(pods)
+    counter = itertools.count()
     headers = {"Content-Type": "application/json"}
     context = ssl.create_default_context(cafile=ca)
     errors = [0]
@@ -80,7 +82,7 @@ def drive(port: int, ca: str, requests: int, conns: int) -> int:
     def one(count: int) -> None:
         conn = http.client.HTTPSConnection("127.0.0.1", port, context=context, timeout=10)
         for _ in range(count):
-            conn.request("POST", "/mutate", body, headers)
+            conn.request("POST", "/mutate", make(next(counter)), headers)
             resp = conn.getresponse()
             resp.read()
             if resp.status != 200:
@@ -95,11 +97,11 @@ def drive(port: int, ca: str, requests: int, conns: int) -> int:
     return errors[0]
 
 
-def per_request_us(pid: int, port: int, ca: str, requests: int, conns: int) -> float:
-    drive(port, ca, 200, conns)  # warm: connections' first requests, lazy imports, label children
+def per_request_us(pid: int, port: int, ca: str, requests: int, conns: int, pods: str) -> float:
+    drive(port, ca, 200, conns, pods)  # warm: connections' first requests, lazy imports, label children
     pids = tree(pid)
     before = cpu_seconds(pids)
-    errors = drive(port, ca, requests, conns)
+    errors = drive(port, ca, requests, conns, pods)
     used = cpu_seconds(pids) - before
     if errors:
         raise SystemExit(f"{errors} requests failed")
@@ -113,6 +115,8 @@ def main() -> None:
     parser.add_argument("--conns", type=int, default=1, help="keep-alive connections (threads) of the client")
     parser.add_argument("--server-workers", type=int, default=2)
     parser.add_argument("--server-threads", type=int, default=4)
+    parser.add_argument("--pods", choices=PODS, default="replicas",
+                        help="what the client sends (bench/webhook_load.py --pods)")
     parser.add_argument("--against", type=Path, metavar="DIR", help="also ours from this checkout, in turn")
     args = parser.parse_args()
     servers: dict[str, tuple[subprocess.Popen, int, str, Path]] = {}
@@ -125,13 +129,14 @@ def main() -> None:
                                         echo_answer=answer_of(ours[1], ours[2]), tmp=ours[3])
         if args.against and answer_of(*servers["against"][1:3]) != answer_of(ours[1], ours[2]):
             print(f"note: {args.against} answers differently from ours")
-        print(f"{args.requests} POST /mutate per run over {args.conns} keep-alive TLS connection(s); server: "
+        print(f"{args.requests} POST /mutate ({args.pods} pods) per run over {args.conns} keep-alive TLS "
+              f"connection(s); server: "
               f"gunicorn gthread {args.server_workers}x{args.server_threads}; load average "
               f"{os.getloadavg()[0]:.1f}", flush=True)
         rows: dict[str, list[float]] = {who: [] for who in servers}
         for pair in range(1, args.pairs + 1):
             for who, (proc, port, ca, _) in servers.items():
-                rows[who].append(per_request_us(proc.pid, port, ca, args.requests, args.conns))
+                rows[who].append(per_request_us(proc.pid, port, ca, args.requests, args.conns, args.pods))
             print(f"round {pair}: " + ", ".join(f"{who} {rows[who][-1]:.0f} us" for who in servers)
                   + f" (load {os.getloadavg()[0]:.1f})", flush=True)
         print(f"server CPU per request, medians of {args.pairs}:")

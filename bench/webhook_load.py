@@ -9,6 +9,15 @@ with kube-apiserver-shaped AdmissionReviews that get rewritten to MIG:
 - rate: the same clients paced to a fixed total rate (default 500/s),
   latency measured from the scheduled send time (no coordinated omission).
 
+--pods picks what the clients send (webhook.memo decides each distinct pod once
+per view, so a benchmark of one repeated pod would measure the memo alone):
+- same: one review, byte for byte, every time (the benchmark before the memo);
+- replicas (default): the pods of 16 Deployments (4 GPU memory sizes x 1 or 2
+  GPUs), in turn, each request with its own uid and a managedFields stamp
+  that moves every 20 requests, as the API server sends replicas;
+- unique: every pod distinct (an Indexed Job's completion index): the memo
+  never answers, every request runs the whole decision.
+
 - wrk (with --wrk, when Debian's `wrk` is installed): the max phase driven by
   a C load generator, so far less of the 2 cores goes to the client than with
   Python's http.client + ssl. wrk does not verify the server certificate.
@@ -23,13 +32,14 @@ the constant bytes ours answered for it) and run N interleaved pairs
 ratios ours/limit. Both servers stay up; the idle one costs nothing.
 
     python bench/webhook_load.py --seconds 10 --rate 500
-    python bench/webhook_load.py --seconds 8 --echo 3
+    python bench/webhook_load.py --seconds 8 --echo 3 [--pods same|replicas|unique]
 """
 
 from __future__ import annotations
 
 import argparse
 import http.client
+import itertools
 import json
 import multiprocessing as mp
 import os
@@ -42,6 +52,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +60,34 @@ sys.path.insert(0, str(ROOT))
 
 from certs.material import generate  # noqa: E402
 from tests.webhook.payloads import POLICIES, api_pod, review  # noqa: E402
+
+PODS = ("same", "replicas", "unique")
+_UID, _STAMP, _INDEX = "@UID@", "2026-11-30T10:00:@STAMP@Z", "@INDEX@"
+
+
+def body_maker(pods: str) -> Callable[[int], bytes]:
+    """Request n's body for the --pods mix (see the module docstring); cheap: bytes replaced in a template."""
+    if pods == "same":
+        same = json.dumps(review(api_pod())).encode()
+        return lambda n: same
+    if pods == "replicas":
+        sizes = ("4Gi", "8Gi", "16Gi", "30Gi")
+        pods_of = [api_pod("1" if i < 12 else "2", annotations={"gpu.kubeon.io/gpu-memory": sizes[i % 4]},
+                           labels={"app": f"llm-{i}", "pod-template-hash": f"{i:09d}"}) for i in range(16)]
+    else:
+        pods_of = [api_pod(annotations={"batch.kubernetes.io/job-completion-index": _INDEX},
+                           labels={"batch.kubernetes.io/job-completion-index": _INDEX})]
+    for pod in pods_of:
+        pod["metadata"]["managedFields"][0]["time"] = _STAMP
+    templates = [json.dumps(review(pod, uid=_UID)).encode() for pod in pods_of]
+    tag = os.getpid()
+
+    def make(n: int) -> bytes:
+        body = templates[n % len(templates)].replace(_UID.encode(), f"{tag}-{n}".encode())
+        body = body.replace(_STAMP.encode(), f"2026-11-30T10:{n // 20 // 60 % 60:02d}:{n // 20 % 60:02d}Z".encode())
+        return body.replace(_INDEX.encode(), str(n).encode()) if pods == "unique" else body
+
+    return make
 
 
 def free_port() -> int:
@@ -95,9 +134,11 @@ def start_server(workers: int, threads: int, echo_answer: bytes | None = None,
     raise SystemExit("server did not start")
 
 
-def client_proc(port: int, ca: str, threads: int, seconds: float, rate: float, out: mp.Queue) -> None:
+def client_proc(port: int, ca: str, threads: int, seconds: float, rate: float, out: mp.Queue,
+                pods: str = "replicas") -> None:
     """One load process: `threads` keep-alive connections; rate 0 = closed loop."""
-    body = json.dumps(review(api_pod())).encode()
+    make = body_maker(pods)
+    counter = itertools.count()
     headers = {"Content-Type": "application/json"}
     context = ssl.create_default_context(cafile=ca)
     latencies: list[float] = []
@@ -124,7 +165,7 @@ def client_proc(port: int, ca: str, threads: int, seconds: float, rate: float, o
             if scheduled >= end:
                 break
             try:
-                conn.request("POST", "/mutate", body, headers)
+                conn.request("POST", "/mutate", make(next(counter)), headers)
                 resp = conn.getresponse()
                 resp.read()
                 if resp.status != 200:
@@ -144,10 +185,11 @@ def client_proc(port: int, ca: str, threads: int, seconds: float, rate: float, o
     out.put((latencies, errors[0]))
 
 
-def run(port: int, ca: str, procs: int, threads: int, seconds: float, rate: float) -> dict[str, float]:
+def run(port: int, ca: str, procs: int, threads: int, seconds: float, rate: float,
+        pods: str = "replicas") -> dict[str, float]:
     queue: mp.Queue = mp.Queue()
     per_proc_rate = rate / procs if rate else 0.0
-    children = [mp.Process(target=client_proc, args=(port, ca, threads, seconds, per_proc_rate, queue))
+    children = [mp.Process(target=client_proc, args=(port, ca, threads, seconds, per_proc_rate, queue, pods))
                 for _ in range(procs)]
     for c in children:
         c.start()
@@ -185,7 +227,7 @@ def echo_pairs(args: argparse.Namespace, ours: tuple[int, str], limit: tuple[int
     for pair in range(1, args.echo + 1):
         for phase, rate, conns in (("max", 0.0, args.threads), ("rate", args.rate, args.rate_threads)):
             for who, (port, ca) in (("ours", ours), ("limit", limit)):
-                r = run(port, ca, args.procs, conns, args.seconds, rate)
+                r = run(port, ca, args.procs, conns, args.seconds, rate, args.pods)
                 rows[f"{who} {phase}"].append(r)
                 print(f"pair {pair} {who:<5} {phase:<4}: {r['rps']:6.0f} req/s, p50 {r['p50_ms']:.2f} ms, "
                       f"p99 {r['p99_ms']:.2f} ms, errors {r['errors']}, load {os.getloadavg()[0]:.1f}", flush=True)
@@ -227,6 +269,7 @@ def main() -> None:
     parser.add_argument("--server-workers", type=int, default=2)
     parser.add_argument("--server-threads", type=int, default=4)
     parser.add_argument("--only", choices=("max", "rate"), help="run one phase only")
+    parser.add_argument("--pods", choices=PODS, default="replicas", help="what the clients send (above)")
     parser.add_argument("--echo", type=int, metavar="PAIRS", default=0,
                         help="run this many interleaved pairs against the limit (bench/echo.py)")
     parser.add_argument("--wrk", type=int, metavar="CONNECTIONS", default=0,
@@ -236,7 +279,8 @@ def main() -> None:
     echo = None
     try:
         print(f"machine: {os.cpu_count()} cores; server: gunicorn gthread {args.server_workers} workers x "
-              f"{args.server_threads} threads, TLS; review: Pod CREATE rewritten to MIG (patch of 7 ops); "
+              f"{args.server_threads} threads, TLS; pods: {args.pods} (Pod CREATEs rewritten to MIG; 2-GPU "
+              f"pods get the schedulerName only); "
               f"load average {os.getloadavg()[0]:.1f}")
         if args.echo:
             answer = answer_of(port, ca)
@@ -245,7 +289,7 @@ def main() -> None:
             echo_pairs(args, (port, ca), (echo[1], echo[2]))
             return
         if args.only in (None, "max"):
-            r = run(port, ca, args.procs, args.threads, args.seconds, 0.0)
+            r = run(port, ca, args.procs, args.threads, args.seconds, 0.0, args.pods)
             print(f"max  ({args.procs}x{args.threads} keep-alive clients): {r['rps']:.0f} req/s, p50 "
                   f"{r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
                   f"errors {r['errors']}")
@@ -253,7 +297,7 @@ def main() -> None:
             print(f"wrk  (1 thread x {args.wrk} keep-alive connections, {args.seconds:.0f} s):")
             print(run_wrk(port, args.wrk, args.seconds))
         if args.only in (None, "rate"):
-            r = run(port, ca, args.procs, args.rate_threads, args.seconds, args.rate)
+            r = run(port, ca, args.procs, args.rate_threads, args.seconds, args.rate, args.pods)
             print(f"rate ({args.rate:.0f}/s, {args.procs}x{args.rate_threads} clients): {r['rps']:.0f} req/s, "
                   f"p50 {r['p50_ms']:.2f} ms, p90 {r['p90_ms']:.2f} ms, p99 {r['p99_ms']:.2f} ms, "
                   f"max {r['max_ms']:.2f} ms, errors {r['errors']}")

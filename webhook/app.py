@@ -3,7 +3,9 @@
 Handlers are thin: cap the body, parse the AdmissionReview, call the core,
 serialise. /mutate and /validate are plain functions of the body bytes in
 front of Flask (serving.wsgi.HotRoutes: Flask's dispatch cost more than the
-decision); /dry-run, /metrics and the probes are Flask routes. Protocol
+decision); /dry-run, /metrics and the probes are Flask routes. A pod's
+answer is decided once per view and distinct pod (webhook.memo: the
+replicas of a Deployment arrive identical) and counted per request. Protocol
 errors answer 400 with a JSON message; admission outcomes answer 200. If
 the core itself raises (a bug), the request is allowed unchanged with a
 warning and counted, never a 500: a broken optimizer must not block pod
@@ -35,11 +37,13 @@ from gpupolicy.admission.dryrun import (
 from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, validate_pod
 from gpupolicy.admission.shape import dry_run_body_error, pod_shape_error, template_shape_error
 from gpupolicy.admission.validation import check_policy, hub_edit_warning, kind_label_patch
+from gpupolicy.cluster import ClusterView
 from gpupolicy.model import GROUP, KIND
 from kube.views import ViewSource
 from serving.http import HttpError, decode_json, encode_json, install_error_handlers, json_error, read_json
 from serving.metrics import instrument
 from serving.wsgi import Answer, Handler, HotRoutes, error_answer, json_answer
+from webhook.memo import AdmissionMemo
 from webhook.metrics import WebhookMetrics
 from webhook.review import (
     Review,
@@ -53,6 +57,9 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's own request limit is 3 MiB
 INTERNAL_WARNING = "kubeon-gpu: internal error, pod admitted unchanged"
 TOO_DEEP = "the object is nested too deeply to evaluate"
+
+
+Decide = Callable[[Any, ClusterView, str], AdmissionResult]  # mutate_pod, validate_pod
 
 
 def _is_pod(review: Review) -> bool:
@@ -98,6 +105,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
     request_metrics = instrument(app, prefix="kubeon_webhook", registry=registry)
     metrics = WebhookMetrics(registry)
     app.extensions["kubeon_metrics"] = metrics
+    memo = AdmissionMemo()
 
     def guarded(path: str, handler: Callable[[Review], dict[str, Any]]) -> Handler:
         """A hot route (serving.wsgi): the body bytes -> the AdmissionReview answer."""
@@ -127,13 +135,23 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
         return response(review, allowed=result.allowed, patch=result.patch, warnings=result.warnings,
                         message=result.message, code=code)
 
+    def pod_result(path: str, review: Review, decide: Decide) -> AdmissionResult:
+        """The core's answer for a Pod CREATE (ReviewError: 400 for a pod the core cannot read), once per
+        view and distinct pod (webhook.memo: a Deployment's replicas arrive identical)."""
+        view = source.current()
+
+        def build() -> AdmissionResult:
+            shape = pod_shape_error(review.object)
+            if shape:
+                raise ReviewError(shape)
+            return decide(review.object, view, review.namespace)
+
+        return memo.result(view, (path, review.namespace), review.object, build)
+
     def mutate(review: Review) -> dict[str, Any]:
         obj = review.object
         if _is_pod(review) and review.operation == "CREATE":
-            shape = pod_shape_error(obj)
-            if shape:
-                raise ReviewError(shape)
-            return answer(review, mutate_pod(obj, source.current(), review.namespace))
+            return answer(review, pod_result("/mutate", review, mutate_pod))
         if _is_policy(review) and review.operation in ("CREATE", "UPDATE") and isinstance(obj, dict):
             return response(review, patch=kind_label_patch(obj))
         return response(review)
@@ -155,10 +173,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
         if _is_workload(review):
             return validate_workload(review)
         if _is_pod(review) and review.operation == "CREATE":
-            shape = pod_shape_error(obj)
-            if shape:
-                raise ReviewError(shape)
-            return answer(review, validate_pod(obj, source.current(), review.namespace))
+            return answer(review, pod_result("/validate", review, validate_pod))
         if _is_policy(review) and review.operation in ("CREATE", "UPDATE"):
             _, errors = check_policy(obj, source.current().catalog)
             if errors:

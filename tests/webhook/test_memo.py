@@ -1,0 +1,164 @@
+"""Replicas decided once per view (webhook.memo): every answer still equals the core's own.
+
+Real: the Flask app, the decision core, prometheus counters. The pods are the
+API server's (tests/webhook/payloads.py): replicas of one template differ in
+the request uid and the managedFields stamp only.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from dataclasses import replace
+from typing import Any
+
+from prometheus_client import CollectorRegistry
+
+from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, validate_pod
+from gpupolicy.cluster import ClusterView
+from gpupolicy.model import parse_policy
+from tests.webhook.conftest import example_view
+from tests.webhook.payloads import GUARD, SHARE, api_pod, review
+from webhook.app import create_app
+from webhook.memo import AdmissionMemo
+
+
+class SwitchableView:
+    """A view source whose view the test replaces, as a watch event does."""
+
+    def __init__(self, view: ClusterView) -> None:
+        self.view = view
+
+    def current(self) -> ClusterView:
+        return self.view
+
+    def ready(self) -> bool:
+        return True
+
+
+def replica(stamp: str, **kwargs: Any) -> dict[str, Any]:
+    pod = api_pod(**kwargs)
+    pod["metadata"]["managedFields"][0]["time"] = stamp
+    return pod
+
+
+def patch_of(answer: dict[str, Any]) -> list[dict[str, Any]]:
+    raw = answer["response"].get("patch")
+    return json.loads(base64.b64decode(raw)) if raw else []
+
+
+def core_answer(pod: dict[str, Any], view: ClusterView, namespace: str) -> tuple[list, list, bool]:
+    result = mutate_pod(pod, view, namespace)
+    return result.patch, result.warnings, result.allowed
+
+
+PODS = [
+    ("inference", replica("2026-12-03T10:00:00Z")),
+    ("inference", replica("2026-12-03T10:00:01Z")),  # a replica created a second later
+    ("inference", replica("2026-12-03T10:00:01Z", annotations={"gpu.kubeon.io/gpu-memory": "30Gi"})),
+    ("inference", replica("2026-12-03T10:00:02Z", gpus="2")),
+    ("research", replica("2026-12-03T10:00:00Z")),  # Recommend: a warning, no patch
+    ("training", replica("2026-12-03T10:00:00Z", gpus="4")),
+    ("kube-system", replica("2026-12-03T10:00:00Z")),
+]
+
+
+def test_every_answer_equals_the_core_s_own_first_time_and_after() -> None:
+    view = example_view()
+    client = create_app(SwitchableView(view)).test_client()
+    for _ in range(2):  # the second round is answered from the memo
+        for namespace, pod in PODS:
+            answer = client.post("/mutate", json=review(pod, namespace=namespace)).get_json()
+            patch, warnings, allowed = core_answer(pod, view, namespace)
+            assert patch_of(answer) == patch
+            assert answer["response"].get("warnings", []) == warnings
+            assert answer["response"]["allowed"] is allowed
+
+
+def test_replicas_share_a_decision_and_each_answer_carries_its_own_uid() -> None:
+    client = create_app(SwitchableView(example_view())).test_client()
+    bodies = [review(replica(f"2026-12-03T10:00:0{i}Z"), uid=f"uid-{i}") for i in range(3)]
+    answers = [client.post("/mutate", json=b).get_json()["response"] for b in bodies]
+    assert [a["uid"] for a in answers] == ["uid-0", "uid-1", "uid-2"]
+    assert answers[0]["patch"] == answers[1]["patch"] == answers[2]["patch"]
+    assert {op["value"] for op in patch_of({"response": answers[0]}) if op["path"] == "/spec/schedulerName"} \
+        == {"kubeon-gpu-scheduler"}
+
+
+def test_decisions_are_counted_per_request_not_per_computation() -> None:
+    registry = CollectorRegistry()
+    client = create_app(SwitchableView(example_view()), registry).test_client()
+    for i in range(5):
+        client.post("/mutate", json=review(replica(f"2026-12-03T10:00:0{i}Z")))
+    counted = registry.get_sample_value("kubeon_webhook_decisions_total", {
+        "policy": "share-inference", "mode": "Automatic", "action": "UseMIG", "applied": "true"})
+    assert counted == 5
+
+
+def test_a_policy_change_answers_the_next_replica_under_the_new_view() -> None:
+    source = SwitchableView(example_view())
+    client = create_app(source).test_client()
+    first = client.post("/mutate", json=review(replica("2026-12-03T10:00:00Z"))).get_json()["response"]
+    assert "patch" in first
+    recommend = {**SHARE, "spec": {**SHARE["spec"], "mode": "Recommend"}}
+    source.view = replace(source.view, policies=(parse_policy(recommend), parse_policy(GUARD)))
+    second = client.post("/mutate", json=review(replica("2026-12-03T10:00:01Z"))).get_json()["response"]
+    assert "patch" not in second and any("share-inference" in w for w in second["warnings"])
+
+
+def test_validate_is_remembered_apart_from_mutate() -> None:
+    view = example_view()
+    client = create_app(SwitchableView(view)).test_client()
+    pod = replica("2026-12-03T10:00:00Z", gpus="4")
+    for path in ("/mutate", "/validate", "/validate"):
+        answer = client.post(path, json=review(pod, namespace="training")).get_json()["response"]
+    assert answer["allowed"] is False  # max-two denies 4 GPUs at /validate (mutate allowed it)
+    assert answer["status"]["message"] == validate_pod(pod, view, "training").message
+
+
+def test_a_pod_of_the_wrong_shape_is_refused_every_time() -> None:
+    client = create_app(SwitchableView(example_view())).test_client()
+    pod = replica("2026-12-03T10:00:00Z")
+    pod["spec"]["containers"] = "not a list"
+    for _ in range(2):
+        resp = client.post("/mutate", json=review(pod))
+        assert resp.status_code == 400 and "containers" in resp.get_json()["error"]
+
+
+def test_the_table_is_bounded_and_never_keeps_the_pod() -> None:
+    memo = AdmissionMemo(limit=2)
+    view = example_view()
+    calls: list[int] = []
+
+    def build(i: int) -> AdmissionResult:
+        calls.append(i)
+        return AdmissionResult(object={"huge": "pod"}, note=str(i))
+
+    for i in (0, 1, 2, 0, 0):
+        got = memo.result(view, ("/mutate", "ns"), {"n": i}, lambda i=i: build(i))  # type: ignore[misc]
+        assert got.note == str(i) and got.object is None
+    assert calls == [0, 1, 2, 0]  # the third entry emptied the table; 0 came back once and stayed
+    assert len(memo._state[1]) <= 2
+
+
+def test_replicas_a_second_apart_are_one_entry_other_pods_their_own() -> None:
+    memo, view = AdmissionMemo(), example_view()
+    calls: list[str] = []
+    pods = [replica("2026-12-03T10:00:00Z"), replica("2026-12-03T10:00:01Z"),
+            replica("2026-12-03T10:00:01Z", gpus="2")]
+    for pod in pods:
+        memo.result(view, ("/mutate", "inference"), pod, lambda: calls.append("built") or AdmissionResult())
+    assert len(calls) == 2
+    memo.result(view, ("/mutate", "research"), pods[0], lambda: calls.append("built") or AdmissionResult())
+    assert len(calls) == 3
+
+
+def test_an_object_too_deep_to_key_is_decided_every_time() -> None:
+    memo, view = AdmissionMemo(), example_view()
+    nested: Any = {}
+    for _ in range(300):  # orjson writes at most 254 levels
+        nested = {"x": nested}
+    calls: list[int] = []
+    for _ in range(2):
+        assert memo.result(view, ("/mutate", "ns"), nested, lambda: calls.append(1) or AdmissionResult()).allowed
+    assert len(calls) == 2

@@ -1,0 +1,70 @@
+"""Admission results remembered per view: a Deployment's replicas are decided once, not once per pod.
+
+kube-apiserver calls mutating webhooks before it fills in the name (from
+generateName), uid and creationTimestamp (apiserver handlers/create.go:
+mutating admission, then the store's BeforeCreate). So the replicas of one
+ReplicaSet, Job or StatefulSet template reach /mutate and /validate as the
+same object, apart from `metadata.managedFields`, whose `time` is the second
+the controller created each pod. The core (`mutate_pod`, `validate_pod`,
+`pod_shape_error`) is a pure function of the object, the request's namespace
+and the ClusterView, and never reads managedFields; so an answer keyed on
+(path, namespace, the object without managedFields) under one view is exact.
+
+Entries live with the view they were computed under: a new view (a policy,
+namespace or node changed) starts an empty table, so no answer outlives
+what it was decided from. The table is emptied when it holds `limit`
+entries (a bound on memory, without LRU bookkeeping on the hot path); an
+entry keeps the decision, not the pod (`AdmissionResult.object` dropped).
+Exceptions (a bad shape, a core bug) are never remembered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import Any
+
+import orjson
+
+from gpupolicy.admission.mutate import AdmissionResult
+from gpupolicy.cluster import ClusterView
+
+DEFAULT_LIMIT = 1024
+
+
+def memo_key(scope: tuple[str, str], obj: Any) -> tuple[tuple[str, str], bytes] | None:
+    """(scope, the object's JSON without metadata.managedFields); None when it cannot be written."""
+    if isinstance(obj, Mapping) and isinstance(metadata := obj.get("metadata"), Mapping) \
+            and "managedFields" in metadata:
+        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    try:
+        return scope, orjson.dumps(obj)
+    except (orjson.JSONEncodeError, TypeError):  # nested too deeply to write: decided every time
+        return None
+
+
+class AdmissionMemo:
+    """`result(view, scope, obj, build)`: build()'s AdmissionResult, once per view and distinct object."""
+
+    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
+        self.limit = limit
+        # (view, its table) swapped as one value, so a thread still deciding under an older view
+        # writes into that view's table, never into the current one.
+        self._state: tuple[ClusterView | None, dict[Any, AdmissionResult]] = (None, {})
+
+    def result(self, view: ClusterView, scope: tuple[str, str], obj: Any,
+               build: Callable[[], AdmissionResult]) -> AdmissionResult:
+        state = self._state
+        if state[0] is not view:
+            state = self._state = (view, {})
+        key = memo_key(scope, obj)
+        if key is None:
+            return build()
+        table = state[1]
+        found = table.get(key)
+        if found is None:
+            found = replace(build(), object=None)
+            if len(table) >= self.limit:
+                table.clear()
+            table[key] = found
+        return found
