@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from gpupolicy.cluster import DEFAULT_NAMESPACE, ClusterView, view_from_objects
+from gpupolicy.cluster import DEFAULT_NAMESPACE, ClusterView, NodeInfo, node_from_object, view_from_objects
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
 from kube import rest
 from kube.reflector import Reflector, custom_objects_lister
@@ -53,7 +53,8 @@ class StaticView:
 
 
 class WatchedView:
-    """A view from Reflectors on GpuPolicies, Namespaces (and Nodes, `with_nodes`); rebuilt after any event."""
+    """A view from Reflectors on GpuPolicies, Namespaces (and Nodes, `with_nodes`); rebuilt, at the next
+    `current()`, after any event that changes what the view holds (a Node's status heartbeat does not)."""
 
     def __init__(self, api_client: Any, *, default_mode: Mode = Mode.RECOMMEND,
                  own_namespace: str = DEFAULT_NAMESPACE, with_nodes: bool = False,
@@ -73,8 +74,10 @@ class WatchedView:
                                   on_change=self._changed, name="gpupolicies", timeout_seconds=t)
         self.namespaces = Reflector(rest.lister(api_client, "/api/v1/namespaces"), on_change=self._changed,
                                     name="namespaces", timeout_seconds=t)
-        self.nodes = (Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=self._changed, name="nodes",
-                                timeout_seconds=t) if with_nodes else None)
+        self._node_infos: dict[str, NodeInfo] = {}  # what the view last read of each node
+        self.rebuilds = 0  # views built since start (docs and tests: a heartbeat must not rebuild)
+        self.nodes = (Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=self._node_changed,
+                                name="nodes", timeout_seconds=t) if with_nodes else None)
         own = (self.policies, self.namespaces) + ((self.nodes,) if self.nodes is not None else ())
         self._reflectors: tuple[Reflector, ...] = own + tuple(feeds)
 
@@ -109,12 +112,26 @@ class WatchedView:
     def _changed(self, _event: str, _obj: dict[str, Any]) -> None:
         self._dirty = True
 
+    def _node_changed(self, event: str, obj: dict[str, Any]) -> None:
+        """A Node event marks the view only when what the view reads of it (name, labels, allocatable)
+        changed. Kubelets rewrite their Node's status every few minutes (conditions' heartbeats, images):
+        at 15,000 nodes that is an event every few milliseconds, and a rebuild over every node in most
+        admission requests, each emptying webhook.memo's table."""
+        info = node_from_object(obj)
+        if event == "DELETED":
+            self._node_infos.pop(info.name, None)
+            self._dirty = True
+        elif self._node_infos.get(info.name) != info:
+            self._node_infos[info.name] = info
+            self._dirty = True
+
     def current(self) -> ClusterView:
         if not self._dirty:
             return self._view
         with self._lock:
             if self._dirty:
                 self._dirty = False  # cleared first: an event during the rebuild marks it again
+                self.rebuilds += 1
                 nodes = self.nodes.snapshot().values() if self.nodes is not None else ()
                 self._view, invalid = view_from_objects(
                     self.policies.snapshot().values(), self.namespaces.snapshot().values(), nodes,

@@ -216,3 +216,39 @@ def test_auto_sizing_uses_the_products_of_watched_nodes(watched: tuple[ApiServer
     core.delete_node("h200-0")
     # the catalog again after the delete, and with a node known that offers no slice, the pod stays whole
     eventually(lambda: "no node offers nvidia.com/mig-1g.10gb yet" in reason(), "the catalog again after the delete")
+
+
+def test_a_node_heartbeat_keeps_the_view_a_label_change_rebuilds_it() -> None:
+    """Kubelets rewrite their Node's status every few minutes; only what the view reads (labels,
+    allocatable) may rebuild it (kube/views.py WatchedView._node_changed), or a large cluster rebuilds
+    the view, and empties the webhook's memo, in most admission requests."""
+    from kube.views import WatchedView
+
+    with ApiServer.start(crd_files=[GPUPOLICY_CRD]) as api:
+        core = client.CoreV1Api(api.api_client())
+        core.create_node(make_node("gpu-1"))
+        core.create_node(make_node("gpu-2"))
+        view = WatchedView(api.api_client(), with_nodes=True).start()
+        try:
+            eventually(lambda: view.ready() and len(view.current().nodes) == 2, "both nodes in the view")
+            before, rebuilds = view.current(), view.rebuilds
+            beat = {"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "KubeletReady",
+                                               "lastHeartbeatTime": "2026-12-03T10:00:00Z"}]}}
+            core.patch_node_status("gpu-1", beat)
+            assert view.nodes is not None
+            eventually(lambda: any(c.get("lastHeartbeatTime") == "2026-12-03T10:00:00Z"
+                                   for c in view.nodes.snapshot()["gpu-1"]["status"]["conditions"]),
+                       "the heartbeat in the watch cache")
+            deadline = time.monotonic() + 0.5  # the cache is written just before the view is told
+            while time.monotonic() < deadline:
+                assert view.current() is before and view.rebuilds == rebuilds
+                time.sleep(0.01)
+            core.patch_node("gpu-2", {"metadata": {"labels": {"nvidia.com/mig.config": "all-1g.10gb"}}})
+            relabelled = eventually(lambda: next((n for n in view.current().nodes if n.name == "gpu-2"
+                                                  and n.labels.get("nvidia.com/mig.config")), None),
+                                    "the new label in the view")
+            assert relabelled.labels["nvidia.com/mig.config"] == "all-1g.10gb" and view.rebuilds == rebuilds + 1
+            core.delete_node("gpu-1")
+            eventually(lambda: [n.name for n in view.current().nodes] == ["gpu-2"], "the deleted node gone")
+        finally:
+            view.stop()
