@@ -13,9 +13,10 @@ and the ClusterView, and never reads managedFields; so an answer keyed on
 Entries live with the view they were computed under: a new view (a policy,
 namespace or node changed) starts an empty table, so no answer outlives
 what it was decided from. The table is emptied when it holds `limit`
-entries (a bound on memory, without LRU bookkeeping on the hot path); an
-entry keeps the decision, not the pod (`AdmissionResult.object` dropped).
-Exceptions (a bad shape, a core bug) are never remembered.
+entries or its keys `max_bytes` (a bound on memory, without LRU bookkeeping
+on the hot path: a pod can be megabytes of inline env); an entry keeps the
+decision, not the pod (`AdmissionResult.object` dropped). Exceptions (a bad
+shape, a core bug) are never remembered.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from gpupolicy.admission.mutate import AdmissionResult
 from gpupolicy.cluster import ClusterView
 
 DEFAULT_LIMIT = 1024
+DEFAULT_MAX_BYTES = 4 * 1024 * 1024  # per table and gunicorn worker
 
 
 def memo_key(scope: tuple[str, str], obj: Any) -> tuple[tuple[str, str], bytes] | None:
@@ -46,25 +48,31 @@ def memo_key(scope: tuple[str, str], obj: Any) -> tuple[tuple[str, str], bytes] 
 class AdmissionMemo:
     """`result(view, scope, obj, build)`: build()'s AdmissionResult, once per view and distinct object."""
 
-    def __init__(self, limit: int = DEFAULT_LIMIT) -> None:
+    def __init__(self, limit: int = DEFAULT_LIMIT, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.limit = limit
-        # (view, its table) swapped as one value, so a thread still deciding under an older view
-        # writes into that view's table, never into the current one.
-        self._state: tuple[ClusterView | None, dict[Any, AdmissionResult]] = (None, {})
+        self.max_bytes = max_bytes
+        # (view, its table, its keys' bytes) swapped as one value, so a thread still deciding under an
+        # older view writes into that view's table, never into the current one.
+        self._state: tuple[ClusterView | None, dict[Any, AdmissionResult], list[int]] = (None, {}, [0])
 
     def result(self, view: ClusterView, scope: tuple[str, str], obj: Any,
                build: Callable[[], AdmissionResult]) -> AdmissionResult:
         state = self._state
         if state[0] is not view:
-            state = self._state = (view, {})
+            state = self._state = (view, {}, [0])
         key = memo_key(scope, obj)
         if key is None:
             return build()
-        table = state[1]
+        table, held = state[1], state[2]
         found = table.get(key)
         if found is None:
             found = replace(build(), object=None)
-            if len(table) >= self.limit:
+            size = len(key[1])
+            if size > self.max_bytes:  # larger than a whole table: decided every time
+                return found
+            if len(table) >= self.limit or held[0] + size > self.max_bytes:
                 table.clear()
+                held[0] = 0
             table[key] = found
+            held[0] += size
         return found

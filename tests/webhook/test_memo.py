@@ -141,6 +141,19 @@ def test_the_table_is_bounded_and_never_keeps_the_pod() -> None:
     assert len(memo._state[1]) <= 2
 
 
+def test_the_table_holds_at_most_max_bytes_of_keys() -> None:
+    memo, view = AdmissionMemo(max_bytes=3000), example_view()
+    calls: list[int] = []
+    big = {"env": "x" * 1400}
+    for i in (0, 1, 0, 2, 2):  # two keys fit in 3,000 bytes, the third empties the table
+        memo.result(view, ("/mutate", "ns"), {**big, "n": i}, lambda: calls.append(1) or AdmissionResult())
+    assert len(calls) == 3 and sum(len(k[1]) for k in memo._state[1]) <= 3000
+    huge = {"env": "x" * 5000}  # larger than the whole table: decided every time, never kept
+    for _ in range(2):
+        memo.result(view, ("/mutate", "ns"), huge, lambda: calls.append(1) or AdmissionResult())
+    assert len(calls) == 5 and len(memo._state[1]) == 1  # and the table kept what it held
+
+
 def test_replicas_a_second_apart_are_one_entry_other_pods_their_own() -> None:
     memo, view = AdmissionMemo(), example_view()
     calls: list[str] = []
