@@ -1,11 +1,6 @@
 """Which GPU nodes to give back: empty, underused or packable onto fewer nodes, always re-placed first. Pure.
 
-For the controller (capctl2): new optional input `started_at` (pod key ->
-when the pod started on its node: `status.startTime`), read only when
-`rules.min_pod_age_seconds` > 0; the controller passes none yet, so its
-behaviour is unchanged (`min_pod_age_seconds` defaults to 0).
-
-Final signatures (capctl's controller and the benchmark call these):
+Signatures (the controller and the benchmark call these):
     @dataclass(frozen=True) class ConsolidationRules: underused_below_percent: float; window_seconds: float;
         max_disrupted_nodes: int; empty_grace_seconds: float; max_evictions_per_pod: int | None = 3;
         settle_seconds: float = 0.0; min_pod_age_seconds: float = 0.0

@@ -1,6 +1,6 @@
 """The instance catalog capacity is bought from: GPU product, size and price per instance type. Pure values.
 
-Final signatures (the controller and the simulator call these):
+Signatures (the controller and the simulator call these):
     @dataclass(frozen=True) class InstanceType: name, model, gpus, cpu_milli, memory_mib, price_per_hour
         .spec(name) -> NodeSpec        # an empty node of this type, for the packing engine
         .price_per_gpu_hour -> float

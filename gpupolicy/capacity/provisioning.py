@@ -1,6 +1,6 @@
 """Which nodes to launch for pending GPU pods: one plan per loop, cheapest capacity per GPU. Pure.
 
-Final signatures (capctl's controller and the benchmark call these):
+Signatures (the controller and the benchmark call these):
     @dataclass(frozen=True) class Launch: instance_type: InstanceType; pods: tuple[str, ...];
         gpus: tuple[tuple[int, ...], ...] = ()      # per pod, the GPU indices it was packed on
     @dataclass(frozen=True) class Plan: launches: list[Launch]; placed: dict[str, Spot]
