@@ -12,6 +12,8 @@ import json
 from dataclasses import replace
 from typing import Any
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, validate_pod
@@ -57,6 +59,7 @@ PODS = [
     ("inference", replica("2026-12-03T10:00:01Z")),  # a replica created a second later
     ("inference", replica("2026-12-03T10:00:01Z", annotations={"gpu.kubeon.io/gpu-memory": "30Gi"})),
     ("inference", replica("2026-12-03T10:00:02Z", gpus="2")),
+    ("inference", replica("2026-12-03T10:00:02Z", labels={"gpu.kubeon.io/skip": "true"})),
     ("research", replica("2026-12-03T10:00:00Z")),  # Recommend: a warning, no patch
     ("training", replica("2026-12-03T10:00:00Z", gpus="4")),
     ("kube-system", replica("2026-12-03T10:00:00Z")),
@@ -73,6 +76,35 @@ def test_every_answer_equals_the_core_s_own_first_time_and_after() -> None:
             assert patch_of(answer) == patch
             assert answer["response"].get("warnings", []) == warnings
             assert answer["response"]["allowed"] is allowed
+
+
+GENERATED_PODS = st.builds(
+    lambda gpus, resource, memory, labels, scheduler: (
+        replica("2026-12-03T10:00:00Z", gpus=gpus, resource=resource, labels=labels,
+                annotations={"gpu.kubeon.io/gpu-memory": memory} if memory else None), scheduler),
+    # few values each, so that a batch often holds pods that differ in one field only
+    st.sampled_from(["0", "1", "2"]), st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared"]),
+    st.sampled_from([None, "20Gi", "200Gi"]), st.sampled_from([None, {"gpu.kubeon.io/skip": "true"}]),
+    st.sampled_from(["default-scheduler", "other-scheduler"]))
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(st.sampled_from(["inference", "research", "training"]), GENERATED_PODS),
+                min_size=1, max_size=8), st.randoms(use_true_random=False))
+def test_generated_pods_answered_as_the_core_answers_in_any_order(batch: list, rnd: Any) -> None:
+    view = example_view()
+    client = create_app(SwitchableView(view)).test_client()
+    sends = batch * 2
+    rnd.shuffle(sends)
+    for i, (namespace, (pod, scheduler)) in enumerate(sends):
+        pod = json.loads(json.dumps(pod))
+        pod["spec"]["schedulerName"] = scheduler
+        pod["metadata"]["managedFields"][0]["time"] = f"2026-12-03T10:00:{i % 60:02d}Z"
+        for path, decide in (("/mutate", mutate_pod), ("/validate", validate_pod)):
+            answer = client.post(path, json=review(pod, namespace=namespace)).get_json()["response"]
+            result = decide(pod, view, namespace)
+            assert patch_of({"response": answer}) == result.patch
+            assert answer.get("warnings", []) == result.warnings and answer["allowed"] is result.allowed
 
 
 def test_replicas_share_a_decision_and_each_answer_carries_its_own_uid() -> None:
