@@ -52,6 +52,7 @@ class ClusterWatch(WatchedView):
                  watch_timeout: int = 300) -> None:
         from kube import rest
         from kube.reflector import Reflector
+        from kube.trim import node_fields
 
         t = watch_timeout
         self.cache = cache
@@ -59,8 +60,8 @@ class ClusterWatch(WatchedView):
         self._stopped = threading.Event()
         self.pods = Reflector(rest.lister(api_client, "/api/v1/pods", fieldSelector=ASSIGNED_PODS),
                               on_change=cache.on_pod, name="pods", timeout_seconds=t)
-        self.node_feed = Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=cache.on_node, name="nodes",
-                                   timeout_seconds=t)
+        self.node_feed = Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=cache.on_node,
+                                   transform=node_fields, name="nodes", timeout_seconds=t)
         super().__init__(api_client, default_mode=default_mode, feeds=(self.node_feed, self.pods),
                          watch_timeout=t)
 

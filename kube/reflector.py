@@ -14,9 +14,10 @@ in-memory dict. It is the small Python counterpart of client-go's reflector:
   and skipped; the thread never dies from one event.
 
 Objects are kept as plain JSON dicts, exactly as the API server sent them
-(no model deserialization), so consumers parse them with the core's own
-models. `snapshot()` returns a new dict whose values are shared: treat them
-as read-only (the reflector replaces objects, it never mutates them).
+or as `transform` trims them (Nodes: kube/trim.py), with no model
+deserialization, so consumers parse them with the core's own models.
+`snapshot()` returns a new dict whose values are shared: treat them as
+read-only (the reflector replaces objects, it never mutates them).
 """
 
 from __future__ import annotations
@@ -38,6 +39,9 @@ ListFunc = Callable[..., Any]
 KeyFunc = Callable[[JsonObject], str]
 # on_change(event_type, obj): event_type is "ADDED", "MODIFIED" or "DELETED".
 OnChange = Callable[[str, JsonObject], None]
+# transform(obj) -> what the cache keeps of it (client-go's TransformFunc); it must keep metadata.name,
+# .namespace and .resourceVersion (the key and the relist's comparison read them).
+Transform = Callable[[JsonObject], JsonObject]
 
 GONE = 410
 
@@ -76,6 +80,7 @@ class Reflector:
         *,
         key: KeyFunc = object_key,
         on_change: OnChange | None = None,
+        transform: Transform | None = None,
         name: str = "reflector",
         timeout_seconds: int = 300,
         backoff_initial: float = 0.2,
@@ -84,6 +89,7 @@ class Reflector:
         self._list_func = list_func
         self._key = key
         self._on_change = on_change
+        self._transform = transform
         self.name = name
         self._timeout_seconds = timeout_seconds
         self._backoff_initial = backoff_initial
@@ -176,6 +182,8 @@ class Reflector:
             item.setdefault("kind", item_kind)
             item.setdefault("apiVersion", body.get("apiVersion"))
             try:
+                if self._transform is not None:
+                    item = self._transform(item)
                 fresh[self._key(item)] = item
             except Exception:
                 log.exception("%s: skipping listed object without a key", self.name)
@@ -231,6 +239,8 @@ class Reflector:
             if kind == "BOOKMARK":
                 self._resource_version = rv or self._resource_version
                 return
+            if self._transform is not None and kind in ("ADDED", "MODIFIED", "DELETED"):
+                obj = self._transform(obj)
             key = self._key(obj)
             with self._lock:
                 if kind == "DELETED":

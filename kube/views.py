@@ -27,6 +27,7 @@ from gpupolicy.cluster import DEFAULT_NAMESPACE, ClusterView, NodeInfo, node_fro
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
 from kube import rest
 from kube.reflector import Reflector, custom_objects_lister
+from kube.trim import node_fields
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +78,7 @@ class WatchedView:
         self._node_infos: dict[str, NodeInfo] = {}  # what the view last read of each node
         self.rebuilds = 0  # views built since start (docs and tests: a heartbeat must not rebuild)
         self.nodes = (Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=self._node_changed,
-                                name="nodes", timeout_seconds=t) if with_nodes else None)
+                                transform=node_fields, name="nodes", timeout_seconds=t) if with_nodes else None)
         own = (self.policies, self.namespaces) + ((self.nodes,) if self.nodes is not None else ())
         self._reflectors: tuple[Reflector, ...] = own + tuple(feeds)
 

@@ -18,6 +18,7 @@ from kubernetes import client
 
 from kube.config import KubeConfigError, load_api_client
 from kube.reflector import Reflector, custom_objects_lister
+from kube.trim import node_fields
 from tests.serving.fake_kubeapi import FakeKubeApi
 
 NODES = "/api/v1/nodes"
@@ -107,6 +108,31 @@ def test_410_gone_relists_and_reports_the_missed_changes(
     assert fake.list_requests == 2
     fake.add(NODES, node("after"))
     eventually(lambda: "after" in reflector.snapshot())
+
+
+def test_a_transform_trims_what_the_list_the_watch_and_a_relist_keep(fake: FakeKubeApi,
+                                                                      api: client.ApiClient) -> None:
+    seen: list[tuple[str, dict]] = []
+    fake.add(NODES, {**node("a", gpu="A100"), "status": {"images": ["x" * 100], "allocatable": {"cpu": "8"}}})
+    r = Reflector(client.CoreV1Api(api).list_node, name="nodes", timeout_seconds=5, transform=node_fields,
+                  on_change=lambda kind, obj: seen.append((kind, obj)))
+    r.start()
+    try:
+        assert r.wait_for_sync(5)
+        assert r.snapshot()["a"]["status"] == {"allocatable": {"cpu": "8"}}  # listed
+        fake.add(NODES, {**node("b"), "status": {"images": ["y"], "allocatable": {"cpu": "4"}}})
+        fake.modify(NODES, {**node("a", gpu="H100"), "status": {"images": ["z"], "allocatable": {"cpu": "8"}}})
+        eventually(lambda: len(seen) == 3)
+        fake.add_silently(NODES, {**node("c"), "status": {"images": ["w"]}})
+        fake.expire()  # relist
+        eventually(lambda: "c" in r.snapshot())
+        snap = r.snapshot()
+        assert all("images" not in obj["status"] for obj in snap.values())
+        assert snap["a"]["metadata"]["labels"] == {"gpu": "H100"} and snap["c"]["status"] == {}
+        assert all("images" not in obj.get("status", {}) for _, obj in seen)
+        assert [kind for kind, _ in seen] == ["ADDED", "ADDED", "MODIFIED", "ADDED"]
+    finally:
+        r.stop()
 
 
 def test_dropped_connection_resumes_from_last_resource_version(
