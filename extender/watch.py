@@ -52,14 +52,14 @@ class ClusterWatch(WatchedView):
                  watch_timeout: int = 300) -> None:
         from kube import rest
         from kube.reflector import Reflector
-        from kube.trim import node_fields
+        from kube.trim import node_fields, pod_fields
 
         t = watch_timeout
         self.cache = cache
         self._thresholds = gc.get_threshold()
         self._stopped = threading.Event()
         self.pods = Reflector(rest.lister(api_client, "/api/v1/pods", fieldSelector=ASSIGNED_PODS),
-                              on_change=cache.on_pod, name="pods", timeout_seconds=t)
+                              on_change=cache.on_pod, transform=pod_fields, name="pods", timeout_seconds=t)
         self.node_feed = Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=cache.on_node,
                                    transform=node_fields, name="nodes", timeout_seconds=t)
         super().__init__(api_client, default_mode=default_mode, feeds=(self.node_feed, self.pods),

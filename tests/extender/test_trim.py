@@ -16,9 +16,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from gpupolicy.cluster import node_from_object
-from gpupolicy.packing.kubemodel import ObjectError, node_schedulable, node_spec
-from kube.trim import node_fields
-from tests.kubeapi.fixtures import make_node
+from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, gpu_indices_from_pod, node_schedulable, node_spec
+from gpupolicy.packing.scheduling import pod_key
+from kube.trim import LAST_APPLIED, node_fields, pod_fields
+from tests.kubeapi.fixtures import make_node, make_pod, required_node_affinity
 
 KUBELET_BULK = {
     "images": [{"names": [f"registry.example/image-{i}@sha256:{i:064d}"], "sizeBytes": 10**9} for i in range(40)],
@@ -88,3 +89,48 @@ def test_a_real_sized_node_shrinks_to_what_is_read() -> None:
     node = with_bulk(make_node("n-1", "NVIDIA-A100-SXM4-80GB", 8))
     whole, kept = len(json.dumps(node)), len(json.dumps(node_fields(node)))
     assert kept < whole / 5, (kept, whole)
+
+
+def pod_readings(pod: dict[str, Any]) -> tuple[Any, ...]:
+    """What the extender's cache reads of a bound pod (cache.on_pod): key, node, phase, demand, GPU indices."""
+    try:
+        demand: Any = demand_from_pod(pod)
+    except ObjectError as exc:
+        demand = str(exc)
+    return (pod_key(pod), pod["spec"].get("nodeName"), (pod.get("status") or {}).get("phase"), demand,
+            gpu_indices_from_pod(pod))
+
+
+@st.composite
+def bound_pods(draw: st.DrawFn) -> dict[str, Any]:
+    resource = draw(st.sampled_from(["nvidia.com/gpu", "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb"]))
+    annotations = draw(st.dictionaries(
+        st.sampled_from(["gpu.kubeon.io/gpu-index", "gpu.kubeon.io/gpu-memory", "gpu.kubeon.io/gpu-share",
+                         LAST_APPLIED]), st.sampled_from(["0,1", "20Gi", "250", "{}", "bad"]), max_size=3))
+    pod = make_pod("p-1", "team", gpus=draw(st.integers(0, 2)), gpu_resource=resource,
+                   annotations=annotations or None,
+                   node_selector=draw(st.sampled_from([None, {"nvidia.com/gpu.product": "Tesla-T4"}])),
+                   affinity=draw(st.sampled_from([None, required_node_affinity(
+                       {"key": "nvidia.com/gpu.product", "operator": "In", "values": ["NVIDIA-H100-80GB-HBM3"]})])))
+    pod["spec"]["nodeName"] = "n-1"
+    main = pod["spec"]["containers"][0]
+    main.update({"env": [{"name": f"V{i}", "value": "x" * 50} for i in range(30)],
+                 "volumeMounts": [{"name": "data", "mountPath": "/data"}], "livenessProbe": {"exec": {}}})
+    if draw(st.booleans()):
+        pod["spec"]["initContainers"] = [{"name": "init", "image": "busybox", "restartPolicy": "Always",
+                                          "resources": {"requests": {"cpu": "4", "memory": "1Gi"}}}]
+    pod["spec"]["volumes"] = [{"name": "data", "emptyDir": {}}]
+    pod["metadata"].update({"resourceVersion": "7", "uid": "u-7", "managedFields": [{"manager": "kubectl"}],
+                            "ownerReferences": [{"kind": "ReplicaSet", "name": "rs"}]})
+    pod["status"] = {"phase": draw(st.sampled_from(["Pending", "Running", "Succeeded"])),
+                     "conditions": [{"type": "Ready", "status": "True"}], "containerStatuses": [{"name": "main"}]}
+    return pod
+
+
+@settings(max_examples=150, deadline=None)
+@given(bound_pods())
+def test_the_core_reads_the_same_of_a_trimmed_pod(pod: dict[str, Any]) -> None:
+    trimmed = pod_fields(pod)
+    assert pod_readings(trimmed) == pod_readings(pod)
+    assert "env" not in trimmed["spec"]["containers"][0] and "volumes" not in trimmed["spec"]
+    assert LAST_APPLIED not in (trimmed["metadata"].get("annotations") or {})
