@@ -14,8 +14,8 @@ in-memory dict. It is the small Python counterpart of client-go's reflector:
   and skipped; the thread never dies from one event.
 
 Objects are kept as plain JSON dicts, exactly as the API server sent them
-or as `transform` trims them (Nodes: kube/trim.py), with no model
-deserialization, so consumers parse them with the core's own models.
+or as `transform` trims them (Nodes, bound Pods: kube/trim.py), with no
+model deserialization, so consumers parse them with the core's own models.
 `snapshot()` returns a new dict whose values are shared: treat them as
 read-only (the reflector replaces objects, it never mutates them).
 """

@@ -12,8 +12,9 @@ collection walks it (207 ms at 15,000 of the benchmark's 1.1 KiB nodes,
 docs/benchmarks.md). client-go's informers drop such fields the same way
 (SetTransform). The extender's cache of bound pods is the same story, ten
 pods per node: of a pod the core reads its name, namespace, annotations
-(gpu.kubeon.io/ ones), the containers' resources, the scheduling fields of
-its spec (nodeName, nodeSelector, affinity) and its phase
+(gpu.kubeon.io/ ones; all are kept but kubectl's last-applied copy), the
+containers' resources, the scheduling fields of its spec (nodeName,
+nodeSelector, affinity) and its phase
 (`gpupolicy.packing.kubemodel.demand_from_pod`, the cache's `on_pod`); env,
 volumes, probes, managedFields, kubectl's last-applied copy and the status
 beyond the phase go. tests/extender/test_trim.py checks that the core reads
