@@ -154,6 +154,7 @@ def test_bad_events_are_skipped_without_killing_the_thread(fake: FakeKubeApi, re
     fake.inject_line(NODES, "{not json")
     fake.inject_line(NODES, '{"type": "ADDED", "object": {"kind": "Node"}}')
     fake.inject_line(NODES, '{"type": "WEIRD", "object": {"metadata": {"name": "x"}}}')
+    fake.inject_line(NODES, '["a", "list"]')  # JSON, but no event (kubernetes' own Watch raised TypeError)
     fake.add(NODES, node("good"))
     eventually(lambda: "good" in reflector.snapshot())
     assert "x" not in reflector.snapshot()
