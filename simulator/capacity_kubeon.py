@@ -138,6 +138,7 @@ class Kubeon:
                if t + self.rules.empty_grace_seconds > now]
         due += [t + self.rules.settle_seconds for r, t in cluster.changed_at.items()
                 if cluster.alive[r] and t + self.rules.settle_seconds > now]
-        for age in {self.rules.min_pod_age_seconds, self.rules.first_move_age_seconds} - {0.0}:
-            due += [p.bound_at + age for pods in cluster.pods_on for p in pods.values() if p.bound_at + age > now]
+        if self.rules.min_pod_age_seconds:
+            due += [p.bound_at + self.rules.min_pod_age_seconds for pods in cluster.pods_on for p in pods.values()
+                    if p.bound_at + self.rules.min_pod_age_seconds > now]
         return min(due, default=math.inf)

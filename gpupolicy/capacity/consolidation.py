@@ -99,9 +99,6 @@ class ConsolidationRules:
     max_evictions_per_pod: int | None = 3  # a pod evicted this often pins its node (None: no limit)
     settle_seconds: float = 0.0  # a non-empty node is a candidate once its pods have not changed this long
     min_pod_age_seconds: float = 0.0  # a non-empty node is a candidate once its youngest pod has run this long
-    moved_old: str = ""  # EXPERIMENT: "", "dest", "both": a pod evicted before counts as old
-    last_move_full: bool = False  # EXPERIMENT: a pod's last allowed move lands only where no GPU stays free
-    first_move_age_seconds: float = 0.0  # EXPERIMENT: a never-evicted pod may move after this (0: min age)
 
     def __post_init__(self) -> None:
         if not 0 <= self.underused_below_percent <= 100:
@@ -128,8 +125,7 @@ class Disruption:
 
 def _replacement(state: NodeState, node: int, pods: Sequence[tuple[str, PodDemand]],
                  instance_types: Sequence[InstanceType], strategy: Strategy, ctx: PackingContext,
-                 exclude: Sequence[int] = (), last: Set[str] = frozenset()
-                 ) -> tuple[dict[str, int], tuple[InstanceType, ...]] | None:
+                 exclude: Sequence[int] = ()) -> tuple[dict[str, int], tuple[InstanceType, ...]] | None:
     """Moves and new nodes for `node`'s pods: the remaining nodes (not `exclude`) first, then cheapest new ones."""
     trial = state.copy()
     trial.schedulable[node] = False
@@ -138,11 +134,8 @@ def _replacement(state: NodeState, node: int, pods: Sequence[tuple[str, PodDeman
     on_new = {key: len(state) + i for i, launch in enumerate(launches) for key in launch.pods}
     if not launches:
         return None  # everything fits on the remaining nodes: a deletion, not a replacement
-    for launch in launches:
-        if set(launch.pods) & last and len({g for gs in launch.gpus for g in gs}) < launch.instance_type.gpus:
-            return None
     rest = [(k, d) for k, d in pods if k not in on_new]
-    moves = replace_pods(trial, [node], rest, strategy, ctx, last=last) if rest else {}
+    moves = replace_pods(trial, [node], rest, strategy, ctx) if rest else {}
     if moves is None or len(on_new) + len(moves) != len(pods):
         return None
     return {**moves, **on_new}, tuple(launch.instance_type for launch in launches)
@@ -171,19 +164,15 @@ def _hours(seconds: float) -> str:
 
 
 def replace_pods(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, PodDemand]],
-                 strategy: Strategy, ctx: PackingContext, refuse: Sequence[int] = (),
-                 last: Set[str] = frozenset()) -> dict[str, int] | None:
+                 strategy: Strategy, ctx: PackingContext, refuse: Sequence[int] = ()) -> dict[str, int] | None:
     """Where the packing engine puts `pods` once `nodes` are gone (None: one does not fit, or lands on `refuse`)."""
-    done = _replace(state, nodes, pods, strategy, ctx, refuse, last)
+    done = _replace(state, nodes, pods, strategy, ctx, refuse)
     return None if done is None else done[0]
 
 
 def _replace(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, PodDemand]],
-             strategy: Strategy, ctx: PackingContext, refuse: Sequence[int] = (), last: Set[str] = frozenset()
+             strategy: Strategy, ctx: PackingContext, refuse: Sequence[int] = ()
              ) -> tuple[dict[str, int], NodeState] | None:
-    cpu_refuse = getattr(refuse, "cpu", None)
-    youngest = getattr(refuse, "youngest", None)
-    since = getattr(refuse, "started", None)
     """The engine places the pods as the scheduler will once they are evicted: `refuse` rows stay open to
     it (the scheduler does not know them), and a pod it puts on one makes the move no plan."""
     trial = state.copy()
@@ -195,15 +184,10 @@ def _replace(state: NodeState, nodes: Sequence[int], pods: Sequence[tuple[str, P
         if not fitted.feasible.any():
             return None
         decision = decide(trial, demand, strategy, ctx, fitted=fitted)
-        if decision.node is None or decision.node in (refused if cpu_refuse is None or demand.needs_gpu
-                                                      else cpu_refuse):
-            return None
-        if youngest is not None and youngest.get(decision.node, -1e18) > (since or {}).get(key, -1e18):
+        if decision.node is None or decision.node in refused:
             return None
         commit(trial, demand, decision)
         moves[key] = decision.node
-    if any(trial.full_count[moves[k]] > 0 for k in last if k in moves):
-        return None
     return moves, trial
 
 
@@ -270,32 +254,9 @@ def plan_disruptions(
     changed = changed_at or {}
     started = started_at or {}
     old = rules.min_pod_age_seconds
-    moved = evictions or {}
-    first = rules.first_move_age_seconds
-
-    def aged(key: str, dest: bool, need: float = old) -> bool:
-        if (rules.moved_old == "both" or (dest and rules.moved_old == "dest")) and moved.get(key, 0) > 0:
-            return True
-        return now - started.get(key, -float("inf")) >= need
-
-    def first_node(n: int) -> bool:  # EXPERIMENT: post-burst first move
-        return bool(first) and 2 * _used_milli(state, n) <= int(state.gpu_count[n]) * MILLI and all(
-            moved.get(key, 0) == 0 and aged(key, False, first) for key, _ in pods_on[n])
-
-    def unit_of(n: int) -> float:
-        return price_per_hour[n] / max(int(state.gpu_count[n]), 1)
-
-    cheapest = min((unit_of(n) for n in range(len(state)) if state.gpu_count[n] and state.schedulable[n]), default=0.0)
-    last: Set[str] = frozenset() if not rules.last_move_full or limit is None or not evictions else frozenset(
-        k for k, c in evictions.items() if c == limit - 1)
     busy = [n for n in eligible if pods_on.get(n) and n not in taken
             and now - changed.get(n, -float("inf")) >= rules.settle_seconds
-            and (not old or all(aged(key, False) for key, _ in pods_on[n]) or first_node(n))
-            and ("keepfull" not in rules.moved_old or int(state.full_count[n]) > 0
-                 or (rules.moved_old == "keepfullr" and bool(instance_types))
-                 or ("keepfull2" in rules.moved_old and unit_of(n) > 1.5 * cheapest))]
-    fulls = {n for n in busy if rules.moved_old == "keepfullr" and int(state.full_count[n]) == 0}
-    firsts = {n for n in busy if old and first and not all(aged(key, False) for key, _ in pods_on[n])}
+            and (not old or all(now - started.get(key, -float("inf")) >= old for key, _ in pods_on[n]))]
     trials = 0
     base = state.copy()
     base.schedulable[list(taken)] = False
@@ -309,34 +270,18 @@ def plan_disruptions(
     # with a minimum pod age, moved pods go only beside pods that old (they stay: a pod that ran long tends to
     # run long), so a moved pod does not land beside pods about to leave and move again when they have
     young = [n for n in range(len(state)) if old and pods_on.get(n)
-             and any(not aged(key, True) for key, _ in pods_on[n])]
-    young_first = [n for n in range(len(state)) if first and pods_on.get(n)
-                   and any(not (aged(key, True, first) or (rules.moved_old == "first" and moved.get(key, 0) > 0))
-                           for key, _ in pods_on[n])]
-
-    class Refuse(list[int]):
-        cpu: set[int] | None = None
-        youngest: dict[int, float] | None = None
-        started: Mapping[str, float] | None = None
-
-    newest = {n: max(started.get(k, -float("inf")) for k, _ in pods) for n, pods in pods_on.items() if pods}
+             and any(now - started.get(key, -float("inf")) < old for key, _ in pods_on[n])]
 
     def dearer(group: Sequence[int]) -> list[int]:
         top = max(unit[n] for n in group)
-        out = Refuse([n for n in range(len(state)) if unit[n] > top + 1e-9]
-                     + (young_first if firsts.intersection(group) else young) + empties)
-        if "asold" in rules.moved_old:  # EXPERIMENT: a pod moves only beside pods at least as old as itself
-            out.youngest, out.started = newest, started
-        if rules.moved_old.endswith("cpu"):  # EXPERIMENT: a pod using no GPU is not bound by price per GPU
-            out.cpu = set((young_first if firsts.intersection(group) else young) + empties)
-        return out
+        return [n for n in range(len(state)) if unit[n] > top + 1e-9] + young + empties
 
     underused = [n for n in busy if (u := usage_percent.get(n)) is not None and u < rules.underused_below_percent]
     for n in sorted(underused, key=lambda n: (-price_per_hour[n], n)):
         if len(out) >= budget or trials >= max_trials:
             return out
         trials += 1
-        done = _replace(base, [n], pods_on[n], strategy, ctx, dearer([n]), last)
+        done = _replace(base, [n], pods_on[n], strategy, ctx, dearer([n]))
         if done is not None:
             usage = f", GPU util {usage_percent[n]:.0f}% for {_hours(rules.window_seconds)}"
             add([n], UNDERUSED, done[0], usage)
@@ -346,7 +291,7 @@ def plan_disruptions(
     if room <= 0:
         return out
     # least GPU used per unit of price first: what is cheapest to move for what it saves
-    candidates = sorted((n for n in busy if n not in taken and n not in fulls),
+    candidates = sorted((n for n in busy if n not in taken),
                         key=lambda n: (_used_milli(state, n) / max(price_per_hour[n], 1e-9),
                                        len(pods_on[n]), n))
     open_rows = base.schedulable.copy()
@@ -362,8 +307,7 @@ def plan_disruptions(
         moves = None
         if need <= free_gpu - sum(int(base.gpu_free_total[n]) for n in group):
             trials += 1
-            moves = replace_pods(base, group, [p for n in group for p in pods_on[n]], strategy, ctx, dearer(group),
-                                  last)
+            moves = replace_pods(base, group, [p for n in group for p in pods_on[n]], strategy, ctx, dearer(group))
         if moves is not None:
             best, lo = (group, moves), mid + 1
         else:
@@ -371,13 +315,12 @@ def plan_disruptions(
     if best is not None:
         add(best[0], MULTI_NODE, best[1])
         return out
-    replace_only = sorted(fulls - taken, key=lambda n: (_used_milli(state, n) / max(price_per_hour[n], 1e-9), n))
-    for n in candidates + replace_only:
+    for n in candidates:
         if trials >= max_trials:
             break
-        if n not in fulls and _used_milli(state, n) <= free_gpu - int(base.gpu_free_total[n]):
+        if _used_milli(state, n) <= free_gpu - int(base.gpu_free_total[n]):
             trials += 1
-            moves = replace_pods(base, [n], pods_on[n], strategy, ctx, dearer([n]), last)
+            moves = replace_pods(base, [n], pods_on[n], strategy, ctx, dearer([n]))
             if moves is not None:
                 add([n], SINGLE_NODE, moves)
                 break
@@ -385,7 +328,7 @@ def plan_disruptions(
                                                                           instance_types):
             continue
         trials += 1
-        replaced = _replacement(base, n, pods_on[n], instance_types, strategy, ctx, dearer([n]), last)
+        replaced = _replacement(base, n, pods_on[n], instance_types, strategy, ctx, dearer([n]))
         if replaced is None:
             continue
         moves, launches = replaced
