@@ -12,9 +12,10 @@ with kube-apiserver-shaped AdmissionReviews that get rewritten to MIG:
 --pods picks what the clients send (webhook.memo decides each distinct pod once
 per view, so a benchmark of one repeated pod would measure the memo alone):
 - same: one review, byte for byte, every time (the benchmark before the memo);
-- replicas (default): the pods of 16 Deployments (4 GPU memory sizes x 1 or 2
-  GPUs), in turn, each request with its own uid and a managedFields stamp
-  that moves every 20 requests, as the API server sends replicas;
+- replicas (default): the pods of 16 Deployments (4 GPU memory sizes; 12
+  ask for 1 GPU, 4 for 2), in turn, each request with its own uid and a
+  managedFields stamp that moves every 20 requests, as the API server sends
+  replicas;
 - unique: every pod distinct (an Indexed Job's completion index): the memo
   never answers, every request runs the whole decision.
 
