@@ -41,6 +41,13 @@ FACTS = {  # compress: (karpenter GPU-node-hours / LB, cost / LB, evictions; CA 
 GOAL_GPU_HOURS = {50.0: 1.04, 5300.0: 1.15}
 
 
+def add_trace_arguments(parser: argparse.ArgumentParser) -> None:
+    """--pods, --nodes, --instances: the trace and the catalog (vendored openb files by default)."""
+    parser.add_argument("--pods", default=str(DATA / "openb_pod_list_default.csv"))
+    parser.add_argument("--nodes", default=str(DATA / "openb_node_list_gpu_node.csv"))
+    parser.add_argument("--instances", default=str(DATA / "instances.csv"))
+
+
 def parse_seeds(text: str) -> list[int]:
     if "-" in text:
         lo, hi = text.split("-", 1)
@@ -50,9 +57,7 @@ def parse_seeds(text: str) -> list[int]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pods", default=str(DATA / "openb_pod_list_default.csv"))
-    parser.add_argument("--nodes", default=str(DATA / "openb_node_list_gpu_node.csv"))
-    parser.add_argument("--instances", default=str(DATA / "instances.csv"))
+    add_trace_arguments(parser)
     parser.add_argument("--compress", default="1,50,5300")
     parser.add_argument("--seeds", default="0-2")
     parser.add_argument("--strategies", default=",".join(STRATEGIES))

@@ -26,14 +26,13 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.capacity import add_trace_arguments
 from gpupolicy.capacity.instances import load_instances
 from simulator.capacity import EVENT_COLUMNS, run
 from simulator.capacity_baselines import lower_bound
 from simulator.capacity_kubeon import RULES, Kubeon
 from simulator.capacity_trace import load_timed_pods
 from simulator.trace import load_nodes
-
-DATA = Path(__file__).resolve().parent.parent / "vendor" / "openb"
 
 
 def parse_set(items: list[str]) -> dict[str, object]:
@@ -52,9 +51,7 @@ def parse_set(items: list[str]) -> dict[str, object]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--pods", default=str(DATA / "openb_pod_list_default.csv"))
-    parser.add_argument("--nodes", default=str(DATA / "openb_node_list_gpu_node.csv"))
-    parser.add_argument("--instances", default=str(DATA / "instances.csv"))
+    add_trace_arguments(parser)
     parser.add_argument("--compress", default="50,5300")
     parser.add_argument("--delays", default="160,170,180,190,200")
     parser.add_argument("--set", action="append", default=[], dest="sets", metavar="FIELD=VALUE")
