@@ -23,7 +23,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from gpupolicy.cluster import DEFAULT_NAMESPACE, ClusterView, NodeInfo, node_from_object, view_from_objects
+from gpupolicy.cluster import DEFAULT_NAMESPACE, ClusterView, view_from_objects
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
 from kube import rest
 from kube.reflector import Reflector, custom_objects_lister
@@ -75,9 +75,10 @@ class WatchedView:
                                   on_change=self._changed, name="gpupolicies", timeout_seconds=t)
         self.namespaces = Reflector(rest.lister(api_client, "/api/v1/namespaces"), on_change=self._changed,
                                     name="namespaces", timeout_seconds=t)
-        self._node_infos: dict[str, NodeInfo] = {}  # what the view last read of each node
         self.rebuilds = 0  # views built since start (docs and tests: a heartbeat must not rebuild)
-        self.nodes = (Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=self._node_changed,
+        # trimmed to what the view reads (kube/trim.py), so the Reflector tells of a Node only when its
+        # name, labels, spec or allocatable changed, never of a kubelet's status heartbeat
+        self.nodes = (Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=self._changed,
                                 transform=node_fields, name="nodes", timeout_seconds=t) if with_nodes else None)
         own = (self.policies, self.namespaces) + ((self.nodes,) if self.nodes is not None else ())
         self._reflectors: tuple[Reflector, ...] = own + tuple(feeds)
@@ -112,19 +113,6 @@ class WatchedView:
 
     def _changed(self, _event: str, _obj: dict[str, Any]) -> None:
         self._dirty = True
-
-    def _node_changed(self, event: str, obj: dict[str, Any]) -> None:
-        """A Node event marks the view only when what the view reads of it (name, labels, allocatable)
-        changed. Kubelets rewrite their Node's status every few minutes (conditions' heartbeats, images):
-        at 15,000 nodes that is an event every few milliseconds, and a rebuild over every node in most
-        admission requests, each emptying webhook.memo's table."""
-        info = node_from_object(obj)
-        if event == "DELETED":
-            self._node_infos.pop(info.name, None)
-            self._dirty = True
-        elif self._node_infos.get(info.name) != info:
-            self._node_infos[info.name] = info
-            self._dirty = True
 
     def current(self) -> ClusterView:
         if not self._dirty:

@@ -135,6 +135,31 @@ def test_a_transform_trims_what_the_list_the_watch_and_a_relist_keep(fake: FakeK
         r.stop()
 
 
+def test_with_a_transform_a_change_to_dropped_fields_is_kept_but_not_told(fake: FakeKubeApi,
+                                                                           api: client.ApiClient) -> None:
+    """A kubelet heartbeat changes nothing a trimmed Node keeps: the cache takes its resourceVersion, the
+    consumers hear nothing; a label change is told; a relist tells only what changed beyond the version."""
+    seen: list[tuple[str, str]] = []
+    fake.add(NODES, {**node("a", gpu="A100"), "status": {"conditions": [{"message": "beat 0"}]}})
+    r = Reflector(client.CoreV1Api(api).list_node, name="nodes", timeout_seconds=5, transform=node_fields,
+                  on_change=lambda kind, obj: seen.append((kind, obj["metadata"]["labels"].get("gpu", ""))))
+    r.start()
+    try:
+        assert r.wait_for_sync(5)
+        fake.modify(NODES, {**node("a", gpu="A100"), "status": {"conditions": [{"message": "beat 1"}]}})
+        eventually(lambda: r.resource_version == str(fake.rv))
+        assert r.snapshot()["a"]["metadata"]["resourceVersion"] == str(fake.rv)
+        fake.modify(NODES, {**node("a", gpu="H100"), "status": {"conditions": [{"message": "beat 1"}]}})
+        eventually(lambda: len(seen) == 2)
+        fake.add_silently(NODES, {**node("a", gpu="H100"), "status": {"conditions": [{"message": "beat 2"}]}})
+        fake.expire()  # relist: a heartbeat missed, nothing to tell
+        fake.add(NODES, node("b"))
+        eventually(lambda: "b" in r.snapshot())
+        assert seen == [("ADDED", "A100"), ("MODIFIED", "H100"), ("ADDED", "")]
+    finally:
+        r.stop()
+
+
 def test_dropped_connection_resumes_from_last_resource_version(
     fake: FakeKubeApi, reflector: Reflector
 ) -> None:

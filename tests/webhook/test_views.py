@@ -220,8 +220,8 @@ def test_auto_sizing_uses_the_products_of_watched_nodes(watched: tuple[ApiServer
 
 def test_a_node_heartbeat_keeps_the_view_a_label_change_rebuilds_it() -> None:
     """Kubelets rewrite their Node's status every few minutes; only what the view reads (labels,
-    allocatable) may rebuild it (kube/views.py WatchedView._node_changed), or a large cluster rebuilds
-    the view, and empties the webhook's memo, in most admission requests."""
+    allocatable, spec) may rebuild it (the trimmed Node cache's Reflector tells of nothing else), or a
+    large cluster rebuilds the view, and empties the webhook's memo, in most admission requests."""
     from kube.views import WatchedView
 
     with ApiServer.start(crd_files=[GPUPOLICY_CRD]) as api:
