@@ -10,15 +10,17 @@
   mechanism too), rebuilt lazily after a change (never per request).
 
 Garbage collection. The initial lists are frozen out of the collector once
-synced (`WatchedView.start(freeze_after_sync=True)`), but every watch event
-replaces a frozen object with a new one, which the collector promotes to its
-oldest generation: kubelets report every node's status every 5 minutes, so
-after that long a full collection walks the whole cluster again (207 ms at
-15,000 nodes, inside whichever request triggered it; docs/benchmarks.md,
-issue 16 fourth round). Those objects live until the next event for the
-same object and form no reference cycles (the full collections measured in
-the worker collected nothing), so while the watch runs the oldest
-generation is never collected automatically; the young ones still are.
+synced (`WatchedView.start(freeze_after_sync=True)`), but a watch event that
+changes what is kept replaces a frozen object with a new one, which the
+collector promotes to its oldest generation. Before kube.reflector wrote a
+heartbeat's resourceVersion into the object held, kubelets' status reports
+replaced every node within 5 minutes, and a full collection walked the whole
+cluster again (207 ms at 15,000 nodes, inside whichever request triggered
+it; docs/benchmarks.md, issue 16 fourth round); pods bound and deleted still
+do so for theirs. Those objects live until the next event for the same
+object and form no reference cycles (the full collections measured in the
+worker collected nothing), so while the watch runs the oldest generation is
+never collected automatically; the young ones still are.
 
 The young generations need help too: the collector counts allocations
 minus deallocations, and a watch event frees the object it replaces, so

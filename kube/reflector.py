@@ -17,7 +17,13 @@ Objects are kept as plain JSON dicts, exactly as the API server sent them
 or as `transform` trims them (Nodes, bound Pods: kube/trim.py), with no
 model deserialization, so consumers parse them with the core's own models.
 `snapshot()` returns a new dict whose values are shared: treat them as
-read-only (the reflector replaces objects, it never mutates them).
+read-only. The reflector replaces an object that changed; with a
+`transform`, an event that leaves the kept object as it was but for its
+resourceVersion (a kubelet's status heartbeat on a trimmed Node) writes the
+new version into the object already held instead: at 15,000 nodes every
+node reports every few minutes, and replacing each would leave a new
+object for the garbage collector to walk, undoing a freeze of the synced
+cache (kube.views), while consumers hear of neither (`_changed`).
 """
 
 from __future__ import annotations
@@ -216,16 +222,18 @@ class Reflector:
             except Exception:
                 log.exception("%s: skipping listed object without a key", self.name)
         with self._lock:
-            old, self._items = self._items, fresh
+            old = self._items
+            told = {k: obj for k, obj in fresh.items()
+                    if k not in old or (_rv(old[k]) != _rv(obj) and self._changed(old[k], obj))}
+            if self._transform is not None:  # the same but for the version: the object held stays
+                for k in fresh.keys() - told.keys():
+                    fresh[k] = _take_version(old[k], fresh[k])
+            self._items = fresh
         self._resource_version = str(body.get("metadata", {}).get("resourceVersion") or "") or None
         self.relists += 1
         self._synced.set()
-        for k, obj in fresh.items():
-            before = old.get(k)
-            if before is None:
-                self._notify("ADDED", obj)
-            elif _rv(before) != _rv(obj) and self._changed(before, obj):
-                self._notify("MODIFIED", obj)
+        for k, obj in told.items():
+            self._notify("MODIFIED" if k in old else "ADDED", obj)
         for k, obj in old.items():
             if k not in fresh:
                 self._notify("DELETED", obj)
@@ -272,16 +280,20 @@ class Reflector:
             key = self._key(obj)
             with self._lock:
                 before = self._items.get(key)
+                changed = kind == "DELETED" or self._changed(before, obj)
                 if kind == "DELETED":
                     self._items.pop(key, None)
                 elif kind in ("ADDED", "MODIFIED"):
-                    self._items[key] = obj
+                    if changed:
+                        self._items[key] = obj
+                    else:
+                        _take_version(before, obj)
                 else:
                     log.warning("%s: ignoring event of type %r", self.name, kind)
                     return
             if rv:
                 self._resource_version = rv
-            if kind == "DELETED" or self._changed(before, obj):
+            if changed:
                 self._notify(str(kind), obj)
         except (_Gone, ApiException):
             raise
@@ -304,6 +316,15 @@ class Reflector:
             self._on_change(event_type, obj)
         except Exception:
             log.exception("%s: on_change raised for %s", self.name, event_type)
+
+
+def _take_version(kept: JsonObject, newer: JsonObject) -> JsonObject:
+    """`kept` with `newer`'s resourceVersion written in (one existing key of its metadata: readers in
+    other threads see the old or the new string, never a dict being resized)."""
+    rv = _rv(newer)
+    if rv is not None and isinstance(kept.get("metadata"), dict):
+        kept["metadata"]["resourceVersion"] = rv
+    return kept
 
 
 def _without_version(obj: JsonObject) -> Any:

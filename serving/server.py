@@ -27,6 +27,7 @@ a fresh temporary directory (unless the operator set one), so
 
 from __future__ import annotations
 
+import gc
 import logging
 import os
 import shutil
@@ -111,7 +112,25 @@ class _GunicornApp(BaseApplication):  # type: ignore[misc]
     def load(self) -> Flask:
         # Called in each worker after the fork (no preload): watch threads and
         # per-process metrics are created where they will run.
-        return self._app_factory()
+        return load_frozen(self._app_factory)
+
+
+def load_frozen(app_factory: Callable[[], Flask]) -> Flask:
+    """`app_factory()`, then everything the worker holds so far moved out of the collector's sight.
+
+    A worker holds some 85,000 tracked objects once Flask, pydantic and the
+    kubernetes client are imported, and they live as long as the process.
+    The collector's full collections walk all of them: 40-55 ms on a 2-core
+    VM, inside whichever request triggered one (every few thousand
+    reviews of distinct pods, whose remembered answers count towards the
+    trigger). Frozen, a full collection walks only what requests left since
+    (docs/benchmarks.md, "Issue 16, sixth round"). Caches filled later by
+    watch threads are frozen when synced (`WatchedView.start(freeze_after_sync=True)`).
+    """
+    app = app_factory()
+    gc.collect()
+    gc.freeze()
+    return app
 
 
 def _post_fork(_server: Any, _worker: Any) -> None:

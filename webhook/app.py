@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from flask import Flask, Response
 from prometheus_client import CollectorRegistry
@@ -48,6 +48,7 @@ from webhook.metrics import WebhookMetrics
 from webhook.review import (
     Review,
     ReviewError,
+    encode_patch,
     parse_review,
     response,
 )
@@ -60,6 +61,18 @@ TOO_DEEP = "the object is nested too deeply to evaluate"
 
 
 Decide = Callable[[Any, ClusterView, str], AdmissionResult]  # mutate_pod, validate_pod
+
+
+class PodAnswer(NamedTuple):
+    """A pod's answer as webhook.memo keeps it: encoded, without the pod, and a handful of objects for
+    the garbage collector to walk (an AdmissionResult's patch is dozens of dicts; a worker keeps a
+    thousand answers, and its young collections walk them)."""
+
+    allowed: bool
+    patch: str  # base64 JSON Patch (review.encode_patch), "" for none
+    warnings: tuple[str, ...]
+    message: str
+    counts: tuple[Any, ...]  # the decision counters to increment per request (WebhookMetrics.children)
 
 
 def _is_pod(review: Review) -> bool:
@@ -105,7 +118,8 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
     request_metrics = instrument(app, prefix="kubeon_webhook", registry=registry)
     metrics = WebhookMetrics(registry)
     app.extensions["kubeon_metrics"] = metrics
-    memo = AdmissionMemo()
+    memo: AdmissionMemo[PodAnswer] = AdmissionMemo()
+    app.extensions["kubeon_memo"] = memo
 
     def guarded(path: str, handler: Callable[[Review], dict[str, Any]]) -> Handler:
         """A hot route (serving.wsgi): the body bytes -> the AdmissionReview answer."""
@@ -130,21 +144,23 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
 
         return route
 
-    def answer(review: Review, result: AdmissionResult, code: int = 403) -> dict[str, Any]:
-        metrics.record(result.decisions)
-        return response(review, allowed=result.allowed, patch=result.patch, warnings=result.warnings,
+    def answer(review: Review, result: PodAnswer, code: int = 403) -> dict[str, Any]:
+        metrics.count(result.counts)
+        return response(review, allowed=result.allowed, encoded_patch=result.patch, warnings=result.warnings,
                         message=result.message, code=code)
 
-    def pod_result(path: str, review: Review, decide: Decide) -> AdmissionResult:
+    def pod_result(path: str, review: Review, decide: Decide) -> PodAnswer:
         """The core's answer for a Pod CREATE (ReviewError: 400 for a pod the core cannot read), once per
         view and distinct pod (webhook.memo: a Deployment's replicas arrive identical)."""
         view = source.current()
 
-        def build() -> AdmissionResult:
+        def build() -> PodAnswer:
             shape = pod_shape_error(review.object)
             if shape:
                 raise ReviewError(shape)
-            return decide(review.object, view, review.namespace)
+            result = decide(review.object, view, review.namespace)
+            return PodAnswer(result.allowed, encode_patch(result.patch), tuple(result.warnings), result.message,
+                             metrics.children(result.decisions))
 
         return memo.result(view, (path, review.namespace), review.object, build)
 

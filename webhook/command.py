@@ -89,7 +89,7 @@ def make_app_factory(args: argparse.Namespace, static: ClusterView) -> Any:
             source = WatchedView(load_api_client(args.kubeconfig), default_mode=Mode(args.default_mode),
                                  own_namespace=args.namespace, with_nodes=True,
                                  metrics_configured=bool(args.prometheus_url),
-                                 route_cpu_pods=routes_cpu_pods(args)).start()
+                                 route_cpu_pods=routes_cpu_pods(args)).start(freeze_after_sync=True)
         else:
             source = StaticView(static)
         app = create_app(source)

@@ -1,4 +1,4 @@
-"""Admission results remembered per view: a Deployment's replicas are decided once, not once per pod.
+"""Admission answers remembered per view: a Deployment's replicas are decided once, not once per pod.
 
 kube-apiserver calls mutating webhooks before it fills in the name (from
 generateName), uid and creationTimestamp (apiserver handlers/create.go:
@@ -12,29 +12,33 @@ and the ClusterView, and never reads managedFields; so an answer keyed on
 
 Entries live with the view they were computed under: a new view (a policy,
 namespace or node changed) starts an empty table, so no answer outlives
-what it was decided from. The table is emptied when it holds `limit`
-entries or its keys `max_bytes` (a bound on memory, without LRU bookkeeping
-on the hot path: a pod can be megabytes of inline env); an entry keeps the
-decision, not the pod (`AdmissionResult.object` dropped). Exceptions (a bad
-shape, a core bug) are never remembered.
+what it was decided from. The table holds at most `limit` entries and
+`max_bytes` of keys (a pod can be megabytes of inline env); past either,
+the oldest entries leave first, as each new one comes in, so a stream of
+distinct pods (an Indexed Job's) costs one eviction per review, not a burst
+of a thousand deallocations inside one unlucky request. What is kept is the
+caller's answer (webhook.app keeps it encoded, never the pod). Exceptions (a
+bad shape, a core bug) are never remembered.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from dataclasses import replace
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import orjson
 
-from gpupolicy.admission.mutate import AdmissionResult
 from gpupolicy.cluster import ClusterView
+
+T = TypeVar("T")
+Key = tuple[tuple[str, str], bytes]
 
 DEFAULT_LIMIT = 1024
 DEFAULT_MAX_BYTES = 4 * 1024 * 1024  # per table and gunicorn worker
 
 
-def memo_key(scope: tuple[str, str], obj: Any) -> tuple[tuple[str, str], bytes] | None:
+def memo_key(scope: tuple[str, str], obj: Any) -> Key | None:
     """(scope, the object's JSON without metadata.managedFields); None when it cannot be written."""
     if isinstance(obj, Mapping) and isinstance(metadata := obj.get("metadata"), Mapping) \
             and "managedFields" in metadata:
@@ -45,34 +49,38 @@ def memo_key(scope: tuple[str, str], obj: Any) -> tuple[tuple[str, str], bytes] 
         return None
 
 
-class AdmissionMemo:
-    """`result(view, scope, obj, build)`: build()'s AdmissionResult, once per view and distinct object."""
+class AdmissionMemo(Generic[T]):
+    """`result(view, scope, obj, build)`: build()'s answer, once per view and distinct object."""
 
     def __init__(self, limit: int = DEFAULT_LIMIT, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.limit = limit
         self.max_bytes = max_bytes
         # (view, its table, its keys' bytes) swapped as one value, so a thread still deciding under an
         # older view writes into that view's table, never into the current one.
-        self._state: tuple[ClusterView | None, dict[Any, AdmissionResult], list[int]] = (None, {}, [0])
+        self._state: tuple[ClusterView | None, OrderedDict[Key, T], list[int]] = (None, OrderedDict(), [0])
 
-    def result(self, view: ClusterView, scope: tuple[str, str], obj: Any,
-               build: Callable[[], AdmissionResult]) -> AdmissionResult:
+    def result(self, view: ClusterView, scope: tuple[str, str], obj: Any, build: Callable[[], T]) -> T:
         state = self._state
         if state[0] is not view:
-            state = self._state = (view, {}, [0])
+            state = self._state = (view, OrderedDict(), [0])
         key = memo_key(scope, obj)
         if key is None:
             return build()
         table, held = state[1], state[2]
         found = table.get(key)
-        if found is None:
-            found = replace(build(), object=None)
-            size = len(key[1])
-            if size > self.max_bytes:  # larger than a whole table: decided every time
-                return found
-            if len(table) >= self.limit or held[0] + size > self.max_bytes:
-                table.clear()
-                held[0] = 0
-            table[key] = found
-            held[0] += size
+        if found is not None:
+            return found
+        found = build()
+        size = len(key[1])
+        if size > self.max_bytes or key in table:  # larger than a whole table; or another thread kept it
+            return found
+        try:
+            while table and (len(table) >= self.limit or held[0] + size > self.max_bytes):
+                held[0] -= len(table.popitem(last=False)[0][1])
+        except KeyError:  # another thread emptied it first
+            pass
+        if not table:  # threads may race on the count: it is exact again whenever the table empties
+            held[0] = 0
+        table[key] = found
+        held[0] += size
         return found

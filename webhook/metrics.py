@@ -29,13 +29,21 @@ class WebhookMetrics:
             registry=registry)
         self._children: dict[tuple[str, Mode, Action, bool], Any] = {}
 
-    def record(self, decisions: list[Decision]) -> None:
-        """Count each decision; the labelled child is looked up once per label set (`.labels()` costs
-        more than the increment; the label values are bounded, see above)."""
+    def children(self, decisions: list[Decision]) -> tuple[Any, ...]:
+        """The labelled counters `decisions` increment, looked up once per label set (`.labels()` costs
+        more than the increment; the label values are bounded, see above). webhook.app keeps them with
+        a remembered answer and `count`s them for every request it answers."""
+        found = []
         for d in decisions:
             key = (d.policy, d.mode, d.action, d.applied)
             child = self._children.get(key)
             if child is None:
                 child = self._children[key] = self.decisions.labels(d.policy, str(d.mode), str(d.action),
                                                                     str(d.applied).lower())
+            found.append(child)
+        return tuple(found)
+
+    @staticmethod
+    def count(children: tuple[Any, ...]) -> None:
+        for child in children:
             child.inc()

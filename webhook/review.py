@@ -11,7 +11,7 @@ JSON is read and written by serving.http (orjson): whatever parses can be writte
 from __future__ import annotations
 
 import base64
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -76,20 +76,29 @@ def response(
     *,
     allowed: bool = True,
     patch: list[dict[str, Any]] | None = None,
-    warnings: list[str] | None = None,
+    encoded_patch: str = "",
+    warnings: Sequence[str] | None = None,
     message: str = "",
     code: int = 403,
     audit: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """An AdmissionReview carrying the response for `review` (same uid and apiVersion)."""
+    """An AdmissionReview carrying the response for `review` (same uid and apiVersion); the JSON Patch
+    as operations (`patch`) or already encoded (`encoded_patch`, `encode_patch`'s)."""
     body: dict[str, Any] = {"uid": review.uid, "allowed": allowed}
     if not allowed:
         body["status"] = {"code": code, "message": message, "reason": "Forbidden" if code == 403 else "Invalid"}
     if patch:
+        encoded_patch = encode_patch(patch)
+    if encoded_patch:
         body["patchType"] = "JSONPatch"
-        body["patch"] = base64.b64encode(encode_json(patch)).decode()
+        body["patch"] = encoded_patch
     if warnings:
         body["warnings"] = list(warnings)
     if audit:
         body["auditAnnotations"] = dict(audit)
     return {"apiVersion": review.api_version, "kind": "AdmissionReview", "response": body}
+
+
+def encode_patch(patch: list[dict[str, Any]]) -> str:
+    """A JSON Patch as AdmissionResponse.patch carries it: base64 of its JSON; "" for no operations."""
+    return base64.b64encode(encode_json(patch)).decode() if patch else ""

@@ -235,3 +235,20 @@ def test_metrics_dir_is_removed_on_exit(tmp_path: Path, certs_dir: Path) -> None
     stop_server(s)
     assert s.proc.returncode == 0
     assert not multiproc_dir.exists()
+
+
+def test_a_worker_s_app_is_built_then_frozen_out_of_full_collections() -> None:
+    """What a worker holds after building its app (modules, the app, a static view) lives as long as the
+    process: the collector's full collections must not walk it inside a request (serving.server)."""
+    import gc
+
+    from flask import Flask
+
+    from serving.server import load_frozen
+
+    try:
+        app = load_frozen(lambda: Flask("worker"))
+        assert gc.get_freeze_count() > 0
+        assert not any(o is app for o in gc.get_objects())  # frozen objects are outside every generation
+    finally:
+        gc.unfreeze()

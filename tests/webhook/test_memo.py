@@ -157,33 +157,46 @@ def test_a_pod_of_the_wrong_shape_is_refused_every_time() -> None:
         assert resp.status_code == 400 and "containers" in resp.get_json()["error"]
 
 
-def test_the_table_is_bounded_and_never_keeps_the_pod() -> None:
-    memo = AdmissionMemo(limit=2)
+def test_the_table_is_bounded_and_the_oldest_entry_leaves_first() -> None:
+    memo: AdmissionMemo[str] = AdmissionMemo(limit=2)
     view = example_view()
     calls: list[int] = []
 
-    def build(i: int) -> AdmissionResult:
+    def build(i: int) -> str:
         calls.append(i)
-        return AdmissionResult(object={"huge": "pod"}, note=str(i))
+        return f"answer {i}"
 
-    for i in (0, 1, 2, 0, 0):
-        got = memo.result(view, ("/mutate", "ns"), {"n": i}, lambda i=i: build(i))  # type: ignore[misc]
-        assert got.note == str(i) and got.object is None
-    assert calls == [0, 1, 2, 0]  # the third entry emptied the table; 0 came back once and stayed
-    assert len(memo._state[1]) <= 2
+    for i in (0, 1, 2, 1, 0, 0, 2):
+        assert memo.result(view, ("/mutate", "ns"), {"n": i}, lambda i=i: build(i)) == f"answer {i}"  # type: ignore[misc]
+        assert len(memo._state[1]) <= 2
+    # 2 pushed 0 out (the oldest) and kept 1; 0 came back once, pushing 1 out, and stayed; 2 was still there
+    assert calls == [0, 1, 2, 0]
+
+
+def test_the_app_keeps_the_encoded_answer_never_the_pod() -> None:
+    app = create_app(SwitchableView(example_view()))  # type: ignore[arg-type]
+    client = app.test_client()
+    pod = replica("2026-12-03T10:00:00Z")
+    assert client.post("/mutate", json=review(pod, namespace="inference")).status_code == 200
+    memo = app.extensions["kubeon_memo"]
+    (kept,) = memo._state[1].values()
+    assert kept.patch and isinstance(kept.patch, str) and pod not in tuple(kept)
+    assert patch_of({"response": {"patch": kept.patch}}) == mutate_pod(pod, example_view(), "inference").patch
 
 
 def test_the_table_holds_at_most_max_bytes_of_keys() -> None:
-    memo, view = AdmissionMemo(max_bytes=3000), example_view()
+    memo: AdmissionMemo[AdmissionResult] = AdmissionMemo(max_bytes=3000)
+    view = example_view()
     calls: list[int] = []
     big = {"env": "x" * 1400}
-    for i in (0, 1, 0, 2, 2):  # two keys fit in 3,000 bytes, the third empties the table
+    for i in (0, 1, 0, 2, 2, 1):  # two keys fit in 3,000 bytes: 2 pushes 0 out, 1 stays
         memo.result(view, ("/mutate", "ns"), {**big, "n": i}, lambda: calls.append(1) or AdmissionResult())
-    assert len(calls) == 3 and sum(len(k[1]) for k in memo._state[1]) <= 3000
+        assert sum(len(k[1]) for k in memo._state[1]) <= 3000
+    assert len(calls) == 3
     huge = {"env": "x" * 5000}  # larger than the whole table: decided every time, never kept
     for _ in range(2):
         memo.result(view, ("/mutate", "ns"), huge, lambda: calls.append(1) or AdmissionResult())
-    assert len(calls) == 5 and len(memo._state[1]) == 1  # and the table kept what it held
+    assert len(calls) == 5 and len(memo._state[1]) == 2  # and the table kept what it held
 
 
 def test_replicas_a_second_apart_are_one_entry_other_pods_their_own() -> None:
