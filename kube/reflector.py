@@ -284,7 +284,7 @@ class Reflector:
                 if kind == "DELETED":
                     self._items.pop(key, None)
                 elif kind in ("ADDED", "MODIFIED"):
-                    if changed:
+                    if changed or before is None:
                         self._items[key] = obj
                     else:
                         _take_version(before, obj)
