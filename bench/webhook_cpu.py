@@ -18,7 +18,7 @@ On a shared VM the CPU time a process is charged still moves with the load
 (contended caches, the host's steal time), so prefer many short rounds
 (--requests 2000 --pairs 10) and read the medians.
 
-    python bench/webhook_cpu.py --requests 5000 --pairs 3 [--pods same|replicas|unique]
+    python bench/webhook_cpu.py --requests 5000 --pairs 3 [--pods same|replicas|unique|distinct]
     python bench/webhook_cpu.py --requests 2000 --pairs 10 --against /tmp/main
 """
 

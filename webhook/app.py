@@ -5,7 +5,7 @@ serialise. /mutate and /validate are plain functions of the body bytes in
 front of Flask (serving.wsgi.HotRoutes: Flask's dispatch cost more than the
 decision); /dry-run, /metrics and the probes are Flask routes. A pod's
 answer is decided once per view and distinct pod (webhook.memo: the
-replicas of a Deployment arrive identical) and counted per request. Protocol
+replicas of a workload arrive alike) and counted per request. Protocol
 errors answer 400 with a JSON message; admission outcomes answer 200. If
 the core itself raises (a bug), the request is allowed unchanged with a
 warning and counted, never a 500: a broken optimizer must not block pod
@@ -35,6 +35,7 @@ from gpupolicy.admission.dryrun import (
     workload_warnings,
 )
 from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, validate_pod
+from gpupolicy.admission.replicas import decision_input
 from gpupolicy.admission.shape import dry_run_body_error, pod_shape_error, template_shape_error
 from gpupolicy.admission.validation import check_policy, hub_edit_warning, kind_label_patch
 from gpupolicy.cluster import ClusterView
@@ -151,7 +152,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
 
     def pod_result(path: str, review: Review, decide: Decide) -> PodAnswer:
         """The core's answer for a Pod CREATE (ReviewError: 400 for a pod the core cannot read), once per
-        view and distinct pod (webhook.memo: a Deployment's replicas arrive identical)."""
+        view and distinct pod (webhook.memo: a workload's replicas arrive alike)."""
         view = source.current()
 
         def build() -> PodAnswer:
@@ -162,7 +163,8 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
             return PodAnswer(result.allowed, encode_patch(result.patch), tuple(result.warnings), result.message,
                              metrics.children(result.decisions))
 
-        return memo.result(view, (path, review.namespace), review.object, build)
+        return memo.result(view, (path, review.namespace), decision_input(review.object, review.namespace, view),
+                           build)
 
     def mutate(review: Review) -> dict[str, Any]:
         obj = review.object

@@ -1,14 +1,17 @@
-"""Admission answers remembered per view: a Deployment's replicas are decided once, not once per pod.
+"""Admission answers remembered per view: a workload's replicas are decided once, not once per pod.
 
 kube-apiserver calls mutating webhooks before it fills in the name (from
 generateName), uid and creationTimestamp (apiserver handlers/create.go:
 mutating admission, then the store's BeforeCreate). So the replicas of one
-ReplicaSet, Job or StatefulSet template reach /mutate and /validate as the
-same object, apart from `metadata.managedFields`, whose `time` is the second
-the controller created each pod. The core (`mutate_pod`, `validate_pod`,
-`pod_shape_error`) is a pure function of the object, the request's namespace
-and the ClusterView, and never reads managedFields; so an answer keyed on
-(path, namespace, the object without managedFields) under one view is exact.
+ReplicaSet template reach /mutate and /validate as the same object, apart
+from `metadata.managedFields`, whose `time` is the second the controller
+created each pod; an Indexed Job's or a StatefulSet's also differ in their
+index, hostname and name. The core (`pod_shape_error`, `mutate_pod`,
+`validate_pod`) is a pure function of the object, the request's namespace
+and the ClusterView, and reads none of these
+(gpupolicy.admission.replicas.decision_input drops them); so an answer
+keyed on (path, namespace, the pod's decision input) under one view is
+exact.
 
 Entries live with the view they were computed under: a new view (a policy,
 namespace or node changed) starts an empty table, so no answer outlives
@@ -24,7 +27,7 @@ bad shape, a core bug) are never remembered.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Generic, TypeVar
 
 import orjson
@@ -39,10 +42,7 @@ DEFAULT_MAX_BYTES = 4 * 1024 * 1024  # per table and gunicorn worker
 
 
 def memo_key(scope: tuple[str, str], obj: Any) -> Key | None:
-    """(scope, the object's JSON without metadata.managedFields); None when it cannot be written."""
-    if isinstance(obj, Mapping) and isinstance(metadata := obj.get("metadata"), Mapping) \
-            and "managedFields" in metadata:
-        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    """(scope, the object's JSON); None when it cannot be written."""
     try:
         return scope, orjson.dumps(obj)
     except (orjson.JSONEncodeError, TypeError):  # nested too deeply to write: decided every time
@@ -50,7 +50,8 @@ def memo_key(scope: tuple[str, str], obj: Any) -> Key | None:
 
 
 class AdmissionMemo(Generic[T]):
-    """`result(view, scope, obj, build)`: build()'s answer, once per view and distinct object."""
+    """`result(view, scope, obj, build)`: build()'s answer, once per view and distinct `obj` (a pod's
+    decision input)."""
 
     def __init__(self, limit: int = DEFAULT_LIMIT, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
         self.limit = limit

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, validate_pod
+from gpupolicy.admission.replicas import decision_input
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import parse_policy
 from tests.webhook.conftest import example_view
@@ -205,9 +206,11 @@ def test_replicas_a_second_apart_are_one_entry_other_pods_their_own() -> None:
     pods = [replica("2026-12-03T10:00:00Z"), replica("2026-12-03T10:00:01Z"),
             replica("2026-12-03T10:00:01Z", gpus="2")]
     for pod in pods:
-        memo.result(view, ("/mutate", "inference"), pod, lambda: calls.append("built") or AdmissionResult())
+        memo.result(view, ("/mutate", "inference"), decision_input(pod, "inference", view),
+                    lambda: calls.append("built") or AdmissionResult())
     assert len(calls) == 2
-    memo.result(view, ("/mutate", "research"), pods[0], lambda: calls.append("built") or AdmissionResult())
+    memo.result(view, ("/mutate", "research"), decision_input(pods[0], "research", view),
+                lambda: calls.append("built") or AdmissionResult())
     assert len(calls) == 3
 
 

@@ -1,0 +1,74 @@
+"""A pod as far as the admission decision can tell it apart from its sibling replicas.
+
+The webhook decides each distinct pod once per view (webhook.memo). Pods of
+one ReplicaSet arrive identical but for `metadata.managedFields` (kube-apiserver
+calls admission before it names the pod). Pods of an Indexed Job or a
+StatefulSet do not: their controllers stamp each one with its index
+(`batch.kubernetes.io/job-completion-index`, `apps.kubernetes.io/pod-index`,
+`statefulset.kubernetes.io/pod-name` as label and annotation), its hostname
+and, for a StatefulSet, its name. A Job of 1,000 completions is then 1,000
+full decisions that all come out the same.
+
+`decision_input` drops exactly what `pod_shape_error`, `mutate_pod` and
+`validate_pod` never read or cannot tell apart:
+
+- `metadata.managedFields`: never read;
+- the index labels and annotations above, unless a policy's podSelector
+  names the key (the view says which keys its selectors read); the maps
+  themselves stay, so a patch that adds to them is written the same way;
+- `spec.hostname`: never read;
+- `metadata.name` when the pod's owner is its workload, not the pod itself
+  (owners.pod_owner: the name is read for a bare pod's owner only).
+
+Each is dropped only when its value is a string, which the shape check
+accepts whatever it says, so a malformed pod keeps the field and is still
+decided (and refused) on its own. tests/core/test_replicas.py checks, on
+generated pods and views, that pods with one decision input get one answer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from gpupolicy.cluster import ClusterView
+from gpupolicy.owners import pod_owner
+
+INDEX_KEYS = ("batch.kubernetes.io/job-completion-index", "apps.kubernetes.io/pod-index",
+              "statefulset.kubernetes.io/pod-name")
+
+
+def selector_keys(view: ClusterView) -> frozenset[str]:
+    """The pod label keys any policy's podSelector reads (once per view)."""
+    found = view.memo.get("pod-selector-keys")
+    if found is None:
+        keys: set[str] = set()
+        for policy in view.policies:
+            selector = policy.spec.selector.pod_selector
+            if selector is not None:
+                keys.update(selector.match_labels)
+                keys.update(req.key for req in selector.match_expressions)
+        found = view.memo["pod-selector-keys"] = frozenset(keys)
+    return found
+
+
+def decision_input(pod: Any, namespace: str, view: ClusterView) -> Any:
+    """`pod` without what tells its replicas apart and the decision never reads (module doc); the pod
+    itself when there is nothing to drop. Never changes `pod`."""
+    if not isinstance(pod, Mapping) or not isinstance(metadata := pod.get("metadata"), Mapping):
+        return pod
+    meta = {k: v for k, v in metadata.items() if k != "managedFields"}
+    read = selector_keys(view)
+    for field in ("labels", "annotations"):
+        values = meta.get(field)
+        if isinstance(values, Mapping) and any(
+                key in values and key not in read and isinstance(values[key], str) for key in INDEX_KEYS):
+            meta[field] = {k: v for k, v in values.items()
+                           if k not in INDEX_KEYS or k in read or not isinstance(v, str)}
+    if isinstance(meta.get("name"), str) and not pod_owner(pod, namespace).startswith("Pod/"):
+        del meta["name"]
+    out = {**pod, "metadata": meta}
+    spec = pod.get("spec")
+    if isinstance(spec, Mapping) and isinstance(spec.get("hostname"), str):
+        out["spec"] = {k: v for k, v in spec.items() if k != "hostname"}
+    return out
