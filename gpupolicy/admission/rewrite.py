@@ -324,14 +324,14 @@ def time_slice_guarantee_mib(sharing: SharingSpec, view: ClusterView) -> tuple[f
     return smallest.memory_mib / replicas, f"{smallest.product} {smallest.memory_mib}Mi / {replicas} replicas"
 
 
-def _time_slicing_plan(sharing: SharingSpec, view: ClusterView, single: tuple[str, ...], need: float | None,
+def _time_slicing_plan(sharing: SharingSpec, view: ClusterView, need: float | None,
                        source: str) -> SharingPlan:
     guarantee = time_slice_guarantee_mib(sharing, view) if need is not None else None
     if need is not None and guarantee is not None and need > guarantee[0]:
         why = f"declares {need:.0f}Mi ({source}), a time-sliced share guarantees {guarantee[0]:.0f}Mi"
         return SharingPlan(None, skip_reason=f"{why} ({guarantee[1]})",
                            warning=f"{why}: pod left on a whole GPU")
-    return SharingPlan(SHARED_GPU_RESOURCE, single, detail="time-sliced share")
+    return SharingPlan(SHARED_GPU_RESOURCE, detail="time-sliced share")
 
 
 def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
@@ -346,10 +346,11 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
     with the replicas the nodes run (from the time-slicing ConfigMap).
 
     Past the pod's containers, the plan depends on the pod only through its
-    declared GPU memory (the annotation's text), the products it pins itself
-    to and the containers asking for one GPU; it is worked out once per view
-    for those (`ClusterView.remembered`), as replicas of one workload ask the
-    same question.
+    declared GPU memory (the annotation's text) and the products it pins
+    itself to; it is worked out once per view for those
+    (`ClusterView.remembered`), as the pods of many workloads ask the same
+    question, and the names of the containers asking for one GPU are put in
+    after.
     """
     scanned = _single_gpu_containers(pod)
     if isinstance(scanned, SharingPlan):
@@ -362,10 +363,15 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
     need_text = str(text) if text else None
     pinned = pod_allowed_products(pod) if sharing.strategy != SharingStrategy.TIME_SLICING else None
     if len(view.memo) >= PLAN_MEMO_LIMIT:  # pods declaring ever new needs: no more memo entries
-        return _offered(_plan_sharing(need_text, pinned, scanned, sharing, view, type_fit_models), sharing, view)
-    key = ("sharing-plan", need_text, pinned, scanned, type_fit_models)
-    return view.remembered(key, sharing, lambda: _offered(
-        _plan_sharing(need_text, pinned, scanned, sharing, view, type_fit_models), sharing, view))
+        plan = _offered(_plan_sharing(need_text, pinned, sharing, view, type_fit_models), sharing, view)
+    else:
+        key = ("sharing-plan", need_text, pinned, type_fit_models)
+        plan = view.remembered(key, sharing, lambda: _offered(
+            _plan_sharing(need_text, pinned, sharing, view, type_fit_models), sharing, view))
+    if plan.resource is None:
+        return plan
+    return SharingPlan(plan.resource, scanned, plan.skip_reason, plan.warning, plan.detail, plan.node_selector,
+                       plan.wanted)
 
 
 PLAN_MEMO_LIMIT = 4096  # per-view memo entries past which sharing plans are worked out every time
@@ -404,20 +410,19 @@ def _single_gpu_containers(pod: Mapping[str, Any]) -> tuple[str, ...] | SharingP
     return tuple(single)
 
 
-def _plan_sharing(need_text: str | None, pinned: frozenset[str] | None, single: tuple[str, ...],
-                  sharing: SharingSpec, view: ClusterView,
+def _plan_sharing(need_text: str | None, pinned: frozenset[str] | None, sharing: SharingSpec, view: ClusterView,
                   type_fit_models: frozenset[str] | None = None) -> SharingPlan:
     """Decide the target resource for a pod under a sharing policy (no change made here), from what the
-    plan reads of the pod: the gpu-memory annotation's text, the products it pins (`pod_allowed_products`)
-    and the containers asking for one GPU. `type_fit_models`: the products an enforced typeFit policy
-    allows the pod (None: no such policy). (A right-sizing proposal's resource wins over all of this:
-    `plan_sharing`.)"""
+    plan reads of the pod: the gpu-memory annotation's text and the products it pins
+    (`pod_allowed_products`); `plan_sharing` names the containers. `type_fit_models`: the products an
+    enforced typeFit policy allows the pod (None: no such policy). (A right-sizing proposal's resource
+    wins over all of this: `plan_sharing`.)"""
     try:
         need, source = declared_need_mib(need_text, sharing)
     except QuantityError as exc:
         return SharingPlan(None, skip_reason=str(exc), warning=f"{exc}: pod left unchanged")
     if sharing.strategy == SharingStrategy.TIME_SLICING:
-        return _time_slicing_plan(sharing, view, single, need, source)
+        return _time_slicing_plan(sharing, view, need, source)
     fixed = None if sharing.mig_profile == "auto" else normalise_profile_name(sharing.mig_profile)
     if fixed is None and need is None:
         return SharingPlan(None, skip_reason="no GPU memory need (gpu.kubeon.io/gpu-memory or gpuMemory)",
@@ -440,7 +445,7 @@ def _plan_sharing(need_text: str | None, pinned: frozenset[str] | None, single: 
     if choice.pin is not None:
         selector = {PRODUCT_LABEL: choice.pin}
         detail += f"; pinned to {PRODUCT_LABEL}={choice.pin} (no one profile fits every GPU it may use)"
-    return SharingPlan(choice.profile.resource_name, single, detail=detail, node_selector=selector)
+    return SharingPlan(choice.profile.resource_name, detail=detail, node_selector=selector)
 
 
 def apply_sharing(pod: dict[str, Any], plan: SharingPlan) -> dict[str, dict[str, dict[str, str]]]:
