@@ -53,8 +53,8 @@ def selector_keys(view: ClusterView) -> frozenset[str]:
 
 
 def decision_input(pod: Any, namespace: str, view: ClusterView) -> Any:
-    """`pod` without what tells its replicas apart and the decision never reads (module doc); the pod
-    itself when there is nothing to drop. Never changes `pod`."""
+    """`pod` without what tells its replicas apart and the decision never reads (module doc), as new
+    dicts at the levels it drops from (`pod` itself when it has no metadata map). Never changes `pod`."""
     if not isinstance(pod, Mapping) or not isinstance(metadata := pod.get("metadata"), Mapping):
         return pod
     meta = {k: v for k, v in metadata.items() if k != "managedFields"}
