@@ -245,3 +245,20 @@ def test_load_api_client_leaves_the_global_default_alone(fake: FakeKubeApi, tmp_
     api_client = load_api_client(str(fake.write_kubeconfig(tmp_path / "kc")))
     assert api_client.configuration.host == fake.url
     assert client.Configuration.get_default_copy().host == before
+
+
+def test_a_number_orjson_refuses_is_read_as_json_reads_it_in_a_list_and_a_watch_event(
+        fake: FakeKubeApi, api: client.ApiClient) -> None:
+    """orjson refuses numbers beyond a double's range, which json reads (as infinity): the reflector
+    falls back to json instead of dropping the object (a watch event) or failing the list."""
+    fake.add(NODES, {**node("listed"), "spec": {"size": float("inf")}})
+    r = Reflector(client.CoreV1Api(api).list_node, name="nodes", timeout_seconds=5)
+    r.start()
+    try:
+        assert r.wait_for_sync(5)
+        assert r.snapshot()["listed"]["spec"]["size"] == float("inf")
+        fake.add(NODES, {**node("watched"), "spec": {"size": float("-inf")}})
+        eventually(lambda: "watched" in r.snapshot())
+        assert r.snapshot()["watched"]["spec"]["size"] == float("-inf")
+    finally:
+        r.stop()
