@@ -239,8 +239,9 @@ def echo_pairs(args: argparse.Namespace, ours: tuple[int, str], limit: tuple[int
 
     The paced latencies are also pooled over the pairs: on a shared VM one slow
     phase moves that phase's p99 (and so the median of a few pairs), while
-    interleaving gives both servers the same chance of meeting one, so the
-    pooled p99 is the steadier comparison of the two."""
+    interleaving gives both servers the same chance of meeting one; pooled,
+    each side's p99 is taken over the same spread of slow and quiet phases.
+    Neither figure settles a small difference on a noisy hour: run more pairs."""
     rows: dict[str, list[dict[str, float]]] = {"ours max": [], "limit max": [], "ours rate": [], "limit rate": []}
     pooled: dict[str, list[float]] = {"ours": [], "limit": []}
     for pair in range(1, args.echo + 1):

@@ -18,8 +18,8 @@ namespace or node changed) starts an empty table, so no answer outlives
 what it was decided from. The table holds at most `limit` entries and
 `max_bytes` of keys (a pod can be megabytes of inline env); past either,
 the oldest entries leave first, as each new one comes in, so a stream of
-distinct pods (an Indexed Job's) costs one eviction per review, not a burst
-of a thousand deallocations inside one unlucky request. What is kept is the
+pods that differ in what the decision reads costs one eviction per review,
+not a burst of a thousand deallocations inside one unlucky request. What is kept is the
 caller's answer (webhook.app keeps it encoded, never the pod). Exceptions (a
 bad shape, a core bug) are never remembered.
 """
