@@ -65,10 +65,19 @@ def decision_input(pod: Any, namespace: str, view: ClusterView) -> Any:
                 key in values and key not in read and isinstance(values[key], str) for key in INDEX_KEYS):
             meta[field] = {k: v for k, v in values.items()
                            if k not in INDEX_KEYS or k in read or not isinstance(v, str)}
-    if isinstance(meta.get("name"), str) and not pod_owner(pod, namespace).startswith("Pod/"):
+    if isinstance(meta.get("name"), str) and _owned_by_workload(pod, namespace):
         del meta["name"]
     out = {**pod, "metadata": meta}
     spec = pod.get("spec")
     if isinstance(spec, Mapping) and isinstance(spec.get("hostname"), str):
         out["spec"] = {k: v for k, v in spec.items() if k != "hostname"}
     return out
+
+
+def _owned_by_workload(pod: Mapping[str, Any], namespace: str) -> bool:
+    """Whether the pod's owner is its workload (owners.pod_owner reads no name then); False for a pod
+    too malformed to tell, which keeps its name and is answered by the shape check."""
+    try:
+        return not pod_owner(pod, namespace).startswith("Pod/")
+    except (TypeError, AttributeError):  # ownerReferences or labels of the wrong type
+        return False

@@ -122,3 +122,15 @@ def test_an_index_that_is_not_a_string_stays_and_is_refused() -> None:
            "spec": {"containers": [{"name": "c"}]}}
     assert decision_input(pod, "ml", view)["metadata"]["labels"] == {"apps.kubernetes.io/pod-index": 3}
     assert pod_shape_error(decision_input(pod, "ml", view))
+
+
+def test_a_malformed_pod_gets_its_input_and_its_shape_error_never_an_exception() -> None:
+    view = make_view(make_policy("p"))
+    for metadata in ({"name": "x", "ownerReferences": 5}, {"name": "x", "labels": ["a"]},
+                     {"name": "x", "ownerReferences": [{"kind": "ReplicaSet", "name": "a-1"}], "labels": "b"},
+                     {"name": 7, "annotations": {"apps.kubernetes.io/pod-index": 1}}):
+        pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": {"containers": [{"name": "c"}]}}
+        key = decision_input(pod, "ml", view)
+        assert key["metadata"] == metadata and pod_shape_error(key) == pod_shape_error(pod) != ""
+    for pod in ([], "pod", {"metadata": []}, {"metadata": {}, "spec": "s"}):
+        decision_input(pod, "ml", view)

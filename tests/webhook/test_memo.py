@@ -156,6 +156,11 @@ def test_a_pod_of_the_wrong_shape_is_refused_every_time() -> None:
     for _ in range(2):
         resp = client.post("/mutate", json=review(pod))
         assert resp.status_code == 400 and "containers" in resp.get_json()["error"]
+    named = replica("2026-12-03T10:00:00Z")  # a name, and owners of the wrong type: the key reads both
+    named["metadata"].update(name="llm-0", ownerReferences=5)
+    for path in ("/mutate", "/validate"):
+        resp = client.post(path, json=review(named))
+        assert resp.status_code == 400 and "ownerReferences" in resp.get_json()["error"]
 
 
 def test_the_table_is_bounded_and_the_oldest_entry_leaves_first() -> None:
