@@ -186,8 +186,21 @@ def test_the_app_keeps_the_encoded_answer_never_the_pod() -> None:
     assert client.post("/mutate", json=review(pod, namespace="inference")).status_code == 200
     memo = app.extensions["kubeon_memo"]
     (kept,) = memo._state[1].values()
-    assert kept.patch and isinstance(kept.patch, str) and pod not in tuple(kept)
+    assert kept.patch and not any(isinstance(v, (dict, list)) for v in kept)  # encoded: nothing to walk
     assert patch_of({"response": {"patch": kept.patch}}) == mutate_pod(pod, example_view(), "inference").patch
+
+
+def test_an_indexed_job_s_pods_are_decided_once_each_answered_as_the_core_answers() -> None:
+    app = create_app(SwitchableView(example_view()))  # type: ignore[arg-type]
+    client = app.test_client()
+    index = "batch.kubernetes.io/job-completion-index"
+    for i in range(5):
+        pod = replica(f"2026-12-03T10:00:0{i}Z", labels={index: str(i)}, annotations={index: str(i)})
+        pod["spec"]["hostname"] = f"train-{i}"
+        got = client.post("/mutate", json=review(pod, namespace="inference", uid=f"u{i}")).get_json()
+        assert got["response"]["uid"] == f"u{i}"
+        assert patch_of(got) == mutate_pod(pod, example_view(), "inference").patch != []
+    assert len(app.extensions["kubeon_memo"]._state[1]) == 1
 
 
 def test_the_table_holds_at_most_max_bytes_of_keys() -> None:
