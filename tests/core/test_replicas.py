@@ -134,3 +134,25 @@ def test_a_malformed_pod_gets_its_input_and_its_shape_error_never_an_exception()
         assert key["metadata"] == metadata and pod_shape_error(key) == pod_shape_error(pod) != ""
     for pod in ([], "pod", {"metadata": []}, {"metadata": {}, "spec": "s"}):
         decision_input(pod, "ml", view)
+
+
+SCALARS = st.none() | st.booleans() | st.integers() | st.text(max_size=3)
+JSON = st.recursive(SCALARS, lambda inner: st.lists(inner, max_size=3)
+                    | st.dictionaries(st.text(max_size=3), inner, max_size=3), max_leaves=8)
+MAPS = JSON | st.dictionaries(st.sampled_from([*INDEX_KEYS, "pod-template-hash"]), JSON, max_size=2)
+OWNERS_ANY = SCALARS | st.lists(st.fixed_dictionaries({"kind": st.sampled_from(["ReplicaSet", "StatefulSet", "Job"]),
+                                                      "name": JSON, "controller": JSON}), max_size=2) | JSON
+
+
+@settings(max_examples=300, deadline=None)
+@given(metadata=st.fixed_dictionaries({}, optional={
+           "name": st.text(max_size=3), "labels": MAPS | SCALARS, "annotations": MAPS, "ownerReferences": OWNERS_ANY,
+           "managedFields": JSON, "namespace": JSON}),
+       spec=JSON | st.fixed_dictionaries({}, optional={"hostname": JSON, "containers": JSON}))
+def test_any_json_pod_gets_an_input_and_the_same_shape_answer(metadata, spec) -> None:
+    """What the webhook keys on is worked out for whatever JSON arrives, before the shape check has looked:
+    it never raises, and the input has the pod's own shape error (or none)."""
+    view = make_view(make_policy("p"))
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec}
+    key = decision_input(pod, "ml", view)
+    assert pod_shape_error(key) == pod_shape_error(pod)
