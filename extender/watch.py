@@ -24,12 +24,13 @@ never collected automatically; the young ones still are.
 
 The young generations need help too: the collector counts allocations
 minus deallocations, and a watch event frees the object it replaces, so
-events alone never trigger a young collection while each leaves a new
-object in the youngest generation. After a quiet time for the scheduler
-(no requests) the first request paid for all of them: a gen0 and a gen1
-collection of 180 ms each after 18,000 node reports. A thread collects
-the young generations every `YOUNG_SECONDS` instead (a second of events:
-under a millisecond at 50 reports a second).
+events alone never trigger a young collection while each that changes what
+is kept leaves a new object in the youngest generation. After a quiet time
+for the scheduler (no requests) the first request paid for all of them: a
+gen0 and a gen1 collection of 180 ms each after 18,000 node reports (when
+heartbeats still replaced objects). A thread collects the young generations
+every `YOUNG_SECONDS` instead (a second of events: under a millisecond at 50
+reports a second).
 """
 
 from __future__ import annotations
