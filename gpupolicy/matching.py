@@ -48,6 +48,21 @@ def selector_matches(
     return selector.pod_selector is None or label_selector_matches(selector.pod_selector, pod_labels)
 
 
+def pod_label_keys(view: ClusterView) -> frozenset[str]:
+    """The pod label keys `selector_matches` reads for the view's policies (their podSelectors'), once
+    per view: a pod's other labels cannot change which policies cover it."""
+    found = view.memo.get("pod-label-keys")
+    if found is None:
+        keys: set[str] = set()
+        for policy in view.policies:
+            selector = policy.spec.selector.pod_selector
+            if selector is not None:
+                keys.update(selector.match_labels)
+                keys.update(req.key for req in selector.match_expressions)
+        found = view.memo["pod-label-keys"] = frozenset(keys)
+    return found
+
+
 def matching_policies(view: ClusterView, namespace: str, pod_labels: Mapping[str, str]) -> list[GpuPolicy]:
     """Every policy whose selector covers the pod, highest priority first, then by name."""
     ns_labels = view.labels_of_namespace(namespace)

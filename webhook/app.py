@@ -147,7 +147,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
 
     def answer(review: Review, result: PodAnswer, code: int = 403) -> dict[str, Any]:
         metrics.count(result.counts)
-        return response(review, allowed=result.allowed, encoded_patch=result.patch, warnings=result.warnings,
+        return response(review, allowed=result.allowed, patch=result.patch, warnings=result.warnings,
                         message=result.message, code=code)
 
     def pod_result(path: str, review: Review, decide: Decide) -> PodAnswer:
@@ -171,7 +171,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
         if _is_pod(review) and review.operation == "CREATE":
             return answer(review, pod_result("/mutate", review, mutate_pod))
         if _is_policy(review) and review.operation in ("CREATE", "UPDATE") and isinstance(obj, dict):
-            return response(review, patch=kind_label_patch(obj))
+            return response(review, patch=encode_patch(kind_label_patch(obj)))
         return response(review)
 
     def validate_workload(review: Review) -> dict[str, Any]:

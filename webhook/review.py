@@ -75,23 +75,20 @@ def response(
     review: Review,
     *,
     allowed: bool = True,
-    patch: list[dict[str, Any]] | None = None,
-    encoded_patch: str = "",
+    patch: str = "",
     warnings: Sequence[str] | None = None,
     message: str = "",
     code: int = 403,
     audit: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
-    """An AdmissionReview carrying the response for `review` (same uid and apiVersion); the JSON Patch
-    as operations (`patch`) or already encoded (`encoded_patch`, `encode_patch`'s)."""
+    """An AdmissionReview carrying the response for `review` (same uid and apiVersion); `patch` is the
+    JSON Patch as the response carries it (`encode_patch`'s)."""
     body: dict[str, Any] = {"uid": review.uid, "allowed": allowed}
     if not allowed:
         body["status"] = {"code": code, "message": message, "reason": "Forbidden" if code == 403 else "Invalid"}
     if patch:
-        encoded_patch = encode_patch(patch)
-    if encoded_patch:
         body["patchType"] = "JSONPatch"
-        body["patch"] = encoded_patch
+        body["patch"] = patch
     if warnings:
         body["warnings"] = list(warnings)
     if audit:

@@ -14,7 +14,7 @@ full decisions that all come out the same.
 
 - `metadata.managedFields`: never read;
 - the index labels and annotations above, unless a policy's podSelector
-  names the key (the view says which keys its selectors read); the maps
+  names the key (`matching.pod_label_keys`); the maps
   themselves stay, so a patch that adds to them is written the same way;
 - `spec.hostname`: never read;
 - `metadata.name` when the pod's owner is its workload, not the pod itself
@@ -32,24 +32,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupolicy.cluster import ClusterView
+from gpupolicy.matching import pod_label_keys
 from gpupolicy.owners import pod_owner
 
 INDEX_KEYS = ("batch.kubernetes.io/job-completion-index", "apps.kubernetes.io/pod-index",
               "statefulset.kubernetes.io/pod-name")
-
-
-def selector_keys(view: ClusterView) -> frozenset[str]:
-    """The pod label keys any policy's podSelector reads (once per view)."""
-    found = view.memo.get("pod-selector-keys")
-    if found is None:
-        keys: set[str] = set()
-        for policy in view.policies:
-            selector = policy.spec.selector.pod_selector
-            if selector is not None:
-                keys.update(selector.match_labels)
-                keys.update(req.key for req in selector.match_expressions)
-        found = view.memo["pod-selector-keys"] = frozenset(keys)
-    return found
 
 
 def decision_input(pod: Any, namespace: str, view: ClusterView) -> Any:
@@ -58,7 +45,7 @@ def decision_input(pod: Any, namespace: str, view: ClusterView) -> Any:
     if not isinstance(pod, Mapping) or not isinstance(metadata := pod.get("metadata"), Mapping):
         return pod
     meta = {k: v for k, v in metadata.items() if k != "managedFields"}
-    read = selector_keys(view)
+    read = pod_label_keys(view)
     for field in ("labels", "annotations"):
         values = meta.get(field)
         if isinstance(values, Mapping) and any(

@@ -370,8 +370,8 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
             _plan_sharing(need_text, pinned, sharing, view, type_fit_models), sharing, view))
     if plan.resource is None:
         return plan
-    return SharingPlan(plan.resource, scanned, plan.skip_reason, plan.warning, plan.detail, plan.node_selector,
-                       plan.wanted)
+    return SharingPlan(plan.resource, scanned, skip_reason=plan.skip_reason, warning=plan.warning,
+                       detail=plan.detail, node_selector=plan.node_selector, wanted=plan.wanted)
 
 
 PLAN_MEMO_LIMIT = 4096  # per-view memo entries past which sharing plans are worked out every time
