@@ -1,7 +1,7 @@
 """RFC 6902 JSON Patch between an object and its mutated copy.
 
-The mutation code edits a deep copy of the object; this module turns the
-difference into add/remove/replace operations (no move/copy, so a reader of
+This module turns the difference between an object and a changed copy into
+add/remove/replace operations (no move/copy, so a reader of
 the dry-run answer sees plainly what changes). Pointers escape `~` as `~0`
 and `/` as `~1` (`nvidia.com~1gpu`). Pure.
 """
@@ -23,11 +23,10 @@ def diff(old: Any, new: Any, path: str = "") -> list[PatchOp]:
     """Operations that turn `old` into `new` (applying them with any RFC 6902 library gives `new`).
 
     Subtrees shared by identity are skipped without being walked, or even
-    called: mutation copies only the levels it writes (rewrite.writable_copy)
-    and those levels share every value they did not change, so the walk
-    follows exactly the paths the rewrite wrote (a handful of calls per
-    review, whatever the pod's size) and finds the same operations as a walk
-    over two independent copies (tests/core/test_patch_built.py).
+    called: a copy that shares every value it did not change is walked only
+    along the paths that changed. A pod's mutation builds its patch from its
+    writes instead (gpupolicy.admission.writes); this serves the dry-run of a
+    workload, the kind label, and the tests' reference for the built patch.
     """
     ops: list[PatchOp] = []
     if old is not new:

@@ -18,10 +18,6 @@ from typing import Any
 from gpupolicy.admission.rewrite import (
     ANNOTATION_POLICY,
     ANNOTATION_REWRITTEN_FROM,
-    apply_sharing,
-    ensure_annotations,
-    ensure_scheduler,
-    ensure_tolerations,
     has_skip_marker,
     plan_sharing,
     pod_gpu_resources,
@@ -30,14 +26,14 @@ from gpupolicy.admission.rewrite import (
     toleration_dict,
     would_add_tolerations,
     would_set_scheduler,
-    writable_copy,
 )
+from gpupolicy.admission.writes import PodWrites
 from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE, WANTED_RESOURCE_ANNOTATION
 from gpupolicy.cluster import ClusterView
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
 from gpupolicy.owners import is_approved, pod_owner
-from gpupolicy.patch import PatchOp, diff
+from gpupolicy.patch import PatchOp
 from gpupolicy.proposals import applied_resource
 from gpupolicy.taints import GPU_TAINT, tolerates
 
@@ -182,18 +178,18 @@ def _enforced_type_fit(winners: Mapping[PolicyKind, GpuPolicy], view: ClusterVie
 
 
 def _apply_sharing_policy(
-    policy: GpuPolicy, mode: Mode, owner: str, pod: dict[str, Any], view: ClusterView,
+    policy: GpuPolicy, mode: Mode, owner: str, writes: PodWrites, view: ClusterView,
     warnings: list[str], rewritten: dict[str, Any], type_fit_models: frozenset[str] | None,
 ) -> Decision:
     sharing = policy.spec.sharing
     assert sharing is not None
     right_sized = applied_resource(policy.status.proposals, owner) if policy.status else None
-    plan = plan_sharing(pod, sharing, view, right_sized, type_fit_models)
+    plan = plan_sharing(writes.pod, sharing, view, right_sized, type_fit_models)
     if plan.resource is None:
         if plan.warning:
             warnings.append(short_warning(f"kubeon-gpu {policy.name}: {plan.warning}"))
         if plan.wanted and may_apply(policy, mode, owner):
-            ensure_annotations(pod, {WANTED_RESOURCE_ANNOTATION: plan.wanted})
+            writes.annotate({WANTED_RESOURCE_ANNOTATION: plan.wanted})
         return Decision(policy.name, mode, Action.SKIP, False, plan.skip_reason)
     action = Action.USE_TIME_SLICING if plan.resource == SHARED_GPU_RESOURCE else Action.USE_MIG
     what = f"use {plan.resource} instead of {GPU_RESOURCE}"
@@ -201,8 +197,10 @@ def _apply_sharing_policy(
         warnings.append(_not_applied_warning(policy, mode, owner, f"use {plan.resource}"))
         why = "Recommend mode" if mode == Mode.RECOMMEND else f"{owner} is not in approvals"
         return Decision(policy.name, mode, action, False, f"{what}: {plan.detail}; not applied ({why})")
-    rewritten.update(apply_sharing(pod, plan))
-    ensure_tolerations(pod, [resource_toleration(plan.resource)])
+    if plan.node_selector:
+        writes.select_nodes(plan.node_selector)
+    rewritten.update(writes.swap_gpu(plan.resource, plan.containers))
+    writes.tolerate([resource_toleration(plan.resource)])
     return Decision(policy.name, mode, action, True, f"{what}: {plan.detail}")
 
 
@@ -211,7 +209,7 @@ _TOLERATIONS: dict[int, tuple[GpuPolicy, list[dict[str, Any]]]] = {}
 
 def _tolerations(policy: GpuPolicy) -> list[dict[str, Any]]:
     """The policy's tolerations as dicts, dumped once per policy object (pydantic's dump per review
-    cost more than the check). Callers copy what they add (`ensure_tolerations`)."""
+    cost more than the check). Callers copy what they add (`PodWrites.tolerate`)."""
     found = _TOLERATIONS.get(id(policy))
     if found is None or found[0] is not policy:
         if len(_TOLERATIONS) >= 1024:
@@ -221,7 +219,7 @@ def _tolerations(policy: GpuPolicy) -> list[dict[str, Any]]:
 
 
 def _apply_injections(
-    policy: GpuPolicy, mode: Mode, owner: str, pod: dict[str, Any], warnings: list[str], quiet: bool,
+    policy: GpuPolicy, mode: Mode, owner: str, writes: PodWrites, warnings: list[str], quiet: bool,
     route_only: bool = False,
 ) -> Decision | None:
     """Tolerations and schedulerName from any policy kind (`route_only`: schedulerName alone); None when
@@ -230,9 +228,9 @@ def _apply_injections(
     scheduler = policy.spec.scheduler_name
     if not tolerations and not scheduler:
         return None
-    changed = would_add_tolerations(pod, tolerations)
+    changed = would_add_tolerations(writes.pod, tolerations)
     if scheduler:
-        changed = would_set_scheduler(pod, scheduler) or changed
+        changed = would_set_scheduler(writes.pod, scheduler) or changed
     if not changed:
         return None
     parts = ([f"{len(tolerations)} toleration(s)"] if tolerations else []) + (
@@ -242,9 +240,9 @@ def _apply_injections(
         if not quiet:
             warnings.append(_not_applied_warning(policy, mode, owner, what))
         return Decision(policy.name, mode, Action.INJECT, False, f"{what}; not applied ({mode})")
-    ensure_tolerations(pod, tolerations)
+    writes.tolerate(tolerations)
     if scheduler:
-        ensure_scheduler(pod, scheduler)
+        writes.schedule_with(scheduler)
     return Decision(policy.name, mode, Action.INJECT, True, what)
 
 
@@ -264,7 +262,7 @@ def mutate_pod(
     winners = winning_policies(view, ns, _pod_labels(pod))
     if not winners:
         return AdmissionResult(object=pod, note="no policy matches")
-    mutated = writable_copy(pod)
+    writes = PodWrites(pod)
     warnings: list[str] = []
     decisions: list[Decision] = []
     rewritten: dict[str, Any] = {}
@@ -273,27 +271,27 @@ def mutate_pod(
         mode = view.mode_of(policy).mode
         quiet = route_only  # a CPU-only pod's author has nothing to act on; the decision still says it
         if kind == PolicyKind.SHARING and not route_only:
-            decision = _apply_sharing_policy(policy, mode, owner, mutated, view, warnings, rewritten,
+            decision = _apply_sharing_policy(policy, mode, owner, writes, view, warnings, rewritten,
                                              _enforced_type_fit(winners, view, owner))
             decisions.append(decision)
             quiet = not decision.applied and decision.action != Action.SKIP
             if decision.applied:
                 applied.append(policy.name)
-        injected = _apply_injections(policy, mode, owner, mutated, warnings, quiet, route_only)
+        injected = _apply_injections(policy, mode, owner, writes, warnings, quiet, route_only)
         if injected is not None:
             decisions.append(injected)
             if injected.applied and policy.name not in applied:
                 applied.append(policy.name)
     if applied:
-        metadata = mutated.get("metadata") or {}
+        metadata = writes.pod.get("metadata") or {}
         previous = str((metadata.get("annotations") or {}).get(ANNOTATION_POLICY, ""))
         names = [n for n in previous.split(",") if n]
         names += [n for n in applied if n not in names]
         notes = {ANNOTATION_POLICY: ",".join(names)}
         if rewritten:
             notes[ANNOTATION_REWRITTEN_FROM] = rewritten_from_json(rewritten)
-        ensure_annotations(mutated, notes)
-    return AdmissionResult(True, diff(pod, mutated) if with_patch else [], warnings, decisions, object=mutated)
+        writes.annotate(notes)
+    return AdmissionResult(True, writes.ops if with_patch else [], warnings, decisions, object=writes.pod)
 
 
 def _guardrail_violation(pod: Mapping[str, Any], policy: GpuPolicy) -> str:

@@ -7,7 +7,8 @@ memory slices, then fewest compute slices, then least memory) whose *real*
 memory covers the pod's need, over the allowed products. Every step is an
 "ensure" (set only what is missing), which is what makes mutation idempotent:
 a rewritten pod asks for MIG/shared resources and is left alone next time.
-Pure: callers pass a deep copy and the ClusterView.
+This module decides; gpupolicy.admission.writes makes the writes (on a copy,
+each with its JSON Patch operation). Pure.
 """
 
 from __future__ import annotations
@@ -43,49 +44,13 @@ CONTAINER_LISTS = ("initContainers", "containers")
 OTHER_GPU_PREFIXES = ("amd.com/gpu", "gpu.intel.com/")
 
 
-def writable_copy(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """Copy exactly the parts of a pod that mutation writes; everything else stays shared.
-
-    A deep copy of a real pod (managedFields, volumes, env) costs more than the
-    whole decision; sharing untouched subtrees also lets `patch.diff` skip them
-    by identity. Callers must write only through the copied levels:
-    metadata(.annotations), spec(.tolerations, .schedulerName) and each
-    container's resources(.limits, .requests).
-    """
-    out = dict(pod)
-    metadata = out.get("metadata")
-    if isinstance(metadata, dict):
-        out["metadata"] = dict(metadata)
-        if isinstance(metadata.get("annotations"), dict):
-            out["metadata"]["annotations"] = dict(metadata["annotations"])
-    spec = out.get("spec")
-    if isinstance(spec, dict):
-        spec = out["spec"] = dict(spec)
-        if isinstance(spec.get("tolerations"), list):
-            spec["tolerations"] = list(spec["tolerations"])
-        for key in CONTAINER_LISTS:
-            if isinstance(spec.get(key), list):
-                spec[key] = [_writable_container(c) for c in spec[key]]
-    return out
-
-
-def _writable_container(container: Any) -> Any:
-    if not isinstance(container, dict):
-        return container
-    copied = dict(container)
-    resources = copied.get("resources")
-    if isinstance(resources, dict):
-        copied["resources"] = {k: dict(v) if isinstance(v, dict) else v for k, v in resources.items()}
-    return copied
+_GPU_NAMES = frozenset({GPU_RESOURCE, SHARED_GPU_RESOURCE})
+_GPU_PREFIXES = (MIG_RESOURCE_PREFIX, *OTHER_GPU_PREFIXES)
 
 
 def is_gpu_resource(name: str) -> bool:
     """Whole GPUs, time-sliced shares, MIG slices (and other vendors' GPUs, for guardrails)."""
-    return (
-        name in (GPU_RESOURCE, SHARED_GPU_RESOURCE)
-        or name.startswith(MIG_RESOURCE_PREFIX)
-        or name.startswith(OTHER_GPU_PREFIXES)
-    )
+    return name in _GPU_NAMES or name.startswith(_GPU_PREFIXES)
 
 
 def is_sliced_resource(name: str) -> bool:
@@ -126,8 +91,9 @@ def container_gpu_resources(container: Mapping[str, Any]) -> dict[str, float]:
     found: dict[str, float] = {}
     for section in ("requests", "limits"):
         for name, value in (resources.get(section) or {}).items():
-            if is_gpu_resource(str(name)):
-                found[str(name)] = quantity_count(value)
+            name = name if type(name) is str else str(name)  # YAML keys may be numbers (dry-run)
+            if name in _GPU_NAMES or name.startswith(_GPU_PREFIXES):  # is_gpu_resource, on every review
+                found[name] = quantity_count(value)
     return found
 
 
@@ -148,8 +114,11 @@ def pod_gpu_resources(pod: Mapping[str, Any]) -> dict[str, float]:
 
 def has_skip_marker(pod: Mapping[str, Any]) -> bool:
     metadata = pod.get("metadata") or {}
-    return any(str((metadata.get(k) or {}).get(SKIP_KEY, "")).lower() == "true"
-               for k in ("labels", "annotations"))
+    for key in ("labels", "annotations"):
+        marked = (metadata.get(key) or {}).get(SKIP_KEY)
+        if marked is not None and str(marked).lower() == "true":
+            return True
+    return False
 
 
 @dataclass(frozen=True)
@@ -448,36 +417,6 @@ def _plan_sharing(need_text: str | None, pinned: frozenset[str] | None, sharing:
     return SharingPlan(choice.profile.resource_name, detail=detail, node_selector=selector)
 
 
-def apply_sharing(pod: dict[str, Any], plan: SharingPlan) -> dict[str, dict[str, dict[str, str]]]:
-    """Swap `nvidia.com/gpu: 1` for the plan's resource; returns the original GPU resources per container."""
-    assert plan.resource is not None
-    if plan.node_selector:
-        spec = pod.setdefault("spec", {})
-        current = spec.get("nodeSelector")
-        spec["nodeSelector"] = {**(current if isinstance(current, dict) else {}), **plan.node_selector}
-    original: dict[str, dict[str, dict[str, str]]] = {}
-    for container in iter_containers(pod):
-        name = str(container.get("name", ""))
-        if name not in plan.containers:
-            continue
-        resources = container.get("resources") or {}
-        before: dict[str, dict[str, str]] = {}
-        for section in ("limits", "requests"):
-            values = resources.get(section)
-            if isinstance(values, dict) and GPU_RESOURCE in values:
-                before[section] = {GPU_RESOURCE: str(values[GPU_RESOURCE])}
-                rebuilt = {}
-                for key, value in values.items():
-                    if key == GPU_RESOURCE:
-                        rebuilt[plan.resource] = "1"
-                    else:
-                        rebuilt[key] = value
-                resources[section] = rebuilt
-        if before:
-            original[name] = before
-    return original
-
-
 def rewritten_from_json(original: Mapping[str, Any]) -> str:
     """Compact JSON, keys sorted: orjson's bytes when they are ASCII (then the same as json.dumps'),
     else json.dumps, which escapes other characters as \\uXXXX."""
@@ -494,23 +433,8 @@ def toleration_dict(toleration: Toleration) -> dict[str, Any]:
     return toleration.model_dump(by_alias=True, exclude_none=True, mode="json")
 
 
-def ensure_tolerations(pod: dict[str, Any], wanted: Iterable[Mapping[str, Any]]) -> bool:
-    """Append each wanted toleration unless an equal one is there already; True when something was added."""
-    spec = _level(pod, "spec")
-    current = spec.get("tolerations")
-    existing: list[Any] = list(current) if isinstance(current, list) else []
-    added = False
-    for toleration in wanted:
-        if dict(toleration) not in existing:
-            existing.append(dict(toleration))
-            added = True
-    if added:
-        spec["tolerations"] = existing
-    return added
-
-
 def would_add_tolerations(pod: Mapping[str, Any], wanted: Iterable[Mapping[str, Any]]) -> bool:
-    """Whether `ensure_tolerations(pod, wanted)` would add something (the pod is not touched)."""
+    """Whether `PodWrites.tolerate(wanted)` would add something (the pod is not touched)."""
     spec = pod.get("spec")
     current = spec.get("tolerations") if isinstance(spec, dict) else None
     existing = current if isinstance(current, list) else []
@@ -522,35 +446,8 @@ def resource_toleration(resource: str) -> dict[str, Any]:
     return {"key": resource, "operator": "Exists", "effect": "NoSchedule"}
 
 
-def _level(obj: dict[str, Any], key: str) -> dict[str, Any]:
-    """obj[key] as a dict to write into, made when absent or null (JSON null decodes to the empty value)."""
-    value = obj.get(key)
-    if not isinstance(value, dict):
-        value = obj[key] = {}
-    return value
-
-
-def ensure_scheduler(pod: dict[str, Any], scheduler: str) -> bool:
-    """Set spec.schedulerName unless the pod already chose a non-default scheduler."""
-    spec = _level(pod, "spec")
-    current = spec.get("schedulerName")
-    if current in (None, "", "default-scheduler") and current != scheduler:
-        spec["schedulerName"] = scheduler
-        return True
-    return False
-
-
 def would_set_scheduler(pod: Mapping[str, Any], scheduler: str) -> bool:
-    """Whether `ensure_scheduler(pod, scheduler)` would set it (the pod is not touched)."""
+    """Whether `PodWrites.schedule_with(scheduler)` would set it (the pod is not touched)."""
     spec = pod.get("spec")
     current = spec.get("schedulerName") if isinstance(spec, dict) else None
     return current in (None, "", "default-scheduler") and current != scheduler
-
-
-def ensure_annotations(pod: dict[str, Any], values: Mapping[str, str]) -> None:
-    metadata = _level(pod, "metadata")
-    annotations = metadata.get("annotations")
-    if not isinstance(annotations, dict):
-        annotations = {}
-    annotations.update(values)
-    metadata["annotations"] = annotations
