@@ -105,15 +105,16 @@ def pod_allowed_products(pod: Mapping[str, Any]) -> frozenset[str] | None:
     model (where the pod may go) both read it here.
     """
     spec = pod.get("spec") or {}
-    if not isinstance(spec, Mapping):
+    # (dict, Mapping): a parsed dict passes before the ABC's check, a Python call on every review
+    if not isinstance(spec, (dict, Mapping)):
         return None
     node_selector = spec.get("nodeSelector") or {}
-    selected = node_selector.get(PRODUCT_LABEL) if isinstance(node_selector, Mapping) else None
+    selected = node_selector.get(PRODUCT_LABEL) if isinstance(node_selector, (dict, Mapping)) else None
     allowed: set[str] | None = {normalise_product_label(str(selected))} if selected else None
     affinity = spec.get("affinity") or {}
-    node_affinity = (affinity.get("nodeAffinity") or {}) if isinstance(affinity, Mapping) else {}
+    node_affinity = (affinity.get("nodeAffinity") or {}) if isinstance(affinity, (dict, Mapping)) else {}
     required = node_affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or {}
-    terms = (required.get("nodeSelectorTerms") or []) if isinstance(required, Mapping) else []
+    terms = (required.get("nodeSelectorTerms") or []) if isinstance(required, (dict, Mapping)) else []
     union: set[str] = set()
     unconstrained = False
     for term in terms:

@@ -16,7 +16,8 @@ DIRECT_OWNER_KINDS = ("StatefulSet", "Job")
 
 
 def _controller_ref(metadata: Mapping[str, Any]) -> Mapping[str, Any] | None:
-    refs = [r for r in (metadata.get("ownerReferences") or []) if isinstance(r, Mapping)]
+    # (dict, Mapping): a parsed dict passes before the ABC's check, a Python call per reference
+    refs = [r for r in (metadata.get("ownerReferences") or []) if isinstance(r, (dict, Mapping))]
     controller = [r for r in refs if r.get("controller")]
     chosen = controller or refs
     return chosen[0] if chosen else None

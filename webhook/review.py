@@ -42,7 +42,8 @@ class Review:
 
 def parse_review(body: Any) -> Review:
     """Validate the envelope; unknown resource kinds are fine (the handler allows them unchanged)."""
-    if not isinstance(body, Mapping):
+    # (dict, Mapping): a parsed dict passes before the ABC's check, a Python call on every review
+    if not isinstance(body, (dict, Mapping)):
         raise ReviewError("body must be a JSON object (an AdmissionReview)")
     if body.get("kind") != "AdmissionReview":
         raise ReviewError(f"unsupported kind {shown(body.get('kind'))}: expected AdmissionReview")
@@ -50,13 +51,13 @@ def parse_review(body: Any) -> Review:
     if api_version not in ADMISSION_API_VERSIONS:
         raise ReviewError(f"unsupported apiVersion {shown(api_version)}: expected admission.k8s.io/v1")
     request = body.get("request")
-    if not isinstance(request, Mapping):
+    if not isinstance(request, (dict, Mapping)):
         raise ReviewError("request: missing AdmissionRequest")
     uid = request.get("uid")
     if not isinstance(uid, str) or not uid:
         raise ReviewError("request.uid: missing")
     kind = request.get("kind")
-    if not isinstance(kind, Mapping) or not isinstance(kind.get("kind"), str):
+    if not isinstance(kind, (dict, Mapping)) or not isinstance(kind.get("kind"), str):
         raise ReviewError("request.kind: missing group/version/kind")
     operation = request.get("operation")
     if not isinstance(operation, str):

@@ -42,13 +42,14 @@ INDEX_KEYS = ("batch.kubernetes.io/job-completion-index", "apps.kubernetes.io/po
 def decision_input(pod: Any, namespace: str, view: ClusterView) -> Any:
     """`pod` without what tells its replicas apart and the decision never reads (module doc), as new
     dicts at the levels it drops from (`pod` itself when it has no metadata map). Never changes `pod`."""
-    if not isinstance(pod, Mapping) or not isinstance(metadata := pod.get("metadata"), Mapping):
+    # (dict, Mapping): a parsed dict passes before the ABC's check, a Python call on every review
+    if not isinstance(pod, (dict, Mapping)) or not isinstance(metadata := pod.get("metadata"), (dict, Mapping)):
         return pod
     meta = {k: v for k, v in metadata.items() if k != "managedFields"}
     read = pod_label_keys(view)
     for field in ("labels", "annotations"):
         values = meta.get(field)
-        if isinstance(values, Mapping) and any(
+        if isinstance(values, (dict, Mapping)) and any(
                 key in values and key not in read and isinstance(values[key], str) for key in INDEX_KEYS):
             meta[field] = {k: v for k, v in values.items()
                            if k not in INDEX_KEYS or k in read or not isinstance(v, str)}
@@ -56,7 +57,7 @@ def decision_input(pod: Any, namespace: str, view: ClusterView) -> Any:
         del meta["name"]
     out = {**pod, "metadata": meta}
     spec = pod.get("spec")
-    if isinstance(spec, Mapping) and isinstance(spec.get("hostname"), str):
+    if isinstance(spec, (dict, Mapping)) and isinstance(spec.get("hostname"), str):
         out["spec"] = {k: v for k, v in spec.items() if k != "hostname"}
     return out
 

@@ -1,0 +1,112 @@
+"""Instructions per /mutate request, ours against the limit, counted by valgrind (not a timed test).
+
+On a shared VM the time and even the CPU a server is charged move with the
+load by more than the changes they are meant to show (bench/webhook_cpu.py
+rounds spread over ±100 us). Instructions do not: callgrind counts the
+same program on the same input the same way every run. This counts the
+app's own work, in process (the WSGI callable, no gunicorn and no TLS,
+which ours and the limit share): ours (`webhook.app.create_app` with the
+static view `kubeon-gpu webhook --policies` builds) and the limit
+(bench/echo.py's app answering ours' bytes), each sending --requests POST
+/mutate bodies of the --pods mix (bench/webhook_load.py) through the app.
+A child process runs each under callgrind twice, with --requests and with
+none after the same set-up, and the difference over --requests is what one
+request costs; the set-up (imports, the app, two warm-up requests) cancels.
+
+    python bench/webhook_instructions.py [--requests 500] [--pods distinct] [--against DIR]
+
+Needs valgrind (Debian package `valgrind`); each child takes about a minute, one per core at a time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import os
+import re
+import subprocess
+import sys
+import tempfile
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def child(who: str, root: Path, requests: int, pods: str) -> None:
+    """Build the app of `who` from the checkout at `root`, warm it, then send `requests` bodies."""
+    sys.path.insert(0, str(root))
+    sys.path.insert(1, str(ROOT))
+    import yaml
+
+    from bench.echo import echo_app
+    from bench.webhook_load import body_maker
+    from kube.views import StaticView
+    from tests.webhook.payloads import POLICIES
+    from webhook.app import create_app
+    from webhook.command import add_arguments, load_static_view
+
+    policies = Path(tempfile.mkdtemp(prefix="kubeon-bench-")) / "policies.yaml"
+    policies.write_text(yaml.safe_dump_all(POLICIES))
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args(["--cert-dir", ".", "--policies", str(policies),
+                              "--prometheus-url", "http://127.0.0.1:9"])  # as bench/webhook_load.py starts ours
+    ours = create_app(StaticView(load_static_view(args)))
+    make = body_maker(pods)
+    bodies = [make(n) for n in range(requests + 2)]
+    app = ours if who != "limit" else echo_app({"/mutate": call(ours, bodies[-1])})
+    call(app, bodies[-1])
+    call(app, bodies[-2])
+    for body in bodies[:requests]:
+        call(app, body)
+
+
+def call(app: Any, body: bytes) -> bytes:
+    environ = {"REQUEST_METHOD": "POST", "PATH_INFO": "/mutate", "CONTENT_LENGTH": str(len(body)),
+               "CONTENT_TYPE": "application/json", "wsgi.input": io.BytesIO(body), "SERVER_NAME": "127.0.0.1",
+               "SERVER_PORT": "8443", "wsgi.url_scheme": "https", "SERVER_PROTOCOL": "HTTP/1.1"}
+    out = app(environ, lambda *_: None)
+    answer = b"".join(out)
+    if hasattr(out, "close"):
+        out.close()
+    return answer
+
+
+def instructions(who: str, root: Path, requests: int, pods: str) -> int:
+    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
+               "--child", who, "--root", str(root), "--requests", str(requests), "--pods", pods]
+    out = subprocess.run(command, capture_output=True, text=True, check=True).stderr
+    found = re.search(r"Collected : (\d+)", out)
+    if found is None:
+        raise SystemExit(f"no count from callgrind: {out[-500:]}")
+    return int(found.group(1))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=500)
+    parser.add_argument("--pods", choices=("same", "replicas", "unique", "distinct"), default="distinct")
+    parser.add_argument("--against", type=Path, metavar="DIR", help="also ours from this checkout")
+    parser.add_argument("--child", help=argparse.SUPPRESS)
+    parser.add_argument("--root", type=Path, default=ROOT, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.child:
+        child(args.child, args.root, args.requests, args.pods)
+        return
+    print(f"{args.requests} POST /mutate ({args.pods} pods) through the WSGI app, in process, under callgrind")
+    runs = [("limit", ROOT), ("ours", ROOT)] + ([("ours", args.against)] if args.against else [])
+    with ThreadPoolExecutor(os.cpu_count()) as pool:  # each child is one process under callgrind
+        counts = list(pool.map(lambda run: [instructions(*run, n, args.pods) for n in (args.requests, 0)], runs))
+    limit, ours, *rest = [(full - empty) / args.requests for full, empty in counts]
+    print(f"  limit {limit:,.0f} instructions per request")
+    print(f"  ours  {ours:,.0f} ({ours / limit:.2f}x the limit; {ours - limit:,.0f} more)")
+    if args.against:
+        against = rest[0]
+        print(f"  ours at {args.against} {against:,.0f} ({against - limit:,.0f} more than the limit); "
+              f"ours minus it: {ours - against:+,.0f} ({(ours - against) / (against - limit):+.0%} of its excess)")
+
+
+if __name__ == "__main__":
+    main()
