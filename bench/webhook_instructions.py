@@ -77,7 +77,8 @@ def call(app: Any, body: bytes) -> bytes:
 def instructions(who: str, root: Path, requests: int, pods: str) -> int:
     command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
                "--child", who, "--root", str(root), "--requests", str(requests), "--pods", pods]
-    out = subprocess.run(command, capture_output=True, text=True, check=True).stderr
+    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict and set layouts in every child
+    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stderr
     found = re.search(r"Collected : (\d+)", out)
     if found is None:
         raise SystemExit(f"no count from callgrind: {out[-500:]}")
