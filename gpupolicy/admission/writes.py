@@ -125,6 +125,7 @@ class PodWrites:
         return original
 
     def _swap_in(self, container: dict[str, Any], resource: str, path: str) -> dict[str, dict[str, str]]:
+        """One container's swap (`path`: its resources); returns its original GPU resources by section."""
         resources = container.get("resources") or {}
         before: dict[str, dict[str, str]] = {}
         for section in ("limits", "requests"):
@@ -132,8 +133,12 @@ class PodWrites:
             if not isinstance(values, dict) or GPU_RESOURCE not in values:
                 continue
             before[section] = {GPU_RESOURCE: str(values[GPU_RESOURCE])}
-            rebuilt = {resource if key == GPU_RESOURCE else key: "1" if key == GPU_RESOURCE else value
-                       for key, value in values.items()}  # the new resource where the GPU was
+            rebuilt = {}  # the new resource where the GPU was, the other keys in their order
+            for key, value in values.items():
+                if key == GPU_RESOURCE:
+                    rebuilt[resource] = "1"
+                else:
+                    rebuilt[key] = value
             where = f"{path}/{section}"
             if resource in values:  # never for a pod the plan rewrites (it asks for no slice yet); exact anyway
                 self.ops += diff(values, rebuilt, where)

@@ -7,12 +7,13 @@ Starts the test API server on 127.0.0.1:PORT with the CRDs of manifests/crd and 
 Karpenter/KEDA CRDs installed, one CPU node and `--gpu-nodes` GPU nodes (A100, 8 GPUs), and
 the stand-ins running (scheduler for every schedulerName unless --scheduler-name, workload
 controllers and kubelet, Karpenter); writes the kubeconfig to PATH, prints its path and serves
-until interrupted. `KUBEAPI_LOG=1` logs every request.
+until interrupted. `KUBEAPI_LOG=1` logs every request; SIGUSR1 prints every thread's stack.
 """
 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import shutil
 import signal
 import sys
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     stop = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.set())
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack on stderr
     try:
         cluster = Cluster(nodes=nodes, crd_files=crds, scheduler_name=args.scheduler_name, port=args.port)
         cluster.__enter__()

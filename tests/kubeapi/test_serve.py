@@ -8,6 +8,7 @@ from __future__ import annotations
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.kubeapi.cluster import REPO, kubectl_binary
@@ -36,4 +37,13 @@ def test_serve_prints_the_kubeconfig_and_runs_the_stand_ins(tmp_path: Path) -> N
         assert "successfully rolled out" in kubectl("rollout", "status", "deploy/web", "--timeout=30s")
     finally:
         proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=20) == 0
+        try:
+            code = proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            # Never leave it running (its stand-ins poll): say where each thread was, then stop it.
+            proc.send_signal(signal.SIGUSR1)
+            time.sleep(1)
+            proc.kill()
+            _, stderr = proc.communicate()
+            raise AssertionError(f"serve did not stop within 20 s of SIGINT; its threads:\n{stderr[-6000:]}")
+    assert code == 0
