@@ -39,11 +39,11 @@ def test_serve_prints_the_kubeconfig_and_runs_the_stand_ins(tmp_path: Path) -> N
         proc.send_signal(signal.SIGINT)
         try:
             code = proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
+        except subprocess.TimeoutExpired as exc:
             # Never leave it running (its stand-ins poll): say where each thread was, then stop it.
             proc.send_signal(signal.SIGUSR1)
             time.sleep(1)
             proc.kill()
             _, stderr = proc.communicate()
-            raise AssertionError(f"serve did not stop within 20 s of SIGINT; its threads:\n{stderr[-6000:]}")
+            raise AssertionError(f"serve did not stop within 20 s of SIGINT; its threads:\n{stderr[-6000:]}") from exc
     assert code == 0
