@@ -92,7 +92,7 @@ def container_gpu_resources(container: Mapping[str, Any]) -> dict[str, float]:
     for section in ("requests", "limits"):
         for name, value in (resources.get(section) or {}).items():
             name = name if type(name) is str else str(name)  # YAML keys may be numbers (dry-run)
-            if name in _GPU_NAMES or name.startswith(_GPU_PREFIXES):  # is_gpu_resource, on every review
+            if is_gpu_resource(name):
                 found[name] = quantity_count(value)
     return found
 
