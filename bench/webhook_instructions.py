@@ -47,13 +47,14 @@ def child(who: str, root: Path, requests: int, pods: str) -> None:
     from webhook.app import create_app
     from webhook.command import add_arguments, load_static_view
 
-    policies = Path(tempfile.mkdtemp(prefix="kubeon-bench-")) / "policies.yaml"
-    policies.write_text(yaml.safe_dump_all(POLICIES))
-    parser = argparse.ArgumentParser()
-    add_arguments(parser)
-    args = parser.parse_args(["--cert-dir", ".", "--policies", str(policies),
-                              "--prometheus-url", "http://127.0.0.1:9"])  # as bench/webhook_load.py starts ours
-    ours = create_app(StaticView(load_static_view(args)))
+    with tempfile.TemporaryDirectory(prefix="kubeon-bench-") as tmp:
+        policies = Path(tmp) / "policies.yaml"
+        policies.write_text(yaml.safe_dump_all(POLICIES))
+        parser = argparse.ArgumentParser()
+        add_arguments(parser)
+        args = parser.parse_args(["--cert-dir", tmp, "--policies", str(policies),
+                                  "--prometheus-url", "http://127.0.0.1:9"])  # as bench/webhook_load.py does
+        ours = create_app(StaticView(load_static_view(args)))
     make = body_maker(pods)
     bodies = [make(n) for n in range(requests + 2)]
     app = ours if who != "limit" else echo_app({"/mutate": call(ours, bodies[-1])})

@@ -21,7 +21,7 @@ from typing import Any
 
 from gpupolicy.admission.rewrite import CONTAINER_LISTS
 from gpupolicy.catalog import GPU_RESOURCE
-from gpupolicy.patch import PatchOp, diff, escape
+from gpupolicy.patch import PatchOp, escape
 
 
 def writable_copy(pod: Mapping[str, Any]) -> dict[str, Any]:
@@ -133,6 +133,7 @@ class PodWrites:
             if not isinstance(values, dict) or GPU_RESOURCE not in values:
                 continue
             before[section] = {GPU_RESOURCE: str(values[GPU_RESOURCE])}
+            # The plan rewrites only pods that ask for no slice yet, so `resource` is a new key here.
             rebuilt = {}  # the new resource where the GPU was, the other keys in their order
             for key, value in values.items():
                 if key == GPU_RESOURCE:
@@ -140,11 +141,8 @@ class PodWrites:
                 else:
                     rebuilt[key] = value
             where = f"{path}/{section}"
-            if resource in values:  # never for a pod the plan rewrites (it asks for no slice yet); exact anyway
-                self.ops += diff(values, rebuilt, where)
-            else:
-                self.ops.append({"op": "remove", "path": f"{where}/{escape(GPU_RESOURCE)}"})
-                self.ops.append({"op": "add", "path": f"{where}/{escape(resource)}", "value": "1"})
+            self.ops.append({"op": "remove", "path": f"{where}/{escape(GPU_RESOURCE)}"})
+            self.ops.append({"op": "add", "path": f"{where}/{escape(resource)}", "value": "1"})
             resources[section] = rebuilt
         return before
 
