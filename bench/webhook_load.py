@@ -226,7 +226,9 @@ def run(port: int, ca: str, procs: int, threads: int, seconds: float, rate: floa
 def answer_of(port: int, ca: str) -> bytes:
     """The bytes ours answers for the benchmark's review (the limit answers the same)."""
     conn = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=ca), timeout=10)
-    conn.request("POST", "/mutate", json.dumps(review(api_pod())).encode(), {"Content-Type": "application/json"})
+    # one uid: two servers' answers compare equal when their decisions do (bench/webhook_cpu.py --against)
+    conn.request("POST", "/mutate", json.dumps(review(api_pod(), uid=_UID)).encode(),
+                 {"Content-Type": "application/json"})
     resp = conn.getresponse()
     body = resp.read()
     if resp.status != 200 or b'"patch"' not in body:
