@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import socket
@@ -309,9 +310,22 @@ def _transition(event: Event, matches: Any) -> str | None:
     return "DELETED" if was_in else None
 
 
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):  # Go's encoding/json: "cannot unmarshal number 1e999 ... value out of range"
+        raise ValueError(f"number {text} out of range")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"invalid character in numeric literal: {name}")  # NaN and Infinity are not JSON
+
+
 def _json(raw: bytes) -> Any:
+    """The body as JSON, refused as kube-apiserver refuses it: Python's json would also read NaN, Infinity
+    and 1e999 (an infinite float), which this server would then write back as `Infinity`, not JSON."""
     try:
-        return json.loads(raw)
+        return json.loads(raw, parse_constant=_no_constant, parse_float=_finite)
     except ValueError as exc:
         raise status.bad_request(f"error decoding request body as JSON: {exc}") from None
 

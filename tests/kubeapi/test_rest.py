@@ -67,6 +67,11 @@ def test_create_get_conflicts_and_not_found_are_status_objects(api: ApiServer) -
     assert wrong_kind.status_code == 400
     bad_json = requests.post(url, data=b"{nope", headers={"Content-Type": "application/json"})
     assert (bad_json.status_code, bad_json.json()["kind"]) == (400, "Status")
+    for number in (b"NaN", b"Infinity", b"-Infinity", b"1e999"):  # not JSON, or beyond a float64: refused
+        body = b'{"apiVersion":"v1","kind":"Pod","metadata":{"name":"n","annotations":{}},"spec":{"x":%s}}' % number
+        refused = requests.post(url, data=body, headers={"Content-Type": "application/json"})
+        assert (refused.status_code, refused.json()["kind"]) == (400, "Status"), number
+    assert requests.get(url + "/n").status_code == 404
 
 
 def test_update_with_stale_resource_version_is_409_conflict(core: client.CoreV1Api) -> None:
