@@ -57,7 +57,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,9 +105,10 @@ def free_port() -> int:
 
 
 def start_server(workers: int, threads: int, echo_answer: bytes | None = None,
-                 tmp: Path | None = None, root: Path = ROOT) -> tuple[subprocess.Popen, int, str, Path]:
+                 tmp: Path | None = None, root: Path = ROOT, prefix: Sequence[str] = (),
+                 ready_seconds: float = 30) -> tuple[subprocess.Popen, int, str, Path]:
     """Ours (`kubeon-gpu webhook` of the checkout at `root`), or with `echo_answer` the limit
-    (bench/echo.py) on the same certs."""
+    (bench/echo.py) on the same certs; `prefix`: a command to run it under (valgrind)."""
     import yaml
 
     if tmp is None:
@@ -126,9 +127,9 @@ def start_server(workers: int, threads: int, echo_answer: bytes | None = None,
                    "--policies", str(tmp / "policies.yaml"),
                    # an install with prometheus.url (never queried by the webhook): the sharing policy rewrites
                    "--prometheus-url", "http://127.0.0.1:9"]
-    proc = subprocess.Popen(command, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen([*prefix, *command], cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     ca = str(tmp / "ca.crt")
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + ready_seconds
     while time.monotonic() < deadline:
         try:
             conn = http.client.HTTPSConnection("127.0.0.1", port, context=ssl.create_default_context(cafile=ca),
