@@ -44,6 +44,7 @@ from extender.wire import ArgsError, filter_error, filter_result, parse_args
 from gpupolicy.packing.kubemodel import ObjectError
 from serving.http import HttpError, encode_json, install_error_handlers, json_error, read_body
 from serving.metrics import instrument
+from serving.tally import TALLY
 from serving.wsgi import Answer, Headers, HotRoutes, Then, error_answer
 
 log = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class ExtenderMetrics:
         child = self._children.get(key)
         if child is None:
             child = self._children[key] = self.decisions.labels(verb, strategy, outcome)
-        child.inc()
+        TALLY.count((child,))
 
 
 class MixCollector(Collector):

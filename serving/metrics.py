@@ -30,6 +30,8 @@ from prometheus_client import (
     values,
 )
 
+from serving.tally import TALLY
+
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Handlers are short CPU-bound JSON transforms (0.1-3 ms): resolve well below 10 ms.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.002, 0.003, 0.005, 0.0075, 0.01, 0.025, 0.05, 0.1, 0.5, 1.0)
@@ -55,7 +57,9 @@ def use_multiprocess_values() -> None:
     prometheus-client picks its value class when it is first imported; if that
     happened in the gunicorn master before serve() set the directory, workers
     must re-pick after the fork (serve() calls this in post_fork). In
-    multiprocess mode the values identify their process by `_process_id`."""
+    multiprocess mode the values identify their process by `_process_id`, and the request counts are
+    written a few times a second rather than on every request (serving.tally)."""
+    TALLY.buffered = multiprocess_enabled()
     if multiprocess_enabled():
         values.ValueClass = values.MultiProcessValue(process_identifier=_process_id)  # type: ignore[no-untyped-call]
     else:
@@ -84,10 +88,10 @@ class RequestMetrics:
         if children is None:
             labels = (route, str(status))
             children = self._children[key] = (self.requests.labels(*labels), self.latency.labels(*labels))
-        children[0].inc()
-        children[1].observe(seconds)
+        TALLY.record(children[0], children[1], seconds)
 
     def exposition(self) -> bytes:
+        TALLY.flush()  # this worker's counts; the others' are at most serving.tally.INTERVAL late
         if multiprocess_enabled():
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]

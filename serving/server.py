@@ -42,6 +42,7 @@ from flask import Flask
 from gunicorn.app.base import BaseApplication
 
 from serving.metrics import MULTIPROC_ENV, use_multiprocess_values
+from serving.tally import TALLY
 
 log = logging.getLogger(__name__)
 
@@ -137,6 +138,10 @@ def _post_fork(_server: Any, _worker: Any) -> None:
     use_multiprocess_values()
 
 
+def _worker_exit(_server: Any, _worker: Any) -> None:
+    TALLY.flush()  # the counts this worker still holds (serving.tally)
+
+
 def _child_exit(_server: Any, worker: Any) -> None:
     from prometheus_client import multiprocess
 
@@ -158,6 +163,7 @@ def gunicorn_options(*, bind: str, port: int, cert_dir: Path | None, workers: in
         "errorlog": "-",
         "loglevel": "info",
         "post_fork": _post_fork,
+        "worker_exit": _worker_exit,
         "child_exit": _child_exit,
         "proc_name": "kubeon-gpu",
     }

@@ -15,6 +15,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gpupolicy.admission.mutate import Action, Decision
 from gpupolicy.model import Mode
+from serving.tally import TALLY
 
 
 class WebhookMetrics:
@@ -45,5 +46,4 @@ class WebhookMetrics:
 
     @staticmethod
     def count(children: tuple[Any, ...]) -> None:
-        for child in children:
-            child.inc()
+        TALLY.count(children)

@@ -165,6 +165,10 @@ def test_metrics_aggregate_across_workers(server: Server) -> None:
         pids.add(server.get("/pid").json()["pid"])
         sent += 1
         assert sent < 400, "only one worker ever answered"
+    # every worker writes its counts within serving.tally.INTERVAL (0.25 s) of counting them
+    deadline = time.monotonic() + 10
+    while counter(server.get("/metrics").text, "/pid", "200") < sent and time.monotonic() < deadline:
+        time.sleep(0.05)
     for _ in range(3):  # whichever worker answers the scrape, it reports every worker's requests
         text = server.get("/metrics").text
         assert counter(text, "/pid", "200") == sent
