@@ -4,8 +4,8 @@ Why. In multiprocess mode (serving.metrics) every `inc()` and `observe()` is
 a locked write into an mmap file that /metrics later sums over the workers.
 An admission review the memo answers made five such writes (the request
 counter, the latency histogram's bucket and sum, the decision counters):
-58,000 of its 280,000 instructions, more than the review's own work
-(docs/benchmarks.md, "Issue 16, ninth round"). Here a request adds to
+40,000 of its 280,000 instructions in process (docs/benchmarks.md, "Issue 16,
+ninth round"). Here a request adds to
 in-process sums under one lock, and `flush` writes each labelled child's
 total in one write per interval, however many requests it counted.
 
@@ -30,6 +30,7 @@ import atexit
 import bisect
 import os
 import threading
+import time
 from typing import Any
 
 INTERVAL = 0.25  # seconds a worker's counts may wait before /metrics sees them
@@ -49,7 +50,6 @@ class Tally:
         self._lock = threading.Lock()
         self._counts: dict[Any, int] = {}  # counter child -> increments not yet written
         self._observed: dict[Any, tuple[list[int], list[float]]] = {}  # histogram child -> (bucket counts, [sum])
-        self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
     def count(self, children: tuple[Any, ...]) -> None:
@@ -102,7 +102,8 @@ class Tally:
                 self._thread.start()
 
     def _run(self) -> None:
-        while not self._wake.wait(self.interval):
+        while True:
+            time.sleep(self.interval)
             if self._counts or self._observed:
                 self.flush()
 
