@@ -152,18 +152,18 @@ class PodWrites:
         current = spec.get("tolerations")
         if not isinstance(current, list):
             fresh: list[Any] = []
-            for toleration in wanted:
-                if dict(toleration) not in fresh:
-                    fresh.append(dict(toleration))
+            for toleration in map(dict, wanted):
+                if toleration not in fresh:
+                    fresh.append(toleration)
             if fresh:
                 self._make(spec, "tolerations", "/spec", fresh)
             return bool(fresh)
         added = False
-        for toleration in wanted:
-            if dict(toleration) not in current:
-                current.append(dict(toleration))  # writable_copy's list, or one made here
+        for toleration in map(dict, wanted):
+            if toleration not in current:
+                current.append(toleration)  # writable_copy's list, or one made here
                 if id(current) not in self._made:
-                    self.ops.append({"op": "add", "path": "/spec/tolerations/-", "value": current[-1]})
+                    self.ops.append({"op": "add", "path": "/spec/tolerations/-", "value": toleration})
                 added = True
         return added
 
