@@ -18,11 +18,12 @@ from typing import Any
 from gpupolicy.admission.rewrite import (
     ANNOTATION_POLICY,
     ANNOTATION_REWRITTEN_FROM,
+    GpuScan,
     has_skip_marker,
     plan_sharing,
-    pod_gpu_resources,
     resource_toleration,
     rewritten_from_json,
+    scan_gpus,
     toleration_dict,
     would_add_tolerations,
     would_set_scheduler,
@@ -138,13 +139,13 @@ def routes_cpu_pod(pod: Mapping[str, Any], view: ClusterView) -> bool:
     return isinstance(tolerations, list) and tolerates(tolerations, GPU_TAINT)
 
 
-def _scope(pod: Mapping[str, Any], namespace: str, view: ClusterView) -> tuple[str, bool]:
+def _scope(pod: Mapping[str, Any], namespace: str, view: ClusterView, scan: GpuScan) -> tuple[str, bool]:
     """(why the pod is out of scope, "" when in scope; whether it is in scope for routing alone)."""
     if view.is_protected(namespace):
         return f"namespace {namespace} is never touched", False
     if has_skip_marker(pod):
         return "pod is marked gpu.kubeon.io/skip=true", False
-    if not any(count > 0 for count in pod_gpu_resources(pod).values()):
+    if not any(count > 0 for count in scan.totals().values()):
         return ("", True) if routes_cpu_pod(pod, view) else (NO_GPU, False)
     return "", False
 
@@ -152,7 +153,7 @@ def _scope(pod: Mapping[str, Any], namespace: str, view: ClusterView) -> tuple[s
 def out_of_scope(pod: Mapping[str, Any], namespace: str, view: ClusterView) -> str:
     """Why a pod is out of scope for every policy, or "" when it is in scope (a CPU-only pod that
     `routes_cpu_pod` is, for the policies' schedulerName alone)."""
-    return _scope(pod, namespace, view)[0]
+    return _scope(pod, namespace, view, scan_gpus(pod))[0]
 
 
 def _not_applied_warning(policy: GpuPolicy, mode: Mode, owner: str, what: str) -> str:
@@ -180,12 +181,12 @@ def _enforced_type_fit(winners: Mapping[PolicyKind, GpuPolicy], view: ClusterVie
 
 def _apply_sharing_policy(
     policy: GpuPolicy, mode: Mode, owner: str, writes: PodWrites, view: ClusterView,
-    warnings: list[str], rewritten: dict[str, Any], type_fit_models: frozenset[str] | None,
+    warnings: list[str], rewritten: dict[str, Any], type_fit_models: frozenset[str] | None, scan: GpuScan,
 ) -> Decision:
     sharing = policy.spec.sharing
     assert sharing is not None
     right_sized = applied_resource(policy.status.proposals, owner) if policy.status else None
-    plan = plan_sharing(writes.pod, sharing, view, right_sized, type_fit_models)
+    plan = plan_sharing(writes.pod, sharing, view, right_sized, type_fit_models, scan)
     if plan.resource is None:
         if plan.warning:
             warnings.append(short_warning(f"kubeon-gpu {policy.name}: {plan.warning}"))
@@ -256,7 +257,8 @@ def mutate_pod(
     `with_patch=False`: no JSON Patch (`patch` empty) for a caller that expresses the change against
     another object (the dry-run of a workload diffs the workload, not its pod)."""
     ns = pod_namespace(pod, namespace)
-    skipped, route_only = _scope(pod, ns, view)
+    scan = scan_gpus(pod)
+    skipped, route_only = _scope(pod, ns, view, scan)
     if skipped:
         return AdmissionResult(object=pod, note=skipped)
     owner = owner or pod_owner(pod, ns)
@@ -273,7 +275,7 @@ def mutate_pod(
         quiet = route_only  # a CPU-only pod's author has nothing to act on; the decision still says it
         if kind == PolicyKind.SHARING and not route_only:
             decision = _apply_sharing_policy(policy, mode, owner, writes, view, warnings, rewritten,
-                                             _enforced_type_fit(winners, view, owner))
+                                             _enforced_type_fit(winners, view, owner), scan)
             decisions.append(decision)
             quiet = not decision.applied and decision.action != Action.SKIP
             if decision.applied:
@@ -295,10 +297,9 @@ def mutate_pod(
     return AdmissionResult(True, writes.ops if with_patch else [], warnings, decisions, object=writes.pod)
 
 
-def _guardrail_violation(pod: Mapping[str, Any], policy: GpuPolicy) -> str:
+def _guardrail_violation(gpus: Mapping[str, float], policy: GpuPolicy) -> str:
     guard = policy.spec.guardrail
     assert guard is not None
-    gpus = pod_gpu_resources(pod)
     total = sum(gpus.values())
     if guard.max_gpus_per_pod is not None and total > guard.max_gpus_per_pod:
         return f"pod asks for {total:g} GPUs, more than maxGpusPerPod {guard.max_gpus_per_pod}"
@@ -314,14 +315,15 @@ def validate_pod(
 ) -> AdmissionResult:
     """Guardrails for a Pod CREATE: deny (Automatic, or Approve for approved owners) or warn."""
     ns = pod_namespace(pod, namespace)
-    skipped, route_only = _scope(pod, ns, view)
+    scan = scan_gpus(pod)
+    skipped, route_only = _scope(pod, ns, view, scan)
     if skipped or route_only:  # guardrails are about GPUs: a routed CPU-only pod has none
         return AdmissionResult(object=pod, note=skipped or NO_GPU)
     policy = winning_policies(view, ns, _pod_labels(pod)).get(PolicyKind.GUARDRAIL)
     if policy is None:
         return AdmissionResult(object=pod, note="no guardrail policy matches")
     mode = view.mode_of(policy).mode
-    violation = _guardrail_violation(pod, policy)
+    violation = _guardrail_violation(scan.totals(), policy)
     if not violation:
         return AdmissionResult(object=pod, decisions=[Decision(policy.name, mode, Action.ALLOW, False,
                                                                "within guardrail")])

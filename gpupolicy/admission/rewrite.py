@@ -17,7 +17,7 @@ import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -57,14 +57,6 @@ def is_sliced_resource(name: str) -> bool:
     return name == SHARED_GPU_RESOURCE or name.startswith(MIG_RESOURCE_PREFIX)
 
 
-def iter_containers(pod: Mapping[str, Any]) -> Iterable[dict[str, Any]]:
-    spec = pod.get("spec") or {}
-    for key in CONTAINER_LISTS:
-        for container in spec.get(key) or []:
-            if isinstance(container, dict):
-                yield container
-
-
 def quantity_count(value: Any) -> float:
     """A resource count as a number; unparsable counts are treated as 0 (the API server refuses them)."""
     if (isinstance(value, str) and len(value) <= 64) or (type(value) is int and -10**18 < value < 10**18):
@@ -97,19 +89,35 @@ def container_gpu_resources(container: Mapping[str, Any]) -> dict[str, float]:
     return found
 
 
-def pod_gpu_resources(pod: Mapping[str, Any]) -> dict[str, float]:
-    """GPU devices the pod holds at once: max(sum of containers, largest init container) per resource."""
-    spec = pod.get("spec") or {}
-    total: dict[str, float] = {}
-    for container in spec.get("containers") or []:
-        if isinstance(container, dict):
-            for name, count in container_gpu_resources(container).items():
+class GpuScan(NamedTuple):
+    """Each container's GPU resources (`container_gpu_resources`), read once per review: the scope
+    check, the sharing plan and the guardrail all read them."""
+
+    init: list[tuple[dict[str, Any], dict[str, float]]]
+    main: list[tuple[dict[str, Any], dict[str, float]]]
+
+    def totals(self) -> dict[str, float]:
+        """GPU devices the pod holds at once: max(sum of containers, largest init container) per resource."""
+        total: dict[str, float] = {}
+        for _, gpus in self.main:
+            for name, count in gpus.items():
                 total[name] = total.get(name, 0.0) + count
-    for container in spec.get("initContainers") or []:
-        if isinstance(container, dict):
-            for name, count in container_gpu_resources(container).items():
+        for _, gpus in self.init:
+            for name, count in gpus.items():
                 total[name] = max(total.get(name, 0.0), count)
-    return total
+        return total
+
+
+def scan_gpus(pod: Mapping[str, Any]) -> GpuScan:
+    spec = pod.get("spec") or {}
+    init, main = ([(c, container_gpu_resources(c)) for c in spec.get(key) or [] if isinstance(c, dict)]
+                  for key in CONTAINER_LISTS)
+    return GpuScan(init, main)
+
+
+def pod_gpu_resources(pod: Mapping[str, Any]) -> dict[str, float]:
+    """GPU devices the pod holds at once (`GpuScan.totals`)."""
+    return scan_gpus(pod).totals()
 
 
 def has_skip_marker(pod: Mapping[str, Any]) -> bool:
@@ -305,7 +313,7 @@ def _time_slicing_plan(sharing: SharingSpec, view: ClusterView, need: float | No
 
 def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
                  right_sized: Proposal | None = None,
-                 type_fit_models: frozenset[str] | None = None) -> SharingPlan:
+                 type_fit_models: frozenset[str] | None = None, scan: GpuScan | None = None) -> SharingPlan:
     """The target resource for a pod under a sharing policy, if some node offers it (`_plan_sharing`).
 
     A pod is rewritten only to a resource that a node offers, was told to offer
@@ -319,9 +327,9 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
     itself to; it is worked out once per view for those
     (`ClusterView.remembered`), as the pods of many workloads ask the same
     question, and the names of the containers asking for one GPU are put in
-    after.
+    after. `scan`: the pod's `scan_gpus`, when the caller has it.
     """
-    scanned = _single_gpu_containers(pod)
+    scanned = _single_gpu_containers(scan or scan_gpus(pod))
     if isinstance(scanned, SharingPlan):
         return scanned
     if right_sized is not None and right_sized.resource and is_sliced_resource(right_sized.resource):
@@ -359,12 +367,11 @@ def _offered(plan: SharingPlan, sharing: SharingSpec, view: ClusterView) -> Shar
     return plan
 
 
-def _single_gpu_containers(pod: Mapping[str, Any]) -> tuple[str, ...] | SharingPlan:
+def _single_gpu_containers(scan: GpuScan) -> tuple[str, ...] | SharingPlan:
     """The names of the containers asking for exactly one whole GPU, or why the pod is not a candidate."""
     single: list[str] = []
     multi: list[str] = []
-    for container in iter_containers(pod):
-        gpus = container_gpu_resources(container)
+    for container, gpus in (*scan.init, *scan.main):
         if any(is_sliced_resource(name) for name in gpus):
             return SharingPlan(None, skip_reason="already asks for a MIG slice or a shared GPU")
         count = gpus.get(GPU_RESOURCE, 0.0)
