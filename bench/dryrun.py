@@ -9,6 +9,9 @@ Ours: `kubeon-gpu dry-run -f FILE --policies examples/policies.yaml --nodes
 examples/nodes.yaml -o OUTPUT > /dev/null`, a subprocess. The limit: a
 subprocess that only parses the same file with PyYAML's C loader
 (`yaml.load_all(..., CSafeLoader)`, each document dropped as it comes).
+A third run per pair parses with ours' own loader alone (cli/yamlload.py,
+which builds the same objects faster than PyYAML's constructor), so what
+the decisions and the writing cost is seen apart from the parse.
 Runs are interleaved ours/limit for --pairs pairs; wall time, CPU time
 (user+sys: steadier than wall on a shared machine) and peak RSS (ru_maxrss
 of the child) are printed per run, then medians and the ratios.
@@ -36,6 +39,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = "import sys, yaml\nfor _ in yaml.load_all(open(sys.argv[1], 'rb'), Loader=yaml.CSafeLoader):\n    pass\n"
+# ours' own parse alone (cli/yamlload.py: the same objects, built faster than PyYAML's constructor)
+OWN_PARSE = ("import sys, yaml\nsys.path.insert(0, sys.argv[2])\nfrom cli.yamlload import KubeLoader\n"
+             "for _ in yaml.load_all(open(sys.argv[1], 'rb'), Loader=KubeLoader):\n    pass\n")
 
 _POD = """\
 apiVersion: v1
@@ -114,22 +120,26 @@ def measure(command: list[str]) -> tuple[float, float, float]:
 
 
 def pairs(path: Path, objects: int, size: float, output: str, count: int) -> None:
-    """`count` interleaved (ours, limit) runs for one output format; per pair and the medians."""
+    """`count` interleaved (ours, limit, ours' parse alone) runs for one output format; per run and the medians."""
     print(f"input: {path.name}, {objects} objects, {size:.1f} MiB; output -o {output}")
-    ours, limit = [], []
+    ours, limit, own = [], [], []
     for pair in range(count):
         ours.append(measure(dry_run_command(path, output)))
         limit.append(measure([sys.executable, "-c", LIMIT, str(path)]))
-        (w, c, m), (lw, lc, lm) = ours[-1], limit[-1]
+        own.append(measure([sys.executable, "-c", OWN_PARSE, str(path), str(ROOT)]))
+        (w, c, m), (lw, lc, lm), oc = ours[-1], limit[-1], own[-1][1]
         print(f"pair {pair + 1}: ours {w:.2f} s wall {c:.2f} s cpu {m:.0f} MiB | "
               f"C-loader parse {lw:.2f} s wall {lc:.2f} s cpu {lm:.0f} MiB | "
-              f"ratio wall {w / lw:.2f}x cpu {c / lc:.2f}x", flush=True)
+              f"ratio wall {w / lw:.2f}x cpu {c / lc:.2f}x | ours' parse alone {oc:.2f} s cpu", flush=True)
     w, c, m = (statistics.median(run[i] for run in ours) for i in range(3))
     lw, lc, lm = (statistics.median(run[i] for run in limit) for i in range(3))
     ratios = sorted(o[1] / li[1] for o, li in zip(ours, limit, strict=True))
     print(f"-o {output} median: ours {w:.2f} s wall, {c:.2f} s cpu, {m:.0f} MiB; limit {lw:.2f} s wall, {lc:.2f} s "
           f"cpu, {lm:.0f} MiB; ratio wall {w / lw:.2f}x, cpu {c / lc:.2f}x (pairs {ratios[0]:.2f}-{ratios[-1]:.2f}; "
           f"goal <= 2x); memory {m:.0f} MiB (goal <= 250 MiB at 100,000)", flush=True)
+    oc = statistics.median(run[1] for run in own)
+    print(f"-o {output} ours' own parse alone (cli/yamlload.py) {oc:.2f} s cpu, {oc / lc:.2f}x the C-loader parse; "
+          f"ours {c / oc:.2f}x its own parse", flush=True)
 
 
 def main() -> int:

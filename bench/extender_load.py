@@ -66,6 +66,15 @@ comparison is the client round trip.
     python bench/extender_load.py --sizes 15000 --requests 200 --echo 3 --kinds full
     python bench/extender_load.py --sizes 5000,15000 --requests 200 --echo 3
     python bench/extender_load.py --sizes 15000 --kinds sampled --requests 200 --echo 3 --churn 50
+
+--pin: the servers (ours and the limit) on cores of their own, this client
+and the test API server on the last core (sched_setaffinity; at least 2
+cores). In a cluster kube-scheduler and the API server run in other pods,
+most often on other nodes; without --pin the client's JSON work and the
+server's requests queue for the same two cores, and the client's wait for a
+core counts in the round trip of both servers.
+
+    python bench/extender_load.py --sizes 15000 --kinds sampled --requests 300 --echo 3 --pin
 """
 
 from __future__ import annotations
@@ -289,7 +298,7 @@ def start_extender(port: int, kubeconfig: str) -> tuple[subprocess.Popen, Path]:
                                  "--bind", "127.0.0.1", "--kubeconfig", kubeconfig, "--workers", "1",
                                  "--scheduler-weight", str(weight), "--log-level", "WARNING"],
                                 cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
-                                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                env={**os.environ, "PYTHONUNBUFFERED": "1"}, preexec_fn=_on_server_cores)
     return proc, log
 
 
@@ -302,8 +311,28 @@ def start_echo(port: int, answers: dict[str, bytes]) -> tuple[subprocess.Popen, 
         command += ["--answer", f"{path}={tmp / path.strip('/')}"]
     log = tmp / "echo.log"
     with open(log, "wb") as sink:
-        proc = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT)
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=sink, stderr=subprocess.STDOUT,
+                                preexec_fn=_on_server_cores)
     return proc, log
+
+
+SERVER_CPUS: set[int] = set()  # --pin: the cores the servers run on (empty: any)
+
+
+def _on_server_cores() -> None:
+    """In the server's child before exec: onto `SERVER_CPUS` (--pin)."""
+    if SERVER_CPUS:
+        os.sched_setaffinity(0, SERVER_CPUS)
+
+
+def pin(parser: argparse.ArgumentParser) -> str:
+    """--pin: this process (and the test API server it starts) on the last core, the servers on the others."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        parser.error(f"--pin: needs at least 2 cores, this process may use {len(cpus)}")
+    SERVER_CPUS.update(cpus[:-1])
+    os.sched_setaffinity(0, {cpus[-1]})
+    return f"servers on cores {','.join(map(str, cpus[:-1]))}, client and API server on core {cpus[-1]}"
 
 
 def wait_ready(proc: subprocess.Popen, log: Path, port: int) -> None:
@@ -458,6 +487,8 @@ def main() -> int:
                         help="interleave this many (ours, limit) runs per size against bench/echo.py")
     parser.add_argument("--churn", type=float, metavar="RATE", default=0.0,
                         help="node status reports per second during the runs (module doc; 50: 15,000 kubelets)")
+    parser.add_argument("--pin", action="store_true",
+                        help="the servers on cores of their own, the client on another (module doc)")
     args = parser.parse_args()
     try:
         sizes = [int(part) for item in args.sizes for part in str(item).split(",") if part]
@@ -469,6 +500,8 @@ def main() -> int:
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
         parser.error(f"--kinds: expected some of {', '.join(KINDS)}, got {args.kinds!r}")
+    if args.pin:
+        print(pin(parser), flush=True)
     for size in sizes:
         results = run_size(size, kinds, args.requests, args.warmup, args.seed, args.echo, args.churn)
         if args.echo:

@@ -1,0 +1,117 @@
+"""PyYAML's safe loader with a shorter way from parsed nodes to Python objects, for dry-run's input.
+
+With libyaml, parsing is C, but turning each node into a Python object is
+PyYAML's pure-Python constructor: per node a dispatch on the tag, a
+recursion guard, a memo entry, and for every map and list a generator that
+is filled in later. That was most of a C-loader parse of a cluster export
+(docs/benchmarks.md, "Dry-run streamed"), and the dry-run parses every
+document once.
+
+`KubeLoader.construct_document` builds the objects of a document in one
+recursive walk: strings are the node's text, the other scalar tags of YAML's
+safe schema go through PyYAML's own constructors, maps and lists are filled
+as they are made (recorded first, so an alias, even one inside its own
+anchor, gets the same object, as with PyYAML). Anything else, and any
+error, sends the whole document back through PyYAML's own construction:
+explicit tags beyond the safe scalars (`!!set`, `!!omap`, `!custom`), merge
+keys (`<<`), keys that are not scalars. So the objects, and the errors, are
+exactly what `yaml.safe_load_all` gives; only the ordinary documents take
+the short way (tests/cli/test_yamlload.py compares the two).
+
+`resolve` remembers the tag of each short plain scalar (`true`, `1`,
+`Always`, map keys): an export repeats the same few hundred, and PyYAML
+tries up to a few regular expressions on each. The tag depends on the text
+and the node's kind alone while no path resolver is registered (none is,
+for the safe loader); the memo is bounded.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import yaml
+from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+try:  # libyaml is optional in PyYAML; the pure-Python loader gives the same objects, slower.
+    from yaml import CSafeLoader as BaseLoader
+except ImportError:  # pragma: no cover - exercised where PyYAML is built without libyaml
+    from yaml import SafeLoader as BaseLoader  # type: ignore[assignment]
+
+_PREFIX = "tag:yaml.org,2002:"
+STR, SEQ, MAP = _PREFIX + "str", _PREFIX + "seq", _PREFIX + "map"
+# the safe schema's scalar tags, built by PyYAML's constructors (plain functions, not generators)
+SCALAR_TAGS = frozenset(_PREFIX + t for t in ("null", "bool", "int", "float", "binary", "timestamp"))
+RESOLVED_MAX = 8192  # tags remembered before the memo starts again (a few MiB at most)
+RESOLVED_TEXT = 64  # longer scalars (names, images, commands) are seldom repeated: not remembered
+
+
+class _Unusual(Exception):
+    """A node the short way does not build: the document goes through PyYAML's construction."""
+
+
+if TYPE_CHECKING:  # what it is mixed into, for the type checker
+    _Mixed = yaml.SafeLoader
+else:
+    _Mixed = object
+
+
+class ShortConstruction(_Mixed):
+    """The short construction and the tag memo (module doc), mixed into a PyYAML safe loader class."""
+
+    def __init__(self, stream: Any) -> None:
+        super().__init__(stream)
+        self._resolved: dict[tuple[Any, Any, Any], str] | None = None if self.yaml_path_resolvers else {}
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
+        resolved = self._resolved
+        if resolved is None:  # a path resolver: the tag depends on where the node is
+            return super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+        key = (kind, value, implicit)
+        tag = resolved.get(key)
+        if tag is None:
+            if len(resolved) >= RESOLVED_MAX:
+                resolved.clear()
+            tag = super().resolve(kind, value, implicit)  # type: ignore[no-untyped-call]
+            if value is None or len(value) <= RESOLVED_TEXT:
+                resolved[key] = tag
+        return tag
+
+    def construct_document(self, node: Node) -> Any:
+        try:
+            return self._construct(node)
+        except Exception:  # unusual or invalid: PyYAML's own way, its own objects and errors
+            return super().construct_document(node)
+
+    def _construct(self, root: Node) -> Any:
+        made: dict[Node, Any] = {}  # maps and lists by node: an alias gets the same object
+        constructors = self.yaml_constructors
+
+        def build(node: Node) -> Any:
+            tag = node.tag
+            if type(node) is ScalarNode:
+                if tag == STR:
+                    return node.value
+                if tag in SCALAR_TAGS:
+                    return constructors[tag](self, node)
+                raise _Unusual
+            found = made.get(node)
+            if found is not None:
+                return found
+            if type(node) is MappingNode and tag == MAP:
+                mapping: dict[Any, Any] = {}
+                made[node] = mapping
+                for key_node, value_node in node.value:  # a merge key raises _Unusual, a map as key TypeError
+                    mapping[build(key_node)] = build(value_node)
+                return mapping
+            if type(node) is SequenceNode and tag == SEQ:
+                sequence: list[Any] = []
+                made[node] = sequence
+                sequence.extend([build(item) for item in node.value])
+                return sequence
+            raise _Unusual
+
+        return build(root)
+
+
+class KubeLoader(ShortConstruction, BaseLoader):
+    """`yaml.CSafeLoader` (else `yaml.SafeLoader`, when PyYAML is built without libyaml), built the short way."""

@@ -1,0 +1,145 @@
+"""cli/yamlload.py gives exactly what `yaml.safe_load_all` gives: objects, aliases and errors.
+
+Real: PyYAML's own safe loader (the C one where libyaml is built, as the
+dry-run used before) is the reference. Documents cover what the short way
+builds (maps, lists, every safe scalar tag, aliases, an anchor inside
+itself) and what it must hand back to PyYAML (merge keys, `!!set`,
+`!!omap`, complex keys, unknown tags, invalid values); hypothesis adds
+generated YAML text.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bench.dryrun import generate
+from cli.yamlload import RESOLVED_MAX, KubeLoader, ShortConstruction
+
+try:
+    from yaml import CSafeLoader as Reference
+except ImportError:  # pragma: no cover - PyYAML without libyaml
+    from yaml import SafeLoader as Reference  # type: ignore[assignment]
+
+
+def load(text: str | bytes, loader: Any) -> list[Any]:
+    return list(yaml.load_all(text, Loader=loader))
+
+
+def same(a: Any, b: Any, seen: set[tuple[int, int]] | None = None) -> bool:
+    """Equal, types and key order included (NaN equal to NaN); a map or list holding itself where the other
+    holds itself."""
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (dict, list)):
+        seen = set() if seen is None else seen
+        if (id(a), id(b)) in seen:
+            return True
+        seen.add((id(a), id(b)))
+    if isinstance(a, dict):
+        return list(a) == list(b) and all(same(a[k], b[k], seen) for k in a)
+    if isinstance(a, list):
+        return len(a) == len(b) and all(same(x, y, seen) for x, y in zip(a, b, strict=True))
+    if isinstance(a, float) and math.isnan(a):
+        return math.isnan(b)
+    return bool(a == b)
+
+
+def outcome(text: str | bytes, loader: Any) -> tuple[str, Any]:
+    try:
+        return "ok", load(text, loader)
+    except Exception as exc:  # the error, as the dry-run would report it
+        return type(exc).__name__, str(exc)
+
+
+class PureKubeLoader(ShortConstruction, yaml.SafeLoader):
+    """The short way over PyYAML's pure-Python loader: what KubeLoader is where libyaml is absent."""
+
+
+def assert_same(text: str | bytes) -> None:
+    for ours_loader, reference_loader in ((KubeLoader, Reference), (PureKubeLoader, yaml.SafeLoader)):
+        ours, reference = outcome(text, ours_loader), outcome(text, reference_loader)
+        if ours[0] == "ok" and reference[0] == "ok":
+            assert same(ours[1], reference[1]), text
+        else:
+            assert ours == reference
+
+
+CASES = [
+    "apiVersion: v1\nkind: Pod\nmetadata: {name: a, labels: {app: x}}\nspec:\n  containers:\n  - name: c\n"
+    "    resources: {limits: {nvidia.com/gpu: 1, memory: 16Gi}}\n",
+    "a: [yes, no, on, off, true, False, ~, null, '', 1, 0x1f, 0o17, 017, 1_000, -2, +3, 1.5, 1e3, .inf, -.Inf, .nan]\n",
+    "t: 2026-12-03\nu: 2026-12-03T10:00:00Z\nv: '2026-12-03'\nb: !!binary aGVsbG8=\n",
+    "explicit: [!!str 1, !!int '7', !!float '2', !!bool 'true', !!null '']\n",
+    "{1: a, 1.5: b, true: c, null: d, 2026-01-01: e}\n",
+    "dup: 1\ndup: 2\n",
+    "base: &b {x: 1, y: [1, 2]}\ncopy: *b\nlist: [*b, *b]\n",
+    "&self {name: s, me: *self}\n",
+    "&l [1, *l]\n",
+    "base: &b {x: 1}\nmerged: {<<: *b, y: 2}\n",
+    "merged: {<<: [{a: 1}, {b: 2}], c: 3}\n",
+    "= : value-key\n",
+    "s: !!set {a, b}\no: !!omap [{a: 1}, {b: 2}]\np: !!pairs [{a: 1}, {a: 2}]\n",
+    "? [a, b]\n: complex\n",
+    "? {a: 1}\n: complex\n",
+    "x: !custom 1\n",
+    "x: !!int abc\n",
+    "x: !!bool maybe\n",
+    "x: !!float nope\n",
+    "x: !!timestamp yesterday\n",
+    "x: !!binary '%%%'\n",
+    "x: !!map [1, 2]\n",
+    "x: !!seq {a: 1}\n",
+    "---\na: 1\n---\n---\n[1, 2]\n--- text\n...\n",
+    "a: 1\n  b: 2\n",
+    "a: [1, 2\n",
+    "",
+]
+
+
+@pytest.mark.parametrize("text", CASES)
+def test_the_same_as_pyyaml(text: str) -> None:
+    assert_same(text)
+
+
+def test_an_alias_is_the_same_object_and_an_anchor_may_hold_itself() -> None:
+    (doc,) = load("base: &b {x: 1}\ncopy: *b\nself: &s [*s]\n", KubeLoader)
+    assert doc["copy"] is doc["base"]
+    assert doc["self"][0] is doc["self"]
+
+
+def test_the_benchmark_export_and_the_examples(tmp_path: Path) -> None:
+    path = tmp_path / "objects.yaml"
+    generate(path, 600)
+    data = path.read_bytes()
+    assert same(load(data, KubeLoader), load(data, Reference))
+    for example in sorted(Path(__file__).resolve().parents[2].joinpath("examples").glob("*.yaml")):
+        assert_same(example.read_bytes())
+
+
+def test_the_tag_memo_stays_bounded_and_right() -> None:
+    text = "".join(f"k{i}: {v}\n" for i in range(RESOLVED_MAX + 50) for v in ("x", "1")[i % 2:i % 2 + 1])
+    loader = KubeLoader(text)
+    try:
+        doc = loader.get_single_data()
+        assert len(loader._resolved or {}) <= RESOLVED_MAX
+    finally:
+        loader.dispose()
+    assert same(doc, yaml.load(text, Loader=Reference))
+
+
+words = st.sampled_from(["a", "b c", "1", "0x1f", "1.5", "yes", "No", "null", "~", "2026-01-01", "'q'", '"d"',
+                         "*x", "&x v", "<<", "!!str 1", "!!int 2", "!!set {a}", "[1, 2]", "{a: 1}", "-", ":"])
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(st.tuples(words, words, st.integers(0, 3)), min_size=1, max_size=12))
+def test_generated_yaml_the_same_as_pyyaml(lines: list[tuple[str, str, int]]) -> None:
+    text = "".join(f"{'  ' * depth}{key}: {value}\n" for key, value, depth in lines)
+    assert_same(text)
