@@ -24,17 +24,27 @@ and a fifth as much at the goal's 100,000.
 
     python bench/dryrun.py
     python bench/dryrun.py --objects 100000 --pairs 3 --output yaml
+
+--instructions: instructions per object instead of time, counted by
+valgrind's callgrind (Debian package `valgrind`), which the machine's load
+and speed do not move: each command runs on --objects and on twice as many,
+and the difference over --objects is one object's cost (the start, imports
+above all, cancels). A few minutes at 1,000 objects.
+
+    python bench/dryrun.py --instructions --objects 1000
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -142,6 +152,36 @@ def pairs(path: Path, objects: int, size: float, output: str, count: int) -> Non
           f"ours {c / oc:.2f}x its own parse", flush=True)
 
 
+def callgrind(command: list[str]) -> int:
+    """Instructions of one child under callgrind (valgrind's count: the same on every run, whatever the load)."""
+    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
+                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": "0"})
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    if out.returncode != 0 or found is None:
+        raise SystemExit(f"{' '.join(command)}: exit {out.returncode}: {out.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def instructions(objects: int, outputs: list[str], tmp: Path) -> None:
+    """Instructions per object, ours against the limit: each command on `objects` and on twice as many, the
+    difference over `objects` (what starting costs, the imports above all, cancels)."""
+    files = {n: tmp / f"objects-{n}.yaml" for n in (objects, 2 * objects)}
+    for n, path in files.items():
+        generate(path, n)
+    commands = {"limit (C-loader parse)": lambda f: [sys.executable, "-c", LIMIT, str(f)],
+                "ours' parse alone": lambda f: [sys.executable, "-c", OWN_PARSE, str(f), str(ROOT)]}
+    for output in outputs:
+        commands[f"ours -o {output}"] = lambda f, o=output: dry_run_command(f, o)
+    runs = [(name, n) for name in commands for n in files]
+    with ThreadPoolExecutor(os.cpu_count()) as pool:
+        counts = dict(zip(runs, pool.map(lambda run: callgrind(commands[run[0]](files[run[1]])), runs), strict=True))
+    per = {name: (counts[name, 2 * objects] - counts[name, objects]) / objects for name in commands}
+    limit = per["limit (C-loader parse)"]
+    print(f"instructions per object (callgrind; {objects} and {2 * objects} objects, the difference):")
+    for name, count in per.items():
+        print(f"  {name:<24} {count:12,.0f}  {count / limit:.2f}x the limit")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--objects", type=int, default=40_000, help="objects in the generated file")
@@ -149,7 +189,13 @@ def main() -> int:
     parser.add_argument("--output", nargs="+", default=["yaml", "json"], choices=("yaml", "json", "jsonl"),
                         help="dry-run -o, one set of pairs each")
     parser.add_argument("--file", type=Path, help="use this file instead of generating one")
+    parser.add_argument("--instructions", action="store_true",
+                        help="count instructions per object under callgrind instead (--objects: 1,000 is enough)")
     args = parser.parse_args()
+    if args.instructions:
+        with tempfile.TemporaryDirectory() as tmp:
+            instructions(args.objects, args.output, Path(tmp))
+        return 0
     with tempfile.TemporaryDirectory() as tmp:
         path = args.file or Path(tmp) / "objects.yaml"
         if not args.file:

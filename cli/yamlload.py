@@ -78,39 +78,37 @@ class ShortConstruction(_Mixed):
 
     def construct_document(self, node: Node) -> Any:
         try:
-            return self._construct(node)
+            return self._build(node, {})
         except Exception:  # unusual or invalid: PyYAML's own way, its own objects and errors
             return super().construct_document(node)
 
-    def _construct(self, root: Node) -> Any:
-        made: dict[Node, Any] = {}  # maps and lists by node: an alias gets the same object
-        constructors = self.yaml_constructors
-
-        def build(node: Node) -> Any:
-            tag = node.tag
-            if type(node) is ScalarNode:
-                if tag == STR:
-                    return node.value
-                if tag in SCALAR_TAGS:
-                    return constructors[tag](self, node)
-                raise _Unusual
-            found = made.get(node)
-            if found is not None:
-                return found
-            if type(node) is MappingNode and tag == MAP:
-                mapping: dict[Any, Any] = {}
-                made[node] = mapping
-                for key_node, value_node in node.value:  # a merge key raises _Unusual, a map as key TypeError
-                    mapping[build(key_node)] = build(value_node)
-                return mapping
-            if type(node) is SequenceNode and tag == SEQ:
-                sequence: list[Any] = []
-                made[node] = sequence
-                sequence.extend([build(item) for item in node.value])
-                return sequence
+    def _build(self, node: Node, made: dict[Node, Any]) -> Any:
+        """`node` as an object; `made`: the maps and lists built so far, by node (an alias gets the same
+        object). A method, not a closure over `made`: a recursive closure is a reference cycle, and it
+        would keep each document's nodes until the collector ran."""
+        tag = node.tag
+        if type(node) is ScalarNode:
+            if tag == STR:
+                return node.value
+            if tag in SCALAR_TAGS:
+                return self.yaml_constructors[tag](self, node)
             raise _Unusual
-
-        return build(root)
+        found = made.get(node)
+        if found is not None:
+            return found
+        build = self._build
+        if type(node) is MappingNode and tag == MAP:
+            mapping: dict[Any, Any] = {}
+            made[node] = mapping
+            for key_node, value_node in node.value:  # a merge key raises _Unusual, a map as key TypeError
+                mapping[build(key_node, made)] = build(value_node, made)
+            return mapping
+        if type(node) is SequenceNode and tag == SEQ:
+            sequence: list[Any] = []
+            made[node] = sequence
+            sequence.extend([build(item, made) for item in node.value])
+            return sequence
+        raise _Unusual
 
 
 class KubeLoader(ShortConstruction, BaseLoader):
