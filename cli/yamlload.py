@@ -16,7 +16,11 @@ error, sends the whole document back through PyYAML's own construction:
 explicit tags beyond the safe scalars (`!!set`, `!!omap`, `!custom`), merge
 keys (`<<`), keys that are not scalars. So the objects, and the errors, are
 exactly what `yaml.safe_load_all` gives; only the ordinary documents take
-the short way (tests/cli/test_yamlload.py compares the two).
+the short way (tests/cli/test_yamlload.py compares the two). One
+difference: where PyYAML's constructors let a bare ValueError or KeyError
+out for a scalar they cannot read (`!!int abc`, `!!bool maybe`, an int of
+more than 4,300 digits), a YAML error marked at that scalar is raised, so
+the dry-run names the line instead of ending in a traceback.
 
 `resolve` remembers the tag of each short plain scalar (`true`, `1`,
 `Always`, map keys): an export repeats the same few hundred, and PyYAML
@@ -30,6 +34,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 import yaml
+from yaml.constructor import ConstructorError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 try:  # libyaml is optional in PyYAML; the pure-Python loader gives the same objects, slower.
@@ -80,7 +85,11 @@ class ShortConstruction(_Mixed):
         try:
             return self._build(node, {})
         except Exception:  # unusual or invalid: PyYAML's own way, its own objects and errors
+            pass
+        try:
             return super().construct_document(node)
+        except UNREADABLE as exc:  # a scalar PyYAML's constructors cannot read (`unreadable`)
+            raise unreadable(node, exc) from None
 
     def _build(self, node: Node, made: dict[Node, Any]) -> Any:
         """`node` as an object; `made`: the maps and lists built so far, by node (an alias gets the same
@@ -109,6 +118,41 @@ class ShortConstruction(_Mixed):
             sequence.extend([build(item, made) for item in node.value])
             return sequence
         raise _Unusual
+
+
+# What PyYAML's scalar constructors raise, instead of a YAMLError, for a value they cannot read: `!!int abc`,
+# `!!bool maybe`, `!!timestamp 2020-13-45`, an int of more than 4,300 digits.
+UNREADABLE = (ValueError, KeyError, AttributeError, TypeError, OverflowError)
+
+
+def unreadable(root: Node, exc: Exception) -> ConstructorError:
+    """`exc` as a YAML error marked at the first scalar of the document that cannot be read (the one
+    difference from PyYAML, which lets the bare error out without saying where)."""
+    loader = BaseLoader("")
+    try:
+        seen: set[int] = set()
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if isinstance(node, ScalarNode):
+                if node.tag in SCALAR_TAGS:
+                    try:
+                        loader.yaml_constructors[node.tag](loader, node)
+                    except UNREADABLE:
+                        name = node.tag.removeprefix(_PREFIX)
+                        value = node.value if len(node.value) <= 40 else node.value[:40] + "..."
+                        return ConstructorError(None, None, f"{name} value {value!r} cannot be read",
+                                                node.start_mark)
+            elif isinstance(node, MappingNode):
+                stack.extend(reversed([item for pair in node.value for item in pair]))
+            elif isinstance(node, SequenceNode):
+                stack.extend(reversed(node.value))
+    finally:
+        loader.dispose()
+    return ConstructorError(None, None, f"a value cannot be read ({type(exc).__name__})", root.start_mark)
 
 
 class KubeLoader(ShortConstruction, BaseLoader):

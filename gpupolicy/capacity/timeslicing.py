@@ -59,6 +59,8 @@ def replicas_of(text: str) -> int:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"not YAML: {exc}") from exc
+    except Exception as exc:  # PyYAML lets a bare ValueError or KeyError out for `replicas: !!int x`
+        raise ConfigError(f"a value YAML cannot read: {type(exc).__name__}") from exc
     if not isinstance(doc, dict):
         raise ConfigError("not a mapping")
     slicing = ((doc.get("sharing") or {}).get("timeSlicing") or {}) if isinstance(doc.get("sharing"), dict) else {}

@@ -53,8 +53,13 @@ def names(out: str) -> list[str]:
         (b"- 1\n- 2\n", "document 1: not a Kubernetes object (the document is a list"),
         (b"just words\n", "document 1: not a Kubernetes object (the document is a str scalar"),
         (b"kind: Pod\nmetadata: {name: [\n", "document 1: not valid YAML at line 3"),
+        (b"kind: Pod\nmetadata: {name: a}\nspec: {priority: !!int abc}\n",
+         "document 1: not valid YAML at line 3, column 18: int value 'abc' cannot be read"),
+        (b"kind: Pod\nmetadata: {name: a, labels: {big: " + b"9" * 5000 + b"}}\n",
+         "document 1: not valid YAML at line 2, column 35: int value '9999"),
     ],
-    ids=["binary", "latin-1", "empty", "comment-only", "compose-file", "list", "scalar", "yaml-syntax"],
+    ids=["binary", "latin-1", "empty", "comment-only", "compose-file", "list", "scalar", "yaml-syntax",
+         "tagged-int", "5000-digit-int"],
 )
 def test_unusable_file_is_one_line_naming_file_and_document(tmp_path: Path, capsys, content: bytes,
                                                             message: str) -> None:

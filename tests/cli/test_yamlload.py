@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.dryrun import generate
-from cli.yamlload import RESOLVED_MAX, KubeLoader, ShortConstruction
+from cli.yamlload import RESOLVED_MAX, UNREADABLE, KubeLoader, ShortConstruction
 
 try:
     from yaml import CSafeLoader as Reference
@@ -63,10 +63,14 @@ class PureKubeLoader(ShortConstruction, yaml.SafeLoader):
 
 
 def assert_same(text: str | bytes) -> None:
+    """The same objects or the same error; where PyYAML lets a bare error out (`!!int abc`), a ConstructorError
+    marked at the scalar it could not read (the module's one difference)."""
     for ours_loader, reference_loader in ((KubeLoader, Reference), (PureKubeLoader, yaml.SafeLoader)):
         ours, reference = outcome(text, ours_loader), outcome(text, reference_loader)
         if ours[0] == "ok" and reference[0] == "ok":
             assert same(ours[1], reference[1]), text
+        elif reference[0] in {e.__name__ for e in UNREADABLE}:
+            assert ours[0] == "ConstructorError" and "cannot be read" in ours[1] and ", line " in ours[1], ours
         else:
             assert ours == reference
 
@@ -93,6 +97,9 @@ CASES = [
     "x: !!bool maybe\n",
     "x: !!float nope\n",
     "x: !!timestamp yesterday\n",
+    "x: !!timestamp 2020-02-30\n",
+    "a: [1, {b: !!int 12x}]\n",
+    "big: " + "9" * 5000 + "\n",
     "x: !!binary '%%%'\n",
     "x: !!map [1, 2]\n",
     "x: !!seq {a: 1}\n",
@@ -103,7 +110,7 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("text", CASES)
+@pytest.mark.parametrize("text", CASES, ids=lambda text: text[:40])
 def test_the_same_as_pyyaml(text: str) -> None:
     assert_same(text)
 
@@ -112,6 +119,15 @@ def test_an_alias_is_the_same_object_and_an_anchor_may_hold_itself() -> None:
     (doc,) = load("base: &b {x: 1}\ncopy: *b\nself: &s [*s]\n", KubeLoader)
     assert doc["copy"] is doc["base"]
     assert doc["self"][0] is doc["self"]
+
+
+@pytest.mark.parametrize(("text", "where"), [("a: 1\nb: [2, {c: !!int 12x}]\n", "line 2, column 12"),
+                                           (f"a: {'9' * 5000}\n", "line 1, column 4"),
+                                           ("x: !!bool maybe\n", "line 1, column 4")],
+                         ids=["int-in-a-list", "5000-digit-int", "bool"])
+def test_a_value_pyyaml_cannot_read_is_a_yaml_error_saying_where(text: str, where: str) -> None:
+    with pytest.raises(yaml.constructor.ConstructorError, match=f"(?s)cannot be read.*{where}"):
+        load(text, KubeLoader)
 
 
 def test_the_benchmark_export_and_the_examples(tmp_path: Path) -> None:

@@ -151,3 +151,8 @@ def test_configmap_keys_are_content_named_and_only_ours_are_removed() -> None:
     assert list(change.add) == [config_key(4)] and change.remove == (config_key(2),)
     assert change.merge_patch()["data"][config_key(2)] is None
     assert key_replicas({**data, "junk": "not: [yaml"}) == {"user-key": 3, config_key(2): 2, config_key(8): 8}
+    # a value PyYAML's constructors cannot read (they raise ValueError or KeyError, not a YAML error)
+    unreadable = {"int": config_text(3).replace("replicas: 3", "replicas: !!int x"),
+                  "bool": "version: v1\nflags: {migStrategy: !!bool maybe}\n"}
+    assert "!!int x" in unreadable["int"]
+    assert key_replicas({**data, **unreadable}) == {"user-key": 3, config_key(2): 2, config_key(8): 8}
