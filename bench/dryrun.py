@@ -9,7 +9,7 @@ Ours: `kubeon-gpu dry-run -f FILE --policies examples/policies.yaml --nodes
 examples/nodes.yaml -o OUTPUT > /dev/null`, a subprocess. The limit: a
 subprocess that only parses the same file with PyYAML's C loader
 (`yaml.load_all(..., CSafeLoader)`, each document dropped as it comes).
-A third run per pair parses with ours' own loader alone (cli/yamlload.py,
+A third run per pair parses with ours' own loader alone (gpupolicy/yamlload.py,
 which builds the same objects faster than PyYAML's constructor), so what
 the decisions and the writing cost is seen apart from the parse.
 Runs are interleaved ours/limit for --pairs pairs; wall time, CPU time
@@ -49,8 +49,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 LIMIT = "import sys, yaml\nfor _ in yaml.load_all(open(sys.argv[1], 'rb'), Loader=yaml.CSafeLoader):\n    pass\n"
-# ours' own parse alone (cli/yamlload.py: the same objects, built faster than PyYAML's constructor)
-OWN_PARSE = ("import sys, yaml\nsys.path.insert(0, sys.argv[2])\nfrom cli.yamlload import KubeLoader\n"
+# ours' own parse alone (gpupolicy/yamlload.py: the same objects, built faster than PyYAML's constructor)
+OWN_PARSE = ("import sys, yaml\nsys.path.insert(0, sys.argv[2])\nfrom gpupolicy.yamlload import KubeLoader\n"
              "for _ in yaml.load_all(open(sys.argv[1], 'rb'), Loader=KubeLoader):\n    pass\n")
 
 _POD = """\
@@ -148,8 +148,8 @@ def pairs(path: Path, objects: int, size: float, output: str, count: int) -> Non
           f"cpu, {lm:.0f} MiB; ratio wall {w / lw:.2f}x, cpu {c / lc:.2f}x (pairs {ratios[0]:.2f}-{ratios[-1]:.2f}; "
           f"goal <= 2x); memory {m:.0f} MiB (goal <= 250 MiB at 100,000)", flush=True)
     oc = statistics.median(run[1] for run in own)
-    print(f"-o {output} ours' own parse alone (cli/yamlload.py) {oc:.2f} s cpu, {oc / lc:.2f}x the C-loader parse; "
-          f"ours {c / oc:.2f}x its own parse", flush=True)
+    print(f"-o {output} ours' own parse alone (gpupolicy/yamlload.py) {oc:.2f} s cpu, {oc / lc:.2f}x the C-loader "
+          f"parse; ours {c / oc:.2f}x its own parse", flush=True)
 
 
 def callgrind(command: list[str]) -> int:

@@ -55,6 +55,7 @@ from gpupolicy.packing.engine import DEFAULT_STRATEGY
 from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATION, gpu_indices_from_pod
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
 from gpupolicy.taints import GPU_TAINT
+from gpupolicy.yamlload import safe_load, safe_load_all
 from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, ExtenderSpec, Obj, Profile, ProfileError, schedule_one
 from simulator.replay import Arrival, ReplayResult, arrival_order, interleave
@@ -68,16 +69,16 @@ def load_scheduler_config(path: str | Path = SHIPPED_SCHEDULER_CONFIG) -> dict[s
     """A KubeSchedulerConfiguration: the file itself, or the ConfigMap (`config.yaml`) holding it."""
     p = Path(path)
     try:
-        docs = [d for d in yaml.safe_load_all(p.read_text()) if isinstance(d, dict)]
+        docs = [d for d in safe_load_all(p.read_text()) if isinstance(d, dict)]
+        for doc in docs:
+            if doc.get("kind") == "KubeSchedulerConfiguration":
+                return doc
+            for text in (doc.get("data") or {}).values():
+                inner = safe_load(text) if isinstance(text, str) else None
+                if isinstance(inner, dict) and inner.get("kind") == "KubeSchedulerConfiguration":
+                    return inner
     except (OSError, yaml.YAMLError) as exc:
         raise ProfileError(f"{p}: {exc}") from exc
-    for doc in docs:
-        if doc.get("kind") == "KubeSchedulerConfiguration":
-            return doc
-        for text in (doc.get("data") or {}).values():
-            inner = yaml.safe_load(text) if isinstance(text, str) else None
-            if isinstance(inner, dict) and inner.get("kind") == "KubeSchedulerConfiguration":
-                return inner
     raise ProfileError(f"{p}: no KubeSchedulerConfiguration")
 
 

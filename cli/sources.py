@@ -4,7 +4,7 @@ Why streamed: a dry-run over a whole cluster's export (100,000 objects) must
 not hold every document at once; each is parsed, decided, written and
 forgotten. PyYAML's C loader (libyaml) parses ~10x faster than the pure-Python
 one; the pure-Python loader is the fallback when libyaml is absent. Either
-way the objects are built by cli/yamlload.py (the same objects, in less
+way the objects are built by gpupolicy/yamlload.py (the same objects, in less
 time than PyYAML's own constructor).
 
 Why the pre-scan: GpuPolicies, Nodes and Namespaces must be known before
@@ -32,7 +32,7 @@ from typing import IO, Any
 import yaml
 
 from cli import nesting
-from cli.yamlload import KubeLoader
+from gpupolicy.yamlload import KubeLoader
 
 SUFFIXES = (".yaml", ".yml", ".json")
 # Kinds that shape the decisions (read before any object is evaluated).

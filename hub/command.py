@@ -29,6 +29,7 @@ from typing import Any
 import yaml
 
 from gpupolicy.quantity import QuantityError, parse_duration
+from gpupolicy.yamlload import safe_load_all
 from hub.store import Hub, HubError, validate_policy
 
 log = logging.getLogger(__name__)
@@ -96,7 +97,7 @@ def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
     Documents of other kinds (a Pod beside its policies) are skipped with a note on stderr: the hub
     holds policies only."""
     try:
-        docs = list(yaml.safe_load_all(Path(path).read_text(encoding="utf-8")))
+        docs = safe_load_all(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise HubError(400, f"{path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:

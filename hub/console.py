@@ -20,6 +20,7 @@ import yaml
 from flask import Blueprint, Response, abort, redirect, render_template, request, session, url_for
 
 from gpupolicy.model import Mode
+from gpupolicy.yamlload import safe_load
 from hub.api import admin_ok, hub
 from hub.store import HubError
 
@@ -188,7 +189,7 @@ def save_policy(cluster: str) -> Any:
     errors: dict[str, str] = {}
     spec: Any = None
     try:
-        spec = yaml.safe_load(text) if text.strip() else {}
+        spec = safe_load(text) if text.strip() else {}
         if not isinstance(spec, dict):
             errors["spec"] = "the spec must be a YAML mapping (key: value lines)"
     except yaml.YAMLError as exc:

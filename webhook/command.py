@@ -27,6 +27,7 @@ from flask import Flask
 from gpupolicy.admission.dryrun import DryRunError, parse_policies
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import Mode
+from gpupolicy.yamlload import safe_load_all
 from kube.views import StaticView, ViewSource, WatchedView
 from webhook.app import create_app
 
@@ -59,7 +60,7 @@ def load_static_view(args: argparse.Namespace) -> ClusterView:
     policies = []
     if args.policies:
         try:
-            docs = [d for d in yaml.safe_load_all(Path(args.policies).read_text(encoding="utf-8")) if d]
+            docs = [d for d in safe_load_all(Path(args.policies).read_text(encoding="utf-8")) if d]
             policies = parse_policies([d for d in docs if isinstance(d, dict) and d.get("kind") == "GpuPolicy"])
         except (OSError, yaml.YAMLError, DryRunError) as exc:
             raise ValueError(f"{args.policies}: {exc}") from exc

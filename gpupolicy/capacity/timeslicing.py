@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from gpupolicy.catalog import GPU_RESOURCE
+from gpupolicy.yamlload import safe_load
 
 KEY_PREFIX = "kubeon-ts-"
 
@@ -56,11 +57,9 @@ class ConfigError(ValueError):
 def replicas_of(text: str) -> int:
     """The replicas of `nvidia.com/gpu` in a key's text (raises ConfigError when not time-slicing)."""
     try:
-        doc = yaml.safe_load(text)
+        doc = safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"not YAML: {exc}") from exc
-    except Exception as exc:  # PyYAML lets a bare ValueError or KeyError out for `replicas: !!int x`
-        raise ConfigError(f"a value YAML cannot read: {type(exc).__name__}") from exc
     if not isinstance(doc, dict):
         raise ConfigError("not a mapping")
     slicing = ((doc.get("sharing") or {}).get("timeSlicing") or {}) if isinstance(doc.get("sharing"), dict) else {}

@@ -52,6 +52,17 @@ def _poll(hub: HubProcess, token: str) -> int:
                         headers={"Authorization": f"Bearer {token}"}, timeout=5).status_code
 
 
+def _stale(element: Any) -> bool:
+    """Whether the page that held `element` has been replaced (the browser reloaded after a submit)."""
+    from selenium.common.exceptions import StaleElementReferenceException
+
+    try:
+        element.is_enabled()
+    except StaleElementReferenceException:
+        return True
+    return False
+
+
 def _policy_set(hub: HubProcess, token: str) -> dict[str, Any]:
     answer = requests.get(f"{hub.url}/api/v1/clusters/{quote(NAME, safe='')}/policies", timeout=5,
                           headers={"Authorization": f"Bearer {token}"})
@@ -111,6 +122,14 @@ def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
     error = d.find_element(By.ID, "spec-error")  # type: ignore[attr-defined]
     assert "sharing.migProfle" in error.text and "Extra inputs are not permitted" in error.text
     assert d.find_element(By.ID, "spec").get_attribute("aria-describedby") == "spec-error"  # type: ignore[attr-defined]
+    # a value YAML cannot read (PyYAML raises a bare ValueError for it): a message, not a server error
+    spec = d.find_element(By.ID, "spec")  # type: ignore[attr-defined]
+    spec.clear()
+    spec.send_keys("sharing:\n  strategy: TimeSlicing\n  timeSlicingReplicas: !!int x\n")
+    d.find_element(By.XPATH, "//button[text()='Save policy']").click()  # type: ignore[attr-defined]
+    wait_for(lambda: _stale(error), what="the form to come back")  # the last answer's message is the same element
+    error = d.find_element(By.ID, "spec-error")  # type: ignore[attr-defined]
+    assert "not YAML" in error.text and "int value 'x' cannot be read" in error.text and "line 3" in error.text
     spec = d.find_element(By.ID, "spec")  # type: ignore[attr-defined]
     spec.clear()
     spec.send_keys("selector:\n  namespaces: [inference]\nsharing:\n  strategy: MIG\n")

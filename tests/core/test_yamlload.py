@@ -1,4 +1,4 @@
-"""cli/yamlload.py gives exactly what `yaml.safe_load_all` gives: objects, aliases and errors.
+"""gpupolicy/yamlload.py gives exactly what `yaml.safe_load_all` gives: objects, aliases and errors.
 
 Real: PyYAML's own safe loader (the C one where libyaml is built, as the
 dry-run used before) is the reference. Documents cover what the short way
@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bench.dryrun import generate
-from cli.yamlload import RESOLVED_MAX, UNREADABLE, KubeLoader, ShortConstruction
+from gpupolicy.yamlload import RESOLVED_MAX, UNREADABLE, KubeLoader, ShortConstruction
 
 try:
     from yaml import CSafeLoader as Reference

@@ -1,11 +1,16 @@
-"""PyYAML's safe loader with a shorter way from parsed nodes to Python objects, for dry-run's input.
+"""PyYAML's safe loader for the YAML users give: a line for every value it cannot read, objects built faster.
+
+Every YAML the product reads from a user goes through here (`safe_load`,
+`safe_load_all`, and `KubeLoader` for the dry-run's streamed documents):
+files on the command line, the hub console's policy form, the webhook's
+--policies, the time-slicing ConfigMap.
 
 With libyaml, parsing is C, but turning each node into a Python object is
 PyYAML's pure-Python constructor: per node a dispatch on the tag, a
 recursion guard, a memo entry, and for every map and list a generator that
 is filled in later. That was most of a C-loader parse of a cluster export
-(docs/benchmarks.md, "Dry-run streamed"), and the dry-run parses every
-document once.
+(docs/benchmarks.md, "Dry-run streamed"), and the dry-run parses a
+cluster's export.
 
 `KubeLoader.construct_document` builds the objects of a document in one
 recursive walk: strings are the node's text, the other scalar tags of YAML's
@@ -16,11 +21,12 @@ error, sends the whole document back through PyYAML's own construction:
 explicit tags beyond the safe scalars (`!!set`, `!!omap`, `!custom`), merge
 keys (`<<`), keys that are not scalars. So the objects, and the errors, are
 exactly what `yaml.safe_load_all` gives; only the ordinary documents take
-the short way (tests/cli/test_yamlload.py compares the two). One
+the short way (tests/core/test_yamlload.py compares the two). One
 difference: where PyYAML's constructors let a bare ValueError or KeyError
 out for a scalar they cannot read (`!!int abc`, `!!bool maybe`, an int of
 more than 4,300 digits), a YAML error marked at that scalar is raised, so
-the dry-run names the line instead of ending in a traceback.
+callers that answer a YAMLError with a message name the line instead of
+ending in a traceback or an HTTP 500.
 
 `resolve` remembers the tag of each short plain scalar (`true`, `1`,
 `Always`, map keys): an export repeats the same few hundred, and PyYAML
@@ -157,3 +163,13 @@ def unreadable(root: Node, exc: Exception) -> ConstructorError:
 
 class KubeLoader(ShortConstruction, BaseLoader):
     """`yaml.CSafeLoader` (else `yaml.SafeLoader`, when PyYAML is built without libyaml), built the short way."""
+
+
+def safe_load(text: str | bytes) -> Any:
+    """`yaml.safe_load` through `KubeLoader`: yaml.YAMLError for anything it cannot read."""
+    return yaml.load(text, Loader=KubeLoader)
+
+
+def safe_load_all(text: str | bytes) -> list[Any]:
+    """`yaml.safe_load_all` through `KubeLoader`, as a list: yaml.YAMLError for anything it cannot read."""
+    return list(yaml.load_all(text, Loader=KubeLoader))
