@@ -1,4 +1,4 @@
-"""PyYAML's safe loader for the YAML users give: a line for every value it cannot read, objects built faster.
+"""PyYAML's safe loader for the YAML users give: every error says where, and the objects are built faster.
 
 Every YAML the product reads from a user goes through here (`safe_load`,
 `safe_load_all`, and `KubeLoader` for the dry-run's streamed documents):

@@ -329,7 +329,7 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
     question, and the names of the containers asking for one GPU are put in
     after. `scan`: the pod's `scan_gpus`, when the caller has it.
     """
-    scanned = _single_gpu_containers(scan or scan_gpus(pod))
+    scanned = _single_gpu_containers(scan if scan is not None else scan_gpus(pod))
     if isinstance(scanned, SharingPlan):
         return scanned
     if right_sized is not None and right_sized.resource and is_sliced_resource(right_sized.resource):
