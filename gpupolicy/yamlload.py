@@ -15,18 +15,24 @@ cluster's export.
 `KubeLoader.construct_document` builds the objects of a document in one
 recursive walk: strings are the node's text, the other scalar tags of YAML's
 safe schema go through PyYAML's own constructors, maps and lists are filled
-as they are made (recorded first, so an alias, even one inside its own
-anchor, gets the same object, as with PyYAML). Anything else, and any
+as they are made (recorded first, so an alias gets the same object, as
+with PyYAML). Anything else, and any
 error, sends the whole document back through PyYAML's own construction:
 explicit tags beyond the safe scalars (`!!set`, `!!omap`, `!custom`), merge
 keys (`<<`), keys that are not scalars. So the objects, and the errors, are
 exactly what `yaml.safe_load_all` gives; only the ordinary documents take
-the short way (tests/core/test_yamlload.py compares the two). One
-difference: where PyYAML's constructors let a bare ValueError or KeyError
-out for a scalar they cannot read (`!!int abc`, `!!bool maybe`, an int of
-more than 4,300 digits), a YAML error marked at that scalar is raised, so
-callers that answer a YAMLError with a message name the line instead of
-ending in a traceback or an HTTP 500.
+the short way (tests/core/test_yamlload.py compares the two). Two
+differences, both YAML errors (callers answer those with a message naming
+the line, never a traceback or an HTTP 500):
+- where PyYAML's constructors let a bare ValueError or KeyError out for a
+  scalar they cannot read (`!!int abc`, `!!bool maybe`, an int of more than
+  4,300 digits), the error is marked at that scalar;
+- a document whose aliases expand it past go-yaml's limits (a "billion
+  laughs" of nested anchors: a few lines that stand for billions of nodes)
+  or whose anchor holds its own alias is refused, as kubectl refuses it.
+  PyYAML shares what an alias names, so it parsed such a document at once;
+  but the dry-run writes the object back, and writing it out crashed the
+  process.
 
 `resolve` remembers the tag of each short plain scalar (`true`, `1`,
 `Always`, map keys): an export repeats the same few hundred, and PyYAML
@@ -71,6 +77,7 @@ class ShortConstruction(_Mixed):
 
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
+        self._maps_and_lists = 0  # maps and lists met in the document being built, aliases included
         self._resolved: dict[tuple[Any, Any, Any], str] | None = None if self.yaml_path_resolvers else {}
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
@@ -88,10 +95,18 @@ class ShortConstruction(_Mixed):
         return tag
 
     def construct_document(self, node: Node) -> Any:
+        made: dict[Node, Any] = {}
         try:
-            return self._build(node, {})
+            data = self._build(node, made)
         except Exception:  # unusual or invalid: PyYAML's own way, its own objects and errors
             pass
+        else:
+            if len(made) < self._maps_and_lists:  # an alias of a map or list: is it a bomb?
+                refuse_excessive_aliasing(node)
+            return data
+        finally:
+            self._maps_and_lists = 0
+        refuse_excessive_aliasing(node)
         try:
             return super().construct_document(node)
         except UNREADABLE as exc:  # a scalar PyYAML's constructors cannot read (`unreadable`)
@@ -108,6 +123,7 @@ class ShortConstruction(_Mixed):
             if tag in SCALAR_TAGS:
                 return self.yaml_constructors[tag](self, node)
             raise _Unusual
+        self._maps_and_lists += 1
         found = made.get(node)
         if found is not None:
             return found
@@ -159,6 +175,55 @@ def unreadable(root: Node, exc: Exception) -> ConstructorError:
     finally:
         loader.dispose()
     return ConstructorError(None, None, f"a value cannot be read ({type(exc).__name__})", root.start_mark)
+
+
+# go-yaml's limits (yaml.v3 decode.go, allowedAliasRatio), which kubectl and kube-apiserver apply: up to
+# 400,000 nodes once aliases are expanded, 99% of them may come from aliases; from 4,000,000 on, 10%.
+ALIAS_RATIO_RANGE = (400_000, 4_000_000)
+
+
+def allowed_alias_ratio(expanded: int) -> float:
+    low, high = ALIAS_RATIO_RANGE
+    if expanded <= low:
+        return 0.99
+    if expanded >= high:
+        return 0.10
+    return 0.99 - 0.89 * (expanded - low) / (high - low)
+
+
+def refuse_excessive_aliasing(root: Node) -> None:
+    """ConstructorError when the document's aliases expand it past go-yaml's limits, or an anchor's
+    value holds its own alias: a few lines of anchors can stand for billions of nodes, which PyYAML
+    shares but every writer of the object (the dry-run's output) would write out in full."""
+    sizes: dict[int, int] = {}  # node id -> nodes once expanded
+    open_: set[int] = set()  # the collections whose children are being counted
+    unique = 0
+    stack: list[tuple[Node, bool]] = [(root, False)]
+    while stack:
+        node, counted = stack.pop()
+        key = id(node)
+        if isinstance(node, ScalarNode) or key in sizes:
+            if key not in sizes:
+                sizes[key] = 1
+                unique += 1
+            continue
+        children = ([item for pair in node.value for item in pair] if isinstance(node, MappingNode)
+                    else list(node.value))
+        if counted:
+            open_.discard(key)
+            sizes[key] = 1 + sum(sizes[id(child)] for child in children)
+            continue
+        if key in open_:
+            raise ConstructorError(None, None, "an anchor's value contains its own alias", node.start_mark)
+        open_.add(key)
+        unique += 1
+        stack.append((node, True))
+        stack.extend((child, False) for child in reversed(children) if id(child) not in sizes)
+    expanded = sizes[id(root)]
+    aliased = expanded - unique
+    if expanded > 1000 and aliased > 100 and aliased / expanded > allowed_alias_ratio(expanded):
+        raise ConstructorError(None, None, f"excessive aliasing: {unique:,} nodes expand to {expanded:,} through "
+                                           "aliases", root.start_mark)
 
 
 class KubeLoader(ShortConstruction, BaseLoader):

@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import copy
 import json
+import resource
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
-from tests.cli.helpers import EXAMPLES, PROG, dry_run, subprocess_run
+from tests.cli.helpers import EXAMPLES, PROG, ROOT, dry_run, subprocess_run
 
 POD = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "llm", "namespace": "inference"},
        "spec": {"containers": [{"name": "c", "image": "x", "resources": {"limits": {"nvidia.com/gpu": 1}}}]}}
@@ -70,6 +72,23 @@ def test_unusable_file_is_one_line_naming_file_and_document(tmp_path: Path, caps
     separator = ", " if message.startswith("document") else ": "
     assert len(run.errors()) == 1 and run.errors()[0].startswith(f"{PROG}{bad}{separator}{message}"), run.err
     assert names(run.out) == ["llm"]  # the good file is still evaluated and written
+
+
+def test_an_alias_bomb_is_one_line_not_a_crash(tmp_path: Path) -> None:
+    """Nine lines of nested anchors stand for 490 million nodes: refused as kubectl refuses them. Run as a
+    subprocess under a 3 GiB address-space limit: before the check, writing the object out took every byte
+    of the machine and then crashed."""
+    lines = [b"kind: Pod", b"metadata: {name: a}", b"spec:", b"  l0: &l0 [" + b",".join([b"lol"] * 9) + b"]"]
+    lines += [b"  l%d: &l%d [%s]" % (i, i, b",".join([b"*l%d" % (i - 1)] * 9)) for i in range(1, 9)]
+    bomb = write(tmp_path, "bomb.yaml", b"\n".join(lines) + b"\n")
+
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (3 << 30, 3 << 30))
+
+    done = subprocess.run([sys.executable, "-m", "cli.main", "dry-run", "-f", bomb, "-o", "json"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, preexec_fn=cap)
+    assert done.returncode == 2, done.stderr[-500:]
+    assert f"{PROG}{bomb}, document 1: not valid YAML at line 1, column 1: excessive aliasing" in done.stderr
 
 
 def test_other_kinds_are_skipped_with_a_note(tmp_path: Path, capsys) -> None:
