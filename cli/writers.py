@@ -20,6 +20,7 @@ Nothing is held after it is written, so memory does not grow with the input.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from functools import lru_cache
 from typing import Any, TextIO
@@ -126,7 +127,19 @@ def _json(entry: Any, indent: bool) -> bytes:
     try:
         return orjson.dumps(entry, option=option)
     except (orjson.JSONEncodeError, TypeError):  # >64-bit integers, odd keys: the slower, laxer encoder
-        return json.dumps(entry, indent=2 if indent else None, ensure_ascii=False, default=str).encode()
+        return json.dumps(_finite(entry), indent=2 if indent else None, ensure_ascii=False, default=str).encode()
+
+
+def _finite(value: Any) -> Any:
+    """`value` with NaN and the infinities (YAML's .nan, .inf) as null, which orjson writes for them: the json
+    module would write NaN and Infinity, which are not JSON."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(item) for item in value]
+    return value
 
 
 def encode(entry: Mapping[str, Any], output: str) -> str:

@@ -64,6 +64,25 @@ def test_json_is_a_list_even_for_one_object(capsys) -> None:
     assert run.out == json.dumps(answer, indent=2, ensure_ascii=False) + "\n"
 
 
+@pytest.mark.parametrize("output", ["json", "jsonl"])
+def test_json_is_json_whatever_the_yaml_held(tmp_path: Path, capsys, output: str) -> None:
+    """YAML's .inf and .nan are null (as orjson writes them), never the json module's NaN and Infinity,
+    also when something else in the object (bytes, a set) needs the laxer encoder."""
+    for odd in ("", "  bytes: !!binary aGVsbG8=\n  set: !!set {a, b}\n"):
+        path = tmp_path / "odd.yaml"
+        path.write_text("apiVersion: v1\nkind: Pod\nmetadata: {name: odd}\nspec:\n  containers: [{name: c}]\n"
+                        "  inf: .inf\n  nan: .nan\n" + odd)
+        run = dry_run(capsys, "-f", str(path), "-o", output)
+        assert run.code == 0, run.err
+
+        def refuse(constant: str) -> None:
+            raise AssertionError(f"{constant} is not JSON")
+
+        text = run.out if output == "json" else "[" + ",".join(run.out.splitlines()) + "]"
+        (entry,) = json.loads(text, parse_constant=refuse)
+        assert entry["object"]["spec"]["inf"] is None and entry["object"]["spec"]["nan"] is None
+
+
 def test_yaml_has_no_anchors_or_aliases(tmp_path: Path, capsys) -> None:
     """The same map twice in one input (a YAML alias) is written out twice, never as &id001/*id001."""
     text = """\
