@@ -73,7 +73,8 @@ def load_scheduler_config(path: str | Path = SHIPPED_SCHEDULER_CONFIG) -> dict[s
         for doc in docs:
             if doc.get("kind") == "KubeSchedulerConfiguration":
                 return doc
-            for text in (doc.get("data") or {}).values():
+            data = doc.get("data")
+            for text in data.values() if isinstance(data, dict) else ():
                 inner = safe_load(text) if isinstance(text, str) else None
                 if isinstance(inner, dict) and inner.get("kind") == "KubeSchedulerConfiguration":
                     return inner

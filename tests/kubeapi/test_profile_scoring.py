@@ -260,3 +260,15 @@ def test_a_cpu_only_pod_too_big_for_the_nodes_without_gpus_still_packs_the_gpu_n
     scores = live.extender_scores(pod, ["used", "empty", "cpu"])
     assert scores["used"] > scores["empty"], scores
     assert {live.place(pod, seed) for seed in range(8)} == {"used"}
+
+
+@pytest.mark.parametrize("text", ["kind: ConfigMap\ndata: [1, 2]\n",
+                                  "kind: ConfigMap\ndata:\n  config.yaml: 'a: !!int x'\n", "kind: [\n"],
+                         ids=["data-a-list", "unreadable-inner", "not-yaml"])
+def test_a_scheduler_config_that_is_no_config_is_a_profile_error(tmp_path: Any, text: str) -> None:
+    from simulator.kubescheduler import ProfileError
+
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(text)
+    with pytest.raises(ProfileError, match=str(path)):
+        load_scheduler_config(path)
