@@ -66,7 +66,7 @@ def quantity_count(value: Any) -> float:
 
 @lru_cache(maxsize=4096, typed=True)
 def _text_count(text: str | int) -> float:
-    """Counts as written ("1", 8): a cluster repeats a few, and every review reads each twice."""
+    """Counts as written ("1", 8): a cluster repeats a few."""
     return _count(text)
 
 
