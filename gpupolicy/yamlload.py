@@ -77,7 +77,7 @@ class ShortConstruction(_Mixed):
 
     def __init__(self, stream: Any) -> None:
         super().__init__(stream)
-        self._maps_and_lists = 0  # maps and lists met in the document being built, aliases included
+        self._aliased = False  # whether the document being built named a map or list through an alias
         self._resolved: dict[tuple[Any, Any, Any], str] | None = None if self.yaml_path_resolvers else {}
 
     def resolve(self, kind: Any, value: Any, implicit: Any) -> Any:
@@ -95,17 +95,15 @@ class ShortConstruction(_Mixed):
         return tag
 
     def construct_document(self, node: Node) -> Any:
-        made: dict[Node, Any] = {}
+        self._aliased = False
         try:
-            data = self._build(node, made)
+            data = self._build(node, {})
         except Exception:  # unusual or invalid: PyYAML's own way, its own objects and errors
             pass
         else:
-            if len(made) < self._maps_and_lists:  # an alias of a map or list: is it a bomb?
+            if self._aliased:  # an alias of a map or list: is it a bomb?
                 refuse_excessive_aliasing(node)
             return data
-        finally:
-            self._maps_and_lists = 0
         refuse_excessive_aliasing(node)
         try:
             return super().construct_document(node)
@@ -123,9 +121,9 @@ class ShortConstruction(_Mixed):
             if tag in SCALAR_TAGS:
                 return self.yaml_constructors[tag](self, node)
             raise _Unusual
-        self._maps_and_lists += 1
         found = made.get(node)
         if found is not None:
+            self._aliased = True
             return found
         build = self._build
         if type(node) is MappingNode and tag == MAP:
@@ -147,9 +145,16 @@ class ShortConstruction(_Mixed):
 UNREADABLE = (ValueError, KeyError, AttributeError, TypeError, OverflowError)
 
 
+def _children(node: Node) -> list[Node]:
+    """A map's keys and values in order, a list's items; a scalar has none."""
+    if isinstance(node, MappingNode):
+        return [item for pair in node.value for item in pair]
+    return list(node.value) if isinstance(node, SequenceNode) else []
+
+
 def unreadable(root: Node, exc: Exception) -> ConstructorError:
-    """`exc` as a YAML error marked at the first scalar of the document that cannot be read (the one
-    difference from PyYAML, which lets the bare error out without saying where)."""
+    """`exc` as a YAML error marked at the first scalar of the document that cannot be read (PyYAML lets
+    the bare error out without saying where)."""
     loader = BaseLoader("")
     try:
         seen: set[int] = set()
@@ -159,19 +164,14 @@ def unreadable(root: Node, exc: Exception) -> ConstructorError:
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if isinstance(node, ScalarNode):
-                if node.tag in SCALAR_TAGS:
-                    try:
-                        loader.yaml_constructors[node.tag](loader, node)
-                    except UNREADABLE:
-                        name = node.tag.removeprefix(_PREFIX)
-                        value = node.value if len(node.value) <= 40 else node.value[:40] + "..."
-                        return ConstructorError(None, None, f"{name} value {value!r} cannot be read",
-                                                node.start_mark)
-            elif isinstance(node, MappingNode):
-                stack.extend(reversed([item for pair in node.value for item in pair]))
-            elif isinstance(node, SequenceNode):
-                stack.extend(reversed(node.value))
+            if isinstance(node, ScalarNode) and node.tag in SCALAR_TAGS:
+                try:
+                    loader.yaml_constructors[node.tag](loader, node)
+                except UNREADABLE:
+                    name = node.tag.removeprefix(_PREFIX)
+                    value = node.value if len(node.value) <= 40 else node.value[:40] + "..."
+                    return ConstructorError(None, None, f"{name} value {value!r} cannot be read", node.start_mark)
+            stack.extend(reversed(_children(node)))
     finally:
         loader.dispose()
     return ConstructorError(None, None, f"a value cannot be read ({type(exc).__name__})", root.start_mark)
@@ -207,8 +207,7 @@ def refuse_excessive_aliasing(root: Node) -> None:
                 sizes[key] = 1
                 unique += 1
             continue
-        children = ([item for pair in node.value for item in pair] if isinstance(node, MappingNode)
-                    else list(node.value))
+        children = _children(node)
         if counted:
             open_.discard(key)
             sizes[key] = 1 + sum(sizes[id(child)] for child in children)

@@ -115,11 +115,6 @@ def scan_gpus(pod: Mapping[str, Any]) -> GpuScan:
     return GpuScan(init, main)
 
 
-def pod_gpu_resources(pod: Mapping[str, Any]) -> dict[str, float]:
-    """GPU devices the pod holds at once (`GpuScan.totals`)."""
-    return scan_gpus(pod).totals()
-
-
 def has_skip_marker(pod: Mapping[str, Any]) -> bool:
     metadata = pod.get("metadata") or {}
     for key in ("labels", "annotations"):
