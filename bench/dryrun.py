@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -152,19 +151,12 @@ def pairs(path: Path, objects: int, size: float, output: str, count: int) -> Non
           f"parse; ours {c / oc:.2f}x its own parse", flush=True)
 
 
-def callgrind(command: list[str]) -> int:
-    """Instructions of one child under callgrind (valgrind's count: the same on every run, whatever the load)."""
-    out = subprocess.run(["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *command],
-                         capture_output=True, text=True, cwd=ROOT, env={**os.environ, "PYTHONHASHSEED": "0"})
-    found = re.search(r"Collected : (\d+)", out.stderr)
-    if out.returncode != 0 or found is None:
-        raise SystemExit(f"{' '.join(command)}: exit {out.returncode}: {out.stderr[-500:]}")
-    return int(found.group(1))
-
-
 def instructions(objects: int, outputs: list[str], tmp: Path) -> None:
-    """Instructions per object, ours against the limit: each command on `objects` and on twice as many, the
-    difference over `objects` (what starting costs, the imports above all, cancels)."""
+    """Instructions per object (bench/callgrind.py), ours against the limit: each command on `objects` and on
+    twice as many, the difference over `objects` (what starting costs, the imports above all, cancels)."""
+    sys.path.insert(0, str(ROOT))
+    from bench.callgrind import instructions_of
+
     files = {n: tmp / f"objects-{n}.yaml" for n in (objects, 2 * objects)}
     for n, path in files.items():
         generate(path, n)
@@ -174,7 +166,8 @@ def instructions(objects: int, outputs: list[str], tmp: Path) -> None:
         commands[f"ours -o {output}"] = lambda f, o=output: dry_run_command(f, o)
     runs = [(name, n) for name in commands for n in files]
     with ThreadPoolExecutor(os.cpu_count()) as pool:
-        counts = dict(zip(runs, pool.map(lambda run: callgrind(commands[run[0]](files[run[1]])), runs), strict=True))
+        counts = dict(zip(runs, pool.map(lambda run: instructions_of(commands[run[0]](files[run[1]]), ROOT), runs),
+                          strict=True))
     per = {name: (counts[name, 2 * objects] - counts[name, objects]) / objects for name in commands}
     limit = per["limit (C-loader parse)"]
     print(f"instructions per object (callgrind; {objects} and {2 * objects} objects, the difference):")

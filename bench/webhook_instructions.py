@@ -42,7 +42,6 @@ import os
 import re
 import signal
 import ssl
-import subprocess
 import sys
 import tempfile
 from concurrent.futures import ThreadPoolExecutor
@@ -94,14 +93,11 @@ def call(app: Any, body: bytes) -> bytes:
 
 
 def instructions(who: str, root: Path, requests: int, pods: str) -> int:
-    command = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable, __file__,
-               "--child", who, "--root", str(root), "--requests", str(requests), "--pods", pods]
-    env = {**os.environ, "PYTHONHASHSEED": "0"}  # the same dict and set layouts in every child
-    out = subprocess.run(command, capture_output=True, text=True, check=True, env=env).stderr
-    found = re.search(r"Collected : (\d+)", out)
-    if found is None:
-        raise SystemExit(f"no count from callgrind: {out[-500:]}")
-    return int(found.group(1))
+    sys.path.insert(0, str(ROOT))
+    from bench.callgrind import instructions_of
+
+    return instructions_of([sys.executable, __file__, "--child", who, "--root", str(root), "--requests",
+                            str(requests), "--pods", pods])
 
 
 def server_instructions(who: str, requests: int, pods: str, certs: Path, answer: bytes) -> int:
