@@ -409,7 +409,7 @@ class HubSync:
                 "name": meta["name"], "resourceVersion": meta.get("resourceVersion"),
                 "labels": {**labels, HUB_STATE_LABEL: HUB_DISCONNECTED},
                 "annotations": dict(meta.get("annotations") or {})}}
-            replace_policy(ctx.api, body)
+            ctx.policies.observe(meta["name"], replace_policy(ctx.api, body))  # the status below reads the label
         # Status says it too; written here because the status writer is paused with the other writers.
         self.publish_condition(ctx)
         dataclasses.replace(ctx, is_leader=ctx.lease_held).write_status()

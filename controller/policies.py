@@ -29,6 +29,7 @@ from pydantic import ValidationError
 
 from controller.recorder import ControllerMetrics
 from controller.sources import Clock
+from gpupolicy.cluster import hub_cut_off
 from gpupolicy.model import Condition, GpuPolicy, GpuPolicyStatus, Mode, PolicyKind, Proposal, parse_policy
 from gpupolicy.modes import ALL_COMPONENTS, Component, effective_mode, handling
 from kube.policies import patch_status_entry, write_status
@@ -170,8 +171,13 @@ class PolicyStore:
     # -- status ---------------------------------------------------------------
     def desired_status(self, entry: PolicyEntry, default_mode: Mode, prometheus_configured: bool,
                        now: float, components: Iterable[Component] = ALL_COMPONENTS,
-                       capacity_provider: str = "karpenter") -> dict[str, Any]:
+                       capacity_provider: str = "karpenter", hub_connected: bool = True) -> dict[str, Any]:
         """The status this controller wants on the policy now (wire form).
+
+        `hub_connected`: False while the hub refuses the cluster's token
+        (`gpupolicy.cluster.hub_cut_off`): every policy's effective mode is
+        then Recommend with Degraded=True HubDisconnected, as the webhook and
+        the extender act on it.
 
         Ready says whether anything acts on the policy: True (Reconciled) only
         when a running component handles its kind (gpupolicy.modes.HANDLERS);
@@ -188,7 +194,7 @@ class PolicyStore:
                                         message="the policy does not parse; fix the spec"))
             status.proposals = list(previous_proposals(entry).values())
         else:
-            eff = effective_mode(entry.policy, default_mode, prometheus_configured)
+            eff = effective_mode(entry.policy, default_mode, prometheus_configured, hub_connected)
             status.effective_mode = eff.mode
             status.requested_mode = eff.requested
             conditions.append(Condition(type="Valid", status="True", reason="Parsed", message=""))
@@ -232,9 +238,11 @@ class PolicyStore:
                      components: Iterable[Component] = ALL_COMPONENTS, capacity_provider: str = "karpenter") -> int:
         """Write every policy status that differs from the one on the object. Returns writes made."""
         writes = 0
-        for entry in self.entries():
+        entries = self.entries()
+        hub_connected = not hub_cut_off(e.raw for e in entries)
+        for entry in entries:
             desired = self.desired_status(entry, default_mode, prometheus_configured, clock.now(), components,
-                                          capacity_provider)
+                                          capacity_provider, hub_connected)
             with self._lock:
                 last = self._written.get(entry.name)
             if _comparable(desired) == _comparable(entry.raw_status) or (

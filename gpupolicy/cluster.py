@@ -193,6 +193,13 @@ def in_force(obj: Mapping[str, Any]) -> bool:
     return labels.get(HUB_STATE_LABEL) != HUB_DISCONNECTED
 
 
+def hub_cut_off(policies: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether the hub refused this cluster's token, as the policies record it (any labelled
+    Disconnected): then nothing acts, on any policy. The webhook's and extender's view and the
+    controller's policy status read it here, so what `kubectl get gpupolicies` shows is what runs. Pure."""
+    return any(not in_force(p) for p in policies)
+
+
 def view_from_objects(
     policies: Iterable[Mapping[str, Any]],
     namespaces: Iterable[Mapping[str, Any]],
@@ -217,6 +224,6 @@ def view_from_objects(
     view = ClusterView(
         policies=tuple(valid), namespace_labels=labels, nodes=tuple(node_from_object(n) for n in nodes),
         default_mode=default_mode, own_namespace=own_namespace, metrics_configured=metrics_configured,
-        hub_disconnected=any(not in_force(p) for p in policies), route_cpu_pods=route_cpu_pods,
+        hub_disconnected=hub_cut_off(policies), route_cpu_pods=route_cpu_pods,
     )
     return view, invalid

@@ -195,6 +195,11 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
     for obj in _policies(api).values():
         hub_condition = next(c for c in obj["status"]["conditions"] if c["type"] == "HubConnected")
         assert hub_condition["status"] == "False" and hub_condition["reason"] == "Disconnected"
+        # what `kubectl get gpupolicies` shows (its Mode column) is what runs: nothing acts
+        assert obj["status"]["effectiveMode"] == "Recommend", obj["metadata"]["name"]
+        degraded = next(c for c in obj["status"]["conditions"] if c["type"] == "Degraded")
+        assert degraded["status"] == "True" and degraded["reason"] == "HubDisconnected"
+    assert {o["status"]["requestedMode"] for o in _policies(api).values()} != {"Recommend"}
     wait_for(lambda: not mutated(), what="the webhook to admit pods unchanged once disconnected")
     pod = api_pod()
     answer = webhook.post("/mutate", json=review(pod, namespace="inference")).get_json()["response"]
@@ -214,6 +219,7 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
     _poll(process, clock)
     assert {next(c["status"] for c in o["status"]["conditions"] if c["type"] == "HubConnected")
             for o in _policies(api).values()} == {"True"}
+    assert all(o["status"]["effectiveMode"] == o["status"]["requestedMode"] for o in _policies(api).values())
     assert _replicas(api, "trainer") == 0
     wait_for(mutated, what="the webhook to rewrite pods again after reconnecting")
     view.stop()
