@@ -136,6 +136,35 @@ def test_burst_enabled_is_refused_and_the_gateway_is_reserved() -> None:
     render({**GUIDE_SET, "burst.gateway": "10.0.0.5:51820"})  # the guide names it: the schema accepts it
 
 
+@pytest.mark.parametrize(("change", "message"), [
+    ({"cluster": ""}, "hub.url is set but cluster is not"),
+    ({"hub.existingSecret": ""}, "hub.url is set but hub.existingSecret is not"),
+    ({"hub.pollInterval": "500ms"}, "hub.pollInterval=500ms: must be at least 1s"),
+    ({"hub.pollInterval": "0.5s"}, "hub.pollInterval=0.5s: must be at least 1s"),
+])
+def test_hub_values_the_controller_would_refuse_are_refused_at_install(change: dict[str, str],
+                                                                       message: str) -> None:
+    """The controller exits 2 on these (controller.command.hub_settings): helm says why instead of a
+    CrashLoopBackOff."""
+    done = run(helm_template_cmd({**GUIDE_SET, **change}), check=False)
+    assert done.returncode != 0 and message in done.stderr, done.stderr
+    from controller.command import add_arguments, hub_settings
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = [f"--hub-url={GUIDE_SET['hub.url']}", f"--cluster={change.get('cluster', 'c')}",
+            f"--hub-poll-interval={change.get('hub.pollInterval', '60s')}"]
+    if "hub.existingSecret" not in change:
+        args.append("--hub-token-file=/var/run/secrets/kubeon/token")
+    with pytest.raises(ValueError):
+        hub_settings(parser.parse_args(args))
+
+
+@pytest.mark.parametrize("interval", ["1s", "1500ms", "90s", "1m"])
+def test_hub_poll_intervals_of_a_second_or_more_render(interval: str) -> None:
+    render({**GUIDE_SET, "hub.pollInterval": interval})
+
+
 def test_no_value_reaches_the_controller_as_an_unread_setting(guide: list[dict]) -> None:
     """Every env var the chart sets on the controller is one some code reads."""
     env = {e["name"] for e in container(one(guide, "Deployment", "kubeon-gpu-optimizer")).get("env", [])}

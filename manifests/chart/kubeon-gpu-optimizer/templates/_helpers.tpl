@@ -146,4 +146,17 @@ accepted and ignored (docs/install.md, "Values this version refuses or reserves"
 {{- if .Values.burst.enabled -}}
 {{- fail "burst.enabled=true: this version has no burst gateway; burst.enabled must stay false (burst.gateway is reserved)" -}}
 {{- end -}}
+{{- /* What the controller refuses to start with (controller/command.py hub_settings): refused here,
+not left to a CrashLoopBackOff. */}}
+{{- if .Values.hub.url -}}
+{{- if not .Values.cluster -}}
+{{- fail "hub.url is set but cluster is not: the controller needs this cluster's name at the hub (--cluster)" -}}
+{{- end -}}
+{{- if not .Values.hub.existingSecret -}}
+{{- fail "hub.url is set but hub.existingSecret is not: the controller needs the cluster token (a Secret with key token)" -}}
+{{- end -}}
+{{- if regexMatch "^0*([0-9]{0,3}(\\.[0-9]+)?ms|(\\.[0-9]+)?s)$" (toString .Values.hub.pollInterval) -}}
+{{- fail (printf "hub.pollInterval=%s: must be at least 1s" (toString .Values.hub.pollInterval)) -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
