@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.install.chart import GUIDE_SET, NAMESPACE, find, one, pod_specs, render, rule_triples
+from tests.install.chart import GUIDE_SET, NAMESPACE, find, helm_template_cmd, one, pod_specs, render, rule_triples, run
 
 GUIDE = Path(__file__).resolve().parents[2] / "vendor" / "guide" / "permissions.yaml"
 
@@ -193,6 +193,31 @@ WRITABLE = {  # the only writable volumes each workload may mount
     "kubeon-gpu-scheduler": set(),
     "kubeon-gpu-optimizer-uninstall": {"/tmp"},  # the pre-delete hook Job
 }
+
+
+def test_the_values_applied_to_every_pod_reach_every_pod() -> None:
+    """values.yaml: nodeSelector, tolerations, priorityClassName and podAnnotations are "applied to every
+    pod of the chart", the pre-delete Job's included (a mesh's inject annotation left off it can keep
+    `helm uninstall` waiting for the Job)."""
+    docs = render({**GUIDE_SET, "nodeSelector.pool": "system", "priorityClassName": "system-critical",
+                   "tolerations[0].key": "dedicated", "tolerations[0].operator": "Exists"},
+                  "--set-string", "podAnnotations.sidecar\\.istio\\.io/inject=false")
+    pods = {doc["metadata"]["name"]: doc["spec"]["template"] for doc in docs
+            if doc["kind"] in ("Deployment", "StatefulSet", "DaemonSet", "Job")}
+    assert set(pods) == set(WRITABLE)
+    for name, template in pods.items():
+        assert template["metadata"].get("annotations", {}).get("sidecar.istio.io/inject") == "false", name
+        assert template["spec"]["nodeSelector"] == {"pool": "system"}, name
+        assert template["spec"]["priorityClassName"] == "system-critical", name
+        assert {"key": "dedicated", "operator": "Exists"} in template["spec"]["tolerations"], name
+
+
+def test_an_annotation_that_is_not_a_string_is_refused() -> None:
+    """Annotations are strings: `--set podAnnotations.x=false` makes a boolean, which the API server
+    would refuse for every Deployment of the release; the schema refuses it first, naming the value."""
+    done = run(helm_template_cmd({**GUIDE_SET, "podAnnotations.sidecar\\.istio\\.io/inject": "false"}),
+               check=False)
+    assert done.returncode != 0 and "podAnnotations" in done.stderr, done.stderr
 
 
 @pytest.mark.parametrize("values", [GUIDE_SET, {}], ids=["guide", "defaults"])
