@@ -160,6 +160,13 @@ def test_hub_values_the_controller_would_refuse_are_refused_at_install(change: d
         hub_settings(parser.parse_args(args))
 
 
+def test_a_second_extender_replica_is_refused() -> None:
+    """The extender's assumptions live in its process: two replicas would each place a pod on the same
+    free GPU."""
+    done = run(helm_template_cmd({**GUIDE_SET, "extender.replicas": "2"}), check=False)
+    assert done.returncode != 0 and "/extender/replicas" in done.stderr, done.stderr
+
+
 @pytest.mark.parametrize("interval", ["1s", "1500ms", "90s", "1m"])
 def test_hub_poll_intervals_of_a_second_or_more_render(interval: str) -> None:
     render({**GUIDE_SET, "hub.pollInterval": interval})
