@@ -3,7 +3,8 @@
 Solve first, act after: reconcilers decide with the pure core, write their
 record (in the policy status: scale to zero's park record, right-sizing's
 restart record) before the change it describes, apply the change, then call
-`recorder.applied(...)`, whose Event carries the undo text.
+`recorder.applied(...)`: one Event on the policy naming the target and the
+action. The undo lives in the caller's record, not in the Event.
 Metrics live in a per-process `CollectorRegistry` (not the global one) so two
 replicas in one test process do not collide; the health server serves it.
 """
@@ -57,7 +58,7 @@ def _action_kind(action: str) -> str:
 
 
 class Recorder:
-    """Events + metrics for applied actions; the caller writes the undo annotation in its patch."""
+    """Events + metrics for applied actions; the caller keeps the undo in its record in the policy status."""
 
     def __init__(self, api: client.ApiClient, metrics: ControllerMetrics, clock: Clock,
                  identity: str = "", namespace: str = "kubeon-gpu") -> None:
