@@ -1,6 +1,6 @@
 """The end-to-end harness itself: chart rewiring, and the hooks for the extender and controller.
 
-Real: `helm template` of the chart (or the rendered manifests), the
+Real: `helm template` of the chart, the
 `kubeon-gpu extender` and `kubeon-gpu controller` processes when their
 packages exist (the fixtures skip with the reason otherwise), the test
 cluster and its scheduler stand-in calling the extender over HTTP.
@@ -11,7 +11,15 @@ from __future__ import annotations
 
 import base64
 
-from tests.e2e.conftest import Process, render_chart, scheduler_extender_config, webhook_configurations
+import requests
+
+from tests.e2e.conftest import (
+    RELEASE_NAMESPACE,
+    Process,
+    render_chart,
+    scheduler_extender_config,
+    webhook_configurations,
+)
 from tests.kubeapi.cluster import Cluster
 from tests.kubeapi.fixtures import make_pod
 
@@ -44,5 +52,19 @@ def test_scheduler_stand_in_places_gpu_pods_through_the_real_extender(e2e_cluste
     assert any(verb == "filter" for verb, _ in e2e_cluster.scheduler.extenders[0].calls)
 
 
-def test_controller_runs_against_the_cluster(controller: Process) -> None:
+def test_controller_runs_against_the_cluster(e2e_cluster: Cluster, controller: Process) -> None:
+    """It takes the Lease as the identity it was given and says so on /metrics."""
+    from kubernetes import client
+
+    def holder() -> str | None:
+        try:
+            lease = client.CoordinationV1Api(e2e_cluster.api_client).read_namespaced_lease("kubeon-gpu-optimizer",
+                                                                                    RELEASE_NAMESPACE)
+        except client.ApiException:
+            return None
+        return lease.spec.holder_identity if lease.spec else None
+
+    e2e_cluster.wait_for(lambda: holder() == "e2e", timeout=30, message="the controller holding its Lease")
+    e2e_cluster.wait_for(lambda: "kubeon_gpu_leader 1.0" in requests.get(f"{controller.url}/metrics", timeout=5).text,
+                         timeout=30, message="kubeon_gpu_leader 1.0 on /metrics")
     assert controller.popen.poll() is None, controller.log_tail()
