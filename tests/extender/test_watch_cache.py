@@ -77,7 +77,10 @@ def test_node_added_pod_bound_and_deleted(watched: tuple[ClusterWatch, ClusterCa
     core.create_node(make_node("b", A100, 4), _preload_content=False)
     wait(lambda: free_gpus(cache, "b") == 4, "node b in the model")
     core.create_namespaced_pod("default", make_pod("p", gpus=3), _preload_content=False)
-    time.sleep(0.2)
+    marker = make_pod("marker", gpus=1)  # created after p, bound at creation: once it counts, p was seen
+    marker["spec"]["nodeName"] = "a"
+    core.create_namespaced_pod("default", marker, _preload_content=False)
+    wait(lambda: free_gpus(cache, "a") == 7, "the pod created after the pending one counted")
     assert free_gpus(cache, "b") == 4  # pending pods do not count
     bind(core, "p", "b")
     wait(lambda: free_gpus(cache, "b") == 1, "bound pod counted")

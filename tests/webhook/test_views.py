@@ -205,17 +205,19 @@ def test_auto_sizing_uses_the_products_of_watched_nodes(watched: tuple[ApiServer
         decisions = webhook.decisions(probe)
         return decisions[0]["reason"] if decisions else ""
 
-    # No GPU nodes: every MIG-capable catalog product is a candidate; the smallest fit is an A100-80GB 1g.10gb.
+    # No nodes: every MIG-capable catalog product is a candidate; the smallest fit is an A100-80GB 1g.10gb.
     assert "1g.10gb on NVIDIA-A100-SXM4-80GB" in eventually(reason, "the sizing policy")
+    # A node is known and none offers a slice: the catalog's choice, and the pod stays whole.
+    core.create_node(make_node("cpu-0", None, 0))
+    eventually(lambda: "no node offers nvidia.com/mig-1g.10gb yet" in reason(), "a known node without slices")
+    # Beside the node without GPUs (seen above), the H200's profiles decide.
     core.create_node(make_node("h200-0", "NVIDIA-H200", 8, mig={"1g.18gb": 7}))
     eventually(lambda: "nvidia.com/mig-1g.18gb instead of nvidia.com/gpu: 1g.18gb on NVIDIA-H200" in reason(),
                "sizing on the H200 node's profiles")
-    core.create_node(make_node("cpu-0", None, 0))  # a node without GPUs changes nothing
-    time.sleep(0.3)
-    assert "on NVIDIA-H200" in reason()
     core.delete_node("h200-0")
-    # the catalog again after the delete, and with a node known that offers no slice, the pod stays whole
     eventually(lambda: "no node offers nvidia.com/mig-1g.10gb yet" in reason(), "the catalog again after the delete")
+    core.delete_node("cpu-0")
+    eventually(lambda: "1g.10gb on NVIDIA-A100-SXM4-80GB" in reason(), "no node known again")
 
 
 def test_a_node_heartbeat_keeps_the_view_a_label_change_rebuilds_it() -> None:
