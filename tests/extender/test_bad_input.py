@@ -36,10 +36,10 @@ def test_huge_pod_quantities_answer_at_once(quantity: str) -> None:
     """Issue 15 defect 2: `int(Decimal("1e999990"))` took 23 s inside one /filter."""
     h = harness()
     pod = _pod_with(("spec", "containers", 0, "resources", "requests", "memory"), quantity)
-    start = time.perf_counter()
+    start = time.thread_time()  # CPU time: the test client answers in this thread; a VM stall is not counted
     result = h.client.post("/filter", json=args(pod, ["a", "b"])).get_json()
     resp = h.client.post("/prioritize", json=args(pod, ["a", "b"]))
-    assert time.perf_counter() - start < 1.0
+    assert time.thread_time() - start < 1.0
     assert result["Error"].startswith("Pod.spec.containers[0].resources.requests.memory: ")
     assert "largest quantity" in result["Error"] and len(result["Error"]) < 200
     assert resp.status_code == 400 and "requests.memory" in resp.get_json()["error"]
@@ -49,9 +49,9 @@ def test_a_node_with_a_huge_quantity_is_skipped_and_the_rest_still_score() -> No
     h = harness()
     bad = make_node("poisoned", A100, 8)
     bad["status"]["allocatable"]["nvidia.com/gpu"] = "1e400000"
-    start = time.perf_counter()
+    start = time.thread_time()
     h.cache.on_node("ADDED", bad)
-    assert time.perf_counter() - start < 1.0
+    assert time.thread_time() - start < 1.0
     result = h.filter(wire_pod("p", gpus=1), ["a", "b", "poisoned"])
     assert result["NodeNames"] == ["a", "b"] and "poisoned" in result["FailedNodes"]
     assert set(h.prioritize(wire_pod("p", gpus=1), ["a", "b"])) == {"a", "b"}

@@ -216,23 +216,23 @@ def test_unreachable_server_retries_with_backoff_then_syncs(tmp_path: Path) -> N
     fake = FakeKubeApi()  # bound but not serving yet: connections hang/refuse until start
     api_client = load_api_client(str(fake.write_kubeconfig(tmp_path / "kc")))
     fake.server.server_close()  # port closed: connection refused
-    r = Reflector(client.CoreV1Api(api_client).list_node, timeout_seconds=5, backoff_initial=0.05).start()
+    # a first retry in a minute: the thread is waiting for it when the stop comes
+    r = Reflector(client.CoreV1Api(api_client).list_node, timeout_seconds=5, backoff_initial=60).start()
     try:
         assert not r.wait_for_sync(0.5)
         assert r._thread is not None and r._thread.is_alive()
     finally:
-        started = time.monotonic()
-        r.stop()
-        assert time.monotonic() - started < 2
-        assert not r._thread.is_alive()
+        r.stop(timeout=20)  # the backoff alone would hold the thread for 60 s
+        assert r._thread is not None and not r._thread.is_alive(), "stop did not end the backoff's wait"
 
 
-def test_stop_ends_a_blocked_watch_promptly(reflector: Reflector) -> None:
-    time.sleep(0.2)  # the thread is now blocked reading the watch stream
-    started = time.monotonic()
-    reflector.stop()
-    assert time.monotonic() - started < 2
-    assert reflector._thread is not None and not reflector._thread.is_alive()
+def test_stop_ends_a_blocked_watch_promptly(fake: FakeKubeApi, api: client.ApiClient) -> None:
+    fake.add(NODES, node("a"))
+    r = Reflector(client.CoreV1Api(api).list_node, name="nodes", timeout_seconds=300).start()
+    assert r.wait_for_sync(5)
+    eventually(lambda: bool(fake.watch_requests))  # the watch is open; nothing changes, so it blocks reading
+    r.stop(timeout=20)  # the fake holds a quiet watch for 30 s: only the stop ends it sooner
+    assert r._thread is not None and not r._thread.is_alive(), "stop left the thread reading the watch"
 
 
 def test_load_api_client_names_a_missing_kubeconfig(tmp_path: Path) -> None:
