@@ -32,7 +32,7 @@ from typing import IO, Any
 import yaml
 
 from cli import nesting
-from gpupolicy.yamlload import KubeLoader
+from gpupolicy.yamlload import KubeLoader, describe_error
 
 SUFFIXES = (".yaml", ".yml", ".json")
 # Kinds that shape the decisions (read before any object is evaluated).
@@ -167,13 +167,6 @@ def _reader_problem(exc: yaml.reader.ReaderError) -> str:
     return f"binary data, not YAML text (character {code} at position {exc.position} is not allowed)"
 
 
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    mark = getattr(exc, "problem_mark", None)
-    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
-    return f"not valid YAML{where}: {problem}"
-
-
 def documents(source: Source, found: Scan) -> Iterator[Document | Problem]:
     """Each YAML document of a source in order (None for an empty one); a parse error ends the source."""
     if found.empty:
@@ -197,7 +190,7 @@ def documents(source: Source, found: Scan) -> Iterator[Document | Problem]:
                     yield Problem(source.name, max(number, 1), _reader_problem(exc))
                     return
                 except yaml.YAMLError as exc:
-                    yield Problem(source.name, max(number, 1), _yaml_problem(exc))
+                    yield Problem(source.name, max(number, 1), describe_error(exc))
                     return
                 except RecursionError:  # not expected under nesting.LIMIT; never a traceback
                     yield Problem(source.name, max(number, 1), "nested too deeply to read (rest of file skipped)")

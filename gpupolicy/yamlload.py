@@ -237,3 +237,12 @@ def safe_load(text: str | bytes) -> Any:
 def safe_load_all(text: str | bytes) -> list[Any]:
     """`yaml.safe_load_all` through `KubeLoader`, as a list: yaml.YAMLError for anything it cannot read."""
     return list(yaml.load_all(text, Loader=KubeLoader))
+
+
+def describe_error(exc: yaml.YAMLError) -> str:
+    """One line for a YAML error: where (line and column, 1-based) and what; PyYAML's own text spans
+    several lines (the snippet with a caret), which a CLI message or a form field cannot show."""
+    mark = getattr(exc, "problem_mark", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+    return f"not valid YAML{where}: {problem}"

@@ -36,6 +36,18 @@ def error_response(exc: HubError) -> Response:
     return _json({"error": exc.message, "field": exc.field}, exc.status)
 
 
+def _not_json(name: str) -> Any:
+    """Python's json module reads NaN and Infinity; JSON has neither."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"{text[:40]} is past the largest number the hub stores")
+    return value
+
+
 def read_body(schema: str) -> Any:
     """The request's JSON body, checked against `schema`; HubError(400) naming the problem."""
     length = request.content_length
@@ -45,8 +57,10 @@ def read_body(schema: str) -> Any:
     if len(data) > MAX_BODY_BYTES:
         raise HubError(400, f"request body is over the limit of {MAX_BODY_BYTES} bytes")
     try:
-        body = json.loads(data)
+        body = json.loads(data, parse_constant=_not_json, parse_float=_finite)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise HubError(400, f"malformed JSON: {exc}") from None
+    except ValueError as exc:  # NaN, Infinity, or a number past a float's range
         raise HubError(400, f"malformed JSON: {exc}") from None
     found = contract.problem(schema, body)
     if found is not None:

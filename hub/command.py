@@ -29,12 +29,22 @@ from typing import Any
 import yaml
 
 from gpupolicy.quantity import QuantityError, parse_duration
-from gpupolicy.yamlload import safe_load_all
+from gpupolicy.yamlload import describe_error, safe_load_all
 from hub.store import Hub, HubError, validate_policy
 
 log = logging.getLogger(__name__)
 DEFAULT_DB = "sqlite:///hub.db"
 ADMIN_ENV = "KUBEON_HUB_ADMIN_TOKEN"
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is below 1")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,8 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--key", default=None, help="TLS private key (PEM)")
     serve.add_argument("--admin-token-file", default=None,
                        help=f"file holding the admin credential (else ${ADMIN_ENV}; else one is generated)")
-    serve.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (default: 2)")
-    serve.add_argument("--threads", type=int, default=4, help="threads per worker (default: 4)")
+    serve.add_argument("--workers", type=_positive, default=2, help="gunicorn worker processes (default: 2)")
+    serve.add_argument("--threads", type=_positive, default=4, help="threads per worker (default: 4)")
 
     token = sub.add_parser("token", help="create, rotate or revoke a cluster's token")
     token.add_argument("verb", choices=["create", "rotate", "revoke"],
@@ -101,7 +111,7 @@ def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
     except OSError as exc:
         raise HubError(400, f"{path}: {exc.strerror}") from None
     except yaml.YAMLError as exc:
-        raise HubError(400, f"{path}: not YAML: {exc}") from None
+        raise HubError(400, f"{path}: {describe_error(exc)}") from None
     found = []
     for index, doc in enumerate(docs, start=1):
         if doc is None:
@@ -128,7 +138,11 @@ def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
 
 def admin_token(args: argparse.Namespace) -> str:
     if args.admin_token_file:
-        value = Path(args.admin_token_file).read_text(encoding="utf-8").strip()
+        try:
+            value = Path(args.admin_token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise HubError(400, f"--admin-token-file {args.admin_token_file}: {why}") from None
         if not value:
             raise HubError(400, f"--admin-token-file {args.admin_token_file}: empty")
         return value
@@ -142,8 +156,8 @@ def admin_token(args: argparse.Namespace) -> str:
 
 def _split_bind(bind: str) -> tuple[str, int]:
     host, sep, port = bind.rpartition(":")
-    if not sep or not port.isdigit():
-        raise HubError(400, f"--bind {bind!r}: expected HOST:PORT")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise HubError(400, f"--bind {bind!r}: expected HOST:PORT, the port 1-65535")
     return host.strip("[]") or "0.0.0.0", int(port)
 
 
@@ -156,8 +170,11 @@ def serve(args: argparse.Namespace) -> int:
     host, port = _split_bind(args.bind)
     if bool(args.cert) != bool(args.key):
         return _fail("--cert and --key go together")
+    for flag, path in (("--cert", args.cert), ("--key", args.key)):
+        if path and not os.path.isfile(path):
+            return _fail(f"{flag} {path}: no such file")
     token = admin_token(args)
-    open_db(url)  # migrate once, in the master, before the workers fork
+    open_database(url)  # migrate once, in the master, before the workers fork
     secret = hashlib.sha256(b"kubeon-hub-session\x00" + token.encode()).hexdigest()
     cert_dir = None
     if args.cert:
@@ -179,14 +196,34 @@ def serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def open_database(url: str) -> Any:
+    """`hub.db.open_db(url)` (migrated); HubError naming --db when the URL is not one SQLAlchemy reads or
+    the database cannot be reached (the URL's password is never shown)."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from hub.db import open_db
+
+    try:
+        shown = make_url(url).render_as_string(hide_password=True)
+    except (SQLAlchemyError, ValueError):
+        raise HubError(400, f"--db {url!r}: not a database URL (sqlite:///FILE, "
+                            "postgresql+psycopg://user:pass@host/db)") from None
+    try:
+        return open_db(url)
+    except (SQLAlchemyError, ImportError, OSError) as exc:
+        first = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__])[0]
+        raise HubError(400, f"--db {shown}: cannot open the database: {first}") from None
+
+
 def run(args: argparse.Namespace) -> int:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # serve logs its requests; the other commands print their answer alone (no migration chatter)
+    level = logging.INFO if args.hub_command == "serve" else logging.WARNING
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         if args.hub_command == "serve":
             return serve(args)
-        from hub.db import open_db
-
-        hub = Hub(open_db(args.db))
+        hub = Hub(open_database(args.db))
         actor = _actor()
         if args.hub_command == "token":
             if args.verb == "revoke":

@@ -20,7 +20,7 @@ import yaml
 from flask import Blueprint, Response, abort, redirect, render_template, request, session, url_for
 
 from gpupolicy.model import Mode
-from gpupolicy.yamlload import safe_load
+from gpupolicy.yamlload import describe_error, safe_load
 from hub.api import admin_ok, hub
 from hub.store import HubError
 
@@ -193,7 +193,7 @@ def save_policy(cluster: str) -> Any:
         if not isinstance(spec, dict):
             errors["spec"] = "the spec must be a YAML mapping (key: value lines)"
     except yaml.YAMLError as exc:
-        errors["spec"] = f"not YAML: {exc}"
+        errors["spec"] = describe_error(exc)
     if not errors:
         if mode:
             spec = {"mode": mode, **spec}

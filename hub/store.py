@@ -34,6 +34,9 @@ TOKEN_PREFIX = "kgo_"
 POLICY_NAME = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 
 
+MAX_APPROVAL_SECONDS = 100 * 365 * 86400  # an approval's longest expiry
+
+
 class HubError(Exception):
     """A refused operation: `status` is the HTTP status, `message` names the field or object."""
 
@@ -286,6 +289,10 @@ class Hub:
         parts = target.split("/") if isinstance(target, str) else []
         if len(parts) != 3 or not all(parts):
             raise HubError(400, f"target {target!r} is not Kind/namespace/name", "target")
+        if expires_in is not None and not 0 < expires_in <= MAX_APPROVAL_SECONDS:
+            # past this, the expiry is no date the polls can write (time.gmtime overflows)
+            raise HubError(400, f"expiresInSeconds {expires_in!r}: more than 0 and at most {MAX_APPROVAL_SECONDS} "
+                                "(100 years); leave it out for no expiry", "expiresInSeconds")
         with self._tx() as session:
             cluster = self._cluster(session, name)
             if session.scalar(select(Policy).where(Policy.cluster_id == cluster.id, Policy.name == policy)) is None:
@@ -304,13 +311,28 @@ class Hub:
             row = session.get(Approval, approval_id)
             if row is None or row.cluster_id != cluster.id:
                 raise HubError(404, f"approval {approval_id!r} not found in cluster {name!r}")
+            if row.withdrawn:  # nothing changes: no new revision, no second audit entry
+                return
             row.withdrawn = True
             cluster.revision += 1
             self._audit(session, actor, name, "approval.withdraw", f"{row.policy} {row.target} id={approval_id}")
 
     # -- actions and audit ----------------------------------------------------
     def record_actions(self, name: str, key: str, actions: list[dict[str, Any]]) -> tuple[int, bool]:
-        """Store a batch once: (actions newly stored, whether the key was seen before)."""
+        """Store a batch once: (actions newly stored, whether the key was seen before).
+
+        Two requests with the same key, or the same action id, at the same time: the second insert
+        breaks a unique constraint and its transaction rolls back; it is then read again, and answers
+        as a repeat does (the duplicate, or the actions the first one did not store)."""
+        for attempt in range(3):
+            try:
+                return self._record_actions(name, key, actions)
+            except IntegrityError:
+                if attempt == 2:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _record_actions(self, name: str, key: str, actions: list[dict[str, Any]]) -> tuple[int, bool]:
         with self._tx() as session:
             cluster = self._cluster(session, name)
             seen = session.scalar(select(ActionBatch).where(ActionBatch.cluster_id == cluster.id,

@@ -129,7 +129,7 @@ def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
     d.find_element(By.XPATH, "//button[text()='Save policy']").click()  # type: ignore[attr-defined]
     wait_for(lambda: _stale(error), what="the form to come back")  # the last answer's message is the same element
     error = d.find_element(By.ID, "spec-error")  # type: ignore[attr-defined]
-    assert "not YAML" in error.text and "int value 'x' cannot be read" in error.text and "line 3" in error.text
+    assert error.text == "not valid YAML at line 3, column 24: int value 'x' cannot be read", error.text
     spec = d.find_element(By.ID, "spec")  # type: ignore[attr-defined]
     spec.clear()
     spec.send_keys("selector:\n  namespaces: [inference]\nsharing:\n  strategy: MIG\n")

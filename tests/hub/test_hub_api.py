@@ -180,7 +180,8 @@ def test_policy_file_errors_name_file_document_and_field(hub_server: HubProcess,
     bad.write_text(POLICY.replace("idleFor: 30m", "idleFor: !!int 30m"))  # PyYAML raises a bare ValueError
     done = hub_server.cli("policy", "apply", "--cluster", cluster, "-f", str(bad))
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert f"{bad}: not YAML" in done.stderr and "int value '30m' cannot be read" in done.stderr, done.stderr
+    assert done.stderr == (f"kubeon-gpu hub: {bad}: not valid YAML at line 13, column 47: "
+                           "int value '30m' cannot be read\n"), done.stderr
 
 
 def test_the_hub_serves_its_contract(hub_server: HubProcess) -> None:

@@ -141,6 +141,9 @@ def test_burst_enabled_is_refused_and_the_gateway_is_reserved() -> None:
     ({"hub.existingSecret": ""}, "hub.url is set but hub.existingSecret is not"),
     ({"hub.pollInterval": "500ms"}, "hub.pollInterval=500ms: must be at least 1s"),
     ({"hub.pollInterval": "0.5s"}, "hub.pollInterval=0.5s: must be at least 1s"),
+    ({"hub.pollInterval": "0m"}, "hub.pollInterval=0m: must be at least 1s"),
+    ({"hub.pollInterval": "0.01m"}, "hub.pollInterval=0.01m: must be at least 1s"),
+    ({"hub.pollInterval": "0m0s"}, "hub.pollInterval=0m0s: must be at least 1s"),
 ])
 def test_hub_values_the_controller_would_refuse_are_refused_at_install(change: dict[str, str],
                                                                        message: str) -> None:
@@ -160,6 +163,28 @@ def test_hub_values_the_controller_would_refuse_are_refused_at_install(change: d
         hub_settings(parser.parse_args(args))
 
 
+def test_a_private_hub_ca_reaches_the_controller_as_a_file() -> None:
+    """hub.caConfigMap: its `ca.crt` mounted read-only and named by --hub-ca-file (a flag the controller
+    reads: controller.command.hub_settings)."""
+    docs = render({**GUIDE_SET, "hub.caConfigMap": "kubeon-hub-ca"})
+    deployment = one(docs, "Deployment", "kubeon-gpu-optimizer")
+    assert "--hub-ca-file=/etc/kubeon/hub-ca/ca.crt" in container(deployment)["args"]
+    mount = next(m for m in container(deployment)["volumeMounts"] if m["name"] == "hub-ca")
+    assert mount == {"name": "hub-ca", "mountPath": "/etc/kubeon/hub-ca", "readOnly": True}
+    volume = next(v for v in deployment["spec"]["template"]["spec"]["volumes"] if v["name"] == "hub-ca")
+    assert volume["configMap"] == {"name": "kubeon-hub-ca", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
+    from controller.command import add_arguments, hub_settings
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = parser.parse_args([a for a in container(deployment)["args"] if a.startswith("--hub") or
+                              a.startswith("--cluster")])
+    settings = hub_settings(args)
+    assert settings is not None and settings.ca_file == "/etc/kubeon/hub-ca/ca.crt"
+    assert not any(a.startswith("--hub-ca-file") for a in container(one(render(GUIDE_SET), "Deployment",
+                                                                            "kubeon-gpu-optimizer"))["args"])
+
+
 def test_a_second_extender_replica_is_refused() -> None:
     """The extender's assumptions live in its process: two replicas would each place a pod on the same
     free GPU."""
@@ -167,7 +192,7 @@ def test_a_second_extender_replica_is_refused() -> None:
     assert done.returncode != 0 and "/extender/replicas" in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("interval", ["1s", "1500ms", "90s", "1m"])
+@pytest.mark.parametrize("interval", ["1s", "1500ms", "90s", "1m", "0.02m", "0.5s500ms"])
 def test_hub_poll_intervals_of_a_second_or_more_render(interval: str) -> None:
     render({**GUIDE_SET, "hub.pollInterval": interval})
 

@@ -155,7 +155,13 @@ not left to a CrashLoopBackOff. */}}
 {{- if not .Values.hub.existingSecret -}}
 {{- fail "hub.url is set but hub.existingSecret is not: the controller needs the cluster token (a Secret with key token)" -}}
 {{- end -}}
-{{- if regexMatch "^0*([0-9]{0,3}(\\.[0-9]+)?ms|(\\.[0-9]+)?s)$" (toString .Values.hub.pollInterval) -}}
+{{- $seconds := 0.0 -}}
+{{- $unit := dict "ms" 0.001 "s" 1.0 "m" 60.0 "h" 3600.0 -}}
+{{- range regexFindAll "[0-9]+(\\.[0-9]+)?(ms|s|m|h)" (toString .Values.hub.pollInterval) -1 -}}
+{{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . -}}
+{{- $seconds = addf $seconds (mulf (float64 $number) (get $unit (trimPrefix $number .))) -}}
+{{- end -}}
+{{- if lt $seconds 1.0 -}}
 {{- fail (printf "hub.pollInterval=%s: must be at least 1s" (toString .Values.hub.pollInterval)) -}}
 {{- end -}}
 {{- end -}}
