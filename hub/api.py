@@ -62,6 +62,14 @@ def read_body(schema: str) -> Any:
         raise HubError(400, f"malformed JSON: {exc}") from None
     except ValueError as exc:  # NaN, Infinity, or a number past a float's range
         raise HubError(400, f"malformed JSON: {exc}") from None
+    except RecursionError:
+        raise HubError(400, "malformed JSON: nested too deeply") from None
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:  # "\ud800": JSON may escape half a UTF-16 pair; no stored text can hold it
+        raise HubError(400, "malformed JSON: a string holds a lone UTF-16 surrogate (\\ud800-\\udfff)") from None
+    except RecursionError:
+        raise HubError(400, "malformed JSON: nested too deeply") from None
     found = contract.problem(schema, body)
     if found is not None:
         raise HubError(400, found[1], found[0])

@@ -110,6 +110,9 @@ def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
         docs = safe_load_all(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise HubError(400, f"{path}: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise HubError(400, f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at position "
+                            f"{exc.start})") from None
     except yaml.YAMLError as exc:
         raise HubError(400, f"{path}: {describe_error(exc)}") from None
     found = []

@@ -130,3 +130,33 @@ def test_a_policy_file_yaml_cannot_read_is_one_line(hub_server: HubProcess, clus
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [
         f"kubeon-gpu hub: {bad}: not valid YAML at line 6, column 11: did not find expected ',' or ']'"], done.stderr
+
+
+@pytest.mark.parametrize(("path", "body"), [
+    ("/clusters", "[" * 1000 + "]" * 1000),  # 2 KiB: past what Python's parser recurses through
+    ("/clusters/{cluster}/approvals", '{"policy": "inference-sharing", "target": "Deployment/ns/\\ud800"}'),
+])
+def test_json_no_store_can_hold_is_a_400(hub_server: HubProcess, cluster: str, path: str, body: str,
+                                         tmp_path: Path) -> None:
+    """Deep nesting answered 500 (RecursionError); a lone UTF-16 surrogate, which JSON can escape and no
+    database text can store, answered 500 from the driver."""
+    _token(hub_server, "create", cluster)
+    (tmp_path / "p.yaml").write_text(POLICY)
+    assert hub_server.cli("policy", "apply", "--cluster", cluster, "-f", str(tmp_path / "p.yaml")).returncode == 0
+    answer = hub_server.client().admin("POST", path.format(cluster=cluster), data=body,
+                                       headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400 and answer.json()["error"].startswith("malformed JSON: "), answer.text
+    assert hub_server.client().admin("GET", f"/clusters/{cluster}/policies").json()["approvals"] == []
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (b"\x89PNG\r\n\x1a\n\x00\x00", "not UTF-8 text (byte 0x89 at position 0)"),
+    ("kind: GpuPolicy\n".encode("utf-16"), "not UTF-8 text (byte 0xff at position 0)"),
+])
+def test_a_policy_file_that_is_not_text_is_one_line(hub_server: HubProcess, cluster: str, tmp_path: Path,
+                                                    content: bytes, message: str) -> None:
+    _token(hub_server, "create", cluster)
+    bad = tmp_path / "bad.yaml"
+    bad.write_bytes(content)
+    done = hub_server.cli("policy", "apply", "--cluster", cluster, "-f", str(bad))
+    assert done.returncode == 2 and done.stderr == f"kubeon-gpu hub: {bad}: {message}\n", done.stderr
