@@ -18,6 +18,7 @@ import argparse
 import base64
 import ipaddress
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -62,10 +63,36 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
 
 
+_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+def dns_name_problem(name: str, *, wildcard: bool = True) -> str:
+    """Why `name` cannot be a certificate's DNS name ("" when it can): RFC 1123 labels of at most 63
+    lowercase letters, digits and '-', at most 253 characters, and a leading `*.` where `wildcard`."""
+    if len(name) > 253:
+        return "longer than 253 characters"
+    labels = name.split(".")
+    if wildcard and labels[0] == "*" and len(labels) > 1:
+        labels = labels[1:]
+    bad = next((label for label in labels if not _LABEL.fullmatch(label)), None)
+    if bad is not None:
+        return (f"label {bad[:70]!r} is not a DNS label (1-63 lowercase letters, digits and '-', "
+                "starting and ending with a letter or digit)")
+    return ""
+
+
 def _generate(args: argparse.Namespace) -> int:
     for field in ("service", "namespace"):
-        if not getattr(args, field).strip():
+        value = getattr(args, field)
+        if not value.strip():
             raise CertsError(f"--{field} must not be empty")
+        problem = dns_name_problem(value, wildcard=False)
+        if problem or "." in value:  # a Service's and a namespace's name are one DNS label each
+            raise CertsError(f"--{field} {value[:80]!r}: not a Kubernetes name ({problem or 'one label, no dots'})")
+    for name in args.dns:
+        problem = dns_name_problem(name)
+        if problem:
+            raise CertsError(f"--dns {name[:80]!r}: {problem}")
     for ip in args.ip:
         try:
             ipaddress.ip_address(ip)

@@ -22,6 +22,7 @@ import yaml
 
 from cli.dryrun import read_all
 from cli.sources import Problem, example_sources, expand
+from gpupolicy.admission.shape import object_shape_error
 from gpupolicy.capacity.layout import MIG, LayoutPlan, NodeTarget, plan_layout, read_demand, read_nodes
 from gpupolicy.capacity.timeslicing import config_text
 from gpupolicy.model import GpuPolicy, Mode
@@ -87,6 +88,9 @@ def run(args: argparse.Namespace) -> int:
     problems += read_problems
     problems += [d.problem(f"kind: {d.obj.get('kind')}: only Pods, Nodes, GpuPolicies and Namespaces are read")
                  for d in others if d.obj.get("kind") != "Pod"]
+    # the shape the planner reads, as dry-run checks it (a list where a map belongs, a quantity like "abc")
+    problems += [d.problem(shape) for d in others if d.obj.get("kind") == "Pod"
+                 and (shape := object_shape_error(d.obj, "object").removeprefix("object."))]
     if problems or context is None:
         for problem in problems:
             print(f"kubeon-gpu layout: {problem}", file=sys.stderr)

@@ -25,6 +25,7 @@ Every chosen change carries its reason ("node gpu-7: MIG all-1g.10gb serves
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -190,10 +191,13 @@ def _is_live(pod: Mapping[str, Any]) -> bool:
 
 
 def _number(text: Any) -> float:
+    """A label's or quantity's number; 0 (unknown) for text that is no finite number ("1e400", "NaN"),
+    which a node's labels may carry and which no count can be."""
     try:
-        return float(str(text))
+        value = float(str(text))
     except ValueError:
         return 0.0
+    return value if math.isfinite(value) else 0.0
 
 
 def current_layout(labels: Mapping[str, str], key_replicas: Mapping[str, int]) -> Layout:

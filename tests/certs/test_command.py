@@ -94,9 +94,21 @@ def test_patch_cabundle_sets_every_webhook_and_retries_conflicts(
         (["certs", "patch-cabundle", "--ca-file", "{ca}", "--mutating", "m", "--kubeconfig", "{tmp}/nokc"],
          "does not exist"),
         (["certs"], "choose an action"),
+        # the cryptography library refused these with a ValueError traceback, or wrote them unchecked
+        (["certs", "generate", "--service", "wébhook", "--namespace", "n", "--out", "{tmp}/x"],
+         "--service 'wébhook': not a Kubernetes name"),
+        (["certs", "generate", "--service", "s", "--namespace", "Kube_On", "--out", "{tmp}/x"],
+         "--namespace 'Kube_On': not a Kubernetes name"),
+        (["certs", "generate", "--service", "s", "--namespace", "n", "--out", "{tmp}/x", "--dns", "*..bad"],
+         "--dns '*..bad': label '' is not a DNS label"),
+        (["certs", "generate", "--service", "s", "--namespace", "n", "--out", "{tmp}/x", "--dns", "a" * 64 + ".io"],
+         "is not a DNS label"),
+        (["certs", "generate", "--service", "s", "--namespace", "n", "--out", "{tmp}/x", "--dns", "dé.example"],
+         "--dns 'dé.example'"),
     ],
     ids=["empty-service", "bad-ip", "out-is-file", "reuse-missing-ca", "missing-ca-file", "ca-not-pem",
-         "no-target", "missing-kubeconfig", "no-action"],
+         "no-target", "missing-kubeconfig", "no-action", "non-ascii-service", "namespace-not-a-label",
+         "empty-dns-label", "dns-label-over-63", "non-ascii-dns"],
 )
 def test_errors_are_one_line_exit_2(
     argv: list[str], expected: str, tmp_path: Path, ca_dir: Path, capsys: pytest.CaptureFixture[str]
@@ -122,3 +134,16 @@ def test_patch_names_an_unreachable_server(ca_dir: Path, tmp_path: Path, capsys:
     err = run_err(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--validating", "v",
                    "--kubeconfig", str(kubeconfig)], capsys)
     assert "ValidatingWebhookConfiguration v" in err
+
+
+def test_wildcard_and_plain_dns_names_are_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from cryptography import x509
+
+    from cli.main import main
+
+    assert main(["certs", "generate", "--service", "hook", "--namespace", "kubeon-gpu", "--out", str(tmp_path),
+                 "--dns", "*.svc.example.com", "--dns", "localhost"]) == 0
+    cert = x509.load_pem_x509_certificate((tmp_path / "tls.crt").read_bytes())
+    names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
+        x509.DNSName)
+    assert {"*.svc.example.com", "localhost", "hook.kubeon-gpu.svc"} <= set(names)

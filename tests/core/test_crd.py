@@ -73,3 +73,12 @@ def test_cli_writes_file(tmp_path: Path) -> None:
     out = tmp_path / "crd.yaml"
     assert main(["crd", "--out", str(out)]) == 0
     assert yaml.safe_load(out.read_text())["kind"] == "CustomResourceDefinition"
+
+
+def test_cli_names_an_out_it_cannot_write(tmp_path: Path, capsys) -> None:
+    """A directory or a missing parent was an IsADirectoryError / FileNotFoundError traceback."""
+    assert main(["crd", "--out", str(tmp_path)]) == 2
+    assert capsys.readouterr().err == f"kubeon-gpu crd: --out {tmp_path}: Is a directory\n"
+    missing = tmp_path / "no" / "crd.yaml"
+    assert main(["crd", "--out", str(missing)]) == 2
+    assert capsys.readouterr().err == f"kubeon-gpu crd: --out {missing}: No such file or directory\n"

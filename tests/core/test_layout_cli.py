@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import yaml
 
 from cli.main import main
@@ -49,3 +50,46 @@ def test_bad_input_names_the_file_and_exits_2(tmp_path: Path, capsys) -> None:
     assert any(line.startswith(f"kubeon-gpu layout: {bad}, document 1: spec.sharing.strategy") for line in err), err
     assert main(["layout", "--nodes", str(empty)]) == 2
     assert "give --nodes FILE, --pods FILE and --policies FILE" in capsys.readouterr().err
+
+
+def _pod_with(change: str) -> dict:
+    pod = make_pod("p0", "ml", gpus=1, gpu_resource="nvidia.com/mig-1g.10gb")
+    if change == "limits-list":
+        pod["spec"]["containers"][0]["resources"]["limits"] = [1, 2]
+    elif change == "quantity":
+        pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/mig-1g.10gb"] = "abc"
+    elif change == "spec-list":
+        pod["spec"] = [1]
+    else:
+        pod["metadata"] = [1]
+    return pod
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ("limits-list", "spec.containers[0].resources.limits: must be a map, not a list"),
+    ("quantity", "spec.containers[0].resources.limits.nvidia.com/mig-1g.10gb: 'abc' is not a quantity"),
+    ("spec-list", "spec: must be an object, not a list"),
+    ("metadata-list", "metadata: must be an object, not a list"),
+])
+def test_a_pod_of_the_wrong_shape_is_named_as_dry_run_names_it(tmp_path: Path, capsys, change: str,
+                                                                field: str) -> None:
+    """--pods were not checked: a list where a map belongs was an AttributeError traceback, "abc" as a
+    quantity passed with exit 0."""
+    (tmp_path / "n.yaml").write_text(yaml.safe_dump(make_node("gpu-7", gpus=1)))
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump(_pod_with(change)))
+    assert main(["layout", "--nodes", str(tmp_path / "n.yaml"), "--pods", str(tmp_path / "p.yaml"),
+                 "--policies", "examples/policies.yaml"]) == 2
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith(f"kubeon-gpu layout: {tmp_path / 'p.yaml'}, document 1: {field}"), err
+
+
+@pytest.mark.parametrize("count", ["1e400", "NaN", "inf"])
+def test_a_gpu_count_label_that_is_no_number_reads_as_unknown(tmp_path: Path, capsys, count: str) -> None:
+    """`nvidia.com/gpu.count: "1e400"` was an OverflowError (and "NaN" a ValueError) in the planner, which
+    the controller's layout pass runs on live Nodes too; such a label is no count."""
+    node = make_node("gpu-7", gpus=1)
+    node["metadata"]["labels"]["nvidia.com/gpu.count"] = count
+    (tmp_path / "n.yaml").write_text(yaml.safe_dump(node))
+    assert main(["layout", "--nodes", str(tmp_path / "n.yaml"), "--pods", "examples/pods.yaml",
+                 "--policies", "examples/policies.yaml"]) == 0
+    assert "nodes" in yaml.safe_load(capsys.readouterr().out)
