@@ -130,9 +130,12 @@ def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
         try:
             if extra:
                 raise HubError(400, f"{sorted(extra)[0]}: unknown field", sorted(extra)[0])
-            spec = validate_policy(str(name) if name is not None else "", doc.get("spec"))
+            if not isinstance(name, str) or not name:
+                raise HubError(400, "metadata.name: a GpuPolicy needs a name", "metadata.name")
+            spec = validate_policy(name, doc.get("spec"))
         except HubError as exc:
-            raise HubError(400, f"{path}: document {index} ({name}): {exc.message}", exc.field) from None
+            label = f" ({name})" if isinstance(name, str) and name else ""
+            raise HubError(400, f"{path}: document {index}{label}: {exc.message}", exc.field) from None
         found.append((str(name), spec))
     if not found:
         raise HubError(400, f"{path}: no GpuPolicy documents")

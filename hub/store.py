@@ -281,6 +281,10 @@ class Hub:
             if row is None:
                 raise HubError(404, f"policy {policy!r} not found in cluster {name!r}")
             session.delete(row)
+            # its approvals go with it: a policy created again under the name starts with none
+            for approval in session.scalars(select(Approval).where(
+                    Approval.cluster_id == cluster.id, Approval.policy == policy, Approval.withdrawn.is_(False))):
+                approval.withdrawn = True
             cluster.revision += 1
             self._audit(session, actor, name, "policy.delete", policy)
 

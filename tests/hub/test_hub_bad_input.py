@@ -160,3 +160,25 @@ def test_a_policy_file_that_is_not_text_is_one_line(hub_server: HubProcess, clus
     bad.write_bytes(content)
     done = hub_server.cli("policy", "apply", "--cluster", cluster, "-f", str(bad))
     assert done.returncode == 2 and done.stderr == f"kubeon-gpu hub: {bad}: {message}\n", done.stderr
+
+
+def test_a_deleted_policys_approvals_do_not_come_back_with_its_name(db_url: str) -> None:
+    """They were still listed, and in force again once a policy of the same name was created."""
+    hub = Hub(open_db(db_url))
+    hub.create_cluster("c", "t")
+    hub.apply_policy("c", "p", {"mode": "Approve", "packing": {}}, "t")
+    hub.add_approval("c", "p", "Deployment/ns/w", "t")
+    assert len(hub.policies("c")[2]) == 1
+    hub.delete_policy("c", "p", "t")
+    assert hub.policies("c")[2] == []
+    hub.apply_policy("c", "p", {"mode": "Approve", "packing": {}}, "t")
+    assert hub.policies("c")[2] == []
+
+
+def test_a_policy_without_a_name_is_named_as_such(hub_server: HubProcess, cluster: str, tmp_path: Path) -> None:
+    _token(hub_server, "create", cluster)
+    bad = tmp_path / "noname.yaml"
+    bad.write_text("apiVersion: gpu.kubeon.io/v1alpha1\nkind: GpuPolicy\nmetadata: {}\nspec: {packing: {}}\n")
+    done = hub_server.cli("policy", "apply", "--cluster", cluster, "-f", str(bad))
+    assert done.returncode == 2
+    assert done.stderr == f"kubeon-gpu hub: {bad}: document 1: metadata.name: a GpuPolicy needs a name\n"
