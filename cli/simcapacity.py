@@ -9,12 +9,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import sys
 
 from gpupolicy.capacity.instances import load_instances
-from simulator.capacity import EVENT_COLUMNS
-from simulator.capacity_compare import compare
-from simulator.capacity_trace import load_timed_pods
+from simulator.capacity import EVENT_COLUMNS, MAX_DELAY
+from simulator.capacity_compare import STRATEGIES, compare
+from simulator.capacity_trace import compress_problem, load_timed_pods
 from simulator.trace import TraceError, load_nodes
 
 EPILOG = """\
@@ -24,6 +25,7 @@ cluster-autoscaler, karpenter, lower-bound and kubeon, each with gpu_node_hours,
 pending_seconds_p50/p95 (arrival to first bind), evictions, max_evictions_per_pod, peak_nodes,
 pods_never_placed (and wall/cpu seconds). --nodes gives the GPU limit (its GPU count). Rules:
 docs/designs/capacity.md. --events writes kubeon's run as CSV time,event,node,instance_type,pod,gpus.
+Bounds: --compress 0.001..1000000, --delay 0..86400; trace times 0..1e10 s, a run at most 1e8 s.
 """
 
 
@@ -33,18 +35,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--capacity", action="store_true", help="run the capacity benchmark (issue 19)")
     group.add_argument("--instances", metavar="CSV", help="instance catalog (vendor/openb/instances.csv)")
     group.add_argument("--compress", type=float, default=1.0, metavar="F",
-                       help="arrivals at creation_time / F; run times kept (default 1)")
-    group.add_argument("--delay", type=float, default=180.0, help="seconds from node request to ready (default 180)")
+                       help="arrivals at creation_time / F, F from 0.001 to 1000000; run times kept (default 1)")
+    group.add_argument("--delay", type=float, default=180.0,
+                       help=f"seconds from node request to ready, 0 to {MAX_DELAY:.0f} (default 180)")
     group.add_argument("--events", metavar="CSV", help="write kubeon's events to this CSV")
-    group.add_argument("--workers", type=int, default=2, help="processes for the strategies (default 2)")
+    group.add_argument("--workers", type=int, default=2,
+                       help=f"processes for the strategies (default 2; at most {len(STRATEGIES)} are used)")
 
 
 def run_capacity(args: argparse.Namespace) -> int:
     if not args.instances:
         print("error: --capacity needs --instances CSV", file=sys.stderr)
         return 2
-    if not args.compress > 0 or args.delay < 0:
-        print("error: --compress must be positive and --delay >= 0", file=sys.stderr)
+    problem = compress_problem(args.compress)
+    if problem is None and not 0 <= args.delay <= MAX_DELAY:  # NaN fails too
+        problem = f"--delay must be from 0 to {MAX_DELAY:.0f} seconds, got {args.delay}"
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     seed = 0 if args.seed is None else args.seed
     try:
@@ -52,7 +59,8 @@ def run_capacity(args: argparse.Namespace) -> int:
         instance_types = load_instances(args.instances)
         pods = load_timed_pods(args.pods, args.compress)
         figures, events = compare(pods, instance_types, max_gpus=max_gpus, seed=seed, delay=args.delay,
-                                  keep_events=bool(args.events), workers=max(1, args.workers))
+                                  keep_events=bool(args.events),
+                                  workers=min(len(STRATEGIES), max(1, args.workers)))
     except (TraceError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -66,5 +74,12 @@ def run_capacity(args: argparse.Namespace) -> int:
             print(f"error: --events {args.events}: {exc.strerror or exc}", file=sys.stderr)
             return 2
     print(json.dumps({"compress": args.compress, "delay": args.delay, "seed": seed, "pods": len(pods),
-                      "max_gpus": max_gpus, "strategies": {n: f.summary() for n, f in figures.items()}}))
+                      "max_gpus": max_gpus, "strategies": {n: _finite(f.summary()) for n, f in figures.items()}},
+                     allow_nan=False))
     return 0
+
+
+def _finite(figures: dict[str, float | int]) -> dict[str, float | int | None]:
+    """JSON has no NaN: a figure that is no number (lower-bound's cost when no instance type holds some GPU
+    pod) is null."""
+    return {k: v if math.isfinite(v) else None for k, v in figures.items()}

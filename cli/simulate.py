@@ -12,13 +12,15 @@ import csv
 import json
 import sys
 from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
 
 from tqdm import tqdm
 
 from cli import simcapacity
 from gpupolicy.packing.engine import DEFAULT_STRATEGY, STRATEGIES, UnknownStrategyError
 from gpupolicy.packing.nodemodel import PodDemand
-from simulator.replay import ReplayResult, replay
+from simulator.replay import MAX_TUNE, ReplayResult, replay
 from simulator.trace import TraceError, load_nodes, load_pods
 
 PLACEMENT_COLUMNS = ("seq", "pod", "node", "gpu_indices", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
@@ -61,7 +63,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "0 with --capacity; "
                              "weights were tuned on 42..51 only)")
     parser.add_argument("--tune", type=float, default=1.3,
-                        help="replay until arrived GPU demand reaches this multiple of GPU capacity (default: 1.3)")
+                        help="replay until arrived GPU demand reaches this multiple of GPU capacity, above 0 and "
+                             f"at most {MAX_TUNE:g} (default: 1.3)")
     parser.add_argument("--placements", metavar="CSV", help="write every placement to this CSV, in arrival order")
     parser.add_argument("--through-extender", action="store_true",
                         help="replay through the extender's HTTP endpoints with kube-scheduler's scoring of "
@@ -93,7 +96,30 @@ def write_placements(path: str, result: ReplayResult) -> None:
                           p.pod.cpu_milli, p.pod.memory_mib, p.pod.num_gpu, p.pod.gpu_milli, spec])
 
 
+def _scheduler_config(path: str | Path) -> dict[str, Any]:
+    """The KubeSchedulerConfiguration of `path`, checked as `--through-extender` uses it; `ProfileError`
+    naming the file (and the field) when it cannot be used."""
+    from cli.livereplay import load_scheduler_config
+    from simulator.kubescheduler import Profile, ProfileError
+
+    try:
+        config = load_scheduler_config(path)
+        if not Profile.from_config(config).extenders:
+            raise ProfileError("extenders: none (the replay goes through the extender)")
+    except UnicodeDecodeError as exc:
+        raise ProfileError(f"--scheduler-config {path}: not UTF-8 text ({exc.reason})") from None
+    except ProfileError as exc:
+        message = str(exc)
+        prefix = f"{path}: "
+        raise ProfileError(f"--scheduler-config {message if message.startswith(prefix) else prefix + message}"
+                           ) from None
+    return config
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.seed is not None and args.seed < 0:
+        print(f"error: --seed must be a non-negative integer, got {args.seed}", file=sys.stderr)
+        return 2
     if args.capacity:
         return simcapacity.run_capacity(args)
     if args.seed is None:
@@ -101,8 +127,8 @@ def run(args: argparse.Namespace) -> int:
     if args.strategy not in STRATEGIES:
         print(f"error: unknown strategy {args.strategy!r}; choose from {', '.join(STRATEGIES)}", file=sys.stderr)
         return 2
-    if not args.tune > 0:
-        print(f"error: --tune must be positive, got {args.tune}", file=sys.stderr)
+    if not 0 < args.tune <= MAX_TUNE:  # NaN fails too
+        print(f"error: --tune must be positive and at most {MAX_TUNE:g}, got {args.tune}", file=sys.stderr)
         return 2
     if args.route_cpu_pods_on_gpu_nodes is not None and not args.through_extender:
         print("error: --route-cpu-pods-on-gpu-nodes needs --through-extender (the simulator routes no pods)",
@@ -112,9 +138,9 @@ def run(args: argparse.Namespace) -> int:
         nodes = load_nodes(args.nodes)
         pods = load_pods(args.pods)
         if args.through_extender:
-            from cli.livereplay import SHIPPED_SCHEDULER_CONFIG, load_scheduler_config, replay_through_extender
+            from cli.livereplay import SHIPPED_SCHEDULER_CONFIG, replay_through_extender
 
-            config = load_scheduler_config(args.scheduler_config or SHIPPED_SCHEDULER_CONFIG)
+            config = _scheduler_config(args.scheduler_config or SHIPPED_SCHEDULER_CONFIG)
             result = replay_through_extender(nodes, pods, args.seed, args.tune, config, args.strategy,
                                              keep_placements=bool(args.placements),
                                              route_cpu_pods=args.route_cpu_pods_on_gpu_nodes != "false")

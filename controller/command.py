@@ -32,6 +32,7 @@ from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import CAPACITY_PROVIDERS, GROUP, PLURAL, VERSION, Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component, parse_components
 from kube.stoppable import StoppableClient
+from serving.flags import bind_problem, port_or_any, positive_int, positive_seconds
 
 log = logging.getLogger("controller")
 
@@ -71,11 +72,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--lease-name", default="kubeon-gpu-optimizer", help="coordination.k8s.io Lease name")
     parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")
-    parser.add_argument("--health-port", type=int, default=8080, help="/healthz /readyz /metrics port (0: any)")
-    parser.add_argument("--health-bind", default="0.0.0.0", help="address of the health server")
-    parser.add_argument("--resync-seconds", type=float, default=60.0, help="full GpuPolicy resync period")
-    parser.add_argument("--lease-duration-seconds", type=int, default=15, help="leaseDurationSeconds")
-    parser.add_argument("--renew-seconds", type=float, default=5.0, help="how often the holder renews")
+    parser.add_argument("--health-port", type=port_or_any, default=8080, help="/healthz /readyz /metrics port (0: any)")
+    parser.add_argument("--health-bind", default="0.0.0.0", help="IPv4 address of the health server")
+    parser.add_argument("--resync-seconds", type=positive_seconds, default=60.0,
+                        help="full GpuPolicy resync period (default: 60)")
+    parser.add_argument("--lease-duration-seconds", type=positive_int, default=15,
+                        help="leaseDurationSeconds (default: 15)")
+    parser.add_argument("--renew-seconds", type=positive_seconds, default=5.0,
+                        help="how often the holder renews (default: 5)")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING")
 
 
@@ -301,6 +305,11 @@ def run(args: argparse.Namespace) -> int:
         hub = hub_settings(args)
     except ValueError as exc:
         log.error("%s", exc)
+        return 2
+    problem = bind_problem(args.health_bind, args.health_port)
+    if problem:
+        log.error("--health-bind %s --health-port %d: cannot listen: %s", args.health_bind, args.health_port,
+                  problem)
         return 2
     try:
         process = build(

@@ -16,6 +16,10 @@ and Namespaces, started in the worker after the fork. Without any usable
 configuration the extender refuses to start with one line (exit 2): an
 extender that sees no nodes would answer every filter with "unknown node".
 `--standalone`: an empty static cache (every node is unknown), for trials.
+
+Bad input is one line on stderr and exit 2, in the master before any worker
+forks: flags out of range (argparse), a kubeconfig the watches could not use,
+an address gunicorn could not listen on.
 """
 
 from __future__ import annotations
@@ -30,13 +34,15 @@ from flask import Flask
 
 from gpupolicy.model import Mode
 from gpupolicy.packing.engine import DEFAULT_STRATEGY, STRATEGIES
+from serving.flags import bind_problem, listen_host, port_number, positive_int, positive_seconds
 
 log = logging.getLogger(__name__)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--port", type=int, default=8888, help="port kube-scheduler calls (default: 8888)")
-    parser.add_argument("--bind", default="0.0.0.0", help="address to listen on (default: 0.0.0.0, all)")
+    parser.add_argument("--port", type=port_number, default=8888, help="port kube-scheduler calls (default: 8888)")
+    parser.add_argument("--bind", type=listen_host, default="0.0.0.0",
+                        help="IP address (or host name) to listen on (default: 0.0.0.0, all)")
     parser.add_argument("--cert-dir", metavar="DIR", help="serve HTTPS with DIR/tls.crt and DIR/tls.key")
     parser.add_argument("--kubeconfig", metavar="PATH", help="kubeconfig (in-cluster config when unset)")
     parser.add_argument("--standalone", "--no-watch", dest="standalone", action="store_true",
@@ -47,14 +53,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "--default-policy: the old name)")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
                         help="mode of GpuPolicies that set none (default: Recommend, as the webhook)")
-    parser.add_argument("--assume-seconds", type=float, default=30.0,
-                        help="how long a just-placed pod counts on its node before the API shows it bound")
+    parser.add_argument("--assume-seconds", type=positive_seconds, default=30.0,
+                        help="how long a just-placed pod counts on its node before the API shows it bound "
+                             "(default: 30)")
     parser.add_argument("--scheduler-weight", type=int, default=0, metavar="N",
                         help="this extender's weight in kube-scheduler's profile (the chart passes it); known, "
                              "/prioritize lists only the hosts that can still be placed (default: 0, unknown: "
                              "every host)")
-    parser.add_argument("--workers", type=int, default=1, help="gunicorn worker processes (default: 1, see docs)")
-    parser.add_argument("--threads", type=int, default=4, help="threads per worker (default: 4)")
+    parser.add_argument("--workers", type=positive_int, default=1,
+                        help="gunicorn worker processes (default: 1, see docs)")
+    parser.add_argument("--threads", type=positive_int, default=4, help="threads per worker (default: 4)")
     parser.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                         help="DEBUG logs every node's score and rejection reason")
 
@@ -112,9 +120,6 @@ def make_app_factory(args: argparse.Namespace) -> Any:
 
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    if args.workers < 1 or args.threads < 1:
-        print("kubeon-gpu extender: --workers and --threads must be at least 1", file=sys.stderr)
-        return 2
     if args.scheduler_weight < 0:
         print(f"kubeon-gpu extender: --scheduler-weight {args.scheduler_weight}: must be 0 (unknown) or more",
               file=sys.stderr)
@@ -135,6 +140,11 @@ def run(args: argparse.Namespace) -> int:
         return 2
     from serving.server import serve
 
+    problem = bind_problem(args.bind, args.port)
+    if problem:
+        print(f"kubeon-gpu extender: --bind {args.bind} --port {args.port}: cannot listen: {problem}",
+              file=sys.stderr)
+        return 2
     serve(make_app_factory(args), bind=args.bind, port=args.port, cert_dir=args.cert_dir,
           workers=args.workers, threads=args.threads, worker_class="gthread")
     return 0

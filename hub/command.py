@@ -31,20 +31,11 @@ import yaml
 from gpupolicy.quantity import QuantityError, parse_duration
 from gpupolicy.yamlload import describe_error, safe_load_all
 from hub.store import Hub, HubError, validate_policy
+from serving.flags import positive_int
 
 log = logging.getLogger(__name__)
 DEFAULT_DB = "sqlite:///hub.db"
 ADMIN_ENV = "KUBEON_HUB_ADMIN_TOKEN"
-
-
-def _positive(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is below 1")
-    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -60,8 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     serve.add_argument("--key", default=None, help="TLS private key (PEM)")
     serve.add_argument("--admin-token-file", default=None,
                        help=f"file holding the admin credential (else ${ADMIN_ENV}; else one is generated)")
-    serve.add_argument("--workers", type=_positive, default=2, help="gunicorn worker processes (default: 2)")
-    serve.add_argument("--threads", type=_positive, default=4, help="threads per worker (default: 4)")
+    serve.add_argument("--workers", type=positive_int, default=2, help="gunicorn worker processes (default: 2)")
+    serve.add_argument("--threads", type=positive_int, default=4, help="threads per worker (default: 4)")
 
     token = sub.add_parser("token", help="create, rotate or revoke a cluster's token")
     token.add_argument("verb", choices=["create", "rotate", "revoke"],

@@ -34,6 +34,9 @@ from simulator.capacity_trace import TimedPod
 
 LOOP = 10.0  # seconds between controller loops
 DEFAULT_DELAY = 180.0  # seconds from a node's request to its readiness
+# at most a day (nodes take minutes); past Karpenter's 30-day expiry a node would be replaced before it is
+# ready, forever
+MAX_DELAY = 86400.0
 EVENT_COLUMNS = ("time", "event", "node", "instance_type", "pod", "gpus")
 
 
@@ -237,6 +240,8 @@ ARRIVE, FINISH, READY = 0, 1, 2
 def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], controller: Controller, *,
         delay: float = DEFAULT_DELAY, events: list[tuple[object, ...]] | None = None) -> Figures:
     """Replay `pods` against `controller` from zero nodes; the figures (module docstring: rules)."""
+    if not 0 <= delay <= MAX_DELAY:  # NaN fails too
+        raise ValueError(f"--delay must be from 0 to {MAX_DELAY:g} seconds, got {delay}")
     cluster = Cluster(instance_types, delay, events)
     runs = {p.key: PodRun(p, p.duration) for p in pods}
     heap: list[tuple[float, int, int, str, int]] = []  # (time, kind, seq, pod key / row, epoch)

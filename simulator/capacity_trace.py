@@ -4,18 +4,30 @@ Every row is a request (pod_phase ignored, no resampling): it arrives at
 `creation_time / F` and, once bound, runs `max(1, deletion_time -
 creation_time)` seconds (durations are kept at every compression). Errors
 name the file, the row and the column (the CLI prints one line, exit 2).
+
+Bounds (so the benchmark's loop ends, and soon): times are finite, from 0
+to `MAX_TIME_SECONDS` (10^10 s, past any Unix time of this century); a
+run lasts at most `MAX_RUN_SECONDS` (10^8 s, about 3 years: a node that
+Karpenter expires every 30 days is replaced about 40 times under it); F
+is from `MIN_COMPRESS` to `MAX_COMPRESS`, so arrivals stay below 10^13 s,
+where a float still counts the 10 s loops exactly.
 """
 
 from __future__ import annotations
 
-import csv
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
+from gpupolicy.csvtable import read_rows
 from gpupolicy.packing.nodemodel import PodDemand
 from simulator.trace import TraceError, load_pods
 
 TIME_COLUMNS = ("creation_time", "deletion_time")
+MAX_TIME_SECONDS = 1e10
+MAX_RUN_SECONDS = 1e8
+MIN_COMPRESS = 1e-3
+MAX_COMPRESS = 1e6
 
 
 @dataclass(frozen=True)
@@ -28,19 +40,24 @@ class TimedPod:
     duration: float
 
 
+def compress_problem(compress: float) -> str | None:
+    """Why `compress` cannot be used (a sentence naming --compress), or None."""
+    if not MIN_COMPRESS <= compress <= MAX_COMPRESS:  # NaN fails too
+        return f"--compress must be positive, from {MIN_COMPRESS:g} to {MAX_COMPRESS:g}, got {compress}"
+    return None
+
+
 def load_timed_pods(path: str | Path, compress: float) -> list[TimedPod]:
     """The pods of an openb pod list in file order, arrivals compressed by `compress`."""
-    if not compress > 0:
-        raise TraceError(f"--compress must be positive, got {compress}")
+    problem = compress_problem(compress)
+    if problem:
+        raise TraceError(problem)
     p = Path(path)
     demands = load_pods(p)
-    with p.open(newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = [c for c in TIME_COLUMNS if c not in (reader.fieldnames or [])]
-        if missing:
-            raise TraceError(f"{p}: missing column {missing[0]!r} (the capacity benchmark needs "
-                             f"{', '.join(TIME_COLUMNS)})")
-        rows = list(reader)
+    try:
+        rows = read_rows(p, TIME_COLUMNS)
+    except ValueError as exc:  # the capacity benchmark needs the times the plain replay ignores
+        raise TraceError(str(exc)) from None
     out = []
     seen: set[str] = set()
     for line, (row, demand) in enumerate(zip(rows, demands, strict=True), start=2):
@@ -50,10 +67,17 @@ def load_timed_pods(path: str | Path, compress: float) -> list[TimedPod]:
             try:
                 value = float(text)
             except ValueError:
-                raise TraceError(f"{p}:{line}: column {column!r} is not a number: {text!r}") from None
+                raise TraceError(f"{p}:{line}: column {column!r} is not a number: {text[:40]!r}") from None
+            if not math.isfinite(value):
+                raise TraceError(f"{p}:{line}: column {column!r} is not a finite number: {text[:40]!r}")
             if value < 0:
-                raise TraceError(f"{p}:{line}: column {column!r} is negative: {text}")
+                raise TraceError(f"{p}:{line}: column {column!r} is negative: {text[:40]}")
+            if value > MAX_TIME_SECONDS:
+                raise TraceError(f"{p}:{line}: column {column!r} is above {MAX_TIME_SECONDS:g} s: {text[:40]}")
             times.append(value)
+        if times[1] - times[0] > MAX_RUN_SECONDS:
+            raise TraceError(f"{p}:{line}: column 'deletion_time' is more than {MAX_RUN_SECONDS:g} s after "
+                             f"creation_time: {times[1] - times[0]:g} s")
         if demand.name in seen:
             raise TraceError(f"{p}:{line}: column 'name' repeats {demand.name!r}")
         seen.add(demand.name)

@@ -25,6 +25,10 @@ from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
 from gpupolicy.packing.placement import PackingContext, Strategy
 from gpupolicy.packing.typicalmix import TypicalMix
 
+# The largest `tune`: arrivals are appended until demand reaches tune x capacity, so an unbounded (or
+# infinite) one never ends; the paper's runs stop at 1.3, and 100 already replays tens of times the trace.
+MAX_TUNE = 100.0
+
 
 @dataclass(frozen=True)
 class Arrival:
@@ -63,6 +67,8 @@ class ReplayResult:
 def arrival_order(pods: Sequence[PodDemand], capacity_milli: int, tune: float,
                   rng: np.random.Generator) -> list[PodDemand]:
     """Sort by name, shuffle, then append resampled pods up to `tune` x capacity."""
+    if not 0 < tune <= MAX_TUNE:  # NaN fails too
+        raise ValueError(f"--tune must be positive and at most {MAX_TUNE:g}, got {tune}")
     ordered = sorted(pods, key=lambda p: p.name)
     shuffled = [ordered[i] for i in rng.permutation(len(ordered))]
     target = tune * capacity_milli

@@ -3,15 +3,18 @@
 Nodes: `sn,cpu_milli,memory_mib,gpu,model`. Pods:
 `name,cpu_milli,memory_mib,num_gpu,gpu_milli` plus optional `gpu_spec`
 (absent: any GPU model, as the published multigpu lists have it; extra
-columns are ignored). Errors name the file, the row and the column, so the CLI can print
-one line and exit 2.
+columns are ignored). Numbers must be finite and at most the bounds of
+gpupolicy/csvtable.py (`MAX_GPUS` GPUs, `MAX_CPU_MILLI` milli-CPU, `MAX_MEMORY_MIB`
+MiB). Errors name the file, the row and the column, so the CLI can print one line and
+exit 2.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
-from gpupolicy.csvtable import read_rows
+from gpupolicy.csvtable import MAX_CPU_MILLI, MAX_GPUS, MAX_MEMORY_MIB, read_rows
 from gpupolicy.packing.nodemodel import NodeSpec, PodDemand, parse_gpu_spec
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
@@ -29,14 +32,23 @@ def _rows(path: Path, required: tuple[str, ...]) -> list[dict[str, str]]:
         raise TraceError(str(exc)) from None
 
 
+LIMITS = {"cpu_milli": MAX_CPU_MILLI, "memory_mib": MAX_MEMORY_MIB, "gpu": MAX_GPUS, "num_gpu": MAX_GPUS}
+
+
 def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
     text = (row.get(column) or "").strip()
     try:
-        value = int(float(text)) if text else 0
+        number = float(text) if text else 0.0
     except ValueError:
-        raise TraceError(f"{path}:{line}: column {column!r} is not a number: {text!r}") from None
+        raise TraceError(f"{path}:{line}: column {column!r} is not a number: {text[:40]!r}") from None
+    if not math.isfinite(number):
+        raise TraceError(f"{path}:{line}: column {column!r} is not a finite number: {text[:40]!r}")
+    value = int(number)
     if value < 0:
         raise TraceError(f"{path}:{line}: column {column!r} is negative: {value}")
+    limit = LIMITS.get(column)
+    if limit is not None and value > limit:
+        raise TraceError(f"{path}:{line}: column {column!r} is above {limit:,}: {text[:40]!r}")
     return value
 
 

@@ -10,6 +10,11 @@ The ClusterView: with `--policies FILE` or `--no-watch` (or no cluster
 reachable config) a static view; otherwise Reflectors on GpuPolicies,
 Namespaces and Nodes, started in each worker after the fork (threads do not
 survive fork).
+
+Bad input is one line on stderr and exit 2, in the master before any worker
+forks: flags out of range (argparse), a --policies file that does not load or
+holds no GpuPolicy, a kubeconfig (or in-cluster config) the watches could not
+use, an address gunicorn could not listen on.
 """
 
 from __future__ import annotations
@@ -27,8 +32,9 @@ from flask import Flask
 from gpupolicy.admission.dryrun import DryRunError, parse_policies
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import Mode
-from gpupolicy.yamlload import safe_load_all
+from gpupolicy.yamlload import describe_error, safe_load_all
 from kube.views import StaticView, ViewSource, WatchedView
+from serving.flags import bind_problem, listen_host, port_number, positive_int
 from webhook.app import create_app
 
 log = logging.getLogger(__name__)
@@ -36,10 +42,11 @@ log = logging.getLogger(__name__)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cert-dir", required=True, metavar="DIR", help="directory with tls.crt and tls.key")
-    parser.add_argument("--port", type=int, default=8443, help="HTTPS port to listen on (default: 8443)")
-    parser.add_argument("--bind", default="0.0.0.0", help="address to listen on (default: 0.0.0.0, all)")
-    parser.add_argument("--workers", type=int, default=2, help="gunicorn worker processes (default: 2)")
-    parser.add_argument("--threads", type=int, default=4, help="threads per worker (default: 4)")
+    parser.add_argument("--port", type=port_number, default=8443, help="HTTPS port to listen on (default: 8443)")
+    parser.add_argument("--bind", type=listen_host, default="0.0.0.0",
+                        help="IP address (or host name) to listen on (default: 0.0.0.0, all)")
+    parser.add_argument("--workers", type=positive_int, default=2, help="gunicorn worker processes (default: 2)")
+    parser.add_argument("--threads", type=positive_int, default=4, help="threads per worker (default: 4)")
     parser.add_argument("--namespace", default="kubeon-gpu", help="the optimizer's own namespace (never touched)")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
                         help="mode of GpuPolicies that set none (the install's defaultMode; default: Recommend)")
@@ -55,15 +62,52 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policies", metavar="FILE", help="GpuPolicy YAML documents for a static view")
 
 
+def read_policy_documents(path: str) -> list[dict[str, Any]]:
+    """The GpuPolicy objects of a --policies file (a `kind: List` contributes its items).
+
+    ValueError, one line naming the file (and the document): unreadable, not UTF-8, not YAML, a
+    document that is not a mapping, or no GpuPolicy at all (a server holding none would decide
+    nothing). Documents of other kinds are skipped with a warning, as `hub policy apply` skips them.
+    """
+    try:
+        docs = safe_load_all(Path(path).read_bytes().decode("utf-8"))
+    except OSError as exc:
+        raise ValueError(f"--policies {path}: {exc.strerror or exc}") from None
+    except UnicodeDecodeError:
+        raise ValueError(f"--policies {path}: not UTF-8 text") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(f"--policies {path}: {describe_error(exc)}") from None
+    found: list[dict[str, Any]] = []
+    for index, doc in enumerate(docs, start=1):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise ValueError(f"--policies {path}: document {index}: not a mapping")
+        items = doc.get("items") if doc.get("kind") == "List" else [doc]
+        if not isinstance(items, list):
+            raise ValueError(f"--policies {path}: document {index} (List): items: not a list")
+        for item in items:
+            if not isinstance(item, dict):
+                raise ValueError(f"--policies {path}: document {index} (List): an item is not a mapping")
+            if item.get("kind") == "GpuPolicy":
+                found.append(item)
+            else:
+                log.warning("--policies %s: document %d (%s): not a GpuPolicy, skipped", path, index,
+                            item.get("kind"))
+    if not found:
+        raise ValueError(f"--policies {path}: no GpuPolicy documents")
+    return found
+
+
 def load_static_view(args: argparse.Namespace) -> ClusterView:
     """The view from --policies (or an empty one); raises ValueError naming the file and field."""
     policies = []
     if args.policies:
+        docs = read_policy_documents(args.policies)
         try:
-            docs = [d for d in safe_load_all(Path(args.policies).read_text(encoding="utf-8")) if d]
-            policies = parse_policies([d for d in docs if isinstance(d, dict) and d.get("kind") == "GpuPolicy"])
-        except (OSError, yaml.YAMLError, DryRunError) as exc:
-            raise ValueError(f"{args.policies}: {exc}") from exc
+            policies = parse_policies(docs)
+        except DryRunError as exc:
+            raise ValueError(f"--policies {args.policies}: {exc}") from exc
     return ClusterView(policies=tuple(policies), default_mode=Mode(args.default_mode),
                        own_namespace=args.namespace, metrics_configured=bool(args.prometheus_url),
                        route_cpu_pods=routes_cpu_pods(args))
@@ -117,8 +161,21 @@ def run(args: argparse.Namespace) -> int:
         if not (cert_dir / name).is_file():
             print(f"kubeon-gpu webhook: --cert-dir {cert_dir}: {name} missing", file=sys.stderr)
             return 2
+    if should_watch(args):  # the workers build their watches after the fork: a bad config must stop us here
+        from kube.config import KubeConfigError, load_configuration
+
+        try:
+            load_configuration(args.kubeconfig)
+        except KubeConfigError as exc:
+            print(f"kubeon-gpu webhook: {exc}", file=sys.stderr)
+            return 2
     from serving.server import serve
 
+    problem = bind_problem(args.bind, args.port)
+    if problem:
+        print(f"kubeon-gpu webhook: --bind {args.bind} --port {args.port}: cannot listen: {problem}",
+              file=sys.stderr)
+        return 2
     serve(make_app_factory(args, static), bind=args.bind, port=args.port, cert_dir=str(cert_dir),
           workers=args.workers, threads=args.threads, worker_class="gthread")
     return 0

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupolicy.csvtable import read_rows
+from gpupolicy.csvtable import MAX_CPU_MILLI, MAX_GPUS, MAX_MEMORY_MIB, read_rows
 from gpupolicy.packing.nodemodel import NodeSpec, PodDemand
 
 COLUMNS = ("instance_type", "model", "gpus", "cpu_milli", "memory_mib", "price_per_hour")
@@ -79,15 +79,21 @@ def _field(source: str, line: int, row: Mapping[str, str | None], column: str) -
     return text
 
 
+LIMITS = {"cpu_milli": MAX_CPU_MILLI, "memory_mib": MAX_MEMORY_MIB, "gpus": MAX_GPUS}
+
+
 def _number(source: str, line: int, row: Mapping[str, str | None], column: str, kind: type) -> int | float:
     text = _field(source, line, row, column)
     try:
         value = kind(text)
     except ValueError:
         raise ValueError(f"{source}:{line}: field {column!r} is not {'an integer' if kind is int else 'a number'}: "
-                         f"{text!r}") from None
+                         f"{text[:40]!r}") from None
     if value < 0 or (kind is float and not math.isfinite(value)):
-        raise ValueError(f"{source}:{line}: field {column!r} must be a non-negative number: {text!r}")
+        raise ValueError(f"{source}:{line}: field {column!r} must be a non-negative number: {text[:40]!r}")
+    limit = LIMITS.get(column)
+    if limit is not None and value > limit:
+        raise ValueError(f"{source}:{line}: field {column!r} is above {limit:,}: {text[:40]!r}")
     return value  # type: ignore[no-any-return]
 
 

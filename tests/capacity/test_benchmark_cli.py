@@ -77,6 +77,14 @@ def test_the_checker_catches_a_broken_run(tmp_path: Path) -> None:
     ({"--compress": "0"}, "--compress must be positive"),
     ({"--instances": "BAD"}, "field 'gpus' is not an integer"),
     ({"--pods": "NOTIME"}, "missing column 'creation_time'"),
+    ({"--compress": "1e9"}, "--compress must be positive, from 0.001 to 1e+06, got 1000000000.0"),
+    ({"--compress": "nan"}, "--compress must be positive"),
+    ({"--delay": "nan"}, "--delay must be from 0 to 86400 seconds, got nan"),
+    ({"--delay": "1e12"}, "--delay must be from 0 to 86400 seconds"),
+    ({"--pods": "INF"}, "inf.csv:2: column 'deletion_time' is not a finite number: 'inf'"),
+    ({"--pods": "LONG"}, "long.csv:2: column 'deletion_time' is more than 1e+08 s after creation_time"),
+    ({"--pods": "LATE"}, "late.csv:2: column 'creation_time' is above 1e+10 s"),
+    ({"--instances": "HUGE"}, "field 'gpus' is above 256"),
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str],
                                           change: dict[str, str | None], message: str) -> None:
@@ -84,13 +92,20 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     bad.write_text("instance_type,model,gpus,cpu_milli,memory_mib,price_per_hour\nx,T4,two,1000,1000,1\n")
     notime = tmp_path / "notime.csv"
     notime.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli\np,1000,1000,1,1000\n")
+    header = "name,cpu_milli,memory_mib,num_gpu,gpu_milli,creation_time,deletion_time\n"
+    files = {"BAD": bad, "NOTIME": notime}
+    for name, times in (("INF", "0,inf"), ("LONG", "0,1e9"), ("LATE", "1e11,1e11")):
+        files[name] = tmp_path / f"{name.lower()}.csv"
+        files[name].write_text(header + f"p,1000,1000,1,1000,{times}\n")
+    files["HUGE"] = tmp_path / "huge.csv"
+    files["HUGE"].write_text("instance_type,model,gpus,cpu_milli,memory_mib,price_per_hour\nx,T4,1000,1000,1000,1\n")
     args = {"--nodes": str(NODES), "--pods": str(small_trace(tmp_path / "p.csv", 5)),
             "--instances": str(INSTANCES), "--compress": "50"}
     for key, value in change.items():
         if value is None:
             del args[key]
         else:
-            args[key] = {"BAD": str(bad), "NOTIME": str(notime)}.get(value, value)
+            args[key] = str(files[value]) if value in files else value
     argv = ["simulate", "--capacity"] + [x for kv in args.items() for x in kv]
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()

@@ -157,6 +157,53 @@ def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     assert "none.csv" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize(("nodes_row", "pods_row", "needle"), [
+    ("n1,1000,1000,inf,T4", "a,1000,1024,1,1000,", "n.csv:2: column 'gpu' is not a finite number: 'inf'"),
+    ("n1,1000,1000,1e9,T4", "a,1000,1024,1,1000,", "n.csv:2: column 'gpu' is above 256"),
+    ("n1,1e300,1000,1,T4", "a,1000,1024,1,1000,", "n.csv:2: column 'cpu_milli' is above 1,000,000,000"),
+    ("n1,1000,1000,1,T4", "a,1000,nan,1,1000,", "p.csv:2: column 'memory_mib' is not a finite number"),
+    ("n1,1000,1000,1,T4", "a,1000,1024,300,1000,", "p.csv:2: column 'num_gpu' is above 256"),
+    ("n1,1000,1000,1,T4", "a,1000,1024,1," + "9" * 5000 + ",", "p.csv:2: column 'gpu_milli'"),
+    ("n1,1000,1000,1,T4", 'a,"' + "x" * 200_000 + '",1024,1,1000,', "p.csv:2: field larger than field limit"),
+])
+def test_numbers_past_the_bounds_exit_2_naming_row_and_column(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                              nodes_row: str, pods_row: str, needle: str) -> None:
+    nodes = write(tmp_path / "n.csv", NODE_HEADER, [nodes_row])
+    pods = write(tmp_path / "p.csv", "name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec\n", [pods_row])
+    assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1 and len(err) < 300, err
+
+
+def test_a_trace_that_is_not_utf8_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    nodes = write(tmp_path / "n.csv", NODE_HEADER, ["n1,1000,1000,1,T4"])
+    pods = tmp_path / "p.csv"
+    pods.write_bytes("name,cpu_milli,memory_mib,num_gpu,gpu_milli\ncaf\xe9,1,1,0,0\n".encode("latin-1"))
+    assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods)]) == 2
+    assert f"{pods}: not UTF-8 text" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--tune", "inf"], "--tune must be positive and at most 100"),
+    (["--tune", "nan"], "--tune must be positive and at most 100"),
+    (["--tune", "0"], "--tune must be positive and at most 100"),
+    (["--seed", "-1"], "--seed must be a non-negative integer, got -1"),
+])
+def test_replay_flags_out_of_range_exit_2(tight_trace: tuple[Path, Path], capsys: pytest.CaptureFixture[str],
+                                          flags: list[str], needle: str) -> None:
+    nodes, pods = tight_trace
+    assert main(["simulate", "--nodes", str(nodes), "--pods", str(pods), *flags]) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1, err
+
+
+def test_arrival_order_refuses_an_endless_tune() -> None:
+    import numpy as np
+
+    with pytest.raises(ValueError, match="--tune"):
+        arrival_order([PodDemand(1, 1, 1, 1000, name="a")], 1000, float("inf"), np.random.default_rng(0))
+
+
 def test_multigpu_list_without_gpu_spec_loads_with_any_model(tmp_path: Path) -> None:
     """The published multigpu lists have only name,cpu_milli,memory_mib,num_gpu,gpu_milli."""
     path = tmp_path / "multigpu.csv"

@@ -1,0 +1,160 @@
+"""Bad flags and files given to the long-running commands (webhook, extender, controller, hub): one line
+naming the flag or the file's field, exit code 2, before anything serves; never a traceback, a gunicorn
+master retrying a bind for five seconds, or a worker that dies on a kubeconfig after the fork.
+
+Real: the commands as subprocesses (`python -m cli.main`), real sockets on 127.0.0.1 (a port held by
+this test), real kubeconfig files. Faked: nothing.
+"""
+
+from __future__ import annotations
+
+import socket
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.cli.helpers import Run, subprocess_run
+
+
+def _check(run: Run, *needles: str) -> None:
+    assert run.code == 2, (run.code, run.err)
+    assert "Traceback" not in run.err, run.err
+    for needle in needles:
+        assert needle in run.err, (needle, run.err)
+
+
+@pytest.fixture
+def cert_dir(tmp_path: Path) -> Path:
+    """A directory the webhook's file check accepts (its contents are read only by the workers)."""
+    (tmp_path / "tls.crt").write_text("cert")
+    (tmp_path / "tls.key").write_text("key")
+    return tmp_path
+
+
+@pytest.fixture
+def held_port() -> Iterator[int]:
+    """A port on 127.0.0.1 another process listens on."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--port", "70000"], "argument --port: 70000 is not a port number (1-65535)"),
+    (["--port", "0"], "argument --port: 0 is not a port number (1-65535)"),
+    (["--port", "http"], "argument --port: 'http' is not a port number"),
+    (["--bind", "999.1.1.1"], "argument --bind: '999.1.1.1' is not an IP address or a host name"),
+    (["--bind", "a b"], "argument --bind: 'a b' is not an IP address or a host name"),
+    (["--workers", "0"], "argument --workers: 0 is below 1"),
+    (["--threads", "-3"], "argument --threads: -3 is below 1"),
+])
+@pytest.mark.parametrize("command", ["webhook", "extender"])
+def test_server_flags_out_of_range_are_usage_errors(command: str, args: list[str], needle: str,
+                                                    cert_dir: Path) -> None:
+    base = ["webhook", "--cert-dir", str(cert_dir), "--no-watch"] if command == "webhook" else ["extender",
+                                                                                                "--standalone"]
+    _check(subprocess_run(*base, *args, timeout=30), needle)
+
+
+@pytest.mark.parametrize("value", ["0", "nan", "inf", "-1", "soon"])
+def test_extender_assume_seconds_is_a_finite_positive_period(value: str) -> None:
+    _check(subprocess_run("extender", "--standalone", "--assume-seconds", value, timeout=30),
+           "argument --assume-seconds:")
+
+
+def test_a_port_in_use_is_one_line_before_gunicorn_starts(held_port: int, cert_dir: Path) -> None:
+    for base in (["extender", "--standalone"], ["webhook", "--cert-dir", str(cert_dir), "--no-watch"]):
+        run = subprocess_run(*base, "--bind", "127.0.0.1", "--port", str(held_port), timeout=30)
+        _check(run, f"--bind 127.0.0.1 --port {held_port}: cannot listen: Address already in use")
+        assert "Booting worker" not in run.err and "Retrying" not in run.err, run.err
+
+
+def test_an_address_of_no_interface_here_is_one_line(cert_dir: Path) -> None:
+    # 192.0.2.1 is TEST-NET-1 (RFC 5737): bind() refuses it at once, no packet is sent.
+    _check(subprocess_run("extender", "--standalone", "--bind", "192.0.2.1", timeout=30),
+           "--bind 192.0.2.1 --port 8888: cannot listen: Cannot assign requested address")
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("clusters: 5\n", "clusters: must be a list, not a number"),
+    ("- a\n- b\n", "not a kubeconfig: the top level is a list, not a mapping"),
+    ("clusters:\n- name: c\n  cluster: {server: 5}\n", "clusters[0].cluster.server: must be a string, not a number"),
+    ("users:\n- user: {}\n", "users[0].name: must be a string"),
+    ("contexts:\n- name: x\n  context: [1]\n", "contexts[0].context: must be a mapping, not a list"),
+    ("clusters:\n- name: c\n  cluster: {insecure-skip-tls-verify: 'yes'}\n",
+     "clusters[0].cluster.insecure-skip-tls-verify: must be true or false, not a string"),
+    ("users:\n- name: u\n  user: {exec: run}\n", "users[0].user.exec: must be a mapping, not a string"),
+    ("current-context: [a]\n", "current-context: must be a string, not a list"),
+    ("clusters: [\n", "not valid YAML"),
+    (b"\xff\xfe kind: Config\n", "not UTF-8 text"),
+])
+def test_a_kubeconfig_of_the_wrong_shape_names_the_field(tmp_path: Path, cert_dir: Path, text: str | bytes,
+                                                         needle: str) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_bytes(text if isinstance(text, bytes) else text.encode())
+    webhook = subprocess_run("webhook", "--cert-dir", str(cert_dir), "--kubeconfig", str(kubeconfig), timeout=30)
+    _check(webhook, f"cannot load Kubernetes configuration ({kubeconfig}): {needle}")
+    controller = subprocess_run("controller", "--kubeconfig", str(kubeconfig), timeout=30)
+    _check(controller, f"cannot load Kubernetes configuration ({kubeconfig}): {needle}")
+    assert len([line for line in controller.err.splitlines() if line.strip()]) == 1, controller.err
+
+
+def test_a_kubeconfig_in_the_kubeconfig_variable_is_checked_too(tmp_path: Path) -> None:
+    good = tmp_path / "good"
+    good.write_text("apiVersion: v1\nkind: Config\nclusters: []\n")
+    bad = tmp_path / "bad"
+    bad.write_text("users: {u: 1}\n")
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    env["KUBECONFIG"] = f"{good}:{bad}"
+    result = subprocess.run([sys.executable, "-m", "cli.main", "controller"], env=env, capture_output=True,
+                            text=True, timeout=30)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    assert f"{bad}: users: must be a list, not a mapping" in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize(("args", "needle"), [
+    (["--health-port", "-1"], "argument --health-port: -1 is not a port number (0-65535, 0: any)"),
+    (["--health-port", "65536"], "argument --health-port: 65536 is not a port number"),
+    (["--resync-seconds", "0"], "argument --resync-seconds: '0': must be a finite number of seconds above 0"),
+    (["--resync-seconds", "nan"], "argument --resync-seconds: 'nan'"),
+    (["--renew-seconds", "inf"], "argument --renew-seconds: 'inf'"),
+    (["--lease-duration-seconds", "0"], "argument --lease-duration-seconds: 0 is below 1"),
+])
+def test_controller_flags_out_of_range_are_usage_errors(args: list[str], needle: str) -> None:
+    _check(subprocess_run("controller", *args, timeout=30), needle)
+
+
+def test_controller_health_port_in_use_is_one_line(tmp_path: Path, held_port: int) -> None:
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                          "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+                          "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    run = subprocess_run("controller", "--kubeconfig", str(kubeconfig), "--health-bind", "127.0.0.1",
+                         "--health-port", str(held_port), timeout=30)
+    _check(run, f"--health-bind 127.0.0.1 --health-port {held_port}: cannot listen: Address already in use")
+
+
+@pytest.mark.parametrize(("text", "needle"), [
+    ("kind: Namespace\nmetadata: {name: a}\n", "no GpuPolicy documents"),
+    ("", "no GpuPolicy documents"),
+    ("- 1\n", "document 1: not a mapping"),
+    ("kind: List\nitems: 3\n", "document 1 (List): items: not a list"),
+    ("kind: List\nitems: [3]\n", "document 1 (List): an item is not a mapping"),
+    (b"kind: GpuPolicy\nmetadata: {name: caf\xe9}\n", "not UTF-8 text"),
+])
+def test_webhook_policies_file_that_decides_nothing_is_refused(tmp_path: Path, cert_dir: Path, text: str | bytes,
+                                                               needle: str) -> None:
+    policies = tmp_path / "policies.yaml"
+    policies.write_bytes(text if isinstance(text, bytes) else text.encode())
+    _check(subprocess_run("webhook", "--cert-dir", str(cert_dir), "--policies", str(policies), timeout=30),
+           f"--policies {policies}: {needle}")
+
+
+def test_hub_workers_below_one_is_a_usage_error() -> None:
+    _check(subprocess_run("hub", "serve", "--workers", "0", timeout=30), "argument --workers: 0 is below 1")
