@@ -169,7 +169,8 @@ def set_ca_bundle(read: Callable[..., Any], patch: Callable[..., Any], name: str
     test op (409/422 from the server) and is read again. Returns webhooks patched.
     """
     from kubernetes.client.exceptions import ApiException
-    from urllib3.exceptions import HTTPError
+
+    from kube.calls import UNREACHABLE
 
     for _attempt in range(CONFLICT_RETRIES):
         try:
@@ -192,6 +193,6 @@ def set_ca_bundle(read: Callable[..., Any], patch: Callable[..., Any], name: str
             if exc.status == 404:
                 raise CertsError(f"{kind} {name} not found") from None
             raise CertsError(f"{kind} {name}: API error {exc.status} {exc.reason}") from None
-        except (HTTPError, OSError) as exc:
+        except UNREACHABLE as exc:
             raise CertsError(f"{kind} {name}: cannot reach the API server: {exc}") from None
     raise CertsError(f"{kind} {name}: still conflicting after {CONFLICT_RETRIES} attempts")

@@ -20,9 +20,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from controller.sources import Clock
+from kube.calls import API_ERRORS, message
 from kube.leases import LeaseConflict, LeaseRecord, create_lease, get_lease, replace_lease
 
 log = logging.getLogger(__name__)
+
+_RELEASE_ERRORS: tuple[type[Exception], ...] = (LeaseConflict, *API_ERRORS)
 
 
 def exit_process(reason: str) -> None:
@@ -130,14 +133,22 @@ class LeaderElector:
             if self._leader:
                 self._lose(str(exc))
             return False
-        except (ApiException, OSError) as exc:
-            log.warning("lease step failed identity=%s error=%s", self.identity, exc)
+        except API_ERRORS as exc:
+            log.warning("lease step failed identity=%s error=%s", self.identity, _one_line(exc))
             return self.is_leader()
 
     def run(self, stop: threading.Event) -> None:
-        """Step every `renew_interval` (real seconds) until `stop` or leadership is lost."""
+        """Step every `renew_interval` (real seconds) until `stop` or leadership is lost.
+
+        Nothing a step raises ends the loop: a dead lease thread would leave the process up, its
+        probes answering, and never leading (an API server down at start did exactly that). An
+        unexpected error is logged and the next step tries again; `is_leader` still trips
+        `on_lost` once renewals have failed past the lease's expiry."""
         while not stop.is_set():
-            self.step()
+            try:
+                self.step()
+            except Exception:
+                log.exception("lease step failed identity=%s", self.identity)
             if self._lost:
                 return
             self.is_leader()  # trips on_lost when renewals kept failing past expiry
@@ -162,5 +173,13 @@ class LeaderElector:
                 now = self.clock.now()
                 replace_lease(self.api, current, "", 1, current.acquire_time or now, now, current.transitions)
                 log.info("lease released identity=%s lease=%s/%s", self.identity, self.namespace, self.name)
-        except (ApiException, LeaseConflict, OSError) as exc:
-            log.warning("lease release failed error=%s", exc)
+        except _RELEASE_ERRORS as exc:
+            log.warning("lease release failed error=%s", _one_line(exc))
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one log line: the API's status and message, or the transport error (urllib3's messages
+    nest the cause's repr over lines)."""
+    if isinstance(exc, ApiException):
+        return f"API error {exc.status} {message(exc)}"
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"

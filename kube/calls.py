@@ -4,6 +4,12 @@ A repeated pass must be idempotent: creating what exists (409) or deleting
 what is gone (404) is "nothing to do", listing a kind whose CRD is not
 installed (404) is "none"; an eviction refused by a PodDisruptionBudget
 (429) or a pod already gone (404) is "not now". Everything else raises.
+
+`UNREACHABLE`: what the kubernetes client raises when no HTTP answer came
+back at all (connection refused or reset, a name that does not resolve, a
+TLS failure, retries exhausted): urllib3's errors, which are not OSErrors,
+and the OSErrors beneath them. A loop that must outlive an API server
+restart catches these beside ApiException (`API_ERRORS`: both).
 """
 
 from __future__ import annotations
@@ -14,8 +20,12 @@ from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from urllib3.exceptions import HTTPError
 
 from kube import rest
+
+UNREACHABLE: tuple[type[Exception], ...] = (HTTPError, OSError)
+API_ERRORS: tuple[type[Exception], ...] = (ApiException, *UNREACHABLE)  # an answer that is an error, or none
 
 
 def message(exc: ApiException) -> str:
