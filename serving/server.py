@@ -166,6 +166,9 @@ def gunicorn_options(*, bind: str, port: int, cert_dir: Path | None, workers: in
         "worker_exit": _worker_exit,
         "child_exit": _child_exit,
         "proc_name": "kubeon-gpu",
+        # gunicorn's control socket (~/.gunicorn/gunicorn.ctl by default) would let a local process change
+        # the worker count or stop the server; nothing of ours uses it (tests/serving/test_server.py)
+        "control_socket_disable": True,
     }
     if cert_dir is not None:
         tls = RotatingTLS(cert_dir / "tls.crt", cert_dir / "tls.key")

@@ -63,10 +63,10 @@ def workers_of(pid: int) -> set[int]:
     return {int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()}
 
 
-def start_server(tmp: Path, cert_dir: Path, workers: int = 2) -> Server:
+def start_server(tmp: Path, cert_dir: Path, workers: int = 2, extra_env: dict[str, str] | None = None) -> Server:
     ready_file = tmp / "ready"
     ready_file.touch()
-    env = {**os.environ, "KUBEON_TEST_READY_FILE": str(ready_file), "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "KUBEON_TEST_READY_FILE": str(ready_file), "PYTHONPATH": str(REPO), **(extra_env or {})}
     env.pop("PROMETHEUS_MULTIPROC_DIR", None)
     for _attempt in range(3):
         port = free_port()
@@ -229,6 +229,23 @@ def test_half_written_rotation_keeps_serving_the_old_cert(server: Server, tmp_pa
     while server.served_serial() == before:
         assert time.monotonic() < deadline
         time.sleep(0.05)
+
+
+def test_no_control_socket_is_opened(tmp_path: Path, certs_dir: Path) -> None:
+    """gunicorn (25.1 on) opens a control socket in $XDG_RUNTIME_DIR or ~/.gunicorn by default, through which
+    a local process could change the worker count (the extender's state lives in its one process) or stop
+    the server; nothing of ours uses it, and under the chart's read-only root it only failed with a warning."""
+    home, runtime = tmp_path / "home", tmp_path / "run"
+    home.mkdir()
+    runtime.mkdir()
+    server = start_server(tmp_path, certs_dir, workers=1,
+                          extra_env={"HOME": str(home), "XDG_RUNTIME_DIR": str(runtime)})
+    try:
+        assert server.get("/healthz").status_code == 200
+        assert [*home.rglob("*"), *runtime.rglob("*")] == []
+    finally:
+        stop_server(server)
+    assert "Control socket" not in (tmp_path / "server.log").read_text()
 
 
 def test_metrics_dir_is_removed_on_exit(tmp_path: Path, certs_dir: Path) -> None:
