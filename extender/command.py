@@ -28,6 +28,7 @@ import argparse
 import logging
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from flask import Flask
@@ -35,6 +36,7 @@ from flask import Flask
 from gpupolicy.model import Mode
 from gpupolicy.packing.engine import DEFAULT_STRATEGY, STRATEGIES
 from serving.flags import bind_problem, listen_host, port_number, positive_int, positive_seconds
+from serving.tls import cert_dir_problem
 
 log = logging.getLogger(__name__)
 
@@ -124,13 +126,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"kubeon-gpu extender: --scheduler-weight {args.scheduler_weight}: must be 0 (unknown) or more",
               file=sys.stderr)
         return 2
-    if args.cert_dir:
-        from pathlib import Path
-
-        for name in ("tls.crt", "tls.key"):
-            if not (Path(args.cert_dir) / name).is_file():
-                print(f"kubeon-gpu extender: --cert-dir {args.cert_dir}: {name} missing", file=sys.stderr)
-                return 2
+    if args.cert_dir and (problem := cert_dir_problem(Path(args.cert_dir))):
+        print(f"kubeon-gpu extender: --cert-dir {args.cert_dir}: {problem}", file=sys.stderr)
+        return 2
     if args.kubeconfig and not os.path.isfile(args.kubeconfig):
         print(f"kubeon-gpu extender: --kubeconfig {args.kubeconfig}: no such file", file=sys.stderr)
         return 2

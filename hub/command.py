@@ -31,7 +31,8 @@ import yaml
 from gpupolicy.quantity import QuantityError, parse_duration
 from gpupolicy.yamlload import describe_error, safe_load_all
 from hub.store import Hub, HubError, validate_policy
-from serving.flags import positive_int
+from serving.flags import bind_problem, positive_int
+from serving.tls import tls_problem
 
 log = logging.getLogger(__name__)
 DEFAULT_DB = "sqlite:///hub.db"
@@ -170,6 +171,10 @@ def serve(args: argparse.Namespace) -> int:
     for flag, path in (("--cert", args.cert), ("--key", args.key)):
         if path and not os.path.isfile(path):
             return _fail(f"{flag} {path}: no such file")
+    if args.cert and (problem := tls_problem(Path(args.cert), Path(args.key))):
+        return _fail(f"--cert/--key: {problem}")
+    if problem := bind_problem(host, port):
+        return _fail(f"--bind {args.bind}: cannot listen: {problem}")
     token = admin_token(args)
     open_database(url)  # migrate once, in the master, before the workers fork
     secret = hashlib.sha256(b"kubeon-hub-session\x00" + token.encode()).hexdigest()

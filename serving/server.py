@@ -43,6 +43,7 @@ from gunicorn.app.base import BaseApplication
 
 from serving.metrics import MULTIPROC_ENV, use_multiprocess_values
 from serving.tally import TALLY
+from serving.tls import server_context
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +67,7 @@ class RotatingTLS:
         return tuple((s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in stats)
 
     def build(self) -> ssl.SSLContext:
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.minimum_version = ssl.TLSVersion.TLSv1_2
-        context.load_cert_chain(certfile=str(self.certfile), keyfile=str(self.keyfile))
-        return context
+        return server_context(self.certfile, self.keyfile)
 
     def context(self) -> ssl.SSLContext:
         """The context for a new connection: cached until the files change."""

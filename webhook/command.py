@@ -35,6 +35,7 @@ from gpupolicy.model import Mode
 from gpupolicy.yamlload import describe_error, safe_load_all
 from kube.views import StaticView, ViewSource, WatchedView
 from serving.flags import bind_problem, listen_host, port_number, positive_int
+from serving.tls import cert_dir_problem
 from webhook.app import create_app
 
 log = logging.getLogger(__name__)
@@ -157,10 +158,10 @@ def run(args: argparse.Namespace) -> int:
         print(f"kubeon-gpu webhook: {exc}", file=sys.stderr)
         return 2
     cert_dir = Path(args.cert_dir)
-    for name in ("tls.crt", "tls.key"):
-        if not (cert_dir / name).is_file():
-            print(f"kubeon-gpu webhook: --cert-dir {cert_dir}: {name} missing", file=sys.stderr)
-            return 2
+    problem = cert_dir_problem(cert_dir)
+    if problem:
+        print(f"kubeon-gpu webhook: --cert-dir {cert_dir}: {problem}", file=sys.stderr)
+        return 2
     if should_watch(args):  # the workers build their watches after the fork: a bad config must stop us here
         from kube.config import KubeConfigError, load_configuration
 

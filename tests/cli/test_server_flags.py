@@ -26,11 +26,9 @@ def _check(run: Run, *needles: str) -> None:
 
 
 @pytest.fixture
-def cert_dir(tmp_path: Path) -> Path:
-    """A directory the webhook's file check accepts (its contents are read only by the workers)."""
-    (tmp_path / "tls.crt").write_text("cert")
-    (tmp_path / "tls.key").write_text("key")
-    return tmp_path
+def cert_dir(real_certs: Path) -> Path:
+    """TLS material that loads: the checks under test come before or after it."""
+    return real_certs
 
 
 @pytest.fixture
@@ -158,3 +156,40 @@ def test_webhook_policies_file_that_decides_nothing_is_refused(tmp_path: Path, c
 
 def test_hub_workers_below_one_is_a_usage_error() -> None:
     _check(subprocess_run("hub", "serve", "--workers", "0", timeout=30), "argument --workers: 0 is below 1")
+
+
+@pytest.fixture(scope="module")
+def real_certs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from certs.material import generate
+
+    out = tmp_path_factory.mktemp("tls")
+    generate("kubeon-gpu-optimizer-webhook", "kubeon-gpu", out, ip_addresses=["127.0.0.1"])
+    return out
+
+
+def _tls_dir(tmp: Path, crt: bytes, key: bytes) -> Path:
+    tmp.mkdir(exist_ok=True)
+    (tmp / "tls.crt").write_bytes(crt)
+    (tmp / "tls.key").write_bytes(key)
+    return tmp
+
+
+@pytest.mark.parametrize("case", ["cert not PEM", "key not PEM", "key of another pair"])
+def test_tls_material_that_does_not_load_names_the_file(tmp_path: Path, real_certs: Path, case: str) -> None:
+    crt, key, ca_key = ((real_certs / n).read_bytes() for n in ("tls.crt", "tls.key", "ca.key"))
+    pair, needle = {"cert not PEM": ((b"x", key), "tls.crt: not a PEM certificate"),
+                    "key not PEM": ((crt, b"y"), "tls.key: not a PEM private key"),
+                    "key of another pair": ((crt, ca_key), "KEY_VALUES_MISMATCH")}[case]
+    tls = _tls_dir(tmp_path / "tls", *pair)
+    _check(subprocess_run("webhook", "--cert-dir", str(tls), "--no-watch", timeout=30), f"--cert-dir {tls}: ", needle)
+    _check(subprocess_run("extender", "--standalone", "--cert-dir", str(tls), timeout=30), needle)
+    _check(subprocess_run("hub", "serve", "--db", f"sqlite:///{tmp_path / 'hub.db'}", "--cert", str(tls / "tls.crt"),
+                          "--key", str(tls / "tls.key"), "--bind", "127.0.0.1:1", timeout=60),
+           "--cert/--key: ", needle)
+
+
+def test_hub_bind_in_use_is_one_line(tmp_path: Path, held_port: int) -> None:
+    run = subprocess_run("hub", "serve", "--db", f"sqlite:///{tmp_path / 'hub.db'}", "--bind",
+                         f"127.0.0.1:{held_port}", timeout=60)
+    _check(run, f"--bind 127.0.0.1:{held_port}: cannot listen: Address already in use")
+    assert "Retrying" not in run.err and "Connection in use" not in run.err, run.err
