@@ -32,7 +32,7 @@ from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import CAPACITY_PROVIDERS, GROUP, PLURAL, VERSION, Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component, parse_components
 from kube.stoppable import StoppableClient
-from serving.flags import bind_problem, port_or_any, positive_int, positive_seconds
+from serving.flags import bind_problem, listen_host, port_or_any, positive_int, positive_seconds
 
 log = logging.getLogger("controller")
 
@@ -73,7 +73,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--identity", default=None, help="holderIdentity (default: hostname_pid)")
     parser.add_argument("--kubeconfig", default=None, help="kubeconfig (default: in-cluster or ~/.kube/config)")
     parser.add_argument("--health-port", type=port_or_any, default=8080, help="/healthz /readyz /metrics port (0: any)")
-    parser.add_argument("--health-bind", default="0.0.0.0", help="IPv4 address of the health server")
+    parser.add_argument("--health-bind", type=listen_host, default="0.0.0.0",
+                        help="IP address (or host name) of the health server (default: 0.0.0.0, all IPv4)")
     parser.add_argument("--resync-seconds", type=positive_seconds, default=60.0,
                         help="full GpuPolicy resync period (default: 60)")
     parser.add_argument("--lease-duration-seconds", type=positive_int, default=15,

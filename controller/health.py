@@ -8,11 +8,16 @@ replica (it is ready to take over); /healthz is 200 while the process runs.
 
 from __future__ import annotations
 
+import socket
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+
+
+class _Server6(ThreadingHTTPServer):
+    address_family = socket.AF_INET6  # an IPv6 --health-bind (`::` on an IPv6-only cluster)
 
 
 class HealthServer:
@@ -23,7 +28,7 @@ class HealthServer:
         self.registry = registry
         self.ready = ready
         handler = self._handler()
-        self.server = ThreadingHTTPServer((bind, port), handler)
+        self.server = (_Server6 if ":" in bind else ThreadingHTTPServer)((bind, port), handler)
         self.server.daemon_threads = True
         self.port = int(self.server.server_address[1])
         # A short poll interval: shutdown() waits for the serve loop's next poll (0.5 s by default).

@@ -123,6 +123,7 @@ def test_a_kubeconfig_in_the_kubeconfig_variable_is_checked_too(tmp_path: Path) 
     (["--resync-seconds", "nan"], "argument --resync-seconds: 'nan'"),
     (["--renew-seconds", "inf"], "argument --renew-seconds: 'inf'"),
     (["--lease-duration-seconds", "0"], "argument --lease-duration-seconds: 0 is below 1"),
+    (["--health-bind", "a b"], "argument --health-bind: 'a b' is not an IP address or a host name"),
 ])
 def test_controller_flags_out_of_range_are_usage_errors(args: list[str], needle: str) -> None:
     _check(subprocess_run("controller", *args, timeout=30), needle)
@@ -193,3 +194,36 @@ def test_hub_bind_in_use_is_one_line(tmp_path: Path, held_port: int) -> None:
                          f"127.0.0.1:{held_port}", timeout=60)
     _check(run, f"--bind 127.0.0.1:{held_port}: cannot listen: Address already in use")
     assert "Retrying" not in run.err and "Connection in use" not in run.err, run.err
+
+
+def test_controller_health_server_listens_on_ipv6(tmp_path: Path) -> None:
+    """`--health-bind ::` (an IPv6-only cluster's pod address): the health server was IPv4 only and the
+    controller ended in a gaierror traceback."""
+    import subprocess
+    import time
+
+    import requests
+
+    with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
+        probe.bind(("::1", 0))
+        port = probe.getsockname()[1]
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                          "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+                          "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    process = subprocess.Popen([sys.executable, "-m", "cli.main", "controller", "--kubeconfig", str(kubeconfig),
+                                "--health-bind", "::1", "--health-port", str(port)],
+                               stdout=subprocess.DEVNULL, stderr=(tmp_path / "log").open("w"))
+    try:
+        deadline = time.monotonic() + 30
+        answer = None
+        while answer is None and time.monotonic() < deadline and process.poll() is None:
+            try:
+                answer = requests.get(f"http://[::1]:{port}/healthz", timeout=2)
+            except requests.ConnectionError:
+                time.sleep(0.1)
+        assert answer is not None and answer.status_code == 200, (tmp_path / "log").read_text()
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert "Traceback" not in (tmp_path / "log").read_text()
