@@ -153,12 +153,25 @@ class Reflector:
         return self
 
     def stop(self, timeout: float = 5.0) -> None:
+        """End the thread within `timeout` seconds, a watch blocked on a quiet stream included.
+
+        kubernetes' `Watch.stop` shuts the stream's socket only once the watch's response exists; a stop
+        that came between the request and its response headers left the thread reading the stream until
+        the server ended it (up to timeoutSeconds). So the stop is repeated until the thread has ended.
+        """
         self._stopping.set()
-        current = self._watch
-        if current is not None:
-            current.stop()  # type: ignore[no-untyped-call]
-        if self._thread is not None:
-            self._thread.join(timeout)
+        deadline = time.monotonic() + timeout
+        while True:
+            current = self._watch
+            if current is not None:
+                current.stop()  # type: ignore[no-untyped-call]
+            thread = self._thread
+            left = deadline - time.monotonic()
+            if thread is None or left <= 0:
+                return
+            thread.join(min(0.05, left))
+            if not thread.is_alive():
+                return
 
     def snapshot(self) -> dict[str, JsonObject]:
         with self._lock:
