@@ -14,11 +14,13 @@ import logging
 import os
 import signal
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlsplit
 
 from kubernetes import client
 
@@ -274,7 +276,23 @@ def hub_settings(args: argparse.Namespace) -> HubSettings | None:
         raise ValueError(f"--hub-poll-interval {args.hub_poll_interval!r}: {exc}") from None
     if interval < 1:
         raise ValueError("--hub-poll-interval must be at least 1s")
+    url = urlsplit(args.hub_url)
+    if url.scheme not in ("http", "https") or not url.hostname:
+        raise ValueError(f"--hub-url {args.hub_url!r}: must be an http(s) URL with a host (the chart's schema says "
+                         "so too)")
     return HubSettings(args.hub_url, args.cluster, args.hub_token_file, interval, args.hub_ca_file)
+
+
+def ca_file_problem(path: str) -> str:
+    """Why `path` cannot verify the hub (requests reads it on every poll: an unusable file is refused at
+    start, once, instead of failing each poll); "" when it can."""
+    try:
+        ssl.create_default_context(cafile=path)
+    except ssl.SSLError as exc:
+        return f"not a PEM CA certificate ({exc.reason})"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
 
 
 def run(args: argparse.Namespace) -> int:
@@ -306,6 +324,9 @@ def run(args: argparse.Namespace) -> int:
         hub = hub_settings(args)
     except ValueError as exc:
         log.error("%s", exc)
+        return 2
+    if hub is not None and hub.ca_file and (problem := ca_file_problem(hub.ca_file)):
+        log.error("--hub-ca-file %s: %s", hub.ca_file, problem)
         return 2
     problem = bind_problem(args.health_bind, args.health_port)
     if problem:

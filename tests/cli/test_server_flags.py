@@ -227,3 +227,27 @@ def test_controller_health_server_listens_on_ipv6(tmp_path: Path) -> None:
         process.terminate()
         process.wait(timeout=30)
     assert "Traceback" not in (tmp_path / "log").read_text()
+
+
+@pytest.mark.parametrize(("flags", "needle"), [
+    (["--hub-url", "ftp://hub"], "--hub-url 'ftp://hub': must be an http(s) URL with a host"),
+    (["--hub-url", "https://"], "--hub-url 'https://': must be an http(s) URL with a host"),
+    (["--hub-ca-file", "NOTPEM"], "not a PEM CA certificate"),
+    (["--hub-ca-file", "/nonexistent/ca.crt"], "--hub-ca-file /nonexistent/ca.crt: No such file or directory"),
+])
+def test_controller_hub_settings_it_cannot_use_are_refused_at_start(tmp_path: Path, flags: list[str],
+                                                                    needle: str) -> None:
+    token = tmp_path / "token"
+    token.write_text("t")
+    bad = tmp_path / "ca.crt"
+    bad.write_text("not a certificate")
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                          "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+                          "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    args = {"--hub-url": "https://hub.example", "--cluster": "c", "--hub-token-file": str(token)}
+    for flag, value in zip(flags[::2], flags[1::2], strict=True):
+        args[flag] = str(bad) if value == "NOTPEM" else value
+    run = subprocess_run("controller", "--kubeconfig", str(kubeconfig), *[x for kv in args.items() for x in kv],
+                         timeout=30)
+    _check(run, needle)
