@@ -44,6 +44,7 @@ from gpupolicy.catalog import DEFAULT_CATALOG
 from gpupolicy.cluster import ClusterView, node_from_object
 from gpupolicy.model import GpuPolicy, Mode
 from gpupolicy.scaling.autoscale import UNSET_SERVER, offers
+from serving.flags import http_url
 
 PROG = "kubeon-gpu dry-run"
 ROLE_KINDS = {"--policies": ("GpuPolicy", "Namespace"), "--nodes": ("Node",), "-f": CONTEXT_KINDS}
@@ -90,7 +91,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--metrics", action="store_true",
                         help="evaluate as an install with prometheus.url set; without it sharing and "
                              "scaleToZero policies stay Recommend, as they do in the cluster (--example implies it)")
-    parser.add_argument("--prometheus-url", metavar="URL", default=None,
+    parser.add_argument("--prometheus-url", type=http_url, metavar="URL", default=None,
                         help="the install's prometheus.url: serverAddress of the KEDA ScaledObjects offered in "
                              f"scaledObjects (default {UNSET_SERVER}); implies --metrics")
 

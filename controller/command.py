@@ -20,7 +20,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from kubernetes import client
 
@@ -34,19 +33,19 @@ from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import CAPACITY_PROVIDERS, GROUP, PLURAL, VERSION, Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component, parse_components
 from kube.stoppable import StoppableClient
-from serving.flags import bind_problem, listen_host, port_or_any, positive_int, positive_seconds
+from serving.flags import bind_problem, http_url, listen_host, port_or_any, positive_int, positive_seconds
 
 log = logging.getLogger("controller")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default="kubeon-gpu", help="namespace of the Lease (the install's)")
-    parser.add_argument("--prometheus-url", default=None,
+    parser.add_argument("--prometheus-url", type=http_url, default=None,
                         help="Prometheus with DCGM metrics; without it sharing and scaleToZero stay Recommend")
     parser.add_argument("--default-mode", default=Mode.RECOMMEND.value, choices=[m.value for m in Mode],
                         help="mode of policies that set none")
     parser.add_argument("--cluster", default=None, help="this cluster's name as the hub knows it")
-    parser.add_argument("--hub-url", default=None,
+    parser.add_argument("--hub-url", type=http_url, default=None,
                         help="hub to pull policies and approvals from (docs/hub-api.md); unset: the GpuPolicy "
                              "objects in the cluster are the source of truth")
     parser.add_argument("--hub-token-file", default=None,
@@ -276,10 +275,6 @@ def hub_settings(args: argparse.Namespace) -> HubSettings | None:
         raise ValueError(f"--hub-poll-interval {args.hub_poll_interval!r}: {exc}") from None
     if interval < 1:
         raise ValueError("--hub-poll-interval must be at least 1s")
-    url = urlsplit(args.hub_url)
-    if url.scheme not in ("http", "https") or not url.hostname:
-        raise ValueError(f"--hub-url {args.hub_url!r}: must be an http(s) URL with a host (the chart's schema says "
-                         "so too)")
     return HubSettings(args.hub_url, args.cluster, args.hub_token_file, interval, args.hub_ca_file)
 
 

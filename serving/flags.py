@@ -17,6 +17,7 @@ import ipaddress
 import math
 import re
 import socket
+from urllib.parse import urlsplit
 
 # RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens (63 at most), and a last
 # label that is not all digits (so "999.1.1.1" is neither an address nor a name).
@@ -76,6 +77,21 @@ def listen_host(text: str) -> str:
     if len(host) <= 253 and _HOST_NAME.fullmatch(host) and not host.rstrip(".").rsplit(".", 1)[-1].isdigit():
         return host
     raise argparse.ArgumentTypeError(f"{text!r} is not an IP address or a host name")
+
+
+def http_url(text: str) -> str:
+    """argparse type of a server's URL (Prometheus, the hub): http or https with a host; "" stays unset.
+    The chart's schema asks the same of prometheus.url and hub.url."""
+    if not text:
+        return text
+    parts = urlsplit(text)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an http(s) URL with a host")
+    try:
+        parts.port  # noqa: B018 - urllib checks the port only when asked
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r}: the port is not a number from 0 to 65535") from None
+    return text
 
 
 def bind_problem(host: str, port: int) -> str:

@@ -34,7 +34,7 @@ from gpupolicy.cluster import ClusterView
 from gpupolicy.model import Mode
 from gpupolicy.yamlload import describe_error, safe_load_all
 from kube.views import StaticView, ViewSource, WatchedView
-from serving.flags import bind_problem, listen_host, port_number, positive_int
+from serving.flags import bind_problem, http_url, listen_host, port_number, positive_int
 from serving.tls import cert_dir_problem
 from webhook.app import create_app
 
@@ -51,7 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--namespace", default="kubeon-gpu", help="the optimizer's own namespace (never touched)")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,
                         help="mode of GpuPolicies that set none (the install's defaultMode; default: Recommend)")
-    parser.add_argument("--prometheus-url", default=None, metavar="URL",
+    parser.add_argument("--prometheus-url", type=http_url, default=None, metavar="URL",
                         help="the install's Prometheus (not queried here): without it sharing policies "
                              "stay Recommend, as the controller reports in their status")
     parser.add_argument("--route-cpu-pods-on-gpu-nodes", choices=("true", "false"), default="true",

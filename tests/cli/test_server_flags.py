@@ -230,8 +230,10 @@ def test_controller_health_server_listens_on_ipv6(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("flags", "needle"), [
-    (["--hub-url", "ftp://hub"], "--hub-url 'ftp://hub': must be an http(s) URL with a host"),
-    (["--hub-url", "https://"], "--hub-url 'https://': must be an http(s) URL with a host"),
+    (["--hub-url", "ftp://hub"], "argument --hub-url: 'ftp://hub' is not an http(s) URL with a host"),
+    (["--hub-url", "https://"], "argument --hub-url: 'https://' is not an http(s) URL with a host"),
+    (["--prometheus-url", "prometheus:9090"], "argument --prometheus-url: 'prometheus:9090' is not an http(s)"),
+    (["--prometheus-url", "http://p:99999"], "the port is not a number from 0 to 65535"),
     (["--hub-ca-file", "NOTPEM"], "not a PEM CA certificate"),
     (["--hub-ca-file", "/nonexistent/ca.crt"], "--hub-ca-file /nonexistent/ca.crt: No such file or directory"),
 ])
@@ -251,3 +253,11 @@ def test_controller_hub_settings_it_cannot_use_are_refused_at_start(tmp_path: Pa
     run = subprocess_run("controller", "--kubeconfig", str(kubeconfig), *[x for kv in args.items() for x in kv],
                          timeout=30)
     _check(run, needle)
+
+
+@pytest.mark.parametrize("command", ["webhook", "dry-run"])
+def test_a_prometheus_url_that_is_no_url_is_a_usage_error(command: str, cert_dir: Path) -> None:
+    base = ["webhook", "--cert-dir", str(cert_dir), "--no-watch"] if command == "webhook" else ["dry-run",
+                                                                                                "--example"]
+    _check(subprocess_run(*base, "--prometheus-url", "prometheus:9090", timeout=30),
+           "argument --prometheus-url: 'prometheus:9090' is not an http(s) URL with a host")
