@@ -14,11 +14,11 @@ import logging
 import os
 import signal
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kubernetes import client
@@ -34,6 +34,7 @@ from gpupolicy.model import CAPACITY_PROVIDERS, GROUP, PLURAL, VERSION, Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component, parse_components
 from kube.stoppable import StoppableClient
 from serving.flags import bind_problem, http_url, listen_host, port_or_any, positive_int, positive_seconds
+from serving.tls import ca_problem
 
 log = logging.getLogger("controller")
 
@@ -278,18 +279,6 @@ def hub_settings(args: argparse.Namespace) -> HubSettings | None:
     return HubSettings(args.hub_url, args.cluster, args.hub_token_file, interval, args.hub_ca_file)
 
 
-def ca_file_problem(path: str) -> str:
-    """Why `path` cannot verify the hub (requests reads it on every poll: an unusable file is refused at
-    start, once, instead of failing each poll); "" when it can."""
-    try:
-        ssl.create_default_context(cafile=path)
-    except ssl.SSLError as exc:
-        return f"not a PEM CA certificate ({exc.reason})"
-    except OSError as exc:
-        return exc.strerror or str(exc)
-    return ""
-
-
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=getattr(logging, str(args.log_level).upper(), logging.INFO),
                         format="%(levelname)s %(message)s")
@@ -320,7 +309,7 @@ def run(args: argparse.Namespace) -> int:
     except ValueError as exc:
         log.error("%s", exc)
         return 2
-    if hub is not None and hub.ca_file and (problem := ca_file_problem(hub.ca_file)):
+    if hub is not None and hub.ca_file and (problem := ca_problem(Path(hub.ca_file))):
         log.error("--hub-ca-file %s: %s", hub.ca_file, problem)
         return 2
     problem = bind_problem(args.health_bind, args.health_port)

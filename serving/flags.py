@@ -1,10 +1,11 @@
 """The command-line types of the servers' flags, and the check that an address can be listened on.
 
 Why one module: the webhook, the extender, the controller's health server and the hub take the same
-kinds of flag (a port, an address to bind, worker and thread counts, a period in seconds), and a value
-out of range must be the same usage error (exit 2, argparse's line naming the flag) for all of them,
-never an OverflowError from bind(), a gunicorn master with no worker, or a loop that spins on a zero
-period. It imports neither Flask nor gunicorn, so parsing a command line stays cheap.
+kinds of flag (a port, an address to bind, worker and thread counts, a period in seconds, a server's
+URL), and a value out of range must be the same usage error (exit 2, argparse's line naming the flag)
+for all of them, never an OverflowError from bind(), a gunicorn master with no worker, a loop that
+spins on a zero period, or a URL every later request fails on. It imports neither Flask nor gunicorn,
+so parsing a command line stays cheap.
 
 `bind_problem` tries the address once, in the master, before gunicorn does: gunicorn would retry five
 times a second apart and then exit 1 with its own lines.

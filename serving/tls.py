@@ -1,4 +1,4 @@
-"""The servers' TLS context, and why a certificate and key given on the command line do not load.
+"""The servers' TLS context, and why the certificates, keys and CAs given on the command line do not load.
 
 Why here: `serving.server.RotatingTLS` builds the context for every new certificate it finds on disk,
 and the commands (webhook, extender, hub) check the pair once before gunicorn starts, so that a file
@@ -45,3 +45,15 @@ def cert_dir_problem(cert_dir: Path) -> str:
         if not (cert_dir / name).is_file():
             return f"{name} missing"
     return tls_problem(cert_dir / "tls.crt", cert_dir / "tls.key")
+
+
+def ca_problem(cafile: Path) -> str:
+    """Why `cafile` cannot verify a server (the controller's --hub-ca-file: requests reads it on every poll,
+    so an unusable file is refused at start, once); "" when it can."""
+    try:
+        ssl.create_default_context(cafile=str(cafile))
+    except ssl.SSLError as exc:
+        return f"not a PEM CA certificate ({exc.reason})"
+    except OSError as exc:
+        return exc.strerror or str(exc)
+    return ""
