@@ -17,7 +17,7 @@ import faulthandler
 import shutil
 import signal
 import sys
-import threading
+import time
 from pathlib import Path
 
 from tests.kubeapi.cluster import REPO, Cluster, kubectl_binary
@@ -51,9 +51,13 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     nodes = [make_node("cpu-0", product=None, gpus=0)] + [make_node(f"gpu-{i}") for i in range(args.gpu_nodes)]
     crds = sorted((REPO / "manifests" / "crd").glob("*.yaml"))
-    stop = threading.Event()
+    # The handler only notes the signal and the main thread polls for the note: the kernel may hand the
+    # signal to any thread (the server's, the stand-ins'), and then a main thread blocked in an untimed
+    # Event.wait never woke to run the handler (serve outlived its SIGINT in CI). Setting an Event from
+    # the handler could also deadlock on the Event's lock held by the interrupted wait.
+    received: list[int] = []
     for sig in (signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, lambda *_: stop.set())
+        signal.signal(sig, lambda signum, _frame: received.append(signum))
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1`: every thread's stack on stderr
     try:
         cluster = Cluster(nodes=nodes, crd_files=crds, scheduler_name=args.scheduler_name, port=args.port)
@@ -69,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             path = str(Path(args.kubeconfig).resolve())
         print(path, flush=True)
         print(f"serving {cluster.url} (Ctrl-C to stop)", file=sys.stderr, flush=True)
-        stop.wait()
+        while not received:
+            time.sleep(0.1)
     finally:
         cluster.close()
     return 0

@@ -47,3 +47,34 @@ def test_serve_prints_the_kubeconfig_and_runs_the_stand_ins(tmp_path: Path) -> N
             _, stderr = proc.communicate()
             raise AssertionError(f"serve did not stop within 20 s of SIGINT; its threads:\n{stderr[-6000:]}") from exc
     assert code == 0
+
+
+def _tgkill(pid: int, tid: int, signum: int) -> None:
+    """Send `signum` to one thread of another process (Linux tgkill; os.kill picks the thread itself)."""
+    import ctypes
+    import platform
+
+    number = {"x86_64": 234, "aarch64": 131}[platform.machine()]
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(number, pid, tid, signum) != 0:
+        raise OSError(ctypes.get_errno(), "tgkill failed")
+
+
+def test_serve_stops_when_the_signal_lands_on_another_thread(tmp_path: Path) -> None:
+    """The kernel hands a process signal to any thread that does not block it. serve's main thread waited
+    on an Event without a timeout, so a SIGINT taken by a server or stand-in thread never woke it (CI saw
+    serve outlive its SIGINT). Here the SIGINT goes to a thread that is not the main one, on purpose."""
+    proc = subprocess.Popen([sys.executable, "-m", "tests.kubeapi", "serve", "--port", str(free_port()),
+                             "--kubeconfig", str(tmp_path / "kc")], cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip()  # up: the kubeconfig is written
+        others = sorted(int(t.name) for t in Path(f"/proc/{proc.pid}/task").iterdir() if int(t.name) != proc.pid)
+        assert others, "serve runs server and stand-in threads"
+        _tgkill(proc.pid, others[0], signal.SIGINT)  # the first thread serve started after the main one
+        code = proc.wait(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert code == 0
