@@ -25,6 +25,16 @@ def _check(run: Run, *needles: str) -> None:
         assert needle in run.err, (needle, run.err)
 
 
+def refused_kubeconfig(tmp: Path) -> Path:
+    """A kubeconfig that loads, for an API server on a port where nothing listens (127.0.0.1:9): the
+    commands start, and what is under test comes before or beside their first request."""
+    path = tmp / "kubeconfig"
+    path.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+                    "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
+                    "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    return path
+
+
 @pytest.fixture
 def cert_dir(real_certs: Path) -> Path:
     """TLS material that loads: the checks under test come before or after it."""
@@ -130,10 +140,7 @@ def test_controller_flags_out_of_range_are_usage_errors(args: list[str], needle:
 
 
 def test_controller_health_port_in_use_is_one_line(tmp_path: Path, held_port: int) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-                          "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
-                          "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    kubeconfig = refused_kubeconfig(tmp_path)
     run = subprocess_run("controller", "--kubeconfig", str(kubeconfig), "--health-bind", "127.0.0.1",
                          "--health-port", str(held_port), timeout=30)
     _check(run, f"--health-bind 127.0.0.1 --health-port {held_port}: cannot listen: Address already in use")
@@ -207,10 +214,7 @@ def test_controller_health_server_listens_on_ipv6(tmp_path: Path) -> None:
     with socket.socket(socket.AF_INET6, socket.SOCK_STREAM) as probe:
         probe.bind(("::1", 0))
         port = probe.getsockname()[1]
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-                          "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
-                          "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    kubeconfig = refused_kubeconfig(tmp_path)
     process = subprocess.Popen([sys.executable, "-m", "cli.main", "controller", "--kubeconfig", str(kubeconfig),
                                 "--health-bind", "::1", "--health-port", str(port)],
                                stdout=subprocess.DEVNULL, stderr=(tmp_path / "log").open("w"))
@@ -243,10 +247,7 @@ def test_controller_hub_settings_it_cannot_use_are_refused_at_start(tmp_path: Pa
     token.write_text("t")
     bad = tmp_path / "ca.crt"
     bad.write_text("not a certificate")
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_text("apiVersion: v1\nkind: Config\ncurrent-context: c\n"
-                          "clusters: [{name: c, cluster: {server: 'http://127.0.0.1:9'}}]\n"
-                          "users: [{name: u, user: {}}]\ncontexts: [{name: c, context: {cluster: c, user: u}}]\n")
+    kubeconfig = refused_kubeconfig(tmp_path)
     args = {"--hub-url": "https://hub.example", "--cluster": "c", "--hub-token-file": str(token)}
     for flag, value in zip(flags[::2], flags[1::2], strict=True):
         args[flag] = str(bad) if value == "NOTPEM" else value
