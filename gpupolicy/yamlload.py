@@ -246,3 +246,40 @@ def describe_error(exc: yaml.YAMLError) -> str:
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
     return f"not valid YAML{where}: {problem}"
+
+
+def documents(data: bytes) -> list[Any]:
+    """The documents of a YAML file's bytes; ValueError with one line when they are not UTF-8 text (where
+    the first bad byte is) or not YAML (`describe_error`)."""
+    try:
+        return safe_load_all(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at position {exc.start})") from None
+    except yaml.YAMLError as exc:
+        raise ValueError(describe_error(exc)) from None
+
+
+def objects_of_kind(docs: list[Any], kind: str) -> tuple[list[tuple[int, dict[str, Any]]], list[tuple[int, Any]]]:
+    """The objects of `kind` among a file's documents (a `kind: List` contributes its items), each with its
+    document's number from 1, and (number, kind) of every other object, for the caller to note as
+    skipped. Empty documents are nothing; ValueError "document N: ..." for one that is not a mapping, or a
+    List whose items are not a list of mappings. The webhook's --policies and `hub policy apply` read
+    their files this way."""
+    found: list[tuple[int, dict[str, Any]]] = []
+    others: list[tuple[int, Any]] = []
+    for number, doc in enumerate(docs, start=1):
+        if doc is None:
+            continue
+        if not isinstance(doc, dict):
+            raise ValueError(f"document {number}: not a mapping")
+        items = doc.get("items") if doc.get("kind") == "List" else [doc]
+        if not isinstance(items, list):
+            raise ValueError(f"document {number} (List): items: not a list")
+        for item in items:
+            if not isinstance(item, dict):
+                raise ValueError(f"document {number} (List): an item is not a mapping")
+            if item.get("kind") == kind:
+                found.append((number, item))
+            else:
+                others.append((number, item.get("kind")))
+    return found, others

@@ -26,10 +26,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from gpupolicy.model import KIND
 from gpupolicy.quantity import QuantityError, parse_duration
-from gpupolicy.yamlload import describe_error, safe_load_all
+from gpupolicy.yamlload import documents, objects_of_kind
 from hub.store import Hub, HubError, validate_policy
 from serving.flags import bind_problem, positive_int
 from serving.tls import tls_problem
@@ -99,24 +98,15 @@ def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
     Documents of other kinds (a Pod beside its policies) are skipped with a note on stderr: the hub
     holds policies only."""
     try:
-        docs = safe_load_all(Path(path).read_text(encoding="utf-8"))
+        policies, others = objects_of_kind(documents(Path(path).read_bytes()), KIND)
     except OSError as exc:
         raise HubError(400, f"{path}: {exc.strerror}") from None
-    except UnicodeDecodeError as exc:
-        raise HubError(400, f"{path}: not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at position "
-                            f"{exc.start})") from None
-    except yaml.YAMLError as exc:
-        raise HubError(400, f"{path}: {describe_error(exc)}") from None
+    except ValueError as exc:
+        raise HubError(400, f"{path}: {exc}") from None
+    for index, kind in others:
+        print(f"kubeon-gpu hub: {path}: document {index} ({kind}): not a GpuPolicy, skipped", file=sys.stderr)
     found = []
-    for index, doc in enumerate(docs, start=1):
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            raise HubError(400, f"{path}: document {index}: not a mapping")
-        if doc.get("kind") != "GpuPolicy":
-            print(f"kubeon-gpu hub: {path}: document {index} ({doc.get('kind')}): not a GpuPolicy, skipped",
-                  file=sys.stderr)
-            continue
+    for index, doc in policies:
         name = (doc.get("metadata") or {}).get("name") if isinstance(doc.get("metadata"), dict) else None
         extra = set(doc) - {"apiVersion", "kind", "metadata", "spec", "status"}
         try:

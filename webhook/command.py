@@ -26,13 +26,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import yaml
 from flask import Flask
 
 from gpupolicy.admission.dryrun import DryRunError, parse_policies
 from gpupolicy.cluster import ClusterView
-from gpupolicy.model import Mode
-from gpupolicy.yamlload import describe_error, safe_load_all
+from gpupolicy.model import KIND, Mode
+from gpupolicy.yamlload import documents, objects_of_kind
 from kube.views import StaticView, ViewSource, WatchedView
 from serving.flags import bind_problem, http_url, listen_host, port_number, positive_int
 from serving.tls import cert_dir_problem
@@ -64,40 +63,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def read_policy_documents(path: str) -> list[dict[str, Any]]:
-    """The GpuPolicy objects of a --policies file (a `kind: List` contributes its items).
-
-    ValueError, one line naming the file (and the document): unreadable, not UTF-8, not YAML, a
-    document that is not a mapping, or no GpuPolicy at all (a server holding none would decide
-    nothing). Documents of other kinds are skipped with a warning, as `hub policy apply` skips them.
-    """
+    """The GpuPolicy objects of a --policies file (`gpupolicy.yamlload.objects_of_kind`: a `kind: List`
+    contributes its items; other kinds are skipped with a warning, as `hub policy apply` skips them).
+    ValueError, one line naming the file (and the document), also when it holds no GpuPolicy at all: a
+    server holding none would decide nothing."""
     try:
-        docs = safe_load_all(Path(path).read_bytes().decode("utf-8"))
+        found, others = objects_of_kind(documents(Path(path).read_bytes()), KIND)
     except OSError as exc:
         raise ValueError(f"--policies {path}: {exc.strerror or exc}") from None
-    except UnicodeDecodeError:
-        raise ValueError(f"--policies {path}: not UTF-8 text") from None
-    except yaml.YAMLError as exc:
-        raise ValueError(f"--policies {path}: {describe_error(exc)}") from None
-    found: list[dict[str, Any]] = []
-    for index, doc in enumerate(docs, start=1):
-        if doc is None:
-            continue
-        if not isinstance(doc, dict):
-            raise ValueError(f"--policies {path}: document {index}: not a mapping")
-        items = doc.get("items") if doc.get("kind") == "List" else [doc]
-        if not isinstance(items, list):
-            raise ValueError(f"--policies {path}: document {index} (List): items: not a list")
-        for item in items:
-            if not isinstance(item, dict):
-                raise ValueError(f"--policies {path}: document {index} (List): an item is not a mapping")
-            if item.get("kind") == "GpuPolicy":
-                found.append(item)
-            else:
-                log.warning("--policies %s: document %d (%s): not a GpuPolicy, skipped", path, index,
-                            item.get("kind"))
+    except ValueError as exc:
+        raise ValueError(f"--policies {path}: {exc}") from None
+    for number, kind in others:
+        log.warning("--policies %s: document %d (%s): not a GpuPolicy, skipped", path, number, kind)
     if not found:
         raise ValueError(f"--policies {path}: no GpuPolicy documents")
-    return found
+    return [policy for _, policy in found]
 
 
 def load_static_view(args: argparse.Namespace) -> ClusterView:

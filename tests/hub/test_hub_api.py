@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import requests
+import yaml
 
 from hub.db import open_db
 from hub.store import ROTATION_OVERLAP, Hub
@@ -208,3 +209,19 @@ def test_cli_in_a_subprocess_prints_the_token_alone_on_the_last_line(hub_server:
     assert hub_server.client().request("GET", f"/api/v1/clusters/{cluster}/policies", token=token).status_code == 200
     refused = run_cli("--db", hub_server.db, "token", "rotate", "--cluster", cluster + "-missing")
     assert refused.returncode == 2 and "not found" in refused.stderr and "Traceback" not in refused.stderr
+
+
+def test_a_list_file_as_kubectl_get_o_yaml_writes_applies_its_policies(hub_server: HubProcess, cluster: str,
+                                                                      tmp_path: Path) -> None:
+    """`kubectl get gpupolicies -o yaml` writes one `kind: List`: its GpuPolicy items are applied, as the
+    webhook's --policies reads them (gpupolicy.yamlload.objects_of_kind); other items are noted, skipped."""
+    _token(hub_server, "create", cluster)
+    items = [doc for doc in yaml.safe_load_all(POLICY) if doc]
+    exported = tmp_path / "exported.yaml"
+    exported.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "List",
+                                        "items": [*items, {"kind": "Namespace", "metadata": {"name": "x"}}]}))
+    done = hub_server.cli("policy", "apply", "--cluster", cluster, "-f", str(exported))
+    assert done.returncode == 0, done.stderr
+    assert f"{exported}: document 1 (Namespace): not a GpuPolicy, skipped" in done.stderr
+    listed = hub_server.client().admin("GET", f"/clusters/{cluster}/policies").json()
+    assert sorted(p["name"] for p in listed["policies"]) == ["idle-to-zero", "inference-sharing"]
