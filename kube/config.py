@@ -38,14 +38,16 @@ _LOADER_ERRORS = (ConfigException, OSError, ValueError, TypeError, AttributeErro
                   yaml.YAMLError)
 
 # client-go's kubeconfig schema (clientcmd/api/v1): the fields the loader reads, by type.
-_STRINGS = {
-    "cluster": ("server", "certificate-authority", "certificate-authority-data", "tls-server-name", "proxy-url"),
-    "context": ("cluster", "user", "namespace"),
-    "user": ("token", "tokenFile", "client-certificate", "client-certificate-data", "client-key",
-             "client-key-data", "username", "password", "as", "as-uid"),
+_STRING, _BOOL, _MAP = (str, "a string"), (bool, "true or false"), (dict, "a mapping")
+_FIELDS: dict[str, dict[str, tuple[type, str]]] = {
+    "cluster": {**dict.fromkeys(("server", "certificate-authority", "certificate-authority-data",
+                                 "tls-server-name", "proxy-url"), _STRING),
+                **dict.fromkeys(("insecure-skip-tls-verify", "disable-compression"), _BOOL)},
+    "context": dict.fromkeys(("cluster", "user", "namespace"), _STRING),
+    "user": {**dict.fromkeys(("token", "tokenFile", "client-certificate", "client-certificate-data", "client-key",
+                              "client-key-data", "username", "password", "as", "as-uid"), _STRING),
+             **dict.fromkeys(("exec", "auth-provider"), _MAP)},
 }
-_BOOLS = {"cluster": ("insecure-skip-tls-verify", "disable-compression")}
-_MAPS = {"user": ("exec", "auth-provider")}
 _SECTIONS = (("clusters", "cluster"), ("contexts", "context"), ("users", "user"))
 
 
@@ -81,15 +83,10 @@ def check_kubeconfig(data: Any) -> str:
                 continue
             if not isinstance(body, dict):
                 return f"{where}.{inner}: must be a mapping, not {_type_name(body)}"
-            for key, kind, wanted in ((k, str, "a string") for k in _STRINGS.get(inner, ())):
-                if key in body and body[key] is not None and not isinstance(body[key], kind):
-                    return f"{where}.{inner}.{key}: must be {wanted}, not {_type_name(body[key])}"
-            for key in _BOOLS.get(inner, ()):
-                if key in body and body[key] is not None and not isinstance(body[key], bool):
-                    return f"{where}.{inner}.{key}: must be true or false, not {_type_name(body[key])}"
-            for key in _MAPS.get(inner, ()):
-                if key in body and body[key] is not None and not isinstance(body[key], dict):
-                    return f"{where}.{inner}.{key}: must be a mapping, not {_type_name(body[key])}"
+            for key, (kind, wanted) in _FIELDS[inner].items():
+                value = body.get(key)
+                if value is not None and not isinstance(value, kind):
+                    return f"{where}.{inner}.{key}: must be {wanted}, not {_type_name(value)}"
     return ""
 
 
