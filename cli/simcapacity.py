@@ -13,7 +13,7 @@ import math
 import sys
 
 from gpupolicy.capacity.instances import load_instances
-from simulator.capacity import EVENT_COLUMNS, MAX_DELAY
+from simulator.capacity import EVENT_COLUMNS, MAX_DELAY, delay_problem
 from simulator.capacity_compare import STRATEGIES, compare
 from simulator.capacity_trace import compress_problem, load_timed_pods
 from simulator.trace import TraceError, load_nodes
@@ -47,9 +47,7 @@ def run_capacity(args: argparse.Namespace) -> int:
     if not args.instances:
         print("error: --capacity needs --instances CSV", file=sys.stderr)
         return 2
-    problem = compress_problem(args.compress)
-    if problem is None and not 0 <= args.delay <= MAX_DELAY:  # NaN fails too
-        problem = f"--delay must be from 0 to {MAX_DELAY:.0f} seconds, got {args.delay}"
+    problem = compress_problem(args.compress) or delay_problem(args.delay)
     if problem:
         print(f"error: {problem}", file=sys.stderr)
         return 2

@@ -20,7 +20,7 @@ from tqdm import tqdm
 from cli import simcapacity
 from gpupolicy.packing.engine import DEFAULT_STRATEGY, STRATEGIES, UnknownStrategyError
 from gpupolicy.packing.nodemodel import PodDemand
-from simulator.replay import MAX_TUNE, ReplayResult, replay
+from simulator.replay import MAX_TUNE, ReplayResult, replay, tune_problem
 from simulator.trace import TraceError, load_nodes, load_pods
 
 PLACEMENT_COLUMNS = ("seq", "pod", "node", "gpu_indices", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli",
@@ -127,8 +127,9 @@ def run(args: argparse.Namespace) -> int:
     if args.strategy not in STRATEGIES:
         print(f"error: unknown strategy {args.strategy!r}; choose from {', '.join(STRATEGIES)}", file=sys.stderr)
         return 2
-    if not 0 < args.tune <= MAX_TUNE:  # NaN fails too
-        print(f"error: --tune must be positive and at most {MAX_TUNE:g}, got {args.tune}", file=sys.stderr)
+    problem = tune_problem(args.tune)
+    if problem:
+        print(f"error: {problem}", file=sys.stderr)
         return 2
     if args.route_cpu_pods_on_gpu_nodes is not None and not args.through_extender:
         print("error: --route-cpu-pods-on-gpu-nodes needs --through-extender (the simulator routes no pods)",

@@ -40,6 +40,13 @@ MAX_DELAY = 86400.0
 EVENT_COLUMNS = ("time", "event", "node", "instance_type", "pod", "gpus")
 
 
+def delay_problem(delay: float) -> str | None:
+    """Why `delay` cannot be used (a sentence naming --delay), or None."""
+    if not 0 <= delay <= MAX_DELAY:  # NaN fails too
+        return f"--delay must be from 0 to {MAX_DELAY:.0f} seconds, got {delay}"
+    return None
+
+
 @dataclass
 class PodRun:
     """A pod's progress: time left to run, first bind, evictions, where it is now."""
@@ -240,8 +247,9 @@ ARRIVE, FINISH, READY = 0, 1, 2
 def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], controller: Controller, *,
         delay: float = DEFAULT_DELAY, events: list[tuple[object, ...]] | None = None) -> Figures:
     """Replay `pods` against `controller` from zero nodes; the figures (module docstring: rules)."""
-    if not 0 <= delay <= MAX_DELAY:  # NaN fails too
-        raise ValueError(f"--delay must be from 0 to {MAX_DELAY:g} seconds, got {delay}")
+    problem = delay_problem(delay)
+    if problem:
+        raise ValueError(problem)
     cluster = Cluster(instance_types, delay, events)
     runs = {p.key: PodRun(p, p.duration) for p in pods}
     heap: list[tuple[float, int, int, str, int]] = []  # (time, kind, seq, pod key / row, epoch)

@@ -30,6 +30,13 @@ from gpupolicy.packing.typicalmix import TypicalMix
 MAX_TUNE = 100.0
 
 
+def tune_problem(tune: float) -> str | None:
+    """Why `tune` cannot be used (a sentence naming --tune), or None."""
+    if not 0 < tune <= MAX_TUNE:  # NaN fails too
+        return f"--tune must be positive and at most {MAX_TUNE:g}, got {tune}"
+    return None
+
+
 @dataclass(frozen=True)
 class Arrival:
     """One arrival: where it went (node None when not placed)."""
@@ -67,8 +74,9 @@ class ReplayResult:
 def arrival_order(pods: Sequence[PodDemand], capacity_milli: int, tune: float,
                   rng: np.random.Generator) -> list[PodDemand]:
     """Sort by name, shuffle, then append resampled pods up to `tune` x capacity."""
-    if not 0 < tune <= MAX_TUNE:  # NaN fails too
-        raise ValueError(f"--tune must be positive and at most {MAX_TUNE:g}, got {tune}")
+    problem = tune_problem(tune)
+    if problem:
+        raise ValueError(problem)
     ordered = sorted(pods, key=lambda p: p.name)
     shuffled = [ordered[i] for i in rng.permutation(len(ordered))]
     target = tune * capacity_milli
