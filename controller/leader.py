@@ -17,10 +17,9 @@ import threading
 from collections.abc import Callable
 
 from kubernetes import client
-from kubernetes.client.exceptions import ApiException
 
 from controller.sources import Clock
-from kube.calls import API_ERRORS, message
+from kube.calls import API_ERRORS, one_line
 from kube.leases import LeaseConflict, LeaseRecord, create_lease, get_lease, replace_lease
 
 log = logging.getLogger(__name__)
@@ -134,7 +133,7 @@ class LeaderElector:
                 self._lose(str(exc))
             return False
         except API_ERRORS as exc:
-            log.warning("lease step failed identity=%s error=%s", self.identity, _one_line(exc))
+            log.warning("lease step failed identity=%s error=%s", self.identity, one_line(exc))
             return self.is_leader()
 
     def run(self, stop: threading.Event) -> None:
@@ -174,12 +173,5 @@ class LeaderElector:
                 replace_lease(self.api, current, "", 1, current.acquire_time or now, now, current.transitions)
                 log.info("lease released identity=%s lease=%s/%s", self.identity, self.namespace, self.name)
         except _RELEASE_ERRORS as exc:
-            log.warning("lease release failed error=%s", _one_line(exc))
+            log.warning("lease release failed error=%s", one_line(exc))
 
-
-def _one_line(exc: BaseException) -> str:
-    """An error as one log line: the API's status and message, or the transport error (urllib3's messages
-    nest the cause's repr over lines)."""
-    if isinstance(exc, ApiException):
-        return f"API error {exc.status} {message(exc)}"
-    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"

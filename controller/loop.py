@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from controller.context import ControllerContext
-from kube.calls import UNREACHABLE
+from kube.calls import UNREACHABLE, one_line
 from kube.stoppable import Stopping
 
 __all__ = ["RECONCILERS", "ReconcileRunner", "Reconciler", "ReconcilerLoadError", "Stopping", "load_reconcilers"]
@@ -140,8 +140,8 @@ class ReconcileRunner:
         except Stopping:
             return
         except UNREACHABLE as exc:  # the API server is away (an upgrade, a restart): a line, not a stack
-            log.warning("reconcile failed reconciler=%s: API server unreachable: %s: %s", reconciler.name,
-                        type(exc).__name__, " ".join(str(exc).split()))
+            log.warning("reconcile failed reconciler=%s: API server unreachable: %s", reconciler.name,
+                        one_line(exc))
             self.ctx.recorder.reconcile_error(reconciler.name)
         except Exception:
             log.exception("reconcile failed reconciler=%s", reconciler.name)
@@ -153,8 +153,7 @@ class ReconcileRunner:
             except Stopping:
                 return
             except UNREACHABLE as exc:
-                log.warning("policy status write failed: API server unreachable: %s: %s", type(exc).__name__,
-                            " ".join(str(exc).split()))
+                log.warning("policy status write failed: API server unreachable: %s", one_line(exc))
                 self.ctx.recorder.reconcile_error("status")
             except Exception:
                 log.exception("policy status write failed")

@@ -42,14 +42,14 @@ from gpupolicy.capacity.timeslicing import is_our_key
 from gpupolicy.scaling import autoscale as keda_core
 from kube import layout as kl
 from kube import scale as kscale
-from kube.calls import UNREACHABLE, message
+from kube.calls import API_ERRORS, one_line
 from kube.leases import LeaseConflict, create_lease, get_lease, replace_lease
 from kube.policies import list_policies, patch_status_entry
 from kube.workloads import NotFound, patch_scale, read_scale
 
 log = logging.getLogger(__name__)
 
-_GAVE_UP: tuple[type[Exception], ...] = (*UNREACHABLE, RuntimeError)  # RuntimeError: take_lease lost every race
+_GAVE_UP: tuple[type[Exception], ...] = (*API_ERRORS, RuntimeError)  # RuntimeError: take_lease lost every race
 
 HOLDER = "kubeon-gpu-uninstall"
 KARPENTER = ("karpenter.sh", "v1")
@@ -204,11 +204,8 @@ def run(api: client.ApiClient, namespace: str, lease_name: str, keda: bool, keep
         report = uninstall(api, keda=keda, keep_capacity=keep_capacity,
                            gpu_operator_namespace=gpu_operator_namespace,
                            time_slicing_configmap=time_slicing_configmap)
-    except ApiException as exc:  # the hook's Job fails with one line; Helm shows it and the Job retries
-        log.error("uninstall failed: API error %s %s", exc.status, message(exc))
-        return 1
-    except _GAVE_UP as exc:
-        log.error("uninstall failed: %s: %s", type(exc).__name__, " ".join(str(exc).split()))
+    except _GAVE_UP as exc:  # the hook's Job fails with one line; Helm shows it and the Job retries
+        log.error("uninstall failed: %s", one_line(exc))
         return 1
     log.info("uninstall woke=%s records-removed=%s nodes-cleaned=%s configmap-keys-removed=%s "
              "scaledobjects-deleted=%s capacity-deleted=%s bindings-deleted=%s",

@@ -36,6 +36,14 @@ def message(exc: ApiException) -> str:
         return str(exc.reason)
 
 
+def one_line(exc: BaseException) -> str:
+    """An API call's failure as one log line: the API's status and message, or the transport error's type
+    and text (urllib3's messages nest their cause's repr over several lines)."""
+    if isinstance(exc, ApiException):
+        return f"API error {exc.status} {message(exc)}"
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
 def items_or_empty(call: Callable[..., Any], *args: Any, **kwargs: Any) -> list[dict[str, Any]]:
     """A list call's items; [] on 404 (the CRD is not installed: nothing of that kind exists)."""
     try:
