@@ -138,8 +138,10 @@ def load_configuration(kubeconfig: str | None = None, context: str | None = None
     """
     cfg = client.Configuration()
     if kubeconfig:
-        if not Path(kubeconfig).is_file():
-            raise KubeConfigError(f"kubeconfig {kubeconfig!r} does not exist")
+        path = Path(kubeconfig)
+        if not path.is_file():
+            what = "is not a regular file" if path.exists() else "does not exist"
+            raise KubeConfigError(f"kubeconfig {kubeconfig!r} {what}")
         source = kubeconfig
     elif os.environ.get("KUBERNETES_SERVICE_HOST"):
         source = "in-cluster"

@@ -256,6 +256,13 @@ def test_load_api_client_names_a_missing_kubeconfig(tmp_path: Path) -> None:
         load_api_client(str(tmp_path / "nope"))
 
 
+@pytest.mark.parametrize("device", [True, False], ids=["dev-null", "directory"])
+def test_load_api_client_names_a_kubeconfig_that_is_not_a_file(tmp_path: Path, device: bool) -> None:
+    target = "/dev/null" if device else str(tmp_path)
+    with pytest.raises(KubeConfigError, match=f"kubeconfig '{target}' is not a regular file"):
+        load_api_client(target)
+
+
 def test_load_api_client_leaves_the_global_default_alone(fake: FakeKubeApi, tmp_path: Path) -> None:
     before = client.Configuration.get_default_copy().host
     api_client = load_api_client(str(fake.write_kubeconfig(tmp_path / "kc")))
