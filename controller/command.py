@@ -25,7 +25,7 @@ from kubernetes import client
 
 from controller.context import Clock, ControllerContext, MetricsSource, SystemClock
 from controller.health import HealthServer
-from controller.hubsync import HubSettings, HubState, HubSync
+from controller.hubsync import MAX_POLL_SECONDS, MIN_POLL_SECONDS, HubSettings, HubState, HubSync
 from controller.leader import LeaderElector, exit_process
 from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
 from controller.policies import PolicyStore
@@ -172,7 +172,8 @@ class ControllerProcess:
 
 
 def _policy_watch(api: client.ApiClient, runner: ReconcileRunner) -> Any:
-    """Wake every reconciler when a GpuPolicy's spec changes (status writes do not bump generation)."""
+    """Wake the reconcilers that read GpuPolicies when one's spec changes (status writes do not bump
+    generation)."""
     try:
         from kube.reflector import Reflector, custom_objects_lister
     except ImportError:  # the watch is an accelerator; the periodic resync is the guarantee
@@ -184,7 +185,7 @@ def _policy_watch(api: client.ApiClient, runner: ReconcileRunner) -> Any:
         name, generation = str(meta.get("name")), meta.get("generation")
         if event_type == "DELETED" or generations.get(name) != generation:
             generations[name] = generation
-            runner.trigger()
+            runner.policies_changed()
 
     return Reflector(custom_objects_lister(api, GROUP, VERSION, PLURAL), on_change=on_change,
                      name="gpupolicies").start()
@@ -274,8 +275,8 @@ def hub_settings(args: argparse.Namespace) -> HubSettings | None:
         interval = parse_duration(args.hub_poll_interval)
     except QuantityError as exc:
         raise ValueError(f"--hub-poll-interval {args.hub_poll_interval!r}: {exc}") from None
-    if interval < 1:
-        raise ValueError("--hub-poll-interval must be at least 1s")
+    if not MIN_POLL_SECONDS <= interval <= MAX_POLL_SECONDS:
+        raise ValueError(f"--hub-poll-interval {args.hub_poll_interval!r}: must be between 1s and 24h")
     return HubSettings(args.hub_url, args.cluster, args.hub_token_file, interval, args.hub_ca_file)
 
 

@@ -63,6 +63,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 600.0
+# hub.pollInterval's range (the chart's kgo.validateValues refuses the same): revocation, mode changes and
+# new policies reach the cluster at the next poll, so a poll at least once a day.
+MIN_POLL_SECONDS, MAX_POLL_SECONDS = 1.0, 86400.0
 BATCH = 100
 QUEUE_LIMIT = 10_000
 
@@ -268,6 +271,7 @@ class HubSync:
 
     name = "hub"
     runs_while_paused = True
+    wakes_on_policy_change = False  # ReconcileRunner.policies_changed: polled at its interval only
 
     def __init__(self, settings: HubSettings, state: HubState, registry: CollectorRegistry,
                  default_mode: Mode = Mode.RECOMMEND, rng: random.Random | None = None) -> None:
@@ -318,7 +322,9 @@ class HubSync:
         if answer.status not in (200, 304):
             self.metrics.polls.labels(result="error").inc()
             self.failures += 1
-            self.period_seconds = self._jittered(min(MAX_BACKOFF, self.settings.poll_interval * 2 ** self.failures))
+            # backing off never polls more often than the interval itself (an interval over MAX_BACKOFF)
+            backoff = min(MAX_BACKOFF, self.settings.poll_interval * 2 ** self.failures)
+            self.period_seconds = self._jittered(max(self.settings.poll_interval, backoff))
             log.warning("hub poll failed status=%d error=%s: policies in the cluster stay in force; "
                         "next poll in %.0fs", answer.status, answer.error[:200], self.period_seconds)
             return

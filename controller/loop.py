@@ -112,6 +112,15 @@ class ReconcileRunner:
                 self._due[reconciler.name] = 0.0
         self._wake.set()
 
+    def policies_changed(self) -> None:
+        """A GpuPolicy's spec changed in the cluster: every reconciler that reads them is due at once. Not
+        the hub poll (`wakes_on_policy_change = False`): its own writes change the specs, and the hub is
+        read at its interval, so a sync would otherwise set off a second poll."""
+        for reconciler in self.reconcilers:
+            if getattr(reconciler, "wakes_on_policy_change", True):
+                self._due[reconciler.name] = 0.0
+        self._wake.set()
+
     def run_due(self) -> int:
         """Run every reconciler whose time has come, in registry order. Returns how many ran."""
         ran = 0

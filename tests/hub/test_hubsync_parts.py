@@ -56,3 +56,18 @@ def test_polls_are_jittered_and_errors_back_off(tmp_path: Path) -> None:
     assert 108 <= delays[0] <= 132 and 216 <= delays[1] <= 264, delays  # doubling, jittered
     assert all(540 <= d <= 660 for d in delays[3:]), "capped at 10 minutes"
     assert sync.state.connected, "an unreachable hub is an outage, not a revocation"
+
+
+def test_backing_off_never_polls_more_often_than_the_interval(tmp_path: Path) -> None:
+    """An interval over the 10-minute cap: a failed poll waits the interval, not the shorter cap."""
+    from tests.loopback import free_port
+
+    (tmp_path / "t").write_text("token")
+    settings = HubSettings(f"http://127.0.0.1:{free_port()}", "c", str(tmp_path / "t"), poll_interval=3600.0,
+                           timeout=0.5)
+    sync = HubSync(settings, HubState(), CollectorRegistry(), rng=random.Random(1))
+    sync._restored = True
+    ctx = SimpleNamespace(clock=SimpleNamespace(now=lambda: 0.0))
+    for _ in range(3):
+        sync.reconcile(ctx)  # type: ignore[arg-type]  # the hub is down: connection refused
+        assert 3240 <= sync.period_seconds <= 3960, sync.period_seconds

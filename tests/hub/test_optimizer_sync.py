@@ -264,6 +264,43 @@ def test_hub_down_for_several_polls(cluster_api: Any, tmp_path: Path) -> None:
         hub.stop()
 
 
+def test_a_policy_change_wakes_the_reconcilers_but_not_the_hub_poll(cluster_api: Any, tmp_path: Path) -> None:
+    """The GpuPolicy watch (controller.command._policy_watch) wakes the reconcilers that read the policies
+    when a spec changes. Not the hub poll: the sync's own writes change specs (its overwrite of a direct
+    edit, below), and each would set off another poll; the hub is read at its interval."""
+    from controller.command import _policy_watch
+
+    api = cluster_api.api
+    hub = start_hub(f"sqlite:///{tmp_path}/hub.db")
+    watch = None
+    try:
+        token_file = tmp_path / "token"
+        token_file.write_text(_token(hub, "create"))
+        _put(hub, "idle-research", PARK)
+        clock = FakeClock(time.time())
+        process = _controller(api, hub, token_file, clock)
+        watch = _policy_watch(api, process.runner)
+        assert watch is not None and watch.wait_for_sync(5)
+        process.runner.run_all()
+        assert _policies(api)["idle-research"]["spec"]["mode"] == "Automatic"
+        runs = dict(process.runner.passes)
+
+        client.CustomObjectsApi(api).patch_cluster_custom_object(GROUP, VERSION, PLURAL, "idle-research",
+                                                                 {"spec": {"mode": "Recommend"}})
+        wait_for(lambda: process.runner.run_due() > 0, timeout=5, what="the watch to wake the reconcilers")
+        assert process.runner.passes["policies"] > runs["policies"]
+        assert process.runner.passes["hub"] == runs["hub"], "a spec change is no reason to poll the hub"
+        assert _metric(process, "kubeon_gpu_hub_polls_total", result="synced") == 1
+
+        _poll(process, clock)  # the interval: the hub's spec wins over the direct edit
+        assert process.runner.passes["hub"] == runs["hub"] + 1
+        assert _policies(api)["idle-research"]["spec"]["mode"] == "Automatic"
+    finally:
+        if watch is not None:
+            watch.stop()
+        hub.stop()
+
+
 def test_another_clusters_token_is_refused_and_disconnects(cluster_api: Any, tmp_path: Path) -> None:
     hub = start_hub(f"sqlite:///{tmp_path}/hub.db")
     try:

@@ -28,6 +28,7 @@ from tests.install.chart import (
     GUIDE_SET,
     NAMESPACE,
     PROVIDERS,
+    RELEASE,
     container,
     find,
     helm_template_cmd,
@@ -139,11 +140,13 @@ def test_burst_enabled_is_refused_and_the_gateway_is_reserved() -> None:
 @pytest.mark.parametrize(("change", "message"), [
     ({"cluster": ""}, "hub.url is set but cluster is not"),
     ({"hub.existingSecret": ""}, "hub.url is set but hub.existingSecret is not"),
-    ({"hub.pollInterval": "500ms"}, "hub.pollInterval=500ms: must be at least 1s"),
-    ({"hub.pollInterval": "0.5s"}, "hub.pollInterval=0.5s: must be at least 1s"),
-    ({"hub.pollInterval": "0m"}, "hub.pollInterval=0m: must be at least 1s"),
-    ({"hub.pollInterval": "0.01m"}, "hub.pollInterval=0.01m: must be at least 1s"),
-    ({"hub.pollInterval": "0m0s"}, "hub.pollInterval=0m0s: must be at least 1s"),
+    ({"hub.pollInterval": "500ms"}, "hub.pollInterval=500ms: must be between 1s and 24h"),
+    ({"hub.pollInterval": "0.5s"}, "hub.pollInterval=0.5s: must be between 1s and 24h"),
+    ({"hub.pollInterval": "0m"}, "hub.pollInterval=0m: must be between 1s and 24h"),
+    ({"hub.pollInterval": "0.01m"}, "hub.pollInterval=0.01m: must be between 1s and 24h"),
+    ({"hub.pollInterval": "0m0s"}, "hub.pollInterval=0m0s: must be between 1s and 24h"),
+    ({"hub.pollInterval": "24h1s"}, "hub.pollInterval=24h1s: must be between 1s and 24h"),
+    ({"hub.pollInterval": "3000000h"}, "hub.pollInterval=3000000h: must be between 1s and 24h"),
 ])
 def test_hub_values_the_controller_would_refuse_are_refused_at_install(change: dict[str, str],
                                                                        message: str) -> None:
@@ -192,9 +195,18 @@ def test_a_second_extender_replica_is_refused() -> None:
     assert done.returncode != 0 and "/extender/replicas" in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("interval", ["1s", "1500ms", "90s", "1m", "0.02m", "0.5s500ms"])
-def test_hub_poll_intervals_of_a_second_or_more_render(interval: str) -> None:
-    render({**GUIDE_SET, "hub.pollInterval": interval})
+@pytest.mark.parametrize("interval", ["1s", "1500ms", "90s", "1m", "0.02m", "0.5s500ms", "24h", "23h60m"])
+def test_hub_poll_intervals_from_a_second_to_a_day_render_and_the_controller_takes_them(interval: str) -> None:
+    docs = render({**GUIDE_SET, "hub.pollInterval": interval})
+    from controller.command import add_arguments, hub_settings
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    args = [a for a in container(one(docs, "Deployment", "kubeon-gpu-optimizer"))["args"]
+            if a.startswith(("--hub", "--cluster"))]
+    assert f"--hub-poll-interval={interval}" in args
+    settings = hub_settings(parser.parse_args(args))
+    assert settings is not None and 1 <= settings.poll_interval <= 86400
 
 
 def test_no_value_reaches_the_controller_as_an_unread_setting(guide: list[dict]) -> None:
@@ -434,9 +446,29 @@ def test_scheduler_image_follows_the_cluster_version_unless_pinned() -> None:
         "registry.k8s.io/kube-scheduler:v1.36.4"
 
 
-def test_scheduler_can_be_switched_off() -> None:
+def test_scheduler_can_be_switched_off_and_takes_the_extender_with_it() -> None:
+    """Only kubeon-gpu-scheduler calls the extender: without it, no extender runs or holds a grant."""
     docs = render({"scheduler.enabled": "false"})
     assert not [d for d in docs if "kubeon-gpu-scheduler" in d["metadata"]["name"]]
+    assert not [(d["kind"], d["metadata"]["name"]) for d in docs if "extender" in d["metadata"]["name"]]
+    assert {d["kind"] for d in render({}) if d["metadata"]["name"] == "kubeon-gpu-optimizer-extender"} == {
+        "Deployment", "Service", "ServiceAccount", "ClusterRole", "ClusterRoleBinding"}
+
+
+def _extender_writes(docs: list[dict]) -> list[tuple[str, str]]:
+    role = one(docs, "ClusterRole", "kubeon-gpu-optimizer-extender")
+    return sorted((res, verb) for rule in role["rules"] for res in rule["resources"] for verb in rule["verbs"]
+                  if verb not in ("get", "list", "watch"))
+
+
+def test_the_extenders_bind_grant_goes_with_the_bind_verb() -> None:
+    """scheduler.extenderBinds=false: kube-scheduler binds itself, so the extender holds no write grant."""
+    docs = render({})
+    assert "bindVerb: bind" in one(docs, "ConfigMap", "kubeon-gpu-scheduler-config")["data"]["config.yaml"]
+    assert _extender_writes(docs) == [("pods", "patch"), ("pods/binding", "create")]
+    off = render({"scheduler.extenderBinds": "false"})
+    assert "bindVerb" not in one(off, "ConfigMap", "kubeon-gpu-scheduler-config")["data"]["config.yaml"]
+    assert _extender_writes(off) == []
 
 
 def test_image_tag_defaults_to_app_version(defaults: list[dict]) -> None:
@@ -492,3 +524,25 @@ def test_uninstall_runs_a_pre_delete_cleanup_unless_asked_to_keep() -> None:
     assert not find(render({**GUIDE_SET, "uninstall.cleanup": "false"}), "Job")
     rendered = (CHART.parents[1] / "rendered").glob("*.yaml")
     assert not any("helm.sh/hook" in p.read_text() for p in rendered)
+
+
+def _notes(values: dict[str, str]) -> str:
+    """NOTES.txt as helm prints it after an install (`helm template` does not render it)."""
+    cmd = [tool("helm"), "install", RELEASE, str(CHART), "--namespace", NAMESPACE, "--dry-run=client"]
+    for key, value in values.items():
+        cmd += ["--set", f"{key}={value}"]
+    out = run(cmd).stdout
+    return out[out.index("NOTES:"):]
+
+
+def test_the_notes_log_check_finds_the_leader_among_several_replicas() -> None:
+    """`kubectl logs deploy/...` reads one pod, maybe a standby that never polls: with more than one
+    replica the check reads every controller pod, whose labels the selector matches."""
+    assert 'logs deploy/kubeon-gpu-optimizer | grep "policies synced"' in _notes(GUIDE_SET)
+    notes = _notes({**GUIDE_SET, "replicas": "2"})
+    selector = f"app.kubernetes.io/instance={RELEASE},app.kubernetes.io/component=controller"
+    assert f'logs -l {selector} --prefix | grep -e "policies synced" -e "standing by"' in notes
+    deployment = one(render({**GUIDE_SET, "replicas": "2"}), "Deployment", RELEASE)
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert all(labels[k] == v for k, v in (pair.split("=") for pair in selector.split(",")))
+    assert 'grep "policies read"' in _notes({})

@@ -161,8 +161,8 @@ not left to a CrashLoopBackOff. */}}
 {{- $number := regexFind "^[0-9]+(\\.[0-9]+)?" . -}}
 {{- $seconds = addf $seconds (mulf (float64 $number) (get $unit (trimPrefix $number .))) -}}
 {{- end -}}
-{{- if lt $seconds 1.0 -}}
-{{- fail (printf "hub.pollInterval=%s: must be at least 1s" (toString .Values.hub.pollInterval)) -}}
+{{- if or (lt $seconds 1.0) (gt $seconds 86400.0) -}}
+{{- fail (printf "hub.pollInterval=%s: must be between 1s and 24h" (toString .Values.hub.pollInterval)) -}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
