@@ -10,7 +10,7 @@ time than PyYAML's own constructor).
 Why the pre-scan: GpuPolicies, Nodes and Namespaces must be known before
 the first pod is decided, so a cheap pass over the bytes says whether a
 source holds any; and documents nested too deeply to parse safely are found
-in the bytes (cli/nesting.py) and never reach the parser.
+in the bytes (gpupolicy/nesting.py) and never reach the parser.
 
 Every problem is a value (`Problem`) naming the source, the document and,
 where known, the field; nothing here raises for bad input.
@@ -31,7 +31,7 @@ from typing import IO, Any
 
 import yaml
 
-from cli import nesting
+from gpupolicy import nesting
 from gpupolicy.yamlload import KubeLoader, describe_error
 
 SUFFIXES = (".yaml", ".yml", ".json")
@@ -88,7 +88,7 @@ class Scan:
 
     has_context: bool  # may hold GpuPolicy/Node/Namespace (or a List that might)
     empty: bool  # nothing but whitespace
-    too_deep: tuple[tuple[int, int], ...] = ()  # byte ranges of documents not to parse (cli/nesting.py)
+    too_deep: tuple[tuple[int, int], ...] = ()  # byte ranges of documents not to parse (gpupolicy/nesting.py)
 
 
 def _file_opener(path: Path) -> Callable[[], IO[bytes]]:

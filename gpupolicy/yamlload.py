@@ -47,7 +47,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 from yaml.constructor import ConstructorError
+from yaml.error import YAMLError
 from yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+
+from gpupolicy import nesting
 
 try:  # libyaml is optional in PyYAML; the pure-Python loader gives the same objects, slower.
     from yaml import CSafeLoader as BaseLoader
@@ -229,19 +232,41 @@ class KubeLoader(ShortConstruction, BaseLoader):
     """`yaml.CSafeLoader` (else `yaml.SafeLoader`, when PyYAML is built without libyaml), built the short way."""
 
 
+class TooDeep(YAMLError):
+    """A document nested past gpupolicy.nesting.LIMIT: never handed to the parser (libyaml's recursion
+    crashes the process)."""
+
+
+def _refuse_too_deep(text: str | bytes) -> None:
+    """TooDeep naming the first document of `text` nested past the limit (gpupolicy.nesting)."""
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else text
+    guarded = nesting.guarded_text(data)
+    if guarded is None:
+        return
+    number = next((n for n, doc in enumerate(yaml.load_all(guarded, Loader=KubeLoader), start=1)
+                   if nesting.is_placeholder(doc)), None)
+    raise TooDeep(f"document {number}: {nesting.PROBLEM}" if number else f"a document is {nesting.PROBLEM}")
+
+
 def safe_load(text: str | bytes) -> Any:
-    """`yaml.safe_load` through `KubeLoader`: yaml.YAMLError for anything it cannot read."""
+    """`yaml.safe_load` through `KubeLoader`: yaml.YAMLError for anything it cannot read (TooDeep for a
+    document nested too deeply to parse)."""
+    _refuse_too_deep(text)
     return yaml.load(text, Loader=KubeLoader)
 
 
 def safe_load_all(text: str | bytes) -> list[Any]:
-    """`yaml.safe_load_all` through `KubeLoader`, as a list: yaml.YAMLError for anything it cannot read."""
+    """`yaml.safe_load_all` through `KubeLoader`, as a list: yaml.YAMLError for anything it cannot read
+    (TooDeep for a document nested too deeply to parse)."""
+    _refuse_too_deep(text)
     return list(yaml.load_all(text, Loader=KubeLoader))
 
 
 def describe_error(exc: yaml.YAMLError) -> str:
     """One line for a YAML error: where (line and column, 1-based) and what; PyYAML's own text spans
     several lines (the snippet with a caret), which a CLI message or a form field cannot show."""
+    if isinstance(exc, TooDeep):
+        return str(exc)
     mark = getattr(exc, "problem_mark", None)
     where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
     problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]

@@ -62,8 +62,11 @@ def replicas_of(text: str) -> int:
         raise ConfigError(f"not YAML: {exc}") from exc
     if not isinstance(doc, dict):
         raise ConfigError("not a mapping")
-    slicing = ((doc.get("sharing") or {}).get("timeSlicing") or {}) if isinstance(doc.get("sharing"), dict) else {}
-    for resource in slicing.get("resources") or []:
+    # any level of another shape (an operator's key, a typo) is not a config the device plugin runs
+    sharing = doc.get("sharing")
+    slicing = sharing.get("timeSlicing") if isinstance(sharing, dict) else None
+    resources = slicing.get("resources") if isinstance(slicing, dict) else None
+    for resource in resources if isinstance(resources, list) else ():
         if isinstance(resource, dict) and resource.get("name") == GPU_RESOURCE:
             replicas = resource.get("replicas")
             if isinstance(replicas, int) and replicas >= 1:

@@ -156,3 +156,8 @@ def test_configmap_keys_are_content_named_and_only_ours_are_removed() -> None:
                   "bool": "version: v1\nflags: {migStrategy: !!bool maybe}\n"}
     assert "!!int x" in unreadable["int"]
     assert key_replicas({**data, **unreadable}) == {"user-key": 3, config_key(2): 2, config_key(8): 8}
+    # an operator's keys of other shapes, and one nested past what the parser is given (libyaml crashed)
+    shapes = {f"shape-{n}": text for n, text in enumerate([
+        "sharing: {timeSlicing: 5}", "sharing: {timeSlicing: {resources: 5}}", "sharing: {timeSlicing: [1]}",
+        "sharing: 5", "sharing: {timeSlicing: {resources: [5, {name: 7}]}}", "- 1", "[" * 50_000 + "]" * 50_000])}
+    assert key_replicas({**data, **shapes}) == {"user-key": 3, config_key(2): 2, config_key(8): 8}

@@ -202,3 +202,34 @@ def test_a_document_leaves_nothing_for_the_collector(tmp_path: Path) -> None:
     finally:
         if was:
             gc.enable()
+
+
+DEEP_FLOW = "a: " + "[" * 50_000 + "]" * 50_000  # libyaml's recursive composer crashed the process on it
+DEEP_BLOCK = "".join(" " * depth + f"k{depth}:\n" for depth in range(1_100)) + " " * 1_100 + "v\n"
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    (DEEP_FLOW, "document 1: nested more than 1000 levels deep; not read"),
+    (DEEP_BLOCK, "document 1: nested more than 1000 levels deep; not read"),
+    (f"kind: A\n---\n{DEEP_FLOW}\n---\nkind: B\n", "document 2: nested more than 1000 levels deep; not read"),
+    (f"---\nkind: A\n---\n{DEEP_FLOW}\n", "document 2: nested more than 1000 levels deep; not read"),
+])
+def test_every_reader_of_user_yaml_refuses_a_document_nested_too_deeply(text: str, message: str) -> None:
+    """safe_load, safe_load_all and documents (the webhook's --policies, the hub, kubeconfigs, the
+    time-slicing ConfigMap, the scheduler config of simulate) never hand it to the parser."""
+    from gpupolicy.yamlload import TooDeep, describe_error, documents, safe_load, safe_load_all
+
+    for load in (safe_load_all, safe_load):
+        with pytest.raises(TooDeep) as caught:
+            load(text)
+        assert describe_error(caught.value) == message
+    with pytest.raises(ValueError, match=message):
+        documents(text.encode())
+
+
+def test_deep_but_not_too_deep_yaml_is_read() -> None:
+    from gpupolicy.yamlload import safe_load
+
+    assert safe_load("a: " + "[" * 900 + "]" * 900) == {"a": yaml.load("[" * 900 + "]" * 900, Loader=Reference)}
+    many = "items: [" + ", ".join("[1]" for _ in range(5_000)) + "]"  # many brackets, shallow
+    assert len(safe_load(many)["items"]) == 5_000

@@ -4,7 +4,9 @@ Why: libyaml composes nodes recursively in C, so ~30,000 nested brackets
 crash the process (SIGSEGV, no Python error), and both libyaml and the
 pure-Python scanner check every open flow level on each token, so parsing
 is quadratic in the depth (40,000 levels: seconds). A Kubernetes object nests
-~20 levels; anything past LIMIT is refused before parsing.
+~20 levels; anything past LIMIT is refused before parsing: the dry-run
+(cli/sources.py) reports the document and reads the others, every other
+reader of user YAML (gpupolicy.yamlload) refuses the file naming it.
 
 How, cheaply: per document (split at `---` lines), the flow brackets are
 counted; under LIMIT opens the document cannot be deeper. Over it (a large
@@ -19,12 +21,13 @@ the file.
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
 from typing import IO
 
 LIMIT = 1000
-PLACEHOLDER = "kubeon-gpu-dry-run-document-nested-too-deeply"
+PLACEHOLDER = "kubeon-gpu-document-nested-too-deeply"
 PROBLEM = f"nested more than {LIMIT} levels deep; not read"
 _DOC_MARKER = re.compile(rb"^---(?=[ \t\r\n]|$)", re.M)
 _DEEP_INDENT = re.compile(rb"\n[ \t?:-]{%d}" % LIMIT)
@@ -115,3 +118,16 @@ class Guarded:
 
 def is_placeholder(obj: object) -> bool:
     return obj == PLACEHOLDER
+
+
+def guarded_text(data: bytes) -> bytes | None:
+    """`data` with its too-deep documents replaced by the placeholder; None when it has none."""
+    fh = io.BytesIO(data)
+    deep = too_deep(fh)
+    if not deep:
+        return None
+    fh.seek(0)
+    guarded, parts = Guarded(fh, deep), []
+    while part := guarded.read(1 << 20):
+        parts.append(part)
+    return b"".join(parts)
