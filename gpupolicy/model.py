@@ -201,7 +201,8 @@ class SharingSpec(_Wire):
 
 class WakeSpec(_Wire):
     prometheus_query: str | None = None
-    above: float = 0.0
+    # finite: JSON has no NaN or Infinity, and the hub serves the spec to clusters as JSON
+    above: float = Field(default=0.0, allow_inf_nan=False)
 
 
 class AutoscaleSpec(_Wire):

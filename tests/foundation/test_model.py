@@ -61,6 +61,10 @@ def test_mode_defaults_to_the_install_default() -> None:
         pytest.param({"guardrail": {}, "approvals": ["llm"]}, "spec.approvals", id="bad-approval"),
         pytest.param({"guardrail": {"maxGpusPerPod": -1}}, "spec.guardrail.maxGpusPerPod", id="negative"),
         pytest.param({"guardrail": {}, "colour": "red"}, "spec.colour", id="unknown-field"),
+        pytest.param({"scaleToZero": {"namespaces": ["r"], "wake": {"prometheusQuery": "up", "above": float("nan")}}},
+                     "spec.scaleToZero.wake.above", id="nan"),  # JSON has neither: the hub serves specs as JSON
+        pytest.param({"scaleToZero": {"namespaces": ["r"], "wake": {"prometheusQuery": "up", "above": float("inf")}}},
+                     "spec.scaleToZero.wake.above", id="infinity"),
     ],
 )
 def test_mistakes_are_named_by_field_path(spec: dict[str, Any], path: str) -> None:

@@ -182,3 +182,25 @@ def test_a_policy_without_a_name_is_named_as_such(hub_server: HubProcess, cluste
     done = hub_server.cli("policy", "apply", "--cluster", cluster, "-f", str(bad))
     assert done.returncode == 2
     assert done.stderr == f"kubeon-gpu hub: {bad}: document 1: metadata.name: a GpuPolicy needs a name\n"
+
+
+@pytest.mark.parametrize("number", [".inf", ".nan", "-.inf"])
+def test_a_wake_threshold_json_cannot_carry_is_refused_and_polls_stay_json(hub_server: HubProcess, cluster: str,
+                                                                          tmp_path: Path, number: str) -> None:
+    """`above: .inf` was stored; then every poll served `Infinity`, which no JSON parser reads."""
+    import json
+
+    import requests
+
+    token = _token(hub_server, "create", cluster)
+    bad = tmp_path / "nan.yaml"
+    bad.write_text("apiVersion: gpu.kubeon.io/v1alpha1\nkind: GpuPolicy\nmetadata: {name: stz}\n"
+                   "spec: {mode: Automatic, "
+                   f"scaleToZero: {{namespaces: [default], wake: {{above: {number}, prometheusQuery: up}}}}}}\n")
+    done = hub_server.cli("policy", "apply", "--cluster", cluster, "-f", str(bad))
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert done.stderr == (f"kubeon-gpu hub: {bad}: document 1 (stz): spec.scaleToZero.wake.above: "
+                           "Input should be a finite number\n")
+    answer = requests.get(f"{hub_server.url}/api/v1/clusters/{cluster}/policies",
+                          headers={"Authorization": f"Bearer {token}"}, timeout=5, verify=hub_server.ca_file or True)
+    assert json.loads(answer.text, parse_constant=lambda name: pytest.fail(f"{name} served"))["policies"] == []
