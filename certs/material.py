@@ -157,6 +157,15 @@ def load_ca(directory: Path) -> Issued:
     key = serialization.load_pem_private_key((directory / CA_KEY).read_bytes(), password=None)
     if not isinstance(key, ec.EllipticCurvePrivateKey):
         raise ValueError(f"{directory / CA_KEY} is not an ECDSA key")
+    # what issued certificates would need to verify: kube-apiserver would refuse the webhook's TLS otherwise
+    if key.public_key() != cert.public_key():
+        raise ValueError(f"{directory / CA_KEY} is not the key of {directory / CA_CERT}")
+    try:
+        is_ca = cert.extensions.get_extension_for_class(x509.BasicConstraints).value.ca
+    except x509.ExtensionNotFound:
+        is_ca = False
+    if not is_ca:
+        raise ValueError(f"{directory / CA_CERT} is not a CA certificate (no basicConstraints CA:TRUE)")
     return Issued(cert, key)
 
 

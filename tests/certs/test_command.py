@@ -147,3 +147,21 @@ def test_wildcard_and_plain_dns_names_are_written(tmp_path: Path, capsys: pytest
     names = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value.get_values_for_type(
         x509.DNSName)
     assert {"*.svc.example.com", "localhost", "hook.kubeon-gpu.svc"} <= set(names)
+
+
+@pytest.mark.parametrize(("ca_crt", "ca_key", "expected"), [
+    ("ca.crt", "tls.key", "ca.key is not the key of"),  # the serving key copied over the CA's
+    ("tls.crt", "tls.key", "ca.crt is not a CA certificate"),  # the serving pair copied in as the CA
+])
+def test_reuse_ca_refuses_a_ca_that_cannot_have_issued_what_it_would_issue(
+    ca_crt: str, ca_key: str, expected: str, ca_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Both were taken, and the serving cert issued from them did not verify against ca.crt: the
+    caBundle patch-cabundle installs would have made kube-apiserver refuse the webhook's TLS."""
+    out = tmp_path / "reused"
+    out.mkdir()
+    (out / "ca.crt").write_bytes((ca_dir / ca_crt).read_bytes())
+    (out / "ca.key").write_bytes((ca_dir / ca_key).read_bytes())
+    err = run_err(["certs", "generate", "--service", "s", "--namespace", "n", "--out", str(out), "--reuse-ca"], capsys)
+    assert f"--reuse-ca: cannot read the CA in {out}:" in err and expected in err, err
+    assert not (out / "tls.crt").exists()
