@@ -55,7 +55,7 @@ from gpupolicy.packing.engine import DEFAULT_STRATEGY
 from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATION, gpu_indices_from_pod
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
 from gpupolicy.taints import GPU_TAINT
-from gpupolicy.yamlload import safe_load, safe_load_all
+from gpupolicy.yamlload import describe_error, safe_load, safe_load_all
 from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, ExtenderSpec, Obj, Profile, ProfileError, schedule_one
 from simulator.replay import Arrival, ReplayResult, arrival_order, interleave
@@ -78,8 +78,10 @@ def load_scheduler_config(path: str | Path = SHIPPED_SCHEDULER_CONFIG) -> dict[s
                 inner = safe_load(text) if isinstance(text, str) else None
                 if isinstance(inner, dict) and inner.get("kind") == "KubeSchedulerConfiguration":
                     return inner
-    except (OSError, yaml.YAMLError) as exc:
-        raise ProfileError(f"{p}: {exc}") from exc
+    except OSError as exc:
+        raise ProfileError(f"{p}: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ProfileError(f"{p}: {describe_error(exc)}") from exc
     raise ProfileError(f"{p}: no KubeSchedulerConfiguration")
 
 

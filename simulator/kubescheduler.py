@@ -69,6 +69,47 @@ class ProfileError(ValueError):
     """A KubeSchedulerConfiguration this emulation cannot read; the message names the field."""
 
 
+def _map(value: Any, path: str) -> Mapping[str, Any]:
+    """A mapping field (absent or null: empty); ProfileError naming `path` for anything else."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ProfileError(f"{path}: not a mapping")
+    return value
+
+
+def _maps(value: Any, path: str) -> list[Mapping[str, Any]]:
+    """A list-of-mappings field (absent or null: empty)."""
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise ProfileError(f"{path}: not a list")
+    return [_map(item, f"{path}[{index}]") or {} for index, item in enumerate(value)]
+
+
+def _int(value: Any, path: str, default: int) -> int:
+    """An integer field (absent, null or 0: `default`, as upstream defaults them)."""
+    if value is None or value == 0:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ProfileError(f"{path}: {value!r} is not an integer")
+    return value
+
+
+def _str(value: Any, path: str) -> str:
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise ProfileError(f"{path}: {value!r} is not a string")
+    return value
+
+
+def _weighted(entries: Any, path: str) -> tuple[tuple[str, int], ...]:
+    """`resources: [{name, weight}]` of a scoring plugin's args."""
+    return tuple((_str(r.get("name"), f"{path}[{i}].name"), _int(r.get("weight"), f"{path}[{i}].weight", 1))
+                 for i, r in enumerate(_maps(entries, path)))
+
+
 @dataclass(frozen=True)
 class ExtenderSpec:
     """One `extenders[]` entry (camelCase fields of KubeSchedulerConfiguration)."""
@@ -87,12 +128,21 @@ class ExtenderSpec:
         return not self.managed_resources or any(r in requests for r in self.managed_resources)
 
     @classmethod
-    def from_config(cls, entry: Mapping[str, Any]) -> ExtenderSpec:
-        managed = tuple(str(m.get("name")) for m in entry.get("managedResources") or [])
-        return cls(url_prefix=str(entry.get("urlPrefix") or ""), filter_verb=str(entry.get("filterVerb") or ""),
-                   prioritize_verb=str(entry.get("prioritizeVerb") or ""), bind_verb=str(entry.get("bindVerb") or ""),
-                   weight=int(entry.get("weight") or 1), node_cache_capable=bool(entry.get("nodeCacheCapable")),
-                   ignorable=bool(entry.get("ignorable")), managed_resources=managed)
+    def from_config(cls, entry: Mapping[str, Any], path: str = "extenders[0]") -> ExtenderSpec:
+        managed = tuple(_str(m.get("name"), f"{path}.managedResources[{i}].name")
+                        for i, m in enumerate(_maps(entry.get("managedResources"), f"{path}.managedResources")))
+        flags = {}
+        for name in ("nodeCacheCapable", "ignorable"):
+            value = entry.get(name)
+            if value is not None and not isinstance(value, bool):
+                raise ProfileError(f"{path}.{name}: {value!r} is not true or false")
+            flags[name] = bool(value)
+        return cls(url_prefix=_str(entry.get("urlPrefix"), f"{path}.urlPrefix"),
+                   filter_verb=_str(entry.get("filterVerb"), f"{path}.filterVerb"),
+                   prioritize_verb=_str(entry.get("prioritizeVerb"), f"{path}.prioritizeVerb"),
+                   bind_verb=_str(entry.get("bindVerb"), f"{path}.bindVerb"),
+                   weight=_int(entry.get("weight"), f"{path}.weight", 1), node_cache_capable=flags["nodeCacheCapable"],
+                   ignorable=flags["ignorable"], managed_resources=managed)
 
 
 @dataclass(frozen=True)
@@ -109,47 +159,57 @@ class Profile:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any], scheduler_name: str | None = None) -> Profile:
-        """The profile `scheduler_name` (default: the first) of a KubeSchedulerConfiguration dict."""
-        profiles = config.get("profiles") or [{}]
-        chosen = next((p for p in profiles if scheduler_name is None or p.get("schedulerName") == scheduler_name),
-                      None)
-        if chosen is None:
+        """The profile `scheduler_name` (default: the first) of a KubeSchedulerConfiguration dict; ProfileError
+        naming the field of anything of the wrong type."""
+        profiles = _maps(config.get("profiles"), "profiles") or [{}]
+        found = next(((i, p) for i, p in enumerate(profiles)
+                      if scheduler_name is None or p.get("schedulerName") == scheduler_name), None)
+        if found is None:
             raise ProfileError(f"profiles: no schedulerName {scheduler_name!r}")
+        index, chosen = found
+        at = f"profiles[{index}]"
         weights = dict(DEFAULT_WEIGHTS)
-        score = (chosen.get("plugins") or {}).get("score") or {}
-        for plugin in score.get("disabled") or []:
-            name = plugin.get("name")
+        score = _map(_map(chosen.get("plugins"), f"{at}.plugins").get("score"), f"{at}.plugins.score")
+        for i, plugin in enumerate(_maps(score.get("disabled"), f"{at}.plugins.score.disabled")):
+            name = _str(plugin.get("name"), f"{at}.plugins.score.disabled[{i}].name")
             if name == "*":
                 weights = {}
             else:
                 weights.pop(name, None)
-        for plugin in score.get("enabled") or []:
-            name = str(plugin.get("name"))
+        for i, plugin in enumerate(_maps(score.get("enabled"), f"{at}.plugins.score.enabled")):
+            name = _str(plugin.get("name"), f"{at}.plugins.score.enabled[{i}].name")
             if name not in SCORED:
                 raise ProfileError(f"plugins.score.enabled: {name} is not emulated (choose from {', '.join(SCORED)})")
-            weights[name] = int(plugin.get("weight") or DEFAULT_WEIGHTS.get(name, 1))
+            weights[name] = _int(plugin.get("weight"), f"{at}.plugins.score.enabled[{i}].weight",
+                                 DEFAULT_WEIGHTS.get(name, 1))
         fit_strategy = "LeastAllocated"
         fit_resources: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
         shape: tuple[tuple[int, int], ...] = ()
         balanced: tuple[tuple[str, int], ...] = (("cpu", 1), ("memory", 1))
-        for entry in chosen.get("pluginConfig") or []:
-            args = entry.get("args") or {}
+        for i, entry in enumerate(_maps(chosen.get("pluginConfig"), f"{at}.pluginConfig")):
+            where = f"{at}.pluginConfig[{i}].args"
+            args = _map(entry.get("args"), where)
             if entry.get("name") == "NodeResourcesFit":
-                strategy = args.get("scoringStrategy") or {}
-                fit_strategy = str(strategy.get("type") or fit_strategy)
+                strategy = _map(args.get("scoringStrategy"), f"{where}.scoringStrategy")
+                fit_strategy = _str(strategy.get("type"), f"{where}.scoringStrategy.type") or fit_strategy
                 if fit_strategy not in ("LeastAllocated", "MostAllocated", "RequestedToCapacityRatio"):
                     raise ProfileError(f"NodeResourcesFit.scoringStrategy.type: unknown {fit_strategy!r}")
                 if strategy.get("resources"):
-                    fit_resources = tuple((str(r["name"]), int(r.get("weight") or 1)) for r in strategy["resources"])
-                points = (strategy.get("requestedToCapacityRatio") or {}).get("shape") or []
-                shape = tuple((int(p["utilization"]), int(p["score"])) for p in points)
+                    fit_resources = _weighted(strategy["resources"], f"{where}.scoringStrategy.resources")
+                ratio_at = f"{where}.scoringStrategy.requestedToCapacityRatio"
+                ratio = _map(strategy.get("requestedToCapacityRatio"), ratio_at)
+                points = _maps(ratio.get("shape"), f"{ratio_at}.shape")
+                shape = tuple((_int(p.get("utilization"), f"{ratio_at}.shape[{j}].utilization", 0),
+                               _int(p.get("score"), f"{ratio_at}.shape[{j}].score", 0)) for j, p in enumerate(points))
             elif entry.get("name") == "NodeResourcesBalancedAllocation" and args.get("resources"):
-                balanced = tuple((str(r["name"]), int(r.get("weight") or 1)) for r in args["resources"])
+                balanced = _weighted(args["resources"], f"{where}.resources")
         if fit_strategy == "RequestedToCapacityRatio" and not shape:
             raise ProfileError("NodeResourcesFit.scoringStrategy.requestedToCapacityRatio.shape: required")
-        percentage = chosen.get("percentageOfNodesToScore", config.get("percentageOfNodesToScore")) or 0
-        extenders = tuple(ExtenderSpec.from_config(e) for e in config.get("extenders") or [])
-        return cls(weights, fit_strategy, fit_resources, shape, balanced, int(percentage), extenders)
+        percentage = chosen.get("percentageOfNodesToScore", config.get("percentageOfNodesToScore"))
+        extenders = tuple(ExtenderSpec.from_config(e, f"extenders[{i}]")
+                          for i, e in enumerate(_maps(config.get("extenders"), "extenders")))
+        return cls(weights, fit_strategy, fit_resources, shape, balanced,
+                   _int(percentage, f"{at}.percentageOfNodesToScore", 0), extenders)
 
 
 def num_nodes_to_find(percentage: int, total: int) -> int:

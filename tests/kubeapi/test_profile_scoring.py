@@ -272,3 +272,42 @@ def test_a_scheduler_config_that_is_no_config_is_a_profile_error(tmp_path: Any, 
     path.write_text(text)
     with pytest.raises(ProfileError, match=str(path)):
         load_scheduler_config(path)
+
+
+@pytest.mark.parametrize(("body", "field"), [
+    ("profiles: 5", "profiles: not a list"),
+    ("profiles: [5]", "profiles[0]: not a mapping"),
+    ("profiles: [{plugins: [1]}]", "profiles[0].plugins: not a mapping"),
+    ("profiles: [{plugins: {score: {enabled: [{name: NodeResourcesFit, weight: abc}]}}}]",
+     "profiles[0].plugins.score.enabled[0].weight: 'abc' is not an integer"),
+    ("profiles: [{plugins: {score: {disabled: [{name: 7}]}}}]", "profiles[0].plugins.score.disabled[0].name: 7"),
+    ("profiles: [{pluginConfig: {name: NodeResourcesFit}}]", "profiles[0].pluginConfig: not a list"),
+    ("profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: {resources: [{name: cpu, "
+     "weight: [1]}]}}}]}]", "profiles[0].pluginConfig[0].args.scoringStrategy.resources[0].weight: [1]"),
+    ("profiles: [{pluginConfig: [{name: NodeResourcesFit, args: {scoringStrategy: {type: RequestedToCapacityRatio, "
+     "requestedToCapacityRatio: {shape: [{utilization: x}]}}}}]}]",
+     "profiles[0].pluginConfig[0].args.scoringStrategy.requestedToCapacityRatio.shape[0].utilization: 'x'"),
+    ("profiles: [{percentageOfNodesToScore: '50'}]", "profiles[0].percentageOfNodesToScore: '50' is not an integer"),
+    ("extenders: {urlPrefix: x}", "extenders: not a list"),
+    ("extenders: [{urlPrefix: 5}]", "extenders[0].urlPrefix: 5 is not a string"),
+    ("extenders: [{urlPrefix: 'http://e', weight: abc}]", "extenders[0].weight: 'abc' is not an integer"),
+    ("extenders: [{urlPrefix: 'http://e', ignorable: 'yes'}]", "extenders[0].ignorable: 'yes' is not true or false"),
+    ("extenders: [{urlPrefix: 'http://e', managedResources: [{name: [1]}]}]",
+     "extenders[0].managedResources[0].name: [1] is not a string"),
+])
+def test_a_scheduler_config_field_of_the_wrong_type_is_named(tmp_path: Any, body: str, field: str) -> None:
+    """`simulate --through-extender --scheduler-config`: one line naming the file and the field, exit 2
+    (these were TypeError and AttributeError tracebacks, or a bare "invalid literal for int()")."""
+    from tests.cli.helpers import subprocess_run
+
+    path = tmp_path / "scheduler.yaml"
+    path.write_text(f"apiVersion: kubescheduler.config.k8s.io/v1\nkind: KubeSchedulerConfiguration\n{body}\n")
+    nodes, pods = tmp_path / "nodes.csv", tmp_path / "pods.csv"
+    nodes.write_text("sn,cpu_milli,memory_mib,gpu,model\nn1,16000,65536,2,T4\n")
+    pods.write_text("name,cpu_milli,memory_mib,num_gpu,gpu_milli,gpu_spec,qos,pod_phase,creation_time,"
+                    "deletion_time,scheduled_time\np1,1000,2048,1,500,,LS,Running,0,1,0\n")
+    run = subprocess_run("simulate", "--through-extender", "--nodes", str(nodes), "--pods", str(pods),
+                         "--scheduler-config", str(path), timeout=60)
+    assert run.code == 2 and "Traceback" not in run.err, run.err
+    (line,) = run.err.strip().splitlines()
+    assert line.startswith(f"error: --scheduler-config {path}: {field}"), line
