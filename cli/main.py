@@ -14,6 +14,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 # name -> (module, one-line help). Order is the order `--help` lists them.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -54,16 +55,66 @@ def _top_parser() -> argparse.ArgumentParser:
     return parser
 
 
+class OutputError(OSError):
+    """Standard output could not be written (a full disk, a file system gone read-only): `main` says so
+    in one line, where a write deep in a command's output would have been a traceback."""
+
+
+class _Stdout:
+    """sys.stdout, whose write failures are OutputError (BrokenPipeError stays itself: `main` answers it)."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def write(self, text: str) -> int:
+        try:
+            return int(self._stream.write(text))
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc.errno, exc.strerror or str(exc)) from exc
+
+    def flush(self) -> None:
+        try:
+            self._stream.flush()
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise OutputError(exc.errno, exc.strerror or str(exc)) from exc
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    stdout = sys.stdout
+    sys.stdout = _Stdout(stdout)
     try:
-        return _main(list(sys.argv[1:] if argv is None else argv))
+        code = _main(list(sys.argv[1:] if argv is None else argv))
+        sys.stdout.flush()  # what is still buffered fails here, inside main, not at the interpreter's exit
+        return code
     except KeyboardInterrupt:
         print("kubeon-gpu: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:  # `kubeon-gpu dry-run ... | head`: the reader left; not an error of ours
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, stdout.fileno())
         return 141
+    except OutputError as exc:
+        print(f"kubeon-gpu: cannot write the output: {exc.strerror}", file=sys.stderr)
+        _discard_buffered(stdout)
+        return 2
+    finally:
+        sys.stdout = stdout
+
+
+def _discard_buffered(stdout: Any) -> None:
+    """Point the descriptor at /dev/null, so the interpreter's own flush at exit has nowhere to fail."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stdout.fileno())
+    except (OSError, ValueError, AttributeError):  # no descriptor (a test's captured stream)
+        pass
 
 
 def parser_for(name: str) -> argparse.ArgumentParser:

@@ -195,3 +195,16 @@ def test_every_format_streams_through_a_closed_pipe(tmp_path: Path, output: str)
                             shell=True, capture_output=True, text=True, cwd=ROOT, timeout=120)
     assert result.stdout.strip()
     assert "Traceback" not in result.stderr and "BrokenPipe" not in result.stderr, result.stderr
+
+
+@pytest.mark.parametrize("command", [["dry-run", "-f", "examples/pod.yaml"], ["dry-run", "--example", "-o", "json"],
+                                     ["layout", "--example"], ["crd"]])
+def test_an_output_that_cannot_be_written_is_one_line(command: list[str]) -> None:
+    """Standard output on a full disk (/dev/full): one line and exit 2, as `crd --out /dev/full` was; a
+    traceback of OSError before."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-m", "cli.main", *command], stdout=full, stderr=subprocess.PIPE,
+                                text=True, cwd=ROOT, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "kubeon-gpu: cannot write the output: No space left on device"
