@@ -30,7 +30,7 @@ from gpupolicy.model import KIND
 from gpupolicy.quantity import QuantityError, parse_duration
 from gpupolicy.yamlload import documents, objects_of_kind
 from hub.store import Hub, HubError, validate_policy
-from serving.flags import bind_problem, positive_int
+from serving.flags import bind_problem, file_bytes, positive_int
 from serving.tls import tls_problem
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
     Documents of other kinds (a Pod beside its policies) are skipped with a note on stderr: the hub
     holds policies only."""
     try:
-        policies, others = objects_of_kind(documents(Path(path).read_bytes()), KIND)
+        policies, others = objects_of_kind(documents(file_bytes(path)), KIND)
     except OSError as exc:
         raise HubError(400, f"{path}: {exc.strerror}") from None
     except ValueError as exc:
@@ -127,7 +127,7 @@ def load_policy_file(path: str) -> list[tuple[str, dict[str, Any]]]:
 def admin_token(args: argparse.Namespace) -> str:
     if args.admin_token_file:
         try:
-            value = Path(args.admin_token_file).read_text(encoding="utf-8").strip()
+            value = file_bytes(args.admin_token_file).decode("utf-8").strip()
         except (OSError, UnicodeDecodeError) as exc:
             why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
             raise HubError(400, f"--admin-token-file {args.admin_token_file}: {why}") from None

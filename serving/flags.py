@@ -7,6 +7,9 @@ for all of them, never an OverflowError from bind(), a gunicorn master with no w
 spins on a zero period, or a URL every later request fails on. It imports neither Flask nor gunicorn,
 so parsing a command line stays cheap.
 
+`file_bytes` reads a file a flag names: a FIFO nothing writes to would block the command forever, so
+only a regular file is read.
+
 `bind_problem` tries the address once, in the master, before gunicorn does: gunicorn would retry five
 times a second apart and then exit 1 with its own lines.
 """
@@ -14,10 +17,12 @@ times a second apart and then exit 1 with its own lines.
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import math
 import re
 import socket
+from pathlib import Path
 from urllib.parse import urlsplit
 
 # RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens (63 at most), and a last
@@ -106,3 +111,11 @@ def bind_problem(host: str, port: int) -> str:
     except (OSError, OverflowError) as exc:
         return (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
     return ""
+
+
+def file_bytes(path: str) -> bytes:
+    """The bytes of a file a flag names; OSError "not a regular file" for a FIFO, a device or a directory."""
+    found = Path(path)
+    if found.exists() and not found.is_file():
+        raise OSError(errno.EINVAL, "not a regular file")
+    return found.read_bytes()

@@ -33,7 +33,7 @@ from gpupolicy.cluster import ClusterView
 from gpupolicy.model import KIND, Mode
 from gpupolicy.yamlload import documents, objects_of_kind
 from kube.views import StaticView, ViewSource, WatchedView
-from serving.flags import bind_problem, http_url, listen_host, port_number, positive_int
+from serving.flags import bind_problem, file_bytes, http_url, listen_host, port_number, positive_int
 from serving.tls import cert_dir_problem
 from webhook.app import create_app
 
@@ -68,7 +68,7 @@ def read_policy_documents(path: str) -> list[dict[str, Any]]:
     ValueError, one line naming the file (and the document), also when it holds no GpuPolicy at all: a
     server holding none would decide nothing."""
     try:
-        found, others = objects_of_kind(documents(Path(path).read_bytes()), KIND)
+        found, others = objects_of_kind(documents(file_bytes(path)), KIND)
     except OSError as exc:
         raise ValueError(f"--policies {path}: {exc.strerror or exc}") from None
     except ValueError as exc:

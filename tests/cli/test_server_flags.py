@@ -262,3 +262,22 @@ def test_a_prometheus_url_that_is_no_url_is_a_usage_error(command: str, cert_dir
                                                                                                 "--example"]
     _check(subprocess_run(*base, "--prometheus-url", "prometheus:9090", timeout=30),
            "argument --prometheus-url: 'prometheus:9090' is not an http(s) URL with a host")
+
+
+@pytest.mark.parametrize("flag", ["webhook --policies", "hub policy apply -f", "hub serve --admin-token-file"])
+def test_a_fifo_or_a_directory_named_as_a_file_is_refused_not_waited_on(tmp_path: Path, cert_dir: Path,
+                                                                         flag: str) -> None:
+    """A FIFO nothing writes to blocked these commands forever (read_bytes waits for a writer)."""
+    import os
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path in (fifo, tmp_path):
+        args = {
+            "webhook --policies": ["webhook", "--cert-dir", str(cert_dir), "--no-watch", "--policies", str(path)],
+            "hub policy apply -f": ["hub", "--db", f"sqlite:///{tmp_path / 'hub.db'}", "policy", "apply",
+                                    "--cluster", "c", "-f", str(path)],
+            "hub serve --admin-token-file": ["hub", "serve", "--db", f"sqlite:///{tmp_path / 'hub.db'}",
+                                             "--admin-token-file", str(path), "--bind", "127.0.0.1:1"],
+        }[flag]
+        _check(subprocess_run(*args, timeout=30), f"{path}: not a regular file")
