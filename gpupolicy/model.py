@@ -115,9 +115,17 @@ class _Wire(BaseModel):
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
 
+def _untrimmed(value: str) -> None:
+    """The CRD's patterns refuse spaces around a quantity or duration (parse_quantity, for pod resources,
+    trims them as Quantity's JSON reading does): the model refuses what the API server would."""
+    if value != value.strip():
+        raise ValueError(f"{value!r} has spaces around it")
+
+
 def _check_quantity(value: str | None) -> str | None:
     if value is None:
         return value
+    _untrimmed(value)
     try:
         if parse_quantity(value) < 0:
             raise ValueError(f"{value!r} is negative")
@@ -129,6 +137,7 @@ def _check_quantity(value: str | None) -> str | None:
 def _check_duration(value: str | None) -> str | None:
     if value is None:
         return value
+    _untrimmed(value)
     try:
         parse_duration(value)
     except QuantityError as exc:

@@ -61,6 +61,11 @@ def test_mode_defaults_to_the_install_default() -> None:
         pytest.param({"guardrail": {}, "approvals": ["llm"]}, "spec.approvals", id="bad-approval"),
         pytest.param({"guardrail": {"maxGpusPerPod": -1}}, "spec.guardrail.maxGpusPerPod", id="negative"),
         pytest.param({"guardrail": {}, "colour": "red"}, "spec.colour", id="unknown-field"),
+        # the CRD's patterns refuse these: a hub that took them could not sync them into the cluster
+        pytest.param({"sharing": {"strategy": "MIG", "gpuMemory": "8Gi "}}, "spec.sharing.gpuMemory",
+                     id="quantity-with-a-space"),
+        pytest.param({"scaleToZero": {"namespaces": ["r"], "idleFor": " 30m"}}, "spec.scaleToZero.idleFor",
+                     id="duration-with-a-space"),
         pytest.param({"scaleToZero": {"namespaces": ["r"], "wake": {"prometheusQuery": "up", "above": float("nan")}}},
                      "spec.scaleToZero.wake.above", id="nan"),  # JSON has neither: the hub serves specs as JSON
         pytest.param({"scaleToZero": {"namespaces": ["r"], "wake": {"prometheusQuery": "up", "above": float("inf")}}},
