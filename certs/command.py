@@ -18,13 +18,13 @@ import argparse
 import base64
 import ipaddress
 import json
-import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from certs.material import CA_CERT, CA_KEY, generate, load_ca
+from serving.flags import dns_name_problem
 
 EXIT_USAGE = 2
 CONFLICT_RETRIES = 5
@@ -61,24 +61,6 @@ def run(args: argparse.Namespace) -> int:
     except CertsError as exc:
         print(f"kubeon-gpu certs: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
-
-
-_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-
-
-def dns_name_problem(name: str, *, wildcard: bool = True) -> str:
-    """Why `name` cannot be a certificate's DNS name ("" when it can): RFC 1123 labels of at most 63
-    lowercase letters, digits and '-', at most 253 characters, and a leading `*.` where `wildcard`."""
-    if len(name) > 253:
-        return "longer than 253 characters"
-    labels = name.split(".")
-    if wildcard and labels[0] == "*" and len(labels) > 1:
-        labels = labels[1:]
-    bad = next((label for label in labels if not _LABEL.fullmatch(label)), None)
-    if bad is not None:
-        return (f"label {bad[:70]!r} is not a DNS label (1-63 lowercase letters, digits and '-', "
-                "starting and ending with a letter or digit)")
-    return ""
 
 
 def _generate(args: argparse.Namespace) -> int:

@@ -27,6 +27,7 @@ from gpupolicy.capacity.layout import MIG, LayoutPlan, NodeTarget, plan_layout, 
 from gpupolicy.capacity.timeslicing import config_text
 from gpupolicy.model import GpuPolicy, Mode
 from gpupolicy.proposals import decide_state
+from serving.flags import dns_name_problem
 
 EXAMPLE_FILES = ("policies.yaml", "nodes.yaml", "pods.yaml")
 MIG_STEPS = ["cordon", "set nvidia.com/mig.config", "wait for nvidia.com/mig.config.state=success", "uncordon"]
@@ -57,6 +58,19 @@ def _node_entry(target: NodeTarget, policy: GpuPolicy, default_mode: Mode) -> di
     }
 
 
+def configmap_problem(value: str) -> str:
+    """Why --configmap cannot name a ConfigMap ("" when it can): NAMESPACE (one DNS label) / NAME (a DNS
+    subdomain), as the API server names objects."""
+    namespace, slash, name = value.partition("/")
+    if not slash:
+        return "give NAMESPACE/NAME"
+    problem = dns_name_problem(namespace, wildcard=False) or ("a namespace has no dots" if "." in namespace else "")
+    if problem:
+        return f"namespace: {problem}"
+    problem = dns_name_problem(name, wildcard=False)
+    return f"name: {problem}" if problem else ""
+
+
 def render(plan: LayoutPlan, policies: list[GpuPolicy], default_mode: Mode, configmap: str) -> dict[str, Any]:
     namespace, _, name = configmap.partition("/")
     by_name = {p.name: p for p in policies}
@@ -82,8 +96,9 @@ def run(args: argparse.Namespace) -> int:
         sources = []
     else:
         sources, problems = expand([args.nodes, args.pods, args.policies], "-f")
-    if "/" not in args.configmap:
-        problems.append(Problem("--configmap", 0, f"{args.configmap!r}: give NAMESPACE/NAME"))
+    configmap = configmap_problem(args.configmap)
+    if configmap:
+        problems.append(Problem("--configmap", 0, f"{args.configmap[:120]!r}: {configmap}"))
     context, others, read_problems = read_all(sources) if not problems else (None, [], [])
     problems += read_problems
     problems += [d.problem(f"kind: {d.obj.get('kind')}: only Pods, Nodes, GpuPolicies and Namespaces are read")

@@ -93,3 +93,24 @@ def test_a_gpu_count_label_that_is_no_number_reads_as_unknown(tmp_path: Path, ca
     assert main(["layout", "--nodes", str(tmp_path / "n.yaml"), "--pods", "examples/pods.yaml",
                  "--policies", "examples/policies.yaml"]) == 0
     assert "nodes" in yaml.safe_load(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize(("value", "why"), [
+    ("foo", "give NAMESPACE/NAME"),
+    ("/", "namespace: label '' is not a DNS label"),
+    ("gpu-operator/", "name: label '' is not a DNS label"),
+    ("a/b/c", "name: label 'b/c' is not a DNS label"),
+    ("gpu.operator/x", "namespace: a namespace has no dots"),
+    ("gpu-operator/Time_Slicing", "name: label 'Time_Slicing' is not a DNS label"),
+])
+def test_a_configmap_no_api_server_could_hold_is_refused(value: str, why: str, capsys) -> None:
+    """`/` and `a/b/c` printed a layout for ConfigMap namespace '' and name 'b/c'."""
+    assert main(["layout", "--example", "--configmap", value]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"kubeon-gpu layout: --configmap: {value!r}: {why}"), line
+
+
+def test_a_configmap_in_another_namespace_is_planned_there(capsys) -> None:
+    assert main(["layout", "--example", "--configmap", "nvidia/plugin.config-1"]) == 0
+    configmap = yaml.safe_load(capsys.readouterr().out)["configMap"]
+    assert (configmap["namespace"], configmap["name"]) == ("nvidia", "plugin.config-1")
