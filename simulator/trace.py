@@ -44,6 +44,8 @@ def _int(path: Path, line: int, row: dict[str, str], column: str) -> int:
     if not math.isfinite(number):
         raise TraceError(f"{path}:{line}: column {column!r} is not a finite number: {text[:40]!r}")
     value = int(number)
+    if value != number:  # 2.5 GPUs, 1.5 milli-CPU: no such count, and truncating it hid a typo
+        raise TraceError(f"{path}:{line}: column {column!r} is not a whole number: {text[:40]!r}")
     if value < 0:
         raise TraceError(f"{path}:{line}: column {column!r} is negative: {value}")
     limit = LIMITS.get(column)

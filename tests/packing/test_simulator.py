@@ -163,6 +163,8 @@ def test_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]
     ("n1,1e300,1000,1,T4", "a,1000,1024,1,1000,", "n.csv:2: column 'cpu_milli' is above 1,000,000,000"),
     ("n1,1000,1000,1,T4", "a,1000,nan,1,1000,", "p.csv:2: column 'memory_mib' is not a finite number"),
     ("n1,1000,1000,1,T4", "a,1000,1024,300,1000,", "p.csv:2: column 'num_gpu' is above 256"),
+    ("n1,1000,1000,2.5,T4", "a,1000,1024,1,1000,", "n.csv:2: column 'gpu' is not a whole number: '2.5'"),
+    ("n1,1000,1000,1,T4", "a,1000,1024,1.5,1000,", "p.csv:2: column 'num_gpu' is not a whole number: '1.5'"),
     ("n1,1000,1000,1,T4", "a,1000,1024,1," + "9" * 5000 + ",", "p.csv:2: column 'gpu_milli'"),
     ("n1,1000,1000,1,T4", 'a,"' + "x" * 200_000 + '",1024,1,1000,', "p.csv:2: field larger than field limit"),
 ])
