@@ -13,6 +13,7 @@ import math
 import sys
 
 from gpupolicy.capacity.instances import load_instances
+from serving.flags import positive_int
 from simulator.capacity import EVENT_COLUMNS, MAX_DELAY, delay_problem
 from simulator.capacity_compare import STRATEGIES, compare
 from simulator.capacity_trace import compress_problem, load_timed_pods
@@ -39,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--delay", type=float, default=180.0,
                        help=f"seconds from node request to ready, 0 to {MAX_DELAY:.0f} (default 180)")
     group.add_argument("--events", metavar="CSV", help="write kubeon's events to this CSV")
-    group.add_argument("--workers", type=int, default=2,
+    group.add_argument("--workers", type=positive_int, default=2,
                        help=f"processes for the strategies (default 2; at most {len(STRATEGIES)} are used)")
 
 
@@ -58,7 +59,7 @@ def run_capacity(args: argparse.Namespace) -> int:
         pods = load_timed_pods(args.pods, args.compress)
         figures, events = compare(pods, instance_types, max_gpus=max_gpus, seed=seed, delay=args.delay,
                                   keep_events=bool(args.events),
-                                  workers=min(len(STRATEGIES), max(1, args.workers)))
+                                  workers=min(len(STRATEGIES), args.workers))
     except (TraceError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

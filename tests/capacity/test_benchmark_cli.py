@@ -110,3 +110,13 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, capsys: pytest.Capture
     assert main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and message in err and "\n" not in err
+
+
+@pytest.mark.parametrize("workers", ["0", "-3"])
+def test_workers_below_one_is_a_usage_error(workers: str) -> None:
+    """It was taken as 1 without a word."""
+    from tests.cli.helpers import subprocess_run
+
+    run = subprocess_run("simulate", "--capacity", "--workers", workers, timeout=60)
+    assert run.code == 2 and run.err.strip().splitlines()[-1] == \
+        f"kubeon-gpu simulate: error: argument --workers: {workers} is below 1", run.err
