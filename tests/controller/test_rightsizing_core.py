@@ -103,6 +103,51 @@ def test_non_mig_gpu_gets_no_mig_proposal_but_time_slicing_works() -> None:
     assert ts.gpu_hours_per_month == pytest.approx(0.75 * 730)
 
 
+def time_slicing(**kw: object) -> SharingSpec:
+    return SharingSpec.model_validate({"strategy": "TimeSlicing", **kw})
+
+
+@pytest.mark.parametrize(
+    ("p95_util", "proposed"),
+    [pytest.param(25.0, True, id="4x25%-is-one-gpu"), pytest.param(25.5, False, id="4x25.5%-over-one-gpu"),
+     pytest.param(60.0, False, id="compute-saturated")],
+)
+def test_time_slicing_is_not_proposed_for_a_workload_whose_compute_would_not_fit(p95_util: float,
+                                                                                 proposed: bool) -> None:
+    """Small memory is not enough: 4 time-sliced replicas of a workload busy 60% of the time would need 240% of
+    one GPU, so no proposal (the reason says memory or compute); at 4 x 25% = 100% it still fits."""
+    sizing = size_workload(workload("NVIDIA-L4"), usage(4.0, p95_util), time_slicing(replicas=4), DEFAULT_CATALOG)
+    assert sizing.proposal is proposed, sizing.reason
+    if proposed:
+        assert sizing.resource == "nvidia.com/gpu.shared"
+    else:
+        assert sizing.reason == (f"Deployment/inference/llm: no proposal, nvidia.com/gpu=1 (L4, peak 4.0 GiB, "
+                                 f"p95 util {p95_util:.0f}%): 4 time-sliced replicas would not fit its memory or "
+                                 f"compute")
+        assert sizing.action == "" and sizing.gpu_hours_per_month == 0
+
+
+@pytest.mark.parametrize("spec", [mig(gpuModels=["NVIDIA-H100-80GB-HBM3"]),
+                                  time_slicing(gpuModels=["NVIDIA-H100-80GB-HBM3", "NVIDIA-H200"])],
+                         ids=["mig", "time-slicing"])
+def test_workload_on_a_gpu_outside_the_policys_gpu_models_gets_no_proposal(spec: SharingSpec) -> None:
+    """spec.sharing.gpuModels limits the policy to those GPUs: an A100 workload under an H100-only policy is
+    left alone, though a slice would fit it."""
+    sizing = size_workload(workload(), usage(7.1), spec, DEFAULT_CATALOG)
+    assert not sizing.proposal
+    assert sizing.reason == ("Deployment/inference/llm: no proposal, NVIDIA-A100-SXM4-80GB is not among the "
+                             "policy's gpuModels")
+
+
+@pytest.mark.parametrize("models", [[A100_80], ["NVIDIA-H100-80GB-HBM3", A100_80], ["NVIDIA-A100-80GB-PCIe"]],
+                         ids=["only-it", "among-others", "catalog-alias"])
+def test_workload_on_a_gpu_among_the_policys_gpu_models_is_proposed(models: list[str]) -> None:
+    """A gpuModels entry naming the workload's product (or an alias the catalog folds into it) allows it."""
+    sizing = size_workload(workload(), usage(7.1), mig(gpuModels=models), DEFAULT_CATALOG)
+    assert sizing.proposal, sizing.reason
+    assert sizing.resource == "nvidia.com/mig-1g.10gb"
+
+
 def test_fixed_profile_is_proposed_only_when_it_fits() -> None:
     assert size_workload(workload(), usage(7.1), mig(migProfile="2g.20gb"), DEFAULT_CATALOG).resource == (
         "nvidia.com/mig-2g.20gb")
@@ -142,6 +187,41 @@ def test_coverage_of_the_window(start: float, end: float, expect: str | None) ->
 def test_a_hole_in_the_middle_is_not_coverage() -> None:
     times = [t for t, _ in series(1000).points if not END - 4 * DAY < t < END - 3 * DAY]
     assert "gap" in (coverage_gap(times, END - WEEK, END, query_step(WEEK)) or "")
+
+
+HOUR = 3600.0
+
+
+@pytest.mark.parametrize(
+    ("missed_steps", "proposed"),
+    [pytest.param(0, True, id="every-step"), pytest.param(2, True, id="hole-of-3-steps-tolerated"),
+     pytest.param(3, False, id="hole-of-4-steps-is-a-gap"), pytest.param(10, False, id="hole-of-11-steps")],
+)
+def test_a_hole_wider_than_three_steps_means_no_proposal(missed_steps: int, proposed: bool) -> None:
+    """A 1h window is read at 60s steps; a few missed scrapes (a 3-step hole) still cover it, a wider hole
+    could hide the peak, so the workload gets no proposal and the reason names the gap."""
+    step = query_step(HOUR)
+    assert step == 60
+    hole_from = END - HOUR / 2
+    full = series(7.1 * GIB, END - HOUR, END, every=step)
+    memory = Series(full.labels, [(t, v) for t, v in full.points
+                                  if not hole_from < t < hole_from + (missed_steps + 1) * step])
+    got = summarise_usage([memory], [series(12.0, END - HOUR, END, every=step)], END - HOUR, END, step)
+    sizing = size_workload(workload(), got, mig(window="1h"), DEFAULT_CATALOG)
+    assert sizing.proposal is proposed, sizing.reason
+    if proposed:
+        assert sizing.resource == "nvidia.com/mig-1g.10gb"
+    else:
+        assert sizing.reason == ("Deployment/inference/llm: no proposal, a gap in the metrics inside the window "
+                                 "(window 1h)")
+
+
+def test_a_two_hour_hole_in_a_week_is_a_gap() -> None:
+    """Over a week (840s steps) the tolerance is 1% of the window, about 1.7h: a 2h outage is a gap."""
+    times = [t for t, _ in series(1000).points if not END - 3 * DAY < t < END - 3 * DAY + 2 * HOUR]
+    assert coverage_gap(times, END - WEEK, END, query_step(WEEK)) == "a gap in the metrics inside the window"
+    times = [t for t, _ in series(1000).points if not END - 3 * DAY < t < END - 3 * DAY + 1.5 * HOUR]
+    assert coverage_gap(times, END - WEEK, END, query_step(WEEK)) is None
 
 
 def test_queries_select_the_workloads_pods_by_name_pattern() -> None:

@@ -135,6 +135,26 @@ def test_do_not_scale_and_stale_record() -> None:
     assert decision.action is core.Action.CLEAR_RECORD and decision.replicas is None and decision.clear_record
 
 
+@pytest.mark.parametrize("value", ["true", "yes", "", "TRUE ", "0", "no"],
+                         ids=["true", "yes", "empty", "upper-padded-true", "zero", "no"])
+def test_do_not_scale_blocks_parking_for_any_value_but_false(value: str) -> None:
+    """docs/designs/scale-to-zero.md: any value but "false" keeps an idle workload up; a typo or an empty value
+    must not let it be parked."""
+    skipped = running(2, **{core.DO_NOT_SCALE: value})
+    decision = core.decide(spec(), skipped, signals(series([0.0] * 31)), "t")
+    assert decision.action is core.Action.NONE and decision.reason is core.Reason.DO_NOT_SCALE
+    assert decision.replicas is None
+
+
+@pytest.mark.parametrize("value", ["false", " False ", "FALSE"], ids=["false", "padded-False", "FALSE"])
+def test_do_not_scale_false_lets_an_idle_workload_park(value: str) -> None:
+    """`do-not-scale: "false"` (any case, surrounding blanks) is the annotation switched off: parked as usual."""
+    workload = running(2, **{core.DO_NOT_SCALE: value})
+    decision = core.decide(spec(), workload, signals(series([0.0] * 31)), "t")
+    assert decision.action is core.Action.SCALE_TO_ZERO and decision.reason is core.Reason.IDLE
+    assert decision.replicas == 0
+
+
 def test_keda_target_is_paused_not_scaled() -> None:
     keda = core.Workload("Deployment", "research", "llm", 3, {}, keda_paused=False)
     decision = core.decide(spec(), keda, signals(series([0.0] * 31)), "t")

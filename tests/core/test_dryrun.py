@@ -5,6 +5,8 @@ Real: gpupolicy.admission.dryrun; patches applied with the `jsonpatch` library. 
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from gpupolicy.admission.dryrun import DryRunError, dry_run, view_for_request
@@ -26,16 +28,90 @@ WORKLOADS = {
 }
 
 
+SLICE_TOLERATION = {"key": "nvidia.com/mig-1g.10gb", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def at(obj: dict[str, Any], pointer: str) -> Any:
+    """The value at a JSON pointer made of plain keys and list indexes ("" is the object itself)."""
+    for key in pointer.split("/")[1:]:
+        obj = obj[int(key)] if isinstance(obj, list) else obj[key]
+    return obj
+
+
+def shared_template(kind: str) -> dict[str, Any]:
+    """What `make_policy()` (MIG auto, 8Gi, Automatic) makes of WORKLOADS[kind]'s pod template, written out."""
+    if kind == "Pod":
+        return {"apiVersion": "v1", "kind": "Pod",
+                "metadata": {"name": "p", "namespace": "ml", "annotations": {
+                    "gpu.kubeon.io/policy": "share",
+                    "gpu.kubeon.io/rewritten-from": '{"c0":{"limits":{"nvidia.com/gpu":"1"}}}'}},
+                "spec": {"containers": [{"name": "c0", "image": "busybox",
+                                         "resources": {"limits": {"cpu": "1", "nvidia.com/mig-1g.10gb": "1"}}}],
+                         "tolerations": [SLICE_TOLERATION]}}
+    metadata: dict[str, Any] = {} if kind == "Job" else {"labels": {"app": "llm"}}
+    metadata["annotations"] = {"gpu.kubeon.io/policy": "share",
+                               "gpu.kubeon.io/rewritten-from": '{"c":{"limits":{"nvidia.com/gpu":"1"}}}'}
+    return {"metadata": metadata,
+            "spec": {"containers": [{"name": "c", "image": "x",
+                                     "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}],
+                     "tolerations": [SLICE_TOLERATION]}}
+
+
 @pytest.mark.parametrize("kind", list(WORKLOADS))
 def test_workloads_patched_through_pod_template(kind: str) -> None:
+    """The dry-run shows the pod template the cluster would run: the slice, its toleration and the policy and
+    rewritten-from annotations (a workload's template must carry them too, not only a Pod), and the patch
+    turns the submitted object into exactly that."""
     obj, container_path = WORKLOADS[kind]
+    template_path = container_path.removesuffix("/spec/containers/0")
     view = make_view(make_policy())
     result = dry_run(obj, view)
     assert result.allowed
     assert f"{container_path}/resources/limits/nvidia.com~1gpu" in [op["path"] for op in result.patch]
+    assert at(result.object, template_path) == shared_template(kind)
     after = apply(obj, result.patch)
+    assert at(after, template_path) == shared_template(kind)
     assert after == result.object
     assert dry_run(after, view).patch == []
+
+
+def test_workload_template_annotations_of_its_own_are_kept_beside_the_policys() -> None:
+    """A template that already carries annotations shows them and kubeon's; the patch adds only kubeon's."""
+    template = {"metadata": {"labels": {"app": "llm"}, "annotations": {"team": "search"}},
+                "spec": {"containers": [CONTAINER]}}
+    obj = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llm", "namespace": "ml"},
+           "spec": {"template": template}}
+    result = dry_run(obj, make_view(make_policy()))
+    rewritten = '{"c":{"limits":{"nvidia.com/gpu":"1"}}}'
+    expected = {"team": "search", "gpu.kubeon.io/policy": "share", "gpu.kubeon.io/rewritten-from": rewritten}
+    assert result.object["spec"]["template"]["metadata"] == {"labels": {"app": "llm"}, "annotations": expected}
+    assert apply(obj, result.patch)["spec"]["template"]["metadata"]["annotations"] == expected
+    assert {"op": "add", "path": "/spec/template/metadata/annotations/gpu.kubeon.io~1policy",
+            "value": "share"} in result.patch
+
+
+@pytest.mark.parametrize("kind", ["Pod", "Deployment", "CronJob"])
+def test_guardrail_warnings_are_shown_beside_mutation_warnings(kind: str) -> None:
+    """A Recommend guardrail's warning is part of the dry-run answer, after the sharing policy's own: the user
+    sees every warning kubectl would print for the pods."""
+    obj, _ = WORKLOADS[kind]
+    view = make_view(make_policy(mode="Recommend"),
+                     make_policy("guard", mode="Recommend", guardrail={"maxGpusPerPod": 0}))
+    result = dry_run(obj, view)
+    assert result.allowed and result.patch == []
+    assert result.warnings == ["kubeon-gpu share (Recommend): would use nvidia.com/mig-1g.10gb",
+                               "kubeon-gpu guard: pod asks for 1 GPUs, more than maxGpusPerPod 0"]
+
+
+def test_guardrail_warning_on_the_mutated_pod_is_shown() -> None:
+    """The guardrail judges the slice the pod would get: its warning names that slice."""
+    obj, _ = WORKLOADS["Deployment"]
+    view = make_view(make_policy(),
+                     make_policy("guard", mode="Recommend", guardrail={"allowedGpuResources": ["nvidia.com/gpu"]}))
+    result = dry_run(obj, view)
+    assert result.allowed
+    assert result.warnings == ["kubeon-gpu guard: nvidia.com/mig-1g.10gb is not in allowedGpuResources"]
+    assert [(d.policy, d.action) for d in result.decisions] == [("share", "UseMIG"), ("guard", "Warn")]
 
 
 @pytest.mark.parametrize("owner_kind", ["Deployment", "CronJob"])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gpupolicy.admission.mutate import Action, validate_pod
+from gpupolicy.admission.mutate import WARNING_LIMIT, Action, validate_pod
 from tests.core.builders import make_pod, make_policy, make_view
 
 GUARD = {"maxGpusPerPod": 2, "allowedGpuResources": ["nvidia.com/gpu", "nvidia.com/mig-1g.10gb"]}
@@ -38,6 +38,22 @@ def test_recommend_guardrail_only_warns() -> None:
     assert result.allowed
     assert result.warnings == ["kubeon-gpu guard: pod asks for 4 GPUs, more than maxGpusPerPod 2"]
     assert result.decisions[0].action == Action.WARN
+
+
+@pytest.mark.parametrize("length", [WARNING_LIMIT - 1, WARNING_LIMIT, WARNING_LIMIT + 1])
+def test_warnings_are_kept_under_the_header_limit(length: int) -> None:
+    """Warnings travel in HTTP headers to kubectl, kept under WARNING_LIMIT (120) characters: one of 119 is shown
+    whole, one of exactly 120 or more is cut to 119 ending in an ellipsis (the policy name sets the length)."""
+    tail = ": pod asks for 4 GPUs, more than maxGpusPerPod 2"
+    name = "g" * (length - len("kubeon-gpu ") - len(tail))
+    text = f"kubeon-gpu {name}{tail}"
+    assert len(text) == length
+    result = validate_pod(make_pod(gpus=4), make_view(make_policy(name, mode="Recommend", guardrail=GUARD)))
+    if length < WARNING_LIMIT:
+        assert result.warnings == [text]
+    else:
+        assert result.warnings == [text[: WARNING_LIMIT - 2] + "…"]
+        assert len(result.warnings[0]) == WARNING_LIMIT - 1
 
 
 def test_guardrail_ignores_protected_and_skipped_pods() -> None:

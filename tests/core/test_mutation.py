@@ -77,6 +77,28 @@ def test_fixed_profile_and_time_slicing() -> None:
     assert limits(shared) == {"cpu": "1", "nvidia.com/gpu.shared": "1"}
 
 
+def test_automatic_mig_pod_is_exactly_the_slice_its_toleration_and_the_annotations() -> None:
+    """The whole pod the API server stores, written out (not the patch checked against the object it came
+    from): the slice in limits and requests, cpu untouched, the user's toleration kept and the slice's added,
+    the policy and the original resources recorded as annotations, nothing else changed."""
+    pod = make_pod(requests=True, tolerations=[{"key": "team", "operator": "Exists"}])
+    assert mutated(pod, make_view(make_policy())) == {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "p", "namespace": "ml", "annotations": {
+            "gpu.kubeon.io/policy": "share",
+            "gpu.kubeon.io/rewritten-from":
+                '{"c0":{"limits":{"nvidia.com/gpu":"1"},"requests":{"nvidia.com/gpu":"1"}}}',
+        }},
+        "spec": {
+            "containers": [{"name": "c0", "image": "busybox", "resources": {
+                "limits": {"cpu": "1", "nvidia.com/mig-1g.10gb": "1"},
+                "requests": {"cpu": "1", "nvidia.com/mig-1g.10gb": "1"}}}],
+            "tolerations": [{"key": "team", "operator": "Exists"},
+                            {"key": "nvidia.com/mig-1g.10gb", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+
+
 def test_requests_and_limits_rewritten_in_every_single_gpu_container() -> None:
     after = mutated(make_pod(requests=True, containers=2, init_gpus=1), make_view(make_policy()))
     for container in after["spec"]["containers"] + after["spec"]["initContainers"]:

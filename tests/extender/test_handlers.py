@@ -58,6 +58,38 @@ def test_filter_answers_node_names_and_explains_every_rejection() -> None:
     assert set(result["NodeNames"]) | set(result["FailedNodes"]) | set(hopeless) == set(NAMES)
 
 
+@pytest.mark.parametrize(
+    ("cpu", "memory", "resolvable", "reason"),
+    [
+        pytest.param("8", "1Gi", True, "insufficient cpu", id="cpu-equal-to-capacity"),
+        pytest.param("8001m", "1Gi", False, "insufficient cpu", id="cpu-over-capacity"),
+        pytest.param("1", "64Gi", True, "insufficient memory", id="memory-equal-to-capacity"),
+        pytest.param("1", "65537Mi", False, "insufficient memory", id="memory-over-capacity"),
+    ],
+)
+def test_cpu_or_memory_beyond_the_nodes_capacity_is_unresolvable(cpu: str, memory: str, resolvable: bool,
+                                                                 reason: str) -> None:
+    """kube-scheduler preempts only for FailedNodes: a pod that fits the node's capacity but not what is free
+    (another pod holds 1 CPU and 1Gi) may get room by eviction; one asking more than the node has never can, so
+    the node is in FailedAndUnresolvableNodes and no pod is evicted in vain. Asking exactly the capacity fits."""
+    h = Harness([make_node("small", A100, 8, cpu="8", memory="64Gi")],
+                [bound(wire_pod("busy", gpus=1, cpu="1", memory="1Gi"), "small")])
+    result = h.filter(wire_pod("p", gpus=1, cpu=cpu, memory=memory), ["small"])
+    assert result["NodeNames"] == [] and result["Error"] == ""
+    failed = {"small": f"kubeon-gpu: {reason}"}
+    assert result["FailedNodes"] == (failed if resolvable else {})
+    assert result["FailedAndUnresolvableNodes"] == ({} if resolvable else failed)
+
+
+def test_cpu_and_memory_that_fit_what_is_free_pass() -> None:
+    """The other side of the boundary: what is left after the running pod (7 CPUs, 63Gi) is enough."""
+    h = Harness([make_node("small", A100, 8, cpu="8", memory="64Gi")],
+                [bound(wire_pod("busy", gpus=1, cpu="1", memory="1Gi"), "small")])
+    result = h.filter(wire_pod("p", gpus=1, cpu="7", memory="63Gi"), ["small"])
+    assert result["NodeNames"] == ["small"]
+    assert result["FailedNodes"] == {} and result["FailedAndUnresolvableNodes"] == {}
+
+
 def test_h100_affinity_never_passes_an_a100_node() -> None:
     h = Harness(cluster())
     pod = wire_pod("h", gpus=1, affinity=required_node_affinity(

@@ -163,6 +163,34 @@ def test_dry_run_endpoint(client) -> None:
     assert client.post("/dry-run", json={"policies": []}).status_code == 400
 
 
+def test_dry_run_endpoint_shows_the_template_annotations_and_guardrail_warnings(client) -> None:
+    """POST /dry-run answers the workload as the cluster would run it: the template's kubeon annotations (what
+    the webhook writes on its pods) and a Recommend guardrail's warning on the slice it was given."""
+    deployment = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "llm", "namespace": "inference"},
+                  "spec": {"template": {"metadata": {"labels": {"app": "llm"}},
+                                        "spec": {"containers": [{"name": "server", "image": "vllm",
+                                                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}}}
+    guard = {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "whole-only"},
+             "spec": {"mode": "Recommend", "selector": {"namespaces": ["inference"]},
+                      "guardrail": {"allowedGpuResources": ["nvidia.com/gpu"]}}}
+    resp = client.post("/dry-run", json={"object": deployment, "policies": [SHARE, guard],
+                                         "namespace": {"name": "inference", "labels": {}}})
+    answer = resp.get_json()
+    assert resp.status_code == 200 and answer["allowed"] is True
+    assert answer["object"]["spec"]["template"] == {
+        "metadata": {"labels": {"app": "llm"}, "annotations": {
+            "gpu.kubeon.io/policy": "share-inference",
+            "gpu.kubeon.io/rewritten-from": '{"server":{"limits":{"nvidia.com/gpu":"1"}}}'}},
+        "spec": {"containers": [{"name": "server", "image": "vllm",
+                                 "resources": {"limits": {"nvidia.com/mig-1g.10gb": "1"}}}],
+                 "schedulerName": "kubeon-gpu-scheduler",
+                 "tolerations": [{"key": "nvidia.com/mig-1g.10gb", "operator": "Exists", "effect": "NoSchedule"}]},
+    }
+    assert answer["warnings"] == ["kubeon-gpu whole-only: nvidia.com/mig-1g.10gb is not in allowedGpuResources"]
+    after = jsonpatch.apply_patch(copy.deepcopy(deployment), answer["patch"])
+    assert after["spec"]["template"]["metadata"] == answer["object"]["spec"]["template"]["metadata"]
+
+
 def test_metrics_count_decisions(client) -> None:
     client.post("/mutate", json=review(api_pod()))
     text = client.get("/metrics").get_data(as_text=True)
