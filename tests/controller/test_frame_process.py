@@ -92,7 +92,16 @@ def test_one_of_two_processes_leads_and_the_other_takes_over(frame_api: Any, rep
     # The standby started as the slower of the two (start-up under load differs by seconds): wait
     # until it has seen the lease held, then it must be ready at once and must not act.
     wait_for(lambda: f"standing by identity={standby.identity}" in standby.log, what="the standby's first lease step")
-    time.sleep(1.0)
+    # Over more than a lease duration (2 s: five of the standby's lease steps at 0.4 s), the leader keeps
+    # renewing and the standby never takes the held lease.
+    renewals: set[float | None] = set()
+    deadline = time.monotonic() + 2.5
+    while time.monotonic() < deadline:
+        lease = get_lease(api, "kubeon-gpu", LEASE)
+        assert lease is not None and lease.holder == leader.identity and lease.transitions == 0, lease
+        renewals.add(lease.renew_time)
+        time.sleep(0.1)
+    assert len(renewals) >= 3, f"the leader renewed {len(renewals) - 1} times in 2.5 s"
     assert "leadership acquired" in leader.log and "leadership acquired" not in standby.log
     assert f"holder={leader.identity}" in standby.log
     assert "policies read" not in standby.log
