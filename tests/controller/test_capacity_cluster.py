@@ -9,7 +9,8 @@ scheduler, workload and kubelet stand-ins; the Karpenter stand-in
 stand-in (time-slicing and MIG from node labels); the frame's PolicySync,
 PolicyStore, Recorder and ReconcileRunner with the Layout and Capacity
 reconcilers; real Prometheus with scripted DCGM series for usage. Faked:
-leadership (always leader) and, except with Prometheus, the clock.
+leadership (always leader, but where a test takes the lease away) and, except with
+Prometheus, the clock.
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from gpupolicy.model import Mode
 from gpupolicy.proposals import proposal_id
 from tests.controller.conftest import FakeClock, ScriptedMetrics
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_deployment, make_node, make_pdb, make_pod
+from tests.kubeapi.fixtures import make_deployment, make_node, make_nodeclaim, make_pdb, make_pod
 from tests.kubeapi.gpu_operator import GpuOperator
 from tests.kubeapi.karpenter import check_against_crd
 from tests.kubeapi.scheduler import read_items
@@ -638,3 +639,85 @@ def test_with_min_pod_age_a_node_is_consolidated_only_once_its_youngest_pod_is_t
     world.clock.advance(3600)
     world.rounds(4)
     assert len(world.claims()) == 1 and len(set(world.bound().values())) == 1
+
+
+# -- leadership, the NodePool and claims on their way out ------------------------------------------
+def launches(world: World) -> list[dict[str, Any]]:
+    return [p for p in world.proposals() if p["action"].startswith("launch NodeClaim")]
+
+
+def test_a_standby_replica_launches_no_nodeclaim_and_the_leader_does(make_world: Any) -> None:
+    """Every writer checks leadership right before its write, not only the runner before the pass: the lease
+    can go to another replica while a pass is under way, and two replicas launching for the same pods would
+    buy two nodes. The NodePool is in shape already, so nothing but leadership stands between the plan and
+    the NodeClaim."""
+    world = make_world()
+    leader = {"held": True}
+    world.ctx.is_leader = lambda: leader["held"]
+    world.create_policy(sharing_policy("mig", "MIG"))
+    world.create_policy(capacity_policy(models=["NVIDIA-A100-SXM4-80GB"]))
+    world.rounds(1)  # the leader declared the NodePool; nothing is pending yet
+    assert world.nodepool() is not None and world.claims() == {}
+    assert world.condition("NodePool")["status"] == "True"
+    gpu_pods(world, 10, "nvidia.com/mig-1g.10gb")
+    world.cluster.settle()
+    leader["held"] = False  # the lease went to another replica
+    world.capacity.reconcile(world.ctx)  # the runner skips a standby: this is a pass that lost the lease under way
+    assert world.claims() == {}, "a replica without the lease created a NodeClaim"
+    leader["held"] = True
+    world.runner.run_all()
+    assert len(world.claims()) == 1  # the same plan, launched by the leader
+    assert {p["state"] for p in launches(world)} == {"Applied"}
+
+
+def test_launches_wait_while_the_nodepool_cannot_be_declared(make_world: Any) -> None:
+    """A NodeClaim names its NodePool, and Karpenter launches nothing for a pool that is missing or not in
+    the declared shape. While server-side apply of the pool is refused (another manager owns its GPU limit,
+    which the optimizer never forces) launches are approved, not applied, and say what they wait for; once
+    the pool can be declared they launch."""
+    world = make_world()
+    world.create_policy(sharing_policy("mig", "MIG"))
+    world.create_policy(capacity_policy(models=["NVIDIA-A100-SXM4-80GB"]))
+    platform = {"apiVersion": "karpenter.sh/v1", "kind": "NodePool", "metadata": {"name": "gpu"},
+                "spec": {"template": {"spec": {
+                    "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass", "name": "gpu"},
+                    "requirements": [{"key": "karpenter.sh/capacity-type", "operator": "In", "values": ["spot"]}]}},
+                    "limits": {"nvidia.com/gpu": "8"}}}
+    world.cluster.custom.patch_cluster_custom_object(
+        "karpenter.sh", "v1", "nodepools", "gpu", platform, field_manager="platform-team",
+        _content_type="application/apply-patch+yaml")
+    gpu_pods(world, 10, "nvidia.com/mig-1g.10gb")
+    world.cluster.settle()
+    world.runner.run_all()
+    pool = world.condition("NodePool")
+    assert (pool["status"], pool["reason"]) == ("False", "FieldConflict")
+    assert world.claims() == {}, "a NodeClaim was launched into a NodePool the controller could not declare"
+    [waiting] = launches(world)
+    assert waiting["state"] == "Approved" and waiting["reason"].endswith("; waiting for NodePool gpu")
+    world.cluster.custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodepools", "gpu")
+    world.runner.run_all()  # the platform team gave the pool up: declared, then launched in the same pass
+    assert world.condition("NodePool")["status"] == "True"
+    assert len(world.claims()) == 1 and {p["state"] for p in launches(world)} == {"Applied"}
+
+
+def test_a_nodeclaim_being_deleted_is_no_capacity_for_pending_pods(make_world: Any) -> None:
+    """A NodeClaim with a deletionTimestamp is on its way out (Karpenter's finalizer terminates the instance):
+    its node will never take the pending pods, so they get a NodeClaim of their own instead of waiting for
+    it forever."""
+    world = make_world()
+    world.create_policy(sharing_policy("mig", "MIG"))
+    world.create_policy(capacity_policy(models=["NVIDIA-A100-SXM4-80GB"]))
+    world.rounds(1)
+    leaving = make_nodeclaim("gpu-leaving", "p4de.24xlarge", labels={"nvidia.com/mig.config": "all-1g.10gb"},
+                             taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}])
+    leaving["metadata"]["finalizers"] = ["karpenter.sh/termination"]
+    world.cluster.create(leaving)  # launching (no node yet), as the burst it was launched for left
+    world.cluster.custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", "gpu-leaving")
+    assert world.claims()["gpu-leaving"]["metadata"].get("deletionTimestamp")  # held by the finalizer
+    gpu_pods(world, 3, "nvidia.com/mig-1g.10gb")
+    world.runner.run_all()  # no settle: Karpenter has not finished terminating it
+    new = set(world.claims()) - {"gpu-leaving"}
+    assert len(new) == 1, "pending pods were left waiting on a NodeClaim that is being deleted"
+    [launched] = launches(world)
+    assert launched["state"] == "Applied" and new.pop() in launched["action"]
+    assert world.condition("Provisioned")["reason"] == "Planned"
