@@ -1,10 +1,10 @@
 """`kubeon-gpu certs` through the real CLI dispatcher (cli.main.main).
 
 Real: argument parsing, certificate generation, the kubernetes client's
-AdmissionregistrationV1Api over HTTP on loopback. Faked: the API server is
-tests/serving/fake_kubeapi.py serving webhook configurations by GET and
-patching them by JSON Patch whose resourceVersion `test` fails (422) when another
-writer came first, like kube-apiserver.
+AdmissionregistrationV1Api over HTTP on loopback, and the wire-level test API
+server (tests/kubeapi) storing the webhook configurations and JSON-patching them,
+a failed resourceVersion `test` answered 422 as kube-apiserver answers it. Its
+`hooks.race_reads` makes another writer come first after a read, to force conflicts.
 """
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from cli.main import main
-from tests.serving.fake_kubeapi import FakeKubeApi
+from tests.kubeapi import ApiServer
 
 MWC = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/kubeon-gpu-optimizer"
 VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/kubeon-gpu-optimizer"
@@ -26,7 +27,7 @@ VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/kub
 def webhook_config(kind: str, hooks: list[str]) -> dict:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-        "metadata": {"name": "kubeon-gpu-optimizer", "resourceVersion": "7"},
+        "metadata": {"name": "kubeon-gpu-optimizer"},
         "webhooks": [{
             "name": h, "admissionReviewVersions": ["v1"], "sideEffects": "None",
             "clientConfig": {"service": {"name": "kubeon-gpu-optimizer-webhook", "namespace": "kubeon-gpu",
@@ -35,13 +36,26 @@ def webhook_config(kind: str, hooks: list[str]) -> dict:
     }
 
 
+def stored(server: ApiServer, path: str) -> dict:
+    """The configuration at `path` as the server stores it (read in-process: a GET would count as a read)."""
+    plural, name = path.split("/")[-2:]
+    res = server.catalog.lookup("admissionregistration.k8s.io", "v1", plural)
+    assert res is not None
+    obj = server.store.get(res.key, "", name)
+    assert obj is not None, path
+    return obj
+
+
 @pytest.fixture
-def fake(tmp_path: Path) -> Iterator[FakeKubeApi]:
-    server = FakeKubeApi().start()
-    server.singletons[MWC] = webhook_config("MutatingWebhookConfiguration", ["a.gpu.kubeon.io", "b.gpu.kubeon.io"])
-    server.singletons[VWC] = webhook_config("ValidatingWebhookConfiguration", ["v.gpu.kubeon.io"])
-    yield server
-    server.close()
+def server() -> Iterator[ApiServer]:
+    with ApiServer.start() as api:
+        for path, config in [
+            (MWC, webhook_config("MutatingWebhookConfiguration", ["a.gpu.kubeon.io", "b.gpu.kubeon.io"])),
+            (VWC, webhook_config("ValidatingWebhookConfiguration", ["v.gpu.kubeon.io"])),
+        ]:
+            created = requests.post(api.url + path.rsplit("/", 1)[0], json=config, timeout=10)
+            assert created.status_code == 201, created.text
+        yield api
 
 
 @pytest.fixture
@@ -63,21 +77,21 @@ def test_generate_writes_the_four_files(ca_dir: Path) -> None:
 
 
 def test_patch_cabundle_sets_every_webhook_and_retries_conflicts(
-    fake: FakeKubeApi, ca_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: ApiServer, ca_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kubeconfig = fake.write_kubeconfig(tmp_path / "kc")
-    fake.concurrent_writes = 2  # the first two read-then-patch rounds lose the race
+    server.hooks.race_reads(2)  # the first two read-then-patch rounds lose the race
     rc = main(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--mutating",
-               "kubeon-gpu-optimizer", "--validating", "kubeon-gpu-optimizer", "--kubeconfig", str(kubeconfig)])
+               "kubeon-gpu-optimizer", "--validating", "kubeon-gpu-optimizer", "--kubeconfig", server.kubeconfig])
     assert rc == 0, capsys.readouterr().err
     expected = base64.b64encode((ca_dir / "ca.crt").read_bytes()).decode()
     for path, count in [(MWC, 2), (VWC, 1)]:
-        hooks = fake.singletons[path]["webhooks"]
+        hooks = stored(server, path)["webhooks"]
         assert [h["clientConfig"]["caBundle"] for h in hooks] == [expected] * count
         assert hooks[0]["clientConfig"]["service"]["path"] == "/mutate", "other fields are kept"
-    assert fake.puts == 4  # two conflicts, then one PATCH per configuration
+    # two conflicts, then one PATCH per configuration
+    assert len([w for w in server.writes if w[0] in ("PUT", "PATCH") and w[1] in (MWC, VWC)]) == 4
     assert "patched caBundle into 2 webhook(s)" in capsys.readouterr().out
-    json.dumps(fake.singletons)  # stored objects are plain JSON
+    json.dumps([stored(server, MWC), stored(server, VWC)])  # stored objects are plain JSON
 
 
 @pytest.mark.parametrize(
@@ -119,18 +133,17 @@ def test_errors_are_one_line_exit_2(
 
 
 def test_patch_names_a_missing_configuration(
-    fake: FakeKubeApi, ca_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    server: ApiServer, ca_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    kubeconfig = fake.write_kubeconfig(tmp_path / "kc")
     err = run_err(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--mutating", "other",
-                   "--kubeconfig", str(kubeconfig)], capsys)
+                   "--kubeconfig", server.kubeconfig], capsys)
     assert "MutatingWebhookConfiguration other not found" in err
 
 
 def test_patch_names_an_unreachable_server(ca_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fake = FakeKubeApi()
-    kubeconfig = fake.write_kubeconfig(tmp_path / "kc")
-    fake.server.server_close()
+    kubeconfig = tmp_path / "kc"
+    with ApiServer.start() as gone:
+        kubeconfig.write_text(Path(gone.kubeconfig).read_text())  # the server stops: its port is closed
     err = run_err(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--validating", "v",
                    "--kubeconfig", str(kubeconfig)], capsys)
     assert "ValidatingWebhookConfiguration v" in err

@@ -25,6 +25,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from tests.kubeapi import discovery, openapi, protobuf, status
 from tests.kubeapi.admission import Admission
+from tests.kubeapi.hooks import Hooks
 from tests.kubeapi.logs import PodLogs
 from tests.kubeapi.registry import Options, Registry, present
 from tests.kubeapi.resources import Catalog, Resource
@@ -134,13 +135,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._watch(res, ns, query)
                 return 200, None
             if name is None:
+                srv.hooks.saw_list(path)
                 result = reg.list(res, ns, query.get("labelSelector"), query.get("fieldSelector"))
+                if srv.hooks.bare_list_items and not res.custom:
+                    result["items"] = [{k: v for k, v in item.items() if k not in ("apiVersion", "kind")}
+                                       for item in result["items"]]
             elif sub == "scale":
                 return 200, reg.get_scale(res, nsname, name)
             elif sub == "log":
                 return 200, srv.logs.read(reg.get(res, nsname, name), query)
             else:
                 result = reg.get(res, nsname, name)
+                srv.hooks.after_read(path, res, nsname, name)
             return 200, self._maybe_table(res, result, query)
         if method == "POST" and name is None:
             return 201, reg.create(res, nsname, body, opts)
@@ -232,7 +238,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
 
     def _watch(self, res: Resource, ns: str | None, query: dict[str, str]) -> None:
-        store = self.server.store
+        store, hooks = self.server.store, self.server.hooks
+        ticket = hooks.saw_watch(urlsplit(self.path).path, query.get("resourceVersion"))
         labels = parse_labels(query.get("labelSelector"))
         fields = parse_fields(query.get("fieldSelector"), res.key)
         rv = query.get("resourceVersion") or ""
@@ -243,6 +250,7 @@ class _Handler(BaseHTTPRequestHandler):
             initial, since = store.list(res.key, ns)
         elif rv.isdigit():
             since = int(rv)
+            hooks.refuse_gone(since)
         else:
             raise status.bad_request(f'resourceVersion: Invalid value: "{rv}": must be a number')
 
@@ -267,14 +275,23 @@ class _Handler(BaseHTTPRequestHandler):
                     "apiVersion": res.api_version, "kind": res.kind, "metadata": {
                         "resourceVersion": str(since), "annotations": {"k8s.io/initial-events-end": "true"}}}},
                     proto)
-            for event in store.events_since(res.key, ns, since, timeout, lambda: not self.server.stopping):
+            for event in store.events_since(res.key, ns, since, timeout,
+                                            lambda: not self.server.stopping and not hooks.dropped(ticket)
+                                            and not hooks.expired(ticket)):
+                if event.raw is not None:
+                    if not proto:
+                        self._raw_chunk(event.raw + b"\n")
+                    continue
                 kind = _transition(event, matches)
                 if kind:
                     self._chunk({"type": kind, "object": present(res, event.obj)}, proto)
+            if hooks.expired(ticket) and not hooks.dropped(ticket):
+                raise Gone(f"too old resource version: {since} ({store.revision})")
         except Gone as gone:
-            self._chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                                     "status": "Failure", "message": str(gone),
-                                                     "reason": "Expired", "code": 410}}, proto)
+            if not hooks.dropped(ticket):  # a dropped watch ends as a closed connection, even if expired since
+                self._chunk({"type": "ERROR", "object": {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                                         "status": "Failure", "message": str(gone),
+                                                         "reason": "Expired", "code": 410}}, proto)
         except OSError:
             return
         try:
@@ -289,6 +306,9 @@ class _Handler(BaseHTTPRequestHandler):
             data = protobuf.watch_frame(event["type"], envelope)
         else:
             data = json.dumps(event).encode() + b"\n"
+        self._raw_chunk(data)
+
+    def _raw_chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
@@ -346,6 +366,7 @@ class _HttpServer(ThreadingHTTPServer):
         self.connections: set[socket.socket] = set()
         self.stopping = False
         self.logs = PodLogs()
+        self.hooks = Hooks(self.store, self.catalog)  # test controls (hooks.py): inert until a test uses one
         # (method, path) of every request but GETs, in arrival order: what a client wrote, for tests
         # that check it stayed within an RBAC grant (ApiServer.writes).
         self.writes: list[tuple[str, str]] = []
@@ -436,6 +457,12 @@ class ApiServer:
     def map_service(self, namespace: str, name: str, url: str, port: int = 443) -> None:
         """Resolve webhook `clientConfig.service` {namespace, name, port} to a local base URL."""
         self.services[(namespace, name, port)] = url
+
+    @property
+    def hooks(self) -> Hooks:
+        """Test hooks (hooks.py): count list/watch requests, wait for a watch request, drop or expire open
+        watches, answer 410 as an HTTP status, inject raw watch lines, force write conflicts."""
+        return self._http.hooks
 
     @property
     def logs(self) -> PodLogs:

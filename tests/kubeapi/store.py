@@ -24,11 +24,12 @@ Obj = dict[str, Any]
 @dataclass(frozen=True)
 class Event:
     rv: int
-    type: str  # ADDED | MODIFIED | DELETED
+    type: str  # ADDED | MODIFIED | DELETED (| RAW, from a test hook)
     key: str  # resource storage key, "group/plural"
     namespace: str
     obj: Obj
     prev: Obj | None = None  # the object before a MODIFIED, for selector transitions
+    raw: bytes | None = None  # type RAW: a line sent as is to the key's JSON watches (hooks.inject_line)
 
 
 class Gone(Exception):
@@ -62,6 +63,13 @@ class Store:
             items = [copy.deepcopy(o) for (ns, _), o in sorted(self._objects.get(key, {}).items())
                      if namespace is None or ns == namespace]
             return items, self._rv
+
+    def too_old(self, since: int) -> str | None:
+        """The Gone message a watch from `since` gets, or None when `since` is still in the history."""
+        with self.cond:
+            if since < self._compacted:
+                return f"too old resource version: {since} ({self._compacted + 1})"
+            return None
 
     def kinds(self) -> list[str]:
         """Storage keys that have ever held an object."""
@@ -105,6 +113,13 @@ class Store:
             gone["metadata"]["resourceVersion"] = str(self._rv)
             self._record(Event(self._rv, "DELETED", key, namespace, gone))
             return copy.deepcopy(gone)
+
+    def inject(self, key: str, namespace: str, line: bytes) -> None:
+        """Record a RAW event carrying `line` (tests/kubeapi/hooks.py): it takes a resourceVersion and its
+        place among the events, so watches meet it in order; no object changes."""
+        with self.cond:
+            self._rv += 1
+            self._record(Event(self._rv, "RAW", key, namespace, {}, raw=line))
 
     def _record(self, event: Event) -> None:
         if len(self._history) == self._history.maxlen:
