@@ -114,6 +114,21 @@ NO_GPU = "pod asks for no GPU"
 DEFAULT_SCHEDULER = "default-scheduler"  # what the API server defaults spec.schedulerName to
 
 
+def placed_without_scheduler(pod: Mapping[str, Any]) -> str:
+    """Why no scheduler's choice places this pod ("" when one does): it names its node (`spec.nodeName`:
+    the kubelet admits it against that node's own devices), or it is a DaemonSet's (pinned to its node,
+    and it must start while kubeon's scheduler is down). Mutation leaves such a pod alone: a slice, a
+    node pin or a schedulerName would leave it Pending or refused by its kubelet."""
+    spec = pod.get("spec")
+    node = spec.get("nodeName") if isinstance(spec, Mapping) else None
+    if node:
+        return f"pod is already on node {str(node)[:63]} (spec.nodeName): no scheduler places it"
+    refs = (pod.get("metadata") or {}).get("ownerReferences")
+    if isinstance(refs, list) and any(isinstance(r, Mapping) and r.get("kind") == "DaemonSet" for r in refs):
+        return "a DaemonSet's pod: its controller pins it to its node"
+    return ""
+
+
 def routes_cpu_pod(pod: Mapping[str, Any], view: ClusterView) -> bool:
     """Whether a pod that asks for no GPU still gets the schedulerName of the policies it matches.
 
@@ -128,12 +143,9 @@ def routes_cpu_pod(pod: Mapping[str, Any], view: ClusterView) -> bool:
     install switched it off (`view.route_cpu_pods`).
     """
     spec = pod.get("spec")
-    if not view.route_cpu_pods or not isinstance(spec, Mapping) or spec.get("nodeName"):
+    if not view.route_cpu_pods or not isinstance(spec, Mapping) or placed_without_scheduler(pod):
         return False
     if spec.get("schedulerName") not in (None, "", DEFAULT_SCHEDULER):
-        return False
-    refs = (pod.get("metadata") or {}).get("ownerReferences")
-    if isinstance(refs, list) and any(isinstance(r, Mapping) and r.get("kind") == "DaemonSet" for r in refs):
         return False
     tolerations = spec.get("tolerations")
     return isinstance(tolerations, list) and tolerates(tolerations, GPU_TAINT)
@@ -261,6 +273,9 @@ def mutate_pod(
     skipped, route_only = _scope(pod, ns, view, scan)
     if skipped:
         return AdmissionResult(object=pod, note=skipped)
+    placed = placed_without_scheduler(pod)
+    if placed:
+        return AdmissionResult(object=pod, note=placed)
     owner = owner or pod_owner(pod, ns)
     winners = winning_policies(view, ns, _pod_labels(pod))
     if not winners:

@@ -227,3 +227,23 @@ def test_second_policy_annotation_merges() -> None:
     pod = make_pod(annotations={"gpu.kubeon.io/policy": "older"})
     after = mutated(pod, make_view(make_policy("share")))
     assert after["metadata"]["annotations"]["gpu.kubeon.io/policy"] == "older,share"
+
+
+def _on_node(pod: dict) -> dict:
+    pod["spec"]["nodeName"] = "gpu-plain-1"
+    return pod
+
+
+@pytest.mark.parametrize(("pod", "reason"), [
+    (_on_node(make_pod()), "pod is already on node gpu-plain-1 (spec.nodeName): no scheduler places it"),
+    (make_pod(owner=owner_ref("DaemonSet", "burn")), "a DaemonSet's pod: its controller pins it to its node"),
+], ids=["node-name", "daemonset"])
+def test_a_gpu_pod_no_scheduler_places_is_left_alone(pod: dict, reason: str) -> None:
+    """A slice, a node pin or kubeon's schedulerName on such a pod left it Pending (a DaemonSet's pod, pinned
+    to a node that may offer no slice) or refused by its kubelet (spec.nodeName skips the scheduler; the
+    kubelet admits the pod against that node's own devices)."""
+    view = make_view(make_policy(scheduler="kubeon-gpu-scheduler",
+                                 tolerations=[{"key": "x", "operator": "Exists"}]))
+    result = mutate_pod(pod, view)
+    assert result.patch == [] and result.warnings == [] and result.decisions == []
+    assert result.note == reason
