@@ -26,8 +26,8 @@ from gpupolicy.admission.shape import object_shape_error
 from gpupolicy.capacity.layout import MIG, LayoutPlan, NodeTarget, plan_layout, read_demand, read_nodes
 from gpupolicy.capacity.timeslicing import config_text
 from gpupolicy.model import GpuPolicy, Mode
+from gpupolicy.names import dns_name_problem
 from gpupolicy.proposals import decide_state
-from serving.flags import dns_name_problem
 
 EXAMPLE_FILES = ("policies.yaml", "nodes.yaml", "pods.yaml")
 MIG_STEPS = ["cordon", "set nvidia.com/mig.config", "wait for nvidia.com/mig.config.state=success", "uncordon"]

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from gpupolicy.names import dns_name_problem, label_value_problem, qualified_name_problem
 from gpupolicy.quantity import (
     DURATION_PATTERN,
     MAX_TEXT,
@@ -167,13 +168,29 @@ class Selector(_Wire):
 
 
 class Toleration(_Wire):
-    """core/v1 Toleration, injected into matching pods."""
+    """core/v1 Toleration, injected into matching pods, checked as pod validation (ValidateTolerations) checks it."""
 
     key: str | None = None
     operator: Literal["Exists", "Equal"] | None = None
     value: str | None = None
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
     toleration_seconds: int | None = None
+
+    @model_validator(mode="after")
+    def _as_pods_take_it(self) -> Toleration:
+        problem = qualified_name_problem(self.key) if self.key else ""
+        if problem:
+            raise ValueError(f"key: {problem}")
+        if not self.key and self.operator != "Exists":
+            raise ValueError("operator must be Exists when key is empty (which matches every taint)")
+        if self.toleration_seconds is not None and self.effect != "NoExecute":
+            raise ValueError("effect must be NoExecute when tolerationSeconds is set")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("value must be empty when operator is Exists")
+        problem = label_value_problem(self.value or "")
+        if problem:
+            raise ValueError(f"value: {problem}")
+        return self
 
 
 DEFAULT_TIME_SLICING_REPLICAS = 2
@@ -359,6 +376,15 @@ class GpuPolicySpec(_Wire):
     type_fit: TypeFitSpec | None = None
     capacity: CapacitySpec | None = None
     guardrail: GuardrailSpec | None = None
+
+    @field_validator("scheduler_name")
+    @classmethod
+    def _scheduler_a_pod_takes(cls, value: str | None) -> str | None:
+        """A DNS subdomain, as the API server's pod validation requires of spec.schedulerName."""
+        problem = dns_name_problem(value, wildcard=False) if value else ""
+        if problem:
+            raise ValueError(problem)
+        return value
 
     @model_validator(mode="after")
     def _exactly_one_body(self) -> GpuPolicySpec:

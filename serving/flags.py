@@ -119,22 +119,3 @@ def file_bytes(path: str) -> bytes:
     if found.exists() and not found.is_file():
         raise OSError(errno.EINVAL, "not a regular file")
     return found.read_bytes()
-
-
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-
-
-def dns_name_problem(name: str, *, wildcard: bool = True) -> str:
-    """Why `name` cannot be a DNS name of Kubernetes' kind ("" when it can): a certificate's DNS name, an
-    object's name (a DNS subdomain). RFC 1123 labels of at most 63 lowercase letters, digits and '-', at most
-    253 characters, and a leading `*.` where `wildcard`."""
-    if len(name) > 253:
-        return "longer than 253 characters"
-    labels = name.split(".")
-    if wildcard and labels[0] == "*" and len(labels) > 1:
-        labels = labels[1:]
-    bad = next((label for label in labels if not _DNS_LABEL.fullmatch(label)), None)
-    if bad is not None:
-        return (f"label {bad[:70]!r} is not a DNS label (1-63 lowercase letters, digits and '-', "
-                "starting and ending with a letter or digit)")
-    return ""

@@ -61,6 +61,20 @@ def test_mode_defaults_to_the_install_default() -> None:
         pytest.param({"guardrail": {}, "approvals": ["llm"]}, "spec.approvals", id="bad-approval"),
         pytest.param({"guardrail": {"maxGpusPerPod": -1}}, "spec.guardrail.maxGpusPerPod", id="negative"),
         pytest.param({"guardrail": {}, "colour": "red"}, "spec.colour", id="unknown-field"),
+        # what the API server's pod validation refuses in every pod the policy would inject it into
+        pytest.param({"guardrail": {}, "tolerations": [{"key": "gpu", "effect": "NoSchedule",
+                                                         "tolerationSeconds": 30}]},
+                     "spec.tolerations.0", id="toleration-seconds-without-noexecute"),
+        pytest.param({"guardrail": {}, "tolerations": [{"key": "x", "operator": "Exists", "value": "v"}]},
+                     "spec.tolerations.0", id="exists-with-a-value"),
+        pytest.param({"guardrail": {}, "tolerations": [{"operator": "Equal", "value": "v"}]},
+                     "spec.tolerations.0", id="no-key-without-exists"),
+        pytest.param({"guardrail": {}, "tolerations": [{"key": "not a/qualified/name", "operator": "Exists"}]},
+                     "spec.tolerations.0", id="key-not-qualified"),
+        pytest.param({"guardrail": {}, "tolerations": [{"key": "k", "value": "a b"}]},
+                     "spec.tolerations.0", id="value-not-a-label-value"),
+        pytest.param({"guardrail": {}, "schedulerName": "Kubeon_Scheduler"}, "spec.schedulerName",
+                     id="scheduler-not-a-dns-subdomain"),
         # the CRD's patterns refuse these: a hub that took them could not sync them into the cluster
         pytest.param({"sharing": {"strategy": "MIG", "gpuMemory": "8Gi "}}, "spec.sharing.gpuMemory",
                      id="quantity-with-a-space"),
@@ -125,3 +139,17 @@ def test_a_view_from_watch_cache_objects() -> None:
     assert view.labels_of_namespace("ml") == {"team": "ml", "kubernetes.io/metadata.name": "ml"}
     assert [n.gpu_product for n in view.nodes] == ["NVIDIA-H200"]
     assert view.default_mode is Mode.APPROVE and view.is_protected("kubeon-gpu")
+
+
+@pytest.mark.parametrize("toleration", [
+    {"operator": "Exists"},
+    {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
+    {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 300},
+    {"key": "team", "operator": "Equal", "value": "ml_research-1.a"},
+    {"key": "dedicated", "value": ""},
+])
+def test_tolerations_pods_take_are_taken(toleration: dict[str, Any]) -> None:
+    policy = parse_policy({"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "p"},
+                           "spec": {"guardrail": {}, "tolerations": [toleration],
+                                    "schedulerName": "kubeon-gpu-scheduler.v2"}})
+    assert len(policy.spec.tolerations) == 1
