@@ -18,6 +18,7 @@ from gpupolicy.catalog import (
     DISABLED_LAYOUT,
     GPU_REPLICAS_LABEL,
     MIG_CONFIG_LABEL,
+    MIG_RESOURCE_PREFIX,
     PLUGIN_CONFIG_LABEL,
     PRODUCT_LABEL,
     SHARED_GPU_RESOURCE,
@@ -29,6 +30,15 @@ from gpupolicy.modes import EffectiveMode, effective_mode
 
 DEFAULT_NAMESPACE = "kubeon-gpu"
 PROTECTED_NAMESPACES = frozenset({"kube-system"})
+
+# GFD's label for the GPU Operator's MIG strategy: only `mixed` advertises a MIG device as
+# `nvidia.com/mig-<profile>`; `single` advertises it as `nvidia.com/gpu`, `none` not at all.
+MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
+MIXED_MIG_STRATEGY = "mixed"
+# The prefix of the time-slicing ConfigMap keys the controller writes (gpupolicy.capacity.timeslicing
+# .KEY_PREFIX, a layer above this module; tests/core/test_layout_gate.py keeps the two equal). Every such key
+# holds a config with `renameByDefault: true`, so a node running one advertises `nvidia.com/gpu.shared`.
+OWN_PLUGIN_CONFIG_PREFIX = "kubeon-ts-"
 
 
 T = TypeVar("T")
@@ -137,30 +147,76 @@ class ClusterView:
         return {}
 
     def told_to_offer(self, node: NodeInfo) -> set[str]:
-        """Resources the node's GPU Operator labels make it offer (what the layout applied, before allocatable)."""
+        """Resources the node's GPU Operator labels promise before its allocatable shows them: what
+        the controller's layout applied, so a node being re-laid counts at once (the planner's
+        `Layout.offers` is the same promise, made by the controller itself).
+
+        - `nvidia.com/mig.config=<layout>` (not `all-disabled`): the layout's `nvidia.com/mig-<profile>`
+          devices, but only where the device plugin names them per profile: GFD's
+          `nvidia.com/mig.strategy` is `mixed`, or the node already advertises some `nvidia.com/mig-*`
+          (only `mixed` does), or the label is unset (nothing says otherwise: a view from hand-written
+          files). Under `single` MIG devices are `nvidia.com/gpu` and under `none` they are not
+          advertised: the layout label promises nothing new.
+        - `nvidia.com/device-plugin.config=<key>`: `nvidia.com/gpu.shared` only for a key of ours
+          (`kubeon-ts-...`, whose config sets `renameByDefault: true`). An operator's key may as well
+          keep `renameByDefault: false` (the plugin's default, NVIDIA's examples), which advertises the
+          shares as `nvidia.com/gpu`: for it only the node's allocatable says `nvidia.com/gpu.shared`.
+          GFD's `gpu.replicas`, `gpu.sharing-strategy` and `-SHARED` product suffix say the node is
+          time-sliced, never under which name, so they promise nothing here either.
+        """
         mig = node.labels.get(MIG_CONFIG_LABEL)
         if mig and mig != DISABLED_LAYOUT:
+            if not self._names_mig_per_profile(node):
+                return set()
             product = self.catalog.product(node.gpu_product or "")
             layout = product.mig_layout(mig) if product else None
             return set(layout.resources(1)) if layout else set()
-        return {SHARED_GPU_RESOURCE} if node.labels.get(PLUGIN_CONFIG_LABEL) else set()
+        key = node.labels.get(PLUGIN_CONFIG_LABEL, "")
+        return {SHARED_GPU_RESOURCE} if key.startswith(OWN_PLUGIN_CONFIG_PREFIX) else set()
+
+    @staticmethod
+    def _names_mig_per_profile(node: NodeInfo) -> bool:
+        """Whether the node's device plugin advertises MIG devices as `nvidia.com/mig-<profile>`."""
+        strategy = node.labels.get(MIG_STRATEGY_LABEL)
+        if strategy is None:
+            return True
+        return strategy == MIXED_MIG_STRATEGY or any(
+            name.startswith(MIG_RESOURCE_PREFIX) for name in node.allocatable)
 
     @cached_property
-    def offered(self) -> frozenset[str]:
-        """Resources some node offers (allocatable), was told to offer, or an applied/approved node
-        layout proposal (the controller's planner, in a policy status) offers. Worked out once per view."""
-        found: set[str] = set()
+    def _node_offers(self) -> tuple[frozenset[str], ...]:
+        """Per node (in `nodes` order): what its allocatable advertises (above zero) and its labels
+        promise (`told_to_offer`). Worked out once per view."""
+        found = []
         for node in self.nodes:
+            names = set(self.told_to_offer(node))
             for name, value in node.allocatable.items():
                 try:
                     if float(value) > 0:
-                        found.add(name)
+                        names.add(name)
                 except ValueError:
                     continue
-            found |= self.told_to_offer(node)
+            found.append(frozenset(names))
+        return tuple(found)
+
+    @cached_property
+    def offered(self) -> frozenset[str]:
+        """Resources some node offers (allocatable), was told to offer (`told_to_offer`), or an
+        applied/approved node layout proposal (the controller's planner, in a policy status) offers;
+        a MIG proposal for a node whose MIG strategy does not name devices per profile (`single`)
+        offers nothing. Worked out once per view."""
+        found: set[str] = set().union(*self._node_offers)
+        by_name = {node.name: node for node in self.nodes}
         going = (ProposalState.APPROVED, ProposalState.APPLIED)
-        found |= {p.resource for policy in self.policies if policy.status for p in policy.status.proposals
-                  if p.resource and p.target.startswith("Node/") and p.state in going}
+        for policy in self.policies:
+            for p in policy.status.proposals if policy.status else ():
+                if not (p.resource and p.target.startswith("Node/") and p.state in going):
+                    continue
+                node = by_name.get(p.target.removeprefix("Node/"))
+                if (p.resource.startswith(MIG_RESOURCE_PREFIX) and node is not None
+                        and not self._names_mig_per_profile(node)):
+                    continue
+                found.add(p.resource)
         return frozenset(found)
 
     def offers(self, resource: str) -> bool:
@@ -169,10 +225,14 @@ class ClusterView:
         return not self.nodes or resource in self.offered
 
     def shared_replicas(self) -> int | None:
-        """Shares per GPU on the nodes time-slicing (GFD's `nvidia.com/gpu.replicas`, from the
-        time-slicing ConfigMap key they run): the fewest, None when no node is time-sliced."""
-        found = [int(n.labels[GPU_REPLICAS_LABEL]) for n in self.nodes
-                 if SHARED_GPU_RESOURCE in self.told_to_offer(n) and n.labels.get(GPU_REPLICAS_LABEL, "").isdigit()
+        """Shares per GPU on the nodes offering `nvidia.com/gpu.shared` (GFD's `nvidia.com/gpu.replicas`,
+        from the time-slicing ConfigMap key they run): the fewest, None when no node offers shares."""
+        return self._shared_replicas
+
+    @cached_property
+    def _shared_replicas(self) -> int | None:
+        found = [int(n.labels[GPU_REPLICAS_LABEL]) for n, names in zip(self.nodes, self._node_offers, strict=True)
+                 if SHARED_GPU_RESOURCE in names and n.labels.get(GPU_REPLICAS_LABEL, "").isdigit()
                  and int(n.labels[GPU_REPLICAS_LABEL]) > 1]
         return min(found) if found else None
 
