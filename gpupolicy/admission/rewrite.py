@@ -97,14 +97,30 @@ class GpuScan(NamedTuple):
     main: list[tuple[dict[str, Any], dict[str, float]]]
 
     def totals(self) -> dict[str, float]:
-        """GPU devices the pod holds at once: max(sum of containers, largest init container) per resource."""
+        """GPU devices the pod holds at once, per resource, as upstream's PodRequests counts them
+        (k8s.io/component-helpers resource): the containers and every native sidecar (an init container
+        with `restartPolicy: Always`, which runs for the pod's life) together, or the peak of the init
+        phase (an init container beside the sidecars started before it), whichever is larger."""
         total: dict[str, float] = {}
         for _, gpus in self.main:
             for name, count in gpus.items():
                 total[name] = total.get(name, 0.0) + count
-        for _, gpus in self.init:
-            for name, count in gpus.items():
-                total[name] = max(total.get(name, 0.0), count)
+        sidecars: dict[str, float] = {}
+        peak: dict[str, float] = {}
+        for container, gpus in self.init:
+            if container.get("restartPolicy") == "Always":
+                for name, count in gpus.items():
+                    sidecars[name] = sidecars.get(name, 0.0) + count
+                    total[name] = total.get(name, 0.0) + count
+                during = dict(sidecars)
+            else:
+                during = dict(sidecars)
+                for name, count in gpus.items():
+                    during[name] = during.get(name, 0.0) + count
+            for name, count in during.items():
+                peak[name] = max(peak.get(name, 0.0), count)
+        for name, count in peak.items():
+            total[name] = max(total.get(name, 0.0), count)
         return total
 
 

@@ -61,3 +61,27 @@ def test_guardrail_ignores_protected_and_skipped_pods() -> None:
     assert validate_pod(make_pod(namespace="kube-system"), view).allowed
     assert validate_pod(make_pod(labels={"gpu.kubeon.io/skip": "true"}), view).allowed
     assert not validate_pod(make_pod(), view).allowed
+
+
+def _with_init(pod: dict, *init: tuple[int, bool]) -> dict:
+    """`pod` with init containers (GPUs, native sidecar: restartPolicy Always) in order."""
+    pod["spec"]["initContainers"] = [
+        {"name": f"init{i}", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": str(gpus)}},
+         **({"restartPolicy": "Always"} if sidecar else {})} for i, (gpus, sidecar) in enumerate(init)]
+    return pod
+
+
+@pytest.mark.parametrize(("pod", "held"), [
+    (_with_init(make_pod(gpus=2), (2, True)), 4),  # a sidecar runs beside the containers: 2 + 2
+    (_with_init(make_pod(gpus=1), (1, True), (2, False)), 3),  # the init container after a sidecar: 1 + 2
+    (_with_init(make_pod(gpus=1), (2, False), (1, True)), 2),  # a plain init container first: its 2 alone
+    (_with_init(make_pod(gpus=2), (1, False)), 2),  # a plain init container ends before the containers
+], ids=["sidecar-beside-containers", "init-after-sidecar", "init-before-sidecar", "plain-init"])
+def test_native_sidecars_count_with_the_containers(pod: dict, held: int) -> None:
+    """Upstream counts a pod's requests this way (component-helpers PodRequests): a sidecar holds its GPUs for
+    the pod's life. A 2-GPU sidecar beside 2 GPUs of containers passed maxGpusPerPod 2."""
+    result = validate_pod(pod, make_view(make_policy("guard", guardrail={"maxGpusPerPod": 2})))
+    if held > 2:
+        assert not result.allowed and f"pod asks for {held} GPUs, more than maxGpusPerPod 2" in result.message
+    else:
+        assert result.allowed, result.message
