@@ -11,13 +11,17 @@ bound (pod ages), eviction counts
 launch (controller/capacity_replace.py), and the blocked rows: do-not-disrupt
 on the node or a pod, a drain or replacement under way or recently undone, a
 MIG re-layout, a claim being deleted, a node launched for pods still pending
-or as a replacement not yet done.
+or as a replacement not yet done. A node holding a pod whose
+PodDisruptionBudget allows no disruption (gpupolicy/capacity/budgets.py) is
+held out of the plan by `plan_around`, and shown where the plan would have
+disrupted it ("not a candidate this pass: pdb <ns>/<name> prevents pod
+evictions"); nothing is written to it.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -29,7 +33,14 @@ from controller.capacity_usage import node_usage
 from controller.context import ControllerContext
 from controller.metrics_source import MetricsError
 from gpupolicy.capacity import drain
-from gpupolicy.capacity.consolidation import EMPTY, UNDERUSED, ConsolidationRules, Disruption, plan_disruptions
+from gpupolicy.capacity.consolidation import (
+    EMPTY,
+    UNDERUSED,
+    ConsolidationRules,
+    Disruption,
+    plan_around,
+    plan_disruptions,
+)
 from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION
 from gpupolicy.capacity.nodepool import allowed_types
 from gpupolicy.capacity.provider import CapacityNode
@@ -193,14 +204,24 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
                       or capacity_replace.REPLACING_ANNOTATION in annotations_of(n))
     types = set(allowed_types(spec, {t.name: t.model for t in p.instances}))
     catalog = [t for t in p.instances if t.name in types and t.gpus > 0]  # what a replacement may launch
-    plan = plan_disruptions(
-        state, pods_on, prices, {i: used.by_node.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)},
-        core_rules(rules),
-        blocked=blocked, now=now, empty_since=empty_since, in_progress=in_progress, evictions=evictions,
-        changed_at=changed_at, instance_types=catalog, started_at=ages)
+    # a PodDisruptionBudget allowing no disruption keeps its pods' node out of this pass (as Karpenter); the
+    # plan says so where it would have disrupted the node (gpupolicy/capacity/budgets.py)
+    held = {row: why for row, node in enumerate(gpu_nodes) if row not in blocked
+            and (why := p.held_by_budget(seen.by_node.get(str(node["metadata"]["name"]), [])))}
+    usage_by_row = {i: used.by_node.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)}
+
+    def planned(rows: Set[int]) -> list[Disruption]:
+        return plan_disruptions(
+            state, pods_on, prices, usage_by_row, core_rules(rules),
+            blocked=rows, now=now, empty_since=empty_since, in_progress=in_progress, evictions=evictions,
+            changed_at=changed_at, instance_types=catalog, started_at=ages)
+
+    plan, kept = plan_around(planned, blocked, held)
     for disruption in plan:
         steady = now - max((changed_at.get(n, 0.0) for n in disruption.nodes), default=0.0)
         _disrupt(p, policy, spec, mode, gpu_nodes, claims, disruption, proposals, steady)
+    for row, (kept_from, why) in sorted(kept.items()):
+        _hold(p, policy, mode, str(gpu_nodes[row]["metadata"]["name"]), claims, kept_from, why, proposals)
     for node in seen.nodes:  # undone drains stay visible while they cool down
         undone = drain.read_undone(annotations_of(node))
         if undone is not None and undone.get("policy") == policy.name and now - float(undone["at"]) < cooldown:
@@ -220,10 +241,9 @@ def _disrupt(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, gpu_nod
     ctx = p.ctx
     method_mode = disruption_mode(mode, disruption.method == UNDERUSED, ctx.prometheus_configured)
     names = [str(gpu_nodes[n]["metadata"]["name"]) for n in disruption.nodes]
-    action = f"drain and delete ({disruption.method})" if disruption.method != EMPTY else "delete (empty)"
+    action = _action(disruption)
     reason, blocked, adds = disruption.explanation, "", 0
     if disruption.launches:
-        action = f"replace ({disruption.method})"
         adds = sum(t.gpus for t in disruption.launches)
         reason = (f"{reason}; launches {', '.join(t.name for t in disruption.launches)} ({adds} GPU(s)) first, "
                   "drains once they are up")
@@ -260,3 +280,23 @@ def _disrupt(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, gpu_nod
         ctx.recorder.applied(TargetRef("Node", "", name, api_version="v1"), policy,
                              f"Capacity: {action}", {}, disruption.explanation, action_label="capacity")
         step(p, name, record, annotations_of(node), p.seen.by_node.get(name, []), policy)
+
+
+def _action(disruption: Disruption) -> str:
+    if disruption.launches:
+        return f"replace ({disruption.method})"
+    return f"drain and delete ({disruption.method})" if disruption.method != EMPTY else "delete (empty)"
+
+
+def _hold(p: Pass, policy: GpuPolicy, mode: Mode, name: str, claims: Mapping[str, CapacityNode],
+          disruption: Disruption, why: str, proposals: list[Proposal]) -> None:
+    """Show a node the plan would have disrupted but a PodDisruptionBudget holds: not a candidate this pass,
+    nothing written (no cordon, no eviction, no launch); the next pass looks again."""
+    action = _action(disruption)
+    method_mode = disruption_mode(mode, disruption.method == UNDERUSED, p.ctx.prometheus_configured)
+    state = p.decide(policy, method_mode, f"Node/{name}", action)
+    shown = State.APPROVED if state.apply else state.state
+    freed = (claims[name].gpus if name in claims else 0) - sum(t.gpus for t in disruption.launches)
+    reason = f"{disruption.explanation}; not a candidate this pass: {why}"
+    proposals.append(make_proposal(policy.name, f"Node/{name}", action, reason[:500], freed * HOURS_PER_MONTH,
+                                   shown))

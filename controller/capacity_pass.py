@@ -3,24 +3,33 @@
 Shared by the steps of controller/capacity.py (capacity_pool, capacity_provision,
 capacity_consolidation, capacity_drain), so each reads the cluster once per pass
 and every step decides a proposal's state the same way (gpupolicy/proposals.py).
+The PodDisruptionBudgets are listed once too, by the first step about to start a
+drain (`Pass.budgets`; gpupolicy/capacity/budgets.py says which one blocks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from controller.context import ControllerContext
 from controller.crashpoints import Checkpoint
+from gpupolicy.capacity.budgets import Budget, blocking_budget, read_budgets
+from gpupolicy.capacity.drain import drainable
 from gpupolicy.capacity.instances import InstanceType
 from gpupolicy.capacity.provider import CapacityNode, CapacityProvider
 from gpupolicy.matching import selector_matches
 from gpupolicy.model import API_VERSION, KIND, GpuPolicy, Mode
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import StateDecision, decide_state, make_proposal
+from kube import layout as kl
+from kube.calls import API_ERRORS, one_line
 from kube.events import ObjectRef
+
+log = logging.getLogger(__name__)
 
 SOURCE = "capacity"
 HOURS_PER_MONTH = 730.0
@@ -94,6 +103,7 @@ class Pass:
     seen: Seen
     instances: list[InstanceType]
     checkpoint: Checkpoint
+    _budgets: tuple[list[Budget], str] | None = field(default=None, init=False, repr=False)
 
     @property
     def by_type(self) -> dict[str, InstanceType]:
@@ -105,6 +115,28 @@ class Pass:
         before = self.ctx.policies.previous(policy.name).get(base.id)
         dismissed = before.state if before is not None and before.state is State.DISMISSED else None
         return decide_state(mode, target in policy.spec.approvals, dismissed)
+
+    def budgets(self) -> tuple[list[Budget], str]:
+        """The cluster's PodDisruptionBudgets, listed once per pass by the first step that asks (a pass with
+        no drain to start lists none); ([], why) when the list failed."""
+        if self._budgets is None:
+            try:
+                self._budgets = read_budgets(kl.list_pod_disruption_budgets(self.ctx.api)), ""
+            except API_ERRORS as exc:
+                log.warning("capacity: PodDisruptionBudgets unavailable: %s", one_line(exc))
+                self._budgets = [], one_line(exc)[:300]
+        return self._budgets
+
+    def held_by_budget(self, pods: Iterable[Mapping[str, Any]]) -> str | None:
+        """Why a drain of a node holding `pods` must not start now (gpupolicy/capacity/budgets.py): a
+        PodDisruptionBudget allowing no disruption, or the budgets unreadable; None when none stands in the way."""
+        movable = [pod for pod in pods if drainable(pod)]
+        if not movable:
+            return None
+        budgets, error = self.budgets()
+        if error:
+            return f"PodDisruptionBudgets could not be listed ({error}); no drain starts"
+        return blocking_budget(movable, budgets)
 
     def warn_undone(self, node: str, policy: GpuPolicy | None, message: str) -> None:
         """A Warning Event `CapacityDrainUndone` on the node and on the policy."""

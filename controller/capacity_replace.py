@@ -7,10 +7,13 @@ is evicted, or the pods would wait for them. The steps, state on the Node
 (annotation `gpu.kubeon.io/replacing`, written before any NodeClaim, whose
 names are stable: a repeated pass or a new leader asks again, never twice):
 1. record + launch the NodeClaims (named from the pool, type and node);
-2. every pass: when every claim has a Ready, schedulable Node, the drain
+2. every pass: when every claim has a Ready, schedulable Node with its GPUs
+   registered (`nvidia.com/gpu` allocatable), the drain
    record and the cordon are written in one patch (gpupolicy/capacity/drain.py
    takes it from there); this record stays until the node is gone, so the
    new nodes are no consolidation candidates while they wait for the pods;
+   while a PodDisruptionBudget allows no disruption of one of the node's pods
+   (gpupolicy/capacity/budgets.py) the drain does not start: it waits;
 3. a claim gone (a failed launch) or the deadline (the policy's
    drainTimeout) passed before the drain started: the claims launched for it
    that hold no pod are deleted, the record dropped and
@@ -34,9 +37,11 @@ from gpupolicy.capacity import drain
 from gpupolicy.capacity.consolidation import Disruption
 from gpupolicy.capacity.nodepool import claim_name
 from gpupolicy.capacity.provider import CapacityNode, NewNode
+from gpupolicy.catalog import GPU_RESOURCE
 from gpupolicy.model import CapacitySpec, GpuPolicy, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import make_proposal
+from gpupolicy.quantity import QuantityError, parse_quantity
 from kube import layout as kl
 
 log = logging.getLogger(__name__)
@@ -144,8 +149,13 @@ def advance(p: Pass, policies: Mapping[str, GpuPolicy]) -> dict[str, list[Propos
             continue
         failed = [c for c in record.claims if c not in claims or claims[c].deleting]
         up = [c for c in record.claims if c not in failed and _ready(nodes.get(claims[c].node or ""))]
+        # the new nodes are up, but a PodDisruptionBudget allows no disruption now: no drain starts (it would
+        # evict the other pods, then wait for the refused one); it waits, and is undone at the deadline
+        held = (p.held_by_budget(seen.by_node.get(name, []))
+                if not failed and len(up) == len(record.claims) else None)
         if failed or now >= record.deadline:
             why = (f"NodeClaim {', '.join(failed)} gone before its node was up" if failed and now < record.deadline
+                   else f"drain not started within {record.deadline - record.started:.0f}s: {held}" if held
                    else f"new node(s) not up within {record.deadline - record.started:.0f}s")
             message = f"node {name}: replacement undone, {why}; the new NodeClaims without pods deleted"
             _drop_new(p, record, claims)
@@ -156,6 +166,9 @@ def advance(p: Pass, policies: Mapping[str, GpuPolicy]) -> dict[str, list[Propos
             log.warning("capacity replacement undone: %s", message)
             p.warn_undone(name, policy, message)
             state, action = State.PROPOSED, "drain undone"
+        elif held:
+            message = f"node {name}: new node(s) {', '.join(record.claims)} up; not draining yet: {held}"
+            state, action = State.APPLIED, "replacement in progress"
         elif len(up) == len(record.claims):
             own = next((c.claim for c in seen.claims if c.node == name), "")
             drain_seconds = (policy.spec.capacity.consolidation.drain_seconds
@@ -185,8 +198,17 @@ def _drop_new(p: Pass, record: Replacement, claims: Mapping[str, CapacityNode]) 
 
 
 def _ready(node: Mapping[str, Any] | None) -> bool:
-    """A Node that takes pods: Ready and not cordoned."""
+    """A Node that takes the pods: Ready, not cordoned, and its GPUs registered (`nvidia.com/gpu` in its
+    allocatable). A GPU node is Ready minutes before the GPU Operator's device plugin registers the GPUs;
+    a drain started then found no room for the pods (the packing model counts registered GPUs) and was
+    undone, with a cool-down. Karpenter waits the same way: a replacement is used once Initialized, which
+    takes the requested extended resources registered."""
     if node is None or (node.get("spec") or {}).get("unschedulable"):
         return False
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in (node.get("status") or {}).get("conditions") or [])
+    status = node.get("status") or {}
+    try:
+        gpus = parse_quantity((status.get("allocatable") or {}).get(GPU_RESOURCE) or 0)
+    except QuantityError:
+        return False
+    return gpus > 0 and any(c.get("type") == "Ready" and c.get("status") == "True"
+                            for c in status.get("conditions") or [])

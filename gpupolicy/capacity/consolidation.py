@@ -15,6 +15,8 @@ Signatures (the controller and the benchmark call these):
                      evictions: Mapping[str, int] | None = None,
                      changed_at: Mapping[int, float] | None = None,
                      started_at: Mapping[str, float] | None = None) -> list[Disruption]
+    plan_around(plan: Callable[[Set[int]], list[Disruption]], blocked: Set[int], held: Mapping[int, str],
+                max_replans: int = 3) -> tuple[list[Disruption], dict[int, tuple[Disruption, str]]]
 
 Inputs: `state` with every pod of `pods_on` placed (rows are nodes);
 `pods_on[n]` the evictable pods of node n (DaemonSet and mirror pods left
@@ -66,11 +68,20 @@ engine's picks. At most
 `max_disrupted_nodes - in_progress` nodes in all; at most one multi- or
 single-node action per call (the next loop sees the result). `max_trials`
 bounds the re-placement simulations per call (a loop's time budget).
+
+`plan_around` keeps `held` rows (row -> why: a PodDisruptionBudget that
+allows no disruption, gpupolicy/capacity/budgets.py) out of the plan while
+saying which of them the plan would have disrupted: it plans with them as
+candidates, and when a disruption takes one, that row is noted with its
+reason and the plan made again without it, so the next candidate gets its
+turn (at most `max_replans` times, then every held row is blocked). A held
+row is never in the plan returned; the notes (row -> the disruption it was
+kept from, why) are for the proposals.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence, Set
 from dataclasses import dataclass
 
 from gpupolicy.capacity.instances import InstanceType
@@ -336,3 +347,17 @@ def plan_disruptions(
             break
     return out
 
+
+
+def plan_around(plan: Callable[[Set[int]], list[Disruption]], blocked: Set[int], held: Mapping[int, str],
+                max_replans: int = 3) -> tuple[list[Disruption], dict[int, tuple[Disruption, str]]]:
+    """`plan(blocked rows)` with no `held` row disrupted; the held rows a plan would have disrupted, with the
+    disruption and the reason (module docstring)."""
+    noted: dict[int, tuple[Disruption, str]] = {}
+    for _ in range(max_replans + 1):
+        out = plan(set(blocked) | set(noted))
+        hit = {n: (d, held[n]) for d in out for n in d.nodes if n in held}
+        if not hit:
+            return out, noted
+        noted.update(hit)
+    return plan(set(blocked) | set(held)), noted

@@ -285,13 +285,23 @@ def test_an_idle_gpu_node_whose_pods_fit_elsewhere_is_drained_and_its_nodeclaim_
     assert "gpu-b" in world.claims() and not world.nodes()["gpu-b"]["spec"].get("unschedulable")
 
 
-def test_a_pdb_that_allows_no_disruption_blocks_the_drain_then_it_is_undone_and_reported(
+def pdb_status(world: World, name: str, allowed: int) -> None:
+    """What the disruption controller (the test API server runs none) writes: status.disruptionsAllowed,
+    through the status subresource. The Eviction API of the test server counts the pods itself."""
+    world.cluster.policy.patch_namespaced_pod_disruption_budget_status(
+        name, NS, {"status": {"disruptionsAllowed": allowed}}, _preload_content=False)
+
+
+def test_a_pdb_refusing_an_eviction_its_status_allowed_blocks_the_drain_then_it_is_undone_and_reported(
         make_world: Any) -> None:
     world = make_world()
     world.create_policy(capacity_policy())
     two_nodes_one_pod_each(world)
     for name in ("job-a", "job-b"):
         world.cluster.create(make_pdb(f"{name}-pdb", NS, match_labels={"app": name}, min_available=1))
+        # a status behind the pods (one disruption allowed when it was computed): the drain starts, and the
+        # Eviction API, counting again, refuses; the drain's own bound is the backstop
+        pdb_status(world, f"{name}-pdb", 1)
     world.rounds(1, advance=30)
     draining = [n for n, node in world.nodes().items() if DRAINING_ANNOTATION in annotations(node)]
     assert len(draining) == 1
@@ -313,6 +323,45 @@ def test_a_pdb_that_allows_no_disruption_blocks_the_drain_then_it_is_undone_and_
     assert warnings and all(e["type"] == "Warning" for e in warnings)
     world.rounds(2, advance=30)  # cooling down: the same node is not drained again at once
     assert DRAINING_ANNOTATION not in annotations(world.nodes()[victim])
+
+
+def test_a_node_whose_pod_a_pdb_protects_is_not_drained_until_the_pdb_allows_a_disruption(
+        make_world: Any) -> None:
+    """Karpenter's rule: a node holding a pod whose PodDisruptionBudget allows no disruption is no candidate.
+    Before, the node was cordoned and its other pod evicted, then the budget's 429 held the drain until
+    drainTimeout, it was undone and the next node drained: evictions for nothing."""
+    world = make_world()
+    world.create_policy(capacity_policy())
+    world.launch("gpu-a")
+    world.launch("gpu-b")
+    # guarded and free on gpu-a, big (which stays: do-not-disrupt) on gpu-b; the other node cordoned meanwhile
+    for name, gpus, other, notes in (("guarded", 1, "gpu-b", None), ("free", 1, "gpu-b", None),
+                                     ("big", 4, "gpu-a", {"karpenter.sh/do-not-disrupt": "true"})):
+        world.cluster.core.patch_node(other, {"spec": {"unschedulable": True}})
+        world.cluster.create(make_deployment(name, NS, 1, gpus=gpus, tolerations=TOLERATE_GPU, pod_annotations=notes))
+        world.cluster.settle()
+        world.cluster.core.patch_node(other, {"spec": {"unschedulable": None}})
+    before = world.bound()
+    assert sorted(before.values()) == ["gpu-a", "gpu-a", "gpu-b"]
+    world.cluster.create(make_pdb("guarded-pdb", NS, match_labels={"app": "guarded"}, min_available=1))
+    pdb_status(world, "guarded-pdb", 0)  # one pod, minAvailable 1
+    for _ in range(12):  # past drainTimeout (5m): nothing started, so nothing to undo
+        world.rounds(1, advance=30)
+        node = world.nodes()["gpu-a"]
+        assert not node["spec"].get("unschedulable") and DRAINING_ANNOTATION not in annotations(node)
+        assert UNDONE_ANNOTATION not in annotations(node)
+        assert world.bound() == before  # no pod evicted (a Deployment's new pod has a new name)
+    held = [p for p in world.proposals() if p["target"] == "Node/gpu-a"]
+    assert held and all(p["state"] != "Applied" for p in held), held
+    assert "not a candidate this pass: pdb ml/guarded-pdb prevents pod evictions" in held[0]["reason"], held
+    assert set(world.claims()) == {"gpu-a", "gpu-b"}
+    # the budget changes and its controller says one disruption is allowed: gpu-a is consolidated
+    world.cluster.policy.patch_namespaced_pod_disruption_budget(
+        "guarded-pdb", NS, {"spec": {"minAvailable": 0}}, _preload_content=False)
+    pdb_status(world, "guarded-pdb", 1)
+    world.rounds(4, advance=30)
+    assert "gpu-a" not in world.claims() and "gpu-a" not in world.nodes()
+    assert set(world.bound().values()) == {"gpu-b"}
 
 
 def test_a_do_not_disrupt_pod_keeps_its_node(make_world: Any) -> None:
@@ -457,6 +506,7 @@ def test_a_drain_whose_pods_no_longer_fit_elsewhere_is_undone(make_world: Any) -
     two_nodes_one_pod_each(world)
     for name in ("job-a", "job-b"):
         world.cluster.create(make_pdb(f"{name}-pdb", NS, match_labels={"app": name}, min_available=1))
+        pdb_status(world, f"{name}-pdb", 1)  # a status behind the pods: the drain starts, the eviction is refused
     world.rounds(1, advance=1)
     [victim] = [n for n, node in world.nodes().items() if DRAINING_ANNOTATION in annotations(node)]
     other = ({"gpu-a", "gpu-b"} - {victim}).pop()
@@ -610,6 +660,36 @@ def test_a_node_whose_pods_fit_on_a_cheaper_new_node_is_replaced_launching_befor
     assert set(world.bound().values()) == new  # the pod moved to the cheaper node
 
 
+def test_a_replacement_whose_pod_a_pdb_protects_once_its_new_node_is_up_waits_then_is_undone(
+        make_world: Any) -> None:
+    world = make_world()
+    world.create_policy(capacity_policy(**{"for": "10m"}))
+    world.launch("gpu-big")
+    world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
+    world.cluster.settle()
+    world.clock.advance(600)
+    world.runner.run_all()  # the replacement starts: its new NodeClaim is launched
+    new = set(world.claims()) - {"gpu-big"}
+    assert len(new) == 1
+    # meanwhile a budget that allows no disruption of the pod appears: the drain must not start
+    world.cluster.create(make_pdb("small-pdb", NS, match_labels={"app": "small"}, min_available=1))
+    pdb_status(world, "small-pdb", 0)
+    before = world.bound()
+    for _ in range(6):
+        world.rounds(1, advance=30)
+        node = world.nodes()["gpu-big"]
+        assert not node["spec"].get("unschedulable") and DRAINING_ANNOTATION not in annotations(node)
+        assert world.bound() == before
+    [waiting] = [p for p in world.proposals() if p["target"] == "Node/gpu-big"]
+    assert "not draining yet: pdb ml/small-pdb prevents pod evictions" in waiting["reason"], waiting
+    world.rounds(6, advance=30)  # past drainTimeout (5m): undone, the new NodeClaim (no pod) deleted
+    node = world.nodes()["gpu-big"]
+    assert UNDONE_ANNOTATION in annotations(node) and not node["spec"].get("unschedulable")
+    assert set(world.claims()) == {"gpu-big"} and world.bound() == before
+    [undone] = [p for p in world.proposals() if p["action"] == "drain undone"]
+    assert "pdb ml/small-pdb prevents pod evictions" in undone["reason"], undone
+
+
 def test_a_replacement_killed_between_its_record_and_its_launch_is_finished_by_the_next_leader(
         make_world: Any) -> None:
     world = make_world(checkpoint=crash_at("replacing"))
@@ -721,3 +801,35 @@ def test_a_nodeclaim_being_deleted_is_no_capacity_for_pending_pods(make_world: A
     [launched] = launches(world)
     assert launched["state"] == "Applied" and new.pop() in launched["action"]
     assert world.condition("Provisioned")["reason"] == "Planned"
+
+
+def test_a_replacement_drains_only_once_the_new_nodes_gpus_are_registered(make_world: Any) -> None:
+    """A GPU node is Ready minutes before the GPU Operator's device plugin registers its GPUs. A drain
+    started then found no room for the pods (the packing model counts registered GPUs), was undone and
+    cooled down for an hour; the replacement waits for `nvidia.com/gpu` in the new node's allocatable."""
+    world = make_world()
+    world.create_policy(capacity_policy(**{"for": "10m"}))
+    world.launch("gpu-big")
+    world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
+    world.cluster.settle()
+    world.rounds(1)
+    world.clock.advance(600)
+    world.runner.run_all()  # the replacement's NodeClaim
+    [new] = set(world.claims()) - {"gpu-big"}
+    world.cluster.settle()  # the stand-in registers its Node, Ready
+    registered = dict(world.nodes()[new]["status"]["allocatable"])
+    unregistered = {k: None for k in registered if k.startswith("nvidia.com/")}
+    world.cluster.core.patch_node_status(new, {"status": {"allocatable": unregistered, "capacity": unregistered}})
+    for _ in range(3):
+        world.runner.run_all()
+        world.clock.advance(10)
+        big = world.nodes()["gpu-big"]
+        assert not big["spec"].get("unschedulable") and DRAINING_ANNOTATION not in annotations(big), \
+            "drained before the new node's GPUs were registered"
+        assert UNDONE_ANNOTATION not in annotations(big) or "old" in annotations(big)[UNDONE_ANNOTATION]
+    [waiting] = [p for p in world.proposals() if p["target"] == "Node/gpu-big"]
+    assert waiting["state"] == "Applied" and "waiting for the new node(s)" in waiting["reason"]
+    world.cluster.core.patch_node_status(new, {"status": {"allocatable": registered, "capacity": registered}})
+    world.rounds(6)
+    assert set(world.claims()) == {new} and "gpu-big" not in world.nodes()
+    assert set(world.bound().values()) == {new}
