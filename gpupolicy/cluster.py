@@ -219,6 +219,10 @@ class ClusterView:
                 found.add(p.resource)
         return frozenset(found)
 
+    def offering(self, resource: str) -> list[NodeInfo]:
+        """The nodes that advertise `resource` or are told to (`told_to_offer`), in `nodes` order."""
+        return [node for node, names in zip(self.nodes, self._node_offers, strict=True) if resource in names]
+
     def offers(self, resource: str) -> bool:
         """Whether `resource` is in `offered`. A view that knows no nodes cannot tell and says yes
         (a dry-run without nodes)."""

@@ -232,7 +232,7 @@ def choose_mig_profile(need_mib: float | None, products: list[GpuProduct], view:
     product's, pinned.
 
     Media-extension profiles are skipped unless fixed by the policy. Pin: the
-    product label value as the nodes spell it (the first node of it), else the
+    product label value as the nodes offering the profile spell it (`_pin`), else the
     catalog name; `pin=False` (the products are not known, only the catalog):
     the best single product's profile, unpinned. Memoised per view (ClusterView.memo): the same
     policy's pods ask the same question, and it was 0.33 ms of a 0.75 ms admission.
@@ -266,13 +266,17 @@ def _choose_mig_profile(need_mib: float | None, products: list[GpuProduct], view
         for profile in product.profiles:
             memory = profile_memory_mib(profile, labels)
             if _fits(profile, memory, need_mib, fixed) and (best is None or _key(profile, memory, view) < best[0]):
-                pinned = _pin(product, view) if pin else None
+                pinned = _pin(product, profile, view) if pin else None
                 best = (_key(profile, memory, view), MigChoice(product.product, profile, memory, pinned))
     return best[1] if best else None
 
 
-def _pin(product: GpuProduct, view: ClusterView) -> str:
-    for node in view.nodes:
+def _pin(product: GpuProduct, profile: MigProfile, view: ClusterView) -> str:
+    """The `nvidia.com/gpu.product` value to pin to: as a node of `product` that offers the profile spells
+    it, else the catalog's name (what GFD prints on a whole-GPU or mixed-MIG node). Not the first node of the
+    product whatever it offers: GFD suffixes `-SHARED` on a time-sliced node and `-MIG-<profile>` under the
+    single strategy, and a pin to such a label value reached only nodes without the slice."""
+    for node in view.offering(profile.resource_name):
         if node.gpu_product and view.catalog.product(node.gpu_product) == product:
             return node.gpu_product
     return product.product

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from gpupolicy.admission.mutate import Action, mutate_pod
+from gpupolicy.cluster import NodeInfo
 from gpupolicy.model import Mode
 from tests.core.builders import apply, limits, make_node, make_pod, make_policy, make_view, owner_ref
 
@@ -247,3 +248,16 @@ def test_a_gpu_pod_no_scheduler_places_is_left_alone(pod: dict, reason: str) -> 
     result = mutate_pod(pod, view)
     assert result.patch == [] and result.warnings == [] and result.decisions == []
     assert result.note == reason
+
+
+def test_a_mig_pin_names_the_product_as_the_nodes_offering_the_slice_spell_it() -> None:
+    """The first A100 node is time-sliced, so GFD labels it `...-SHARED`: a pin to that value reached only
+    it, which offers no MIG slice, and the pod stayed Pending. The A100 and the H200 share no profile that
+    fits, so the pod is pinned to the A100 that offers the slice."""
+    shared = NodeInfo("ts-1", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB-SHARED",
+                               "nvidia.com/gpu.replicas": "4"}, {"nvidia.com/gpu": "32"})
+    view = make_view(make_policy(sharing={"strategy": MIG, "gpuMemory": "8Gi"}),
+                     nodes=(shared, make_node("mig-a100"), make_node("mig-h200", "NVIDIA-H200")))
+    after = mutated(make_pod(), view)
+    assert after["spec"]["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}
+    assert limits(after) == {"cpu": "1", "nvidia.com/mig-1g.10gb": "1"}
