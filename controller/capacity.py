@@ -103,7 +103,10 @@ class CapacityReconciler:
         if ctx.capacity_provider not in IMPLEMENTED:
             return  # the status says NotImplemented (gpupolicy/modes.handling); nothing to act with
         nodes = kl.list_nodes(ctx.api)
-        in_flight = any(drain.DRAINING_ANNOTATION in annotations_of(n) for n in nodes)
+        # recorded work is carried on whatever the policies say now: a drain, and a replacement whose new
+        # NodeClaims would otherwise keep running (advanced or undone by capacity_replace.advance)
+        in_flight = any(drain.DRAINING_ANNOTATION in annotations_of(n)
+                        or capacity_replace.REPLACING_ANNOTATION in annotations_of(n) for n in nodes)
         if not policies and not in_flight:
             return
         provider = kk.KarpenterProvider(ctx.api, self.products)

@@ -833,3 +833,22 @@ def test_a_replacement_drains_only_once_the_new_nodes_gpus_are_registered(make_w
     world.rounds(6)
     assert set(world.claims()) == {new} and "gpu-big" not in world.nodes()
     assert set(world.bound().values()) == {new}
+
+
+def test_a_replacement_in_flight_is_finished_when_its_policy_is_deleted(make_world: Any) -> None:
+    """Recorded work is carried on whatever the policies say now: with the last capacity policy deleted,
+    the pass returned before looking at replacements, so the new NodeClaim kept running beside the node
+    it was launched to replace, and that node was never drained."""
+    world = make_world()
+    world.create_policy(capacity_policy(**{"for": "10m"}))
+    world.launch("gpu-big")
+    world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
+    world.cluster.settle()
+    world.rounds(1)
+    world.clock.advance(600)
+    world.runner.run_all()  # the replacement's NodeClaim
+    [new] = set(world.claims()) - {"gpu-big"}
+    world.cluster.custom.delete_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", "gpu-capacity")
+    world.rounds(6)
+    assert set(world.claims()) == {new} and "gpu-big" not in world.nodes()
+    assert set(world.bound().values()) == {new}
