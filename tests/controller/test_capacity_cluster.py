@@ -693,12 +693,7 @@ def test_a_replacement_whose_pod_a_pdb_protects_once_its_new_node_is_up_waits_th
 def test_a_replacement_killed_between_its_record_and_its_launch_is_finished_by_the_next_leader(
         make_world: Any) -> None:
     world = make_world(checkpoint=crash_at("replacing"))
-    world.create_policy(capacity_policy(**{"for": "10m"}))
-    world.launch("gpu-big")
-    world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
-    world.cluster.settle()
-    world.rounds(1)
-    world.clock.advance(600)
+    _replacement_due(world)
     one_pass_until_the_crash(world)
     assert set(world.claims()) == {"gpu-big"}  # recorded on the node, nothing launched yet
     assert "gpu.kubeon.io/replacing" in annotations(world.nodes()["gpu-big"])
@@ -803,19 +798,30 @@ def test_a_nodeclaim_being_deleted_is_no_capacity_for_pending_pods(make_world: A
     assert world.condition("Provisioned")["reason"] == "Planned"
 
 
-def test_a_replacement_drains_only_once_the_new_nodes_gpus_are_registered(make_world: Any) -> None:
-    """A GPU node is Ready minutes before the GPU Operator's device plugin registers its GPUs. A drain
-    started then found no room for the pods (the packing model counts registered GPUs), was undone and
-    cooled down for an hour; the replacement waits for `nvidia.com/gpu` in the new node's allocatable."""
-    world = make_world()
+def _replacement_due(world: World) -> None:
+    """gpu-big (p4de, 8 GPUs) holding one 1-GPU pod for 10 minutes: its replacement by a cheaper node is due."""
     world.create_policy(capacity_policy(**{"for": "10m"}))
     world.launch("gpu-big")
     world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
     world.cluster.settle()
     world.rounds(1)
     world.clock.advance(600)
-    world.runner.run_all()  # the replacement's NodeClaim
+
+
+def _replacement_launched(make_world: Any) -> tuple[World, str]:
+    """`_replacement_due`, then one pass: the world and the new NodeClaim's name."""
+    world = make_world()
+    _replacement_due(world)
+    world.runner.run_all()
     [new] = set(world.claims()) - {"gpu-big"}
+    return world, new
+
+
+def test_a_replacement_drains_only_once_the_new_nodes_gpus_are_registered(make_world: Any) -> None:
+    """A GPU node is Ready minutes before the GPU Operator's device plugin registers its GPUs. A drain
+    started then found no room for the pods (the packing model counts registered GPUs), was undone and
+    cooled down for an hour; the replacement waits for `nvidia.com/gpu` in the new node's allocatable."""
+    world, new = _replacement_launched(make_world)
     world.cluster.settle()  # the stand-in registers its Node, Ready
     registered = dict(world.nodes()[new]["status"]["allocatable"])
     unregistered = {k: None for k in registered if k.startswith("nvidia.com/")}
@@ -839,15 +845,7 @@ def test_a_replacement_in_flight_is_finished_when_its_policy_is_deleted(make_wor
     """Recorded work is carried on whatever the policies say now: with the last capacity policy deleted,
     the pass returned before looking at replacements, so the new NodeClaim kept running beside the node
     it was launched to replace, and that node was never drained."""
-    world = make_world()
-    world.create_policy(capacity_policy(**{"for": "10m"}))
-    world.launch("gpu-big")
-    world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
-    world.cluster.settle()
-    world.rounds(1)
-    world.clock.advance(600)
-    world.runner.run_all()  # the replacement's NodeClaim
-    [new] = set(world.claims()) - {"gpu-big"}
+    world, new = _replacement_launched(make_world)
     world.cluster.custom.delete_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", "gpu-capacity")
     world.rounds(6)
     assert set(world.claims()) == {new} and "gpu-big" not in world.nodes()
