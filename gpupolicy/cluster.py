@@ -44,6 +44,24 @@ OWN_PLUGIN_CONFIG_PREFIX = "kubeon-ts-"
 T = TypeVar("T")
 
 
+def names_mig_per_profile(labels: Mapping[str, str], allocatable: Iterable[str]) -> bool:
+    """Whether a node's device plugin advertises MIG devices as `nvidia.com/mig-<profile>`: GFD's
+    `nvidia.com/mig.strategy` is `mixed`, or the node already advertises some `nvidia.com/mig-*` (only
+    `mixed` does), or the label is unset (nothing says otherwise). The webhook's offers and the layout
+    planner both read it here."""
+    strategy = labels.get(MIG_STRATEGY_LABEL)
+    if strategy is None:
+        return True
+    return strategy == MIXED_MIG_STRATEGY or any(str(name).startswith(MIG_RESOURCE_PREFIX) for name in allocatable)
+
+
+def names_shares_apart(key: str) -> bool:
+    """Whether a node running time-slicing config `key` advertises `nvidia.com/gpu.shared`: only kubeon's
+    own keys are known to (`renameByDefault: true`); an operator's may advertise the shares as
+    `nvidia.com/gpu`, so for it only the node's allocatable tells."""
+    return key.startswith(OWN_PLUGIN_CONFIG_PREFIX)
+
+
 @dataclass(frozen=True)
 class NodeInfo:
     """The parts of a Node the admission core reads: GPU labels and allocatable resources."""
@@ -172,16 +190,11 @@ class ClusterView:
             layout = product.mig_layout(mig) if product else None
             return set(layout.resources(1)) if layout else set()
         key = node.labels.get(PLUGIN_CONFIG_LABEL, "")
-        return {SHARED_GPU_RESOURCE} if key.startswith(OWN_PLUGIN_CONFIG_PREFIX) else set()
+        return {SHARED_GPU_RESOURCE} if names_shares_apart(key) else set()
 
     @staticmethod
     def _names_mig_per_profile(node: NodeInfo) -> bool:
-        """Whether the node's device plugin advertises MIG devices as `nvidia.com/mig-<profile>`."""
-        strategy = node.labels.get(MIG_STRATEGY_LABEL)
-        if strategy is None:
-            return True
-        return strategy == MIXED_MIG_STRATEGY or any(
-            name.startswith(MIG_RESOURCE_PREFIX) for name in node.allocatable)
+        return names_mig_per_profile(node.labels, node.allocatable)
 
     @cached_property
     def _node_offers(self) -> tuple[frozenset[str], ...]:

@@ -46,6 +46,7 @@ from gpupolicy.catalog import (
     GpuProduct,
     normalise_product_label,
 )
+from gpupolicy.cluster import names_mig_per_profile, names_shares_apart
 from gpupolicy.model import GpuPolicy, SharingStrategy
 from gpupolicy.packing.kubemodel import ObjectError, pod_requests
 
@@ -237,7 +238,11 @@ def read_nodes(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
             continue
         product = catalog.product(product_label) if product_label else None
         layout = current_layout(labels, key_replicas)
-        told = layout.offers(product, gpus)
+        # the labels' promise stands for what the device plugin will advertise only where its naming is known
+        # (gpupolicy.cluster, as the webhook reads it); elsewhere what the node advertises is what it offers
+        trusted = (names_mig_per_profile(labels, allocatable) if layout.kind == MIG else
+                   names_shares_apart(labels.get(PLUGIN_CONFIG_LABEL, "")) if layout.kind == TIME_SLICING else True)
+        told = layout.offers(product, gpus) if trusted else None
         offers = {str(k): _number(v) for k, v in allocatable.items() if str(k).startswith("nvidia.com/")}
         name = str(meta.get("name", ""))
         found.append(GpuNode(
@@ -342,7 +347,7 @@ def _options(node: GpuNode, demands: list[Demand]) -> list[Layout]:
     options: list[Layout] = []
     for replicas in sorted({d.replicas for d in demands if d.resource == SHARED_GPU_RESOURCE and d.replicas > 1}):
         options.append(Layout(TIME_SLICING, replicas))
-    if node.product is not None:
+    if node.product is not None and names_mig_per_profile(node.labels, node.offers):  # single: no mig-* ever
         options += [Layout(MIG, mig=m.name) for m in node.product.mig_layouts if m.mig_enabled]
     if any(d.resource == GPU_RESOURCE for d in demands):
         options.append(Layout())

@@ -143,6 +143,30 @@ def test_sliced_empty_node_goes_back_to_whole_for_whole_demand() -> None:
     assert "(was time-slicing 4 replicas)" in target.reason
 
 
+
+@pytest.mark.parametrize("strategy", ["single", "none"])
+def test_a_node_whose_plugin_names_no_mig_profile_is_never_relaid_to_mig(strategy: str) -> None:
+    """Under the single strategy MIG devices are advertised as nvidia.com/gpu, under none not at all: a MIG
+    layout there serves no nvidia.com/mig-* pod, and the re-layout (cordon, drain, repartition) was for
+    nothing. The webhook reads the same rule (gpupolicy.cluster.names_mig_per_profile)."""
+    node = make_node("gpu-7", gpus=1)
+    node["metadata"]["labels"]["nvidia.com/mig.strategy"] = strategy
+    result = plan([node], [pending(f"p{i}", "nvidia.com/mig-1g.10gb") for i in range(7)])
+    assert result.targets == ()
+    assert [pod for pod, _ in result.unserved] == [f"ml/p{i}" for i in range(7)]
+
+
+def test_an_operators_time_slicing_key_offers_what_the_node_advertises() -> None:
+    """A key that is not kubeon's may keep renameByDefault false (shares advertised as nvidia.com/gpu): the
+    planner took its label as offering nvidia.com/gpu.shared and told the shared pods they were matched."""
+    node = make_node("gpu-0", gpus=1)
+    node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = "user-key"
+    pods = [pending("p", "nvidia.com/gpu.shared")]
+    assert plan([node], pods, keys={"user-key": 4}).matched == 0
+    ours = make_node("gpu-0", gpus=1)
+    ours["metadata"]["labels"]["nvidia.com/device-plugin.config"] = config_key(4)
+    assert plan([ours], pods, keys={config_key(4): 4}).matched == 1
+
 def test_configmap_keys_are_content_named_and_only_ours_are_removed() -> None:
     assert replicas_of(config_text(4)) == 4
     assert config_key(4) != config_key(8)

@@ -74,7 +74,9 @@ def gfd_labels(
         "nvidia.com/gpu.replicas": str(shared_replicas),
         "nvidia.com/gpu.sharing-strategy": "time-slicing" if shared_replicas > 1 else "none",
         "nvidia.com/mig.capable": "true" if known and known.mig_capable else "false",
-        "nvidia.com/mig.strategy": "mixed" if mig else "none",
+        # GFD prints the cluster's strategy (the GPU Operator's ClusterPolicy mig.strategy) on every node,
+        # MIG mode on or off: kubeon's MIG slices need `mixed`, whose per-profile resources it asks for
+        "nvidia.com/mig.strategy": "mixed",
     }
     if memory:
         labels["nvidia.com/gpu.memory"] = str(memory)

@@ -186,7 +186,7 @@ class GpuOperator(InBackground):
                      if devices else {GPU_RESOURCE: str(gpus)})
         self.applied.append((name, wanted))
         self._publish(node, {STATE_LABEL: "success", "kubeon-test/mig-applied": wanted, "kubeon-test/mig-failed": None,
-                             "nvidia.com/mig.strategy": "mixed" if devices else "none"}, resources)
+                             "nvidia.com/mig.strategy": "mixed"}, resources)  # cluster-wide, as GFD prints it
         return 1
 
     # -- writes

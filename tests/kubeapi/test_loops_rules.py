@@ -44,7 +44,7 @@ def test_whole_gpu_node_has_gfd_labels_and_resource() -> None:
     assert labels(node)["nvidia.com/gpu.product"] == "NVIDIA-A100-SXM4-80GB"
     assert labels(node)["nvidia.com/gpu.count"] == "8"
     assert labels(node)["nvidia.com/gpu.memory"] == "81920"
-    assert labels(node)["nvidia.com/mig.strategy"] == "none"
+    assert labels(node)["nvidia.com/mig.strategy"] == "mixed"  # the cluster's strategy, MIG mode on or off
     assert labels(node)["nvidia.com/mig.capable"] == "true"
     assert node["status"]["allocatable"]["nvidia.com/gpu"] == "8"
 
