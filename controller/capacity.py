@@ -40,6 +40,7 @@ spec.approvals; Automatic applies. A usage-aware disruption needs Prometheus
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from importlib.resources import files
@@ -54,6 +55,7 @@ from controller.context import ControllerContext
 from controller.crashpoints import Checkpoint
 from gpupolicy.capacity import drain
 from gpupolicy.capacity.consolidation import Disruption
+from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType, load_instances
 from gpupolicy.capacity.provider import IMPLEMENTED
 from gpupolicy.capacity.provisioning import Launch
@@ -61,6 +63,8 @@ from gpupolicy.model import Condition, PolicyKind
 from gpupolicy.modes import effective_mode
 from kube import karpenter as kk
 from kube import layout as kl
+
+log = logging.getLogger(__name__)
 
 __all__ = ["CHECKPOINTS", "CRASH_ENV", "SOURCE", "CapacityReconciler", "crash_checkpoint_from_env"]
 
@@ -91,6 +95,7 @@ class CapacityReconciler:
         self.step_seconds = step_seconds
         self.checkpoint = checkpoint or crash_checkpoint_from_env() or crashpoints.no_checkpoint
         self.empty = EmptyTracker()
+        self.failed = FailedLaunches()
         self.last_launches: list[Launch] = []
         self.last_disruptions: list[Disruption] = []
 
@@ -110,8 +115,13 @@ class CapacityReconciler:
         if not policies and not in_flight:
             return
         provider = kk.KarpenterProvider(ctx.api, self.products)
-        p = Pass(ctx, provider, Seen(nodes, kl.list_pods(ctx.api), provider.nodes()), self.instances,
-                 self.checkpoint)
+        seen = Seen(nodes, kl.list_pods(ctx.api), provider.nodes())
+        now = ctx.clock.now()
+        for claim, kind in self.failed.observe(seen.claims, now):
+            log.warning("capacity: NodeClaim %s (%s) went before its node registered: new launches leave %s out "
+                        "for %.0fs", claim, kind, kind, self.failed.ttl)
+        p = Pass(ctx, provider, seen, self.instances, self.checkpoint, failed=self.failed,
+                 unavailable=self.failed.unavailable(now))
         capacity_evictions.settle(p, policies)  # what a crash between an eviction and its count left
         by_name = {policy.name: policy for policy in policies}
         shown = advance_drains(p, by_name)
@@ -134,3 +144,4 @@ class CapacityReconciler:
             self.last_disruptions += consolidate(p, policy, spec, mode, window, self.empty, evictions, proposals,
                                                  conditions)
             ctx.policies.publish(policy.name, SOURCE, proposals, conditions)
+

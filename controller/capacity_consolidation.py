@@ -202,8 +202,7 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
             changed_at[row] = changed
     in_progress = sum(1 for n in seen.nodes if drain.DRAINING_ANNOTATION in annotations_of(n)
                       or capacity_replace.REPLACING_ANNOTATION in annotations_of(n))
-    types = set(allowed_types(spec, {t.name: t.model for t in p.instances}))
-    catalog = [t for t in p.instances if t.name in types and t.gpus > 0]  # what a replacement may launch
+    catalog = p.launchable(allowed_types(spec, {t.name: t.model for t in p.instances}))  # what a replacement may launch
     # a PodDisruptionBudget allowing no disruption keeps its pods' node out of this pass (as Karpenter); the
     # plan says so where it would have disrupted the node (gpupolicy/capacity/budgets.py)
     held = {row: why for row, node in enumerate(gpu_nodes) if row not in blocked

@@ -85,7 +85,7 @@ def step(p: Pass, name: str, record: drain.Record, notes: Mapping[str, Any],
             if exc.status != 404:
                 raise
     if decided.delete_claim:
-        p.provider.remove(record.claim)
+        p.remove(record.claim)
         p.checkpoint("deleted")
     if decided.outcome == "undone":
         log.warning("capacity drain undone: %s", decided.message)

@@ -19,10 +19,11 @@ from controller.context import ControllerContext
 from controller.crashpoints import Checkpoint
 from gpupolicy.capacity.budgets import Budget, blocking_budget, read_budgets
 from gpupolicy.capacity.drain import drainable
+from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType
-from gpupolicy.capacity.provider import CapacityNode, CapacityProvider
+from gpupolicy.capacity.provider import CapacityNode, CapacityProvider, NewNode
 from gpupolicy.matching import selector_matches
-from gpupolicy.model import API_VERSION, KIND, GpuPolicy, Mode
+from gpupolicy.model import API_VERSION, KIND, CapacitySpec, GpuPolicy, Mode
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import StateDecision, decide_state, make_proposal
 from kube import layout as kl
@@ -103,11 +104,39 @@ class Pass:
     seen: Seen
     instances: list[InstanceType]
     checkpoint: Checkpoint
+    # the launches seen failing (gpupolicy/capacity/failed_launches.py): what this pass adds and removes is
+    # noted there, and new launches leave out the types a launch of which failed lately
+    failed: FailedLaunches = field(default_factory=FailedLaunches)
+    unavailable: Mapping[str, float] = field(default_factory=dict)
     _budgets: tuple[list[Budget], str] | None = field(default=None, init=False, repr=False)
 
     @property
     def by_type(self) -> dict[str, InstanceType]:
         return {t.name: t for t in self.instances}
+
+    def add(self, policy: str, spec: CapacitySpec, new: NewNode) -> None:
+        """Ask the provider for a node, noted so a launch that fails before the next pass is seen failing."""
+        self.provider.add(policy, spec, new)
+        self.failed.launched(new.name, new.instance_type)
+
+    def remove(self, claim: str) -> None:
+        """Delete a claim through the provider, noted as the controller's own removal (not a failed launch)."""
+        self.provider.remove(claim)
+        self.failed.forget(claim)
+
+    def launchable(self, allowed: Iterable[str]) -> list[InstanceType]:
+        """The catalog's GPU instance types among `allowed` that new nodes may be: none a launch of which
+        failed lately."""
+        names = set(allowed)
+        return [t for t in self.instances if t.name in names and t.gpus > 0 and t.name not in self.unavailable]
+
+    def avoided(self) -> str:
+        """The reason's note on the types left out (`launchable`), "" when none is."""
+        if not self.unavailable:
+            return ""
+        now = self.ctx.clock.now()
+        return "; not " + ", ".join(f"{kind} (a launch failed {max(0.0, now - at):.0f}s ago)"
+                                    for kind, at in sorted(self.unavailable.items()))
 
     def decide(self, policy: GpuPolicy, mode: Mode, target: str, action: str) -> StateDecision:
         """The state of proposal (target, action) in `mode`: approved targets, dismissals kept."""

@@ -65,8 +65,7 @@ def provision(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_o
         own = next((s for s in sharing if s.name == named), None) or _sharing_for(resource, sharing)
         found = launch_demand(pods[key], resource, own, spec.gpu_models, DEFAULT_CATALOG)
         (demands.append(found) if found is not None else impossible.append(key))
-    types = set(allowed_types(spec, {t.name: t.model for t in p.instances}))
-    catalog = [t for t in p.instances if t.name in types and t.gpus > 0]
+    catalog = p.launchable(allowed_types(spec, {t.name: t.model for t in p.instances}))
     used = sum(c.gpus for c in claims if not c.deleting)
     room = None if spec.max_gpus is None else max(0, spec.max_gpus - used)
     launches: list[tuple[Launch, LaunchDemand]] = []
@@ -139,7 +138,7 @@ def _launch(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_ok:
     target, action = f"NodePool/{spec.node_pool}", f"launch NodeClaim {name} ({kind.name}{layout})"
     reason = (f"{len(launch.pods)} pending {sample.resource} pod(s) no node can serve: "
               f"{', '.join(launch.pods[:5])}{', ...' if len(launch.pods) > 5 else ''}; adds {kind.gpus} "
-              f"{kind.model} GPU(s), about ${kind.price_per_hour:.2f}/h")
+              f"{kind.model} GPU(s), about ${kind.price_per_hour:.2f}/h{p.avoided()}")
     state = p.decide(policy, mode, target, action)
     shown = state.state
     if state.apply:
@@ -149,7 +148,7 @@ def _launch(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_ok:
             shown = State.APPROVED
         else:
             new = NewNode(name, kind.name, labels, reason, launch.pods)
-            p.provider.add(policy.name, spec, new)
+            p.add(policy.name, spec, new)
             p.checkpoint("launched")
             ctx.recorder.applied(TargetRef("NodeClaim", "", name, api_version=kk.GROUP), policy,
                                  f"Capacity: {action}", {}, reason, action_label="capacity")

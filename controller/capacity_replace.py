@@ -117,7 +117,7 @@ def start(p: Pass, policy: GpuPolicy, spec: CapacitySpec, node: str, plan: str, 
     kl.patch_node(p.ctx.api, node, {"metadata": {"annotations": {REPLACING_ANNOTATION: record.to_annotation()}}})
     p.checkpoint("replacing")
     for name, kind in zip(names, disruption.launches, strict=True):
-        p.provider.add(policy.name, spec, NewNode(name, kind.name, {}, reason, tuple(pods)))
+        p.add(policy.name, spec, NewNode(name, kind.name, {}, reason, tuple(pods)))
     p.checkpoint("launched")
 
 
@@ -145,7 +145,7 @@ def advance(p: Pass, policies: Mapping[str, GpuPolicy]) -> dict[str, list[Propos
         missing = [(c, t) for c, t in zip(record.claims, record.types, strict=False) if c not in claims]
         if missing and policy is not None and policy.spec.capacity is not None and now < record.deadline:
             for claim, kind in missing:  # a crash between the record and the launch: ask again (same name)
-                p.provider.add(policy.name, policy.spec.capacity, NewNode(claim, kind, {}, "replacement", ()))
+                p.add(policy.name, policy.spec.capacity, NewNode(claim, kind, {}, "replacement", ()))
             continue
         failed = [c for c in record.claims if c not in claims or claims[c].deleting]
         up = [c for c in record.claims if c not in failed and _ready(nodes.get(claims[c].node or ""))]
@@ -194,7 +194,7 @@ def _drop_new(p: Pass, record: Replacement, claims: Mapping[str, CapacityNode]) 
     """Delete the NodeClaims launched for an undone replacement that hold no pod."""
     for claim in record.claims:
         if claim in claims and not claims[claim].deleting and not p.seen.by_node.get(claims[claim].node or ""):
-            p.provider.remove(claim)
+            p.remove(claim)
 
 
 def _ready(node: Mapping[str, Any] | None) -> bool:

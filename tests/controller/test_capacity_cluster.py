@@ -850,3 +850,29 @@ def test_a_replacement_in_flight_is_finished_when_its_policy_is_deleted(make_wor
     world.rounds(6)
     assert set(world.claims()) == {new} and "gpu-big" not in world.nodes()
     assert set(world.bound().values()) == {new}
+
+
+def test_a_launch_karpenter_gives_up_on_is_tried_on_another_type_for_a_while(make_world: Any) -> None:
+    """Karpenter deletes a NodeClaim at once when the cloud has no capacity of its type. The claim names one
+    type and a stable name, so it came back every pass, the same type each time, and the pending pods never
+    got a node. Now that type is left out of launches for three minutes (Karpenter's own unavailable-offerings
+    time), and the reason says so; then it is the first choice again."""
+    world = make_world()
+    world.create_policy(sharing_policy("share", "TimeSlicing", replicas=4))
+    world.create_policy(capacity_policy(models=["NVIDIA-L4", "NVIDIA-A10G"], max_gpus=16))
+    gpu_pods(world, 2, "nvidia.com/gpu.shared")
+    world.runner.run_all()
+    [(first, claim)] = world.claims().items()
+    cheapest = claim["spec"]["requirements"][0]["values"][0]
+    world.cluster.custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", first)  # no capacity
+    world.runner.run_all()
+    [(second, claim)] = world.claims().items()
+    other = claim["spec"]["requirements"][0]["values"][0]
+    assert other != cheapest, "the same type was launched again"
+    [launched] = [p for p in launches(world) if second in p["action"]]
+    assert f"not {cheapest} (a launch failed" in launched["reason"], launched["reason"]
+    world.cluster.custom.delete_cluster_custom_object("karpenter.sh", "v1", "nodeclaims", second)
+    world.clock.advance(181)  # past the three minutes of the first type (the second is fresh)
+    world.runner.run_all()
+    [(_, claim)] = world.claims().items()
+    assert claim["spec"]["requirements"][0]["values"][0] == cheapest
