@@ -27,6 +27,7 @@ def create_app(hub: Hub, admin_token: str, *, secret_key: str | None = None, sec
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Lax",
         SESSION_COOKIE_SECURE=secure_cookies,
+        PERMANENT_SESSION_LIFETIME=12 * 3600,  # a console cookie's signature holds for a working day, not 31
         MAX_CONTENT_LENGTH=None,
     )
     app.register_blueprint(api)
@@ -35,6 +36,13 @@ def create_app(hub: Hub, admin_token: str, *, secret_key: str | None = None, sec
     @app.get("/")
     def root() -> Any:
         return redirect(url_for("console.clusters"))
+
+    @app.after_request
+    def _no_store(response: Response) -> Response:
+        """Console pages are never cached: a cluster token is shown once, on one of them."""
+        if request.path.startswith("/console/"):
+            response.headers["Cache-Control"] = "no-store"
+        return response
 
     @app.get("/healthz")
     def healthz() -> Response:

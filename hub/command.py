@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import argparse
 import getpass
-import hashlib
 import logging
 import os
+import re
 import secrets
 import sys
 import tempfile
@@ -167,7 +167,9 @@ def serve(args: argparse.Namespace) -> int:
         return _fail(f"--bind {args.bind}: cannot listen: {problem}")
     token = admin_token(args)
     open_database(url)  # migrate once, in the master, before the workers fork
-    secret = hashlib.sha256(b"kubeon-hub-session\x00" + token.encode()).hexdigest()
+    # random, made once in the master and inherited by the workers it forks: a key derived from the admin
+    # credential let anyone holding a cookie (every visitor gets one) guess the credential offline
+    secret = secrets.token_hex(32)
     cert_dir = None
     if args.cert:
         cert_dir = tempfile.mkdtemp(prefix="kubeon-hub-tls-")
@@ -199,7 +201,8 @@ def open_database(url: str) -> Any:
     try:
         shown = make_url(url).render_as_string(hide_password=True)
     except (SQLAlchemyError, ValueError):
-        raise HubError(400, f"--db {url!r}: not a database URL (sqlite:///FILE, "
+        hidden = re.sub(r"(//[^/:@]*:)[^/@]*@", r"\1***@", url)  # a URL that does not parse may still hold one
+        raise HubError(400, f"--db {hidden!r}: not a database URL (sqlite:///FILE, "
                             "postgresql+psycopg://user:pass@host/db)") from None
     try:
         return open_db(url)

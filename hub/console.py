@@ -62,7 +62,9 @@ def _check_csrf() -> None:
 def signed_in(view: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(view)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if not session.get("admin"):
+        sid = session.get("sid")
+        if not session.get("admin") or not isinstance(sid, str) or hub().console_session_ended(sid):
+            session.clear()
             return redirect(url_for("console.sign_in", next=request.path))
         try:
             return view(*args, **kwargs)
@@ -84,13 +86,18 @@ def sign_in_post() -> Any:
                                         next=request.form.get("next", "")), status=401)
     session.clear()
     session["admin"] = True
+    session["sid"] = secrets.token_urlsafe(32)
     session["csrf"] = secrets.token_urlsafe(32)
+    hub().console_signed_in(session["sid"])
     target = request.form.get("next", "")
     return redirect(target if target.startswith("/console/") else url_for("console.clusters"))
 
 
 @console.post("/sign-out")
 def sign_out() -> Any:
+    sid = session.get("sid")
+    if session.get("admin") and isinstance(sid, str):
+        hub().console_signed_out(sid)  # the cookie, copied or not, is refused from now on
     session.clear()
     return redirect(url_for("console.sign_in"))
 

@@ -57,6 +57,8 @@ def check_cluster_name(name: str) -> str:
         raise HubError(400, "cluster name must be a non-empty string", "name")
     if len(name) > 253 or "/" in name or not name.isprintable():
         raise HubError(400, f"cluster name {name!r}: at most 253 printable characters, no '/'", "name")
+    if name in (".", ".."):  # URL clients remove dot segments: /clusters/../policies is /policies
+        raise HubError(400, f"cluster name {name!r}: a URL path cannot hold it", "name")
     return name
 
 
@@ -379,11 +381,31 @@ class Hub:
                 pending.append({**row, "approval": approved.get((policy, target))})
         return pending
 
+    # Console sessions: the cookie holds a random session id; sign-in and sign-out are audit entries naming
+    # its digest, so a copied cookie stops working at sign-out on every worker (the cookie itself is only
+    # signed, and its signature stays valid until it expires).
+    def console_signed_in(self, session_id: str) -> None:
+        with self._tx() as session:
+            self._audit(session, "admin (console)", None, "console sign-in", _digest(session_id))
+
+    def console_signed_out(self, session_id: str) -> None:
+        with self._tx() as session:
+            self._audit(session, "admin (console)", None, "console sign-out", _digest(session_id))
+
+    def console_session_ended(self, session_id: str) -> bool:
+        with self._tx() as session:
+            return session.scalar(select(Audit.id).where(Audit.verb == "console sign-out",
+                                                         Audit.detail == _digest(session_id)).limit(1)) is not None
+
     def audit(self, limit: int = 200) -> list[dict[str, Any]]:
         with self._tx() as session:
             rows = session.scalars(select(Audit).order_by(Audit.id.desc()).limit(limit))
             return [{"at": r.at, "actor": r.actor, "cluster": r.cluster, "verb": r.verb, "detail": r.detail}
                     for r in rows]
+
+
+def _digest(session_id: str) -> str:
+    return "session " + hashlib.sha256(session_id.encode()).hexdigest()[:16]
 
 
 def _rfc3339(ts: float) -> str:

@@ -102,6 +102,9 @@ def test_withdrawing_twice_changes_nothing_the_second_time(db_url: str) -> None:
      "--db sqlite:////nonexistent-dir/x/hub.db: cannot open the database"),
     (["--db", "postgresql+psycopg://u:secret@127.0.0.1:9/db", "token", "create", "--cluster", "c"],
      "--db postgresql+psycopg://u:***@127.0.0.1:9/db: cannot open the database"),
+    # a URL SQLAlchemy cannot parse (the port) was echoed whole, password included
+    (["--db", "postgresql+psycopg://u:secret@db:notaport/hub", "token", "create", "--cluster", "c"],
+     "--db 'postgresql+psycopg://u:***@db:notaport/hub': not a database URL"),
     (["serve", "--bind", "127.0.0.1:99999"], "--bind '127.0.0.1:99999': expected HOST:PORT, the port 1-65535"),
     (["serve", "--admin-token-file", "/nonexistent/token"], "--admin-token-file /nonexistent/token: No such file"),
     (["serve", "--cert", "/nonexistent/c.pem", "--key", "/nonexistent/k.pem"],
@@ -204,3 +207,12 @@ def test_a_wake_threshold_json_cannot_carry_is_refused_and_polls_stay_json(hub_s
     answer = requests.get(f"{hub_server.url}/api/v1/clusters/{cluster}/policies",
                           headers={"Authorization": f"Bearer {token}"}, timeout=5, verify=hub_server.ca_file or True)
     assert json.loads(answer.text, parse_constant=lambda name: pytest.fail(f"{name} served"))["policies"] == []
+
+
+@pytest.mark.parametrize("name", [".", ".."])
+def test_a_cluster_name_no_url_path_can_hold_is_refused(hub_server: HubProcess, name: str) -> None:
+    """URL clients remove dot segments (`/clusters/../policies` is `/policies`): a cluster named so was created
+    and could never be polled."""
+    answer = hub_server.client().admin("POST", "/clusters", json={"name": name})
+    assert answer.status_code == 400 and answer.json()["field"] == "name", answer.text
+    assert "a URL path cannot hold it" in answer.json()["error"]
