@@ -28,6 +28,11 @@ console = Blueprint("console", __name__, url_prefix="/console", template_folder=
 ACTOR = "admin (console)"
 
 
+# Failed sign-ins allowed per client address and window (audit entries, so every worker counts them): an
+# admin credential chosen by a person (--admin-token-file) can be guessed online otherwise.
+SIGN_IN_TRIES, SIGN_IN_WINDOW = 10, 60.0
+
+
 def csrf_token() -> str:
     token = session.get("csrf")
     if not isinstance(token, str):
@@ -81,7 +86,12 @@ def sign_in() -> str:
 
 @console.post("/sign-in")
 def sign_in_post() -> Any:
+    client = request.remote_addr or "unknown"
+    if hub().console_sign_ins_failed(client, SIGN_IN_WINDOW) >= SIGN_IN_TRIES:
+        return Response(render_template("sign_in.html", error=f"Too many failed sign-ins from {client}: try "
+                                        "again in a minute.", next=request.form.get("next", "")), status=429)
     if not admin_ok(request.form.get("credential", "")):
+        hub().console_sign_in_failed(client)
         return Response(render_template("sign_in.html", error="That is not the admin credential.",
                                         next=request.form.get("next", "")), status=401)
     session.clear()

@@ -392,6 +392,18 @@ class Hub:
         with self._tx() as session:
             self._audit(session, "admin (console)", None, "console sign-out", _digest(session_id))
 
+    def console_sign_in_failed(self, client: str) -> None:
+        with self._tx() as session:
+            self._audit(session, f"console ({client[:200]})", None, "console sign-in failed")
+
+    def console_sign_ins_failed(self, client: str, seconds: float) -> int:
+        """Failed console sign-ins from `client` (its address) within the last `seconds`."""
+        with self._tx() as session:
+            rows = session.scalars(select(Audit.id).where(
+                Audit.verb == "console sign-in failed", Audit.actor == f"console ({client[:200]})",
+                Audit.at >= self.clock() - seconds))
+            return len(list(rows))
+
     def console_session_ended(self, session_id: str) -> bool:
         with self._tx() as session:
             return session.scalar(select(Audit.id).where(Audit.verb == "console sign-out",

@@ -85,3 +85,19 @@ def test_console_pages_are_never_cached(hub: HubProcess) -> None:
     assert token_page.status_code == 200 and "kgo_" in token_page.text
     assert token_page.headers["Cache-Control"] == "no-store"
     assert browser.get(f"{hub.url}/console/sign-in", timeout=5).headers["Cache-Control"] == "no-store"
+
+
+def test_failed_sign_ins_are_throttled_per_client_and_audited(hub: HubProcess) -> None:
+    """Fifty wrong credentials in a row were fifty 401s, with no delay and no trace: an admin credential a
+    person chose could be guessed online. Ten failures a minute per address, then 429; each is audited."""
+    browser = requests.Session()
+    csrf = _csrf(browser.get(f"{hub.url}/console/sign-in", timeout=5).text)
+    codes = [browser.post(f"{hub.url}/console/sign-in", data={"credential": f"guess-{n}", "csrf_token": csrf},
+                          timeout=5).status_code for n in range(12)]
+    assert codes == [401] * 10 + [429] * 2
+    right = browser.post(f"{hub.url}/console/sign-in", data={"credential": ADMIN, "csrf_token": csrf}, timeout=5,
+                         allow_redirects=False)
+    assert right.status_code == 429, "the right credential waits too, or guessing could go on"
+    entries = [e for e in hub.client().admin("GET", "/audit").json()["entries"]
+               if e["verb"] == "console sign-in failed"]
+    assert len(entries) == 10 and entries[0]["actor"] == "console (127.0.0.1)"
