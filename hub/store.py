@@ -294,7 +294,9 @@ class Hub:
                      expires_in: float | None = None) -> str:
         parts = target.split("/") if isinstance(target, str) else []
         if len(parts) != 3 or not all(parts):
-            raise HubError(400, f"target {target!r} is not Kind/namespace/name", "target")
+            raise HubError(400, f"target {str(target)[:100]!r} is not Kind/namespace/name", "target")
+        if len(target) > 800:  # the column's length (hub/db.py), which PostgreSQL enforces: the console's form
+            raise HubError(400, f"target: {len(target)} characters, at most 800", "target")
         if expires_in is not None and not 0 < expires_in <= MAX_APPROVAL_SECONDS:
             # past this, the expiry is no date the polls can write (time.gmtime overflows)
             raise HubError(400, f"expiresInSeconds {expires_in!r}: more than 0 and at most {MAX_APPROVAL_SECONDS} "

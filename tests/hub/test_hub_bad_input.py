@@ -216,3 +216,17 @@ def test_a_cluster_name_no_url_path_can_hold_is_refused(hub_server: HubProcess, 
     answer = hub_server.client().admin("POST", "/clusters", json={"name": name})
     assert answer.status_code == 400 and answer.json()["field"] == "name", answer.text
     assert "a URL path cannot hold it" in answer.json()["error"]
+
+
+def test_an_approval_target_longer_than_its_column_is_refused(db_url: str) -> None:
+    """The API's schema caps it at 800, the console's form did not: PostgreSQL refused the row (a 500)."""
+    from hub.store import HubError
+
+    hub = Hub(open_db(db_url))
+    hub.create_cluster("c", "t")
+    hub.apply_policy("c", "p", {"mode": "Approve", "packing": {}}, "t")
+    with pytest.raises(HubError, match="target: 801 characters, at most 800") as refused:
+        hub.add_approval("c", "p", "Deployment/ns/" + "w" * 787, "t")
+    assert refused.value.status == 400 and refused.value.field == "target"
+    assert hub.add_approval("c", "p", "Deployment/ns/" + "w" * 786, "t")  # 800 fits
+    assert len(hub.policies("c")[2]) == 1
