@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from certs.material import CA_CERT, CA_KEY, generate, load_ca
-from gpupolicy.names import dns_name_problem
+from gpupolicy.names import dns_label_problem, dns_name_problem
 
 EXIT_USAGE = 2
 CONFLICT_RETRIES = 5
@@ -68,9 +68,9 @@ def _generate(args: argparse.Namespace) -> int:
         value = getattr(args, field)
         if not value.strip():
             raise CertsError(f"--{field} must not be empty")
-        problem = dns_name_problem(value, wildcard=False)
-        if problem or "." in value:  # a Service's and a namespace's name are one DNS label each
-            raise CertsError(f"--{field} {value[:80]!r}: not a Kubernetes name ({problem or 'one label, no dots'})")
+        problem = dns_label_problem(value, f"a {field}")  # a Service's and a namespace's name: one DNS label
+        if problem:
+            raise CertsError(f"--{field} {value[:80]!r}: not a Kubernetes name ({problem})")
     for name in args.dns:
         problem = dns_name_problem(name)
         if problem:

@@ -26,7 +26,7 @@ from gpupolicy.admission.shape import object_shape_error
 from gpupolicy.capacity.layout import MIG, LayoutPlan, NodeTarget, plan_layout, read_demand, read_nodes
 from gpupolicy.capacity.timeslicing import config_text
 from gpupolicy.model import GpuPolicy, Mode
-from gpupolicy.names import dns_name_problem
+from gpupolicy.names import dns_label_problem, dns_name_problem
 from gpupolicy.proposals import decide_state
 
 EXAMPLE_FILES = ("policies.yaml", "nodes.yaml", "pods.yaml")
@@ -64,7 +64,7 @@ def configmap_problem(value: str) -> str:
     namespace, slash, name = value.partition("/")
     if not slash:
         return "give NAMESPACE/NAME"
-    problem = dns_name_problem(namespace, wildcard=False) or ("a namespace has no dots" if "." in namespace else "")
+    problem = dns_label_problem(namespace, "a namespace")
     if problem:
         return f"namespace: {problem}"
     problem = dns_name_problem(name, wildcard=False)

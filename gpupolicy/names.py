@@ -31,6 +31,12 @@ def dns_name_problem(name: str, *, wildcard: bool = True) -> str:
     return ""
 
 
+def dns_label_problem(name: str, what: str) -> str:
+    """Why `name` is not one DNS label (a namespace's name, a Service's): a DNS subdomain without dots.
+    `what` names it in the message ("a namespace")."""
+    return dns_name_problem(name, wildcard=False) or (f"{what} has no dots" if "." in name else "")
+
+
 def qualified_name_problem(name: str) -> str:
     """Why `name` is not a qualified name (a label key, a toleration's key): an optional DNS subdomain prefix
     and '/', then at most 63 letters, digits, '-', '_' and '.', starting and ending with a letter or digit."""
