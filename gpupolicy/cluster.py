@@ -35,9 +35,9 @@ PROTECTED_NAMESPACES = frozenset({"kube-system"})
 # `nvidia.com/mig-<profile>`; `single` advertises it as `nvidia.com/gpu`, `none` not at all.
 MIG_STRATEGY_LABEL = "nvidia.com/mig.strategy"
 MIXED_MIG_STRATEGY = "mixed"
-# The prefix of the time-slicing ConfigMap keys the controller writes (gpupolicy.capacity.timeslicing
-# .KEY_PREFIX, a layer above this module; tests/core/test_layout_gate.py keeps the two equal). Every such key
-# holds a config with `renameByDefault: true`, so a node running one advertises `nvidia.com/gpu.shared`.
+# The prefix of the time-slicing ConfigMap keys the controller writes (gpupolicy.capacity.timeslicing names
+# its keys with it). Every such key holds a config with `renameByDefault: true`, so a node running one
+# advertises `nvidia.com/gpu.shared`.
 OWN_PLUGIN_CONFIG_PREFIX = "kubeon-ts-"
 
 

@@ -19,9 +19,8 @@ from typing import Any
 import yaml
 
 from gpupolicy.catalog import GPU_RESOURCE
+from gpupolicy.cluster import OWN_PLUGIN_CONFIG_PREFIX as KEY_PREFIX
 from gpupolicy.yamlload import safe_load
-
-KEY_PREFIX = "kubeon-ts-"
 
 
 def sharing_config(replicas: int) -> dict[str, Any]:
