@@ -48,12 +48,11 @@ from importlib.resources import files
 from controller import capacity_evictions, capacity_replace, crashpoints
 from controller.capacity_consolidation import EmptyTracker, consolidate, usage
 from controller.capacity_drain import advance_drains
-from controller.capacity_pass import SOURCE, Pass, Seen, annotations_of
+from controller.capacity_pass import SOURCE, Pass, Seen
 from controller.capacity_pool import keep_pool
 from controller.capacity_provision import plan_group, provision
 from controller.context import ControllerContext
 from controller.crashpoints import Checkpoint
-from gpupolicy.capacity import drain
 from gpupolicy.capacity.consolidation import Disruption
 from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType, load_instances
@@ -110,9 +109,7 @@ class CapacityReconciler:
         nodes = kl.list_nodes(ctx.api)
         # recorded work is carried on whatever the policies say now: a drain, and a replacement whose new
         # NodeClaims would otherwise keep running (advanced or undone by capacity_replace.advance)
-        in_flight = any(drain.DRAINING_ANNOTATION in annotations_of(n)
-                        or capacity_replace.REPLACING_ANNOTATION in annotations_of(n) for n in nodes)
-        if not policies and not in_flight:
+        if not policies and not any(capacity_replace.disrupting(n) for n in nodes):
             return
         provider = kk.KarpenterProvider(ctx.api, self.products)
         seen = Seen(nodes, kl.list_pods(ctx.api), provider.nodes())

@@ -200,8 +200,7 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
         empty_since[row] = empty.empty_since(name, node, seen, bool(movable), now)
         if (changed := empty.changed_at(name, movable, seen, now)) is not None:
             changed_at[row] = changed
-    in_progress = sum(1 for n in seen.nodes if drain.DRAINING_ANNOTATION in annotations_of(n)
-                      or capacity_replace.REPLACING_ANNOTATION in annotations_of(n))
+    in_progress = sum(1 for n in seen.nodes if capacity_replace.disrupting(n))
     catalog = p.launchable(allowed_types(spec, {t.name: t.model for t in p.instances}))  # what a replacement may launch
     # a PodDisruptionBudget allowing no disruption keeps its pods' node out of this pass (as Karpenter); the
     # plan says so where it would have disrupted the node (gpupolicy/capacity/budgets.py)

@@ -80,6 +80,12 @@ def read(notes: Mapping[str, str]) -> Replacement | None:
         return None
 
 
+def disrupting(node: Mapping[str, Any]) -> bool:
+    """A drain or a replacement is recorded on the node (the disruptions a pass carries on)."""
+    notes = annotations_of(node)
+    return drain.DRAINING_ANNOTATION in notes or REPLACING_ANNOTATION in notes
+
+
 def replacing_claims(p: Pass) -> set[str]:
     """NodeClaims launched as replacements still waiting for their drain (not consolidation candidates)."""
     found: set[str] = set()
