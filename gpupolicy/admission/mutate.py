@@ -273,7 +273,7 @@ def mutate_pod(
     skipped, route_only = _scope(pod, ns, view, scan)
     if skipped:
         return AdmissionResult(object=pod, note=skipped)
-    placed = placed_without_scheduler(pod)
+    placed = "" if route_only else placed_without_scheduler(pod)  # a routed CPU-only pod passed it in _scope
     if placed:
         return AdmissionResult(object=pod, note=placed)
     owner = owner or pod_owner(pod, ns)
