@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pydantic import ValidationError
-from sqlalchemy import select
+from sqlalchemy import func, select
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -401,10 +401,9 @@ class Hub:
     def console_sign_ins_failed(self, client: str, seconds: float) -> int:
         """Failed console sign-ins from `client` (its address) within the last `seconds`."""
         with self._tx() as session:
-            rows = session.scalars(select(Audit.id).where(
+            return int(session.scalar(select(func.count()).select_from(Audit).where(
                 Audit.verb == "console sign-in failed", Audit.actor == f"console ({client[:200]})",
-                Audit.at >= self.clock() - seconds))
-            return len(list(rows))
+                Audit.at >= self.clock() - seconds)) or 0)
 
     def console_session_ended(self, session_id: str) -> bool:
         with self._tx() as session:
