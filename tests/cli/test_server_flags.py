@@ -25,6 +25,11 @@ def _check(run: Run, *needles: str) -> None:
         assert needle in run.err, (needle, run.err)
 
 
+def _written(path: Path, text: str | bytes) -> Path:
+    path.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return path
+
+
 def refused_kubeconfig(tmp: Path) -> Path:
     """A kubeconfig that loads, for an API server on a port where nothing listens (127.0.0.1:9): the
     commands start, and what is under test comes before or beside their first request."""
@@ -101,8 +106,7 @@ def test_an_address_of_no_interface_here_is_one_line(cert_dir: Path) -> None:
 ])
 def test_a_kubeconfig_of_the_wrong_shape_names_the_field(tmp_path: Path, cert_dir: Path, text: str | bytes,
                                                          needle: str) -> None:
-    kubeconfig = tmp_path / "kubeconfig"
-    kubeconfig.write_bytes(text if isinstance(text, bytes) else text.encode())
+    kubeconfig = _written(tmp_path / "kubeconfig", text)
     webhook = subprocess_run("webhook", "--cert-dir", str(cert_dir), "--kubeconfig", str(kubeconfig), timeout=30)
     _check(webhook, f"cannot load Kubernetes configuration ({kubeconfig}): {needle}")
     controller = subprocess_run("controller", "--kubeconfig", str(kubeconfig), timeout=30)
@@ -156,8 +160,7 @@ def test_controller_health_port_in_use_is_one_line(tmp_path: Path, held_port: in
 ])
 def test_webhook_policies_file_that_decides_nothing_is_refused(tmp_path: Path, cert_dir: Path, text: str | bytes,
                                                                needle: str) -> None:
-    policies = tmp_path / "policies.yaml"
-    policies.write_bytes(text if isinstance(text, bytes) else text.encode())
+    policies = _written(tmp_path / "policies.yaml", text)
     _check(subprocess_run("webhook", "--cert-dir", str(cert_dir), "--policies", str(policies), timeout=30),
            f"--policies {policies}: {needle}")
 
