@@ -146,10 +146,16 @@ class World:
 
         self.cluster.create(make_nodeclaim(name, instance_type, nodepool="gpu",
                                            taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]))
+        self.settle()
+
+    def settle(self) -> None:
+        """The cluster settled, and the fake clock caught up with the wall clock, never back.
+
+        The API server stamps objects (a Node's creation, a pod's PodScheduled) on the wall clock; in a
+        cluster the controller's clock is never behind the objects it reads. A fake clock left behind by a
+        slow set-up read a pod bound a second later as younger than the test's window.
+        """
         self.cluster.settle()
-        # The API server stamps the NodeClaim and Node on the wall clock; in a cluster the controller's
-        # clock is never behind the objects it reads. A fake clock left behind (a slow set-up on a loaded
-        # machine) read the node as younger than the test's window: catch it up, never back.
         if isinstance(self.clock, FakeClock):
             self.clock.advance(max(0.0, time.time() - self.clock.now()))
 
@@ -190,7 +196,7 @@ def test_pending_time_sliced_burst_gets_a_nodepool_and_nodeclaims_once(make_worl
     world.create_policy(sharing_policy("share", "TimeSlicing", replicas=4))
     world.create_policy(capacity_policy(models=["NVIDIA-L4"], max_gpus=16))
     gpu_pods(world, 50, "nvidia.com/gpu.shared")
-    world.cluster.settle()
+    world.settle()
     world.runner.run_all()
     pool = world.nodepool()
     assert pool is not None
@@ -236,7 +242,7 @@ def test_pending_mig_pods_get_a_nodeclaim_sized_and_labelled_for_them(make_world
     world.create_policy(sharing_policy("mig", "MIG"))
     world.create_policy(capacity_policy(models=["NVIDIA-A100-SXM4-80GB"]))
     gpu_pods(world, 10, "nvidia.com/mig-1g.10gb")
-    world.cluster.settle()
+    world.settle()
     world.runner.run_all()
     [(name, claim)] = world.claims().items()
     requirement = claim["spec"]["requirements"][0]
@@ -257,7 +263,7 @@ def two_nodes_one_pod_each(world: World, **pod_kw: Any) -> None:
     for name, other in (("job-a", "gpu-b"), ("job-b", "gpu-a")):
         world.cluster.core.patch_node(other, {"spec": {"unschedulable": True}})
         world.cluster.create(make_deployment(name, NS, 1, gpus=1, tolerations=TOLERATE_GPU, **pod_kw))
-        world.cluster.settle()
+        world.settle()
         world.cluster.core.patch_node(other, {"spec": {"unschedulable": None}})
     assert sorted(world.bound().values()) == ["gpu-a", "gpu-b"]
 
@@ -339,7 +345,7 @@ def test_a_node_whose_pod_a_pdb_protects_is_not_drained_until_the_pdb_allows_a_d
                                      ("big", 4, "gpu-a", {"karpenter.sh/do-not-disrupt": "true"})):
         world.cluster.core.patch_node(other, {"spec": {"unschedulable": True}})
         world.cluster.create(make_deployment(name, NS, 1, gpus=gpus, tolerations=TOLERATE_GPU, pod_annotations=notes))
-        world.cluster.settle()
+        world.settle()
         world.cluster.core.patch_node(other, {"spec": {"unschedulable": None}})
     before = world.bound()
     assert sorted(before.values()) == ["gpu-a", "gpu-a", "gpu-b"]
@@ -397,7 +403,7 @@ def kept_node_and_pod_on_gpu_a(make_world: Any, pod: str) -> World:
                                          node_selector={"kubernetes.io/hostname": "gpu-b"}))
     world.cluster.create(make_pod(pod, NS, gpus=8, tolerations=TOLERATE_GPU,
                                   node_selector={"kubernetes.io/hostname": "gpu-a"}))
-    world.cluster.settle()
+    world.settle()
     return world
 
 
@@ -415,7 +421,7 @@ def test_a_node_whose_gpu_pods_finished_is_removed_within_one_loop_after_the_gra
     world.runner.run_all()  # one loop after the grace: the claim is deleted
     claim = world.claims().get("gpu-a")
     assert claim is None or claim["metadata"].get("deletionTimestamp")
-    world.cluster.settle()
+    world.settle()
     assert "gpu-a" not in world.nodes() and "gpu-b" in world.nodes()
 
 
@@ -511,7 +517,7 @@ def test_a_drain_whose_pods_no_longer_fit_elsewhere_is_undone(make_world: Any) -
     [victim] = [n for n, node in world.nodes().items() if DRAINING_ANNOTATION in annotations(node)]
     other = ({"gpu-a", "gpu-b"} - {victim}).pop()
     world.cluster.create(make_pod("filler", NS, gpus=7, tolerations=TOLERATE_GPU))  # the other node is full now
-    world.cluster.settle()
+    world.settle()
     assert world.bound()["filler"] == other
     world.rounds(1, advance=1)
     node = world.nodes()[victim]
@@ -531,7 +537,7 @@ def test_a_node_emptied_by_deleting_its_pods_also_gets_the_grace(make_world: Any
     assert "gpu-a" in world.claims() and not world.claims()["gpu-a"]["metadata"].get("deletionTimestamp")
     world.clock.advance(31)
     world.runner.run_all()
-    world.cluster.settle()
+    world.settle()
     assert "gpu-a" not in world.claims() and "gpu-b" in world.claims()
 
 
@@ -636,7 +642,7 @@ def test_a_node_whose_pods_fit_on_a_cheaper_new_node_is_replaced_launching_befor
     old = json.dumps({"at": world.clock.now() - 7200, "plan": plan, "policy": "gpu-capacity", "message": "old"})
     world.cluster.core.patch_node("gpu-big", {"metadata": {"annotations": {UNDONE_ANNOTATION: old}}})
     world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
-    world.cluster.settle()
+    world.settle()
     assert set(world.bound().values()) == {"gpu-big"}
     world.rounds(1)
     [waiting] = [p for p in world.proposals() if p["target"] == "Node/gpu-big"]
@@ -666,7 +672,7 @@ def test_a_replacement_whose_pod_a_pdb_protects_once_its_new_node_is_up_waits_th
     world.create_policy(capacity_policy(**{"for": "10m"}))
     world.launch("gpu-big")
     world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
-    world.cluster.settle()
+    world.settle()
     world.clock.advance(600)
     world.runner.run_all()  # the replacement starts: its new NodeClaim is launched
     new = set(world.claims()) - {"gpu-big"}
@@ -735,7 +741,7 @@ def test_a_standby_replica_launches_no_nodeclaim_and_the_leader_does(make_world:
     assert world.nodepool() is not None and world.claims() == {}
     assert world.condition("NodePool")["status"] == "True"
     gpu_pods(world, 10, "nvidia.com/mig-1g.10gb")
-    world.cluster.settle()
+    world.settle()
     leader["held"] = False  # the lease went to another replica
     world.capacity.reconcile(world.ctx)  # the runner skips a standby: this is a pass that lost the lease under way
     assert world.claims() == {}, "a replica without the lease created a NodeClaim"
@@ -762,7 +768,7 @@ def test_launches_wait_while_the_nodepool_cannot_be_declared(make_world: Any) ->
         "karpenter.sh", "v1", "nodepools", "gpu", platform, field_manager="platform-team",
         _content_type="application/apply-patch+yaml")
     gpu_pods(world, 10, "nvidia.com/mig-1g.10gb")
-    world.cluster.settle()
+    world.settle()
     world.runner.run_all()
     pool = world.condition("NodePool")
     assert (pool["status"], pool["reason"]) == ("False", "FieldConflict")
@@ -803,7 +809,7 @@ def _replacement_due(world: World) -> None:
     world.create_policy(capacity_policy(**{"for": "10m"}))
     world.launch("gpu-big")
     world.cluster.create(make_deployment("small", NS, 1, gpus=1, tolerations=TOLERATE_GPU))
-    world.cluster.settle()
+    world.settle()
     world.rounds(1)
     world.clock.advance(600)
 
@@ -822,7 +828,7 @@ def test_a_replacement_drains_only_once_the_new_nodes_gpus_are_registered(make_w
     started then found no room for the pods (the packing model counts registered GPUs), was undone and
     cooled down for an hour; the replacement waits for `nvidia.com/gpu` in the new node's allocatable."""
     world, new = _replacement_launched(make_world)
-    world.cluster.settle()  # the stand-in registers its Node, Ready
+    world.settle()  # the stand-in registers its Node, Ready
     registered = dict(world.nodes()[new]["status"]["allocatable"])
     unregistered = {k: None for k in registered if k.startswith("nvidia.com/")}
     world.cluster.core.patch_node_status(new, {"status": {"allocatable": unregistered, "capacity": unregistered}})
