@@ -85,11 +85,12 @@ class ProposalState(StrEnum):
 # What the CRD says beyond the Python types, so the API server refuses the worst before our code
 # runs (issue 15). The Python validators below stay the reference (and give the clearer message);
 # these only describe them: a pattern and length per quantity and duration, CEL where it fits.
-# `quantity()` is Kubernetes' CEL quantity library (1.28+, upstream ParseQuantity).
+# `quantity()` is Kubernetes' CEL quantity library (1.28+, upstream ParseQuantity). Its `sign` is a
+# global overload (`sign(q)`), not the member its doc comment shows: kube-apiserver refuses `q.sign()`.
 _QUANTITY_SCHEMA: dict[str, Any] = {
     "pattern": QUANTITY_PATTERN, "maxLength": MAX_TEXT,
     "x-kubernetes-validations": [{
-        "rule": "isQuantity(self) && quantity(self).sign() >= 0 && "
+        "rule": "isQuantity(self) && quantity(self).compareTo(quantity('0')) >= 0 && "
                 "quantity(self).compareTo(quantity('9223372036854775807')) <= 0",
         "message": "must be a quantity between 0 and 2^63-1 (examples: 8Gi, 500M)"}],
 }

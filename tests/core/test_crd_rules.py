@@ -2,7 +2,7 @@
 
 Real: the rules as generated into the CRD, compiled and run by cel-python, and
 the model's own validation. Faked: Kubernetes' CEL quantity library
-(`isQuantity`, `quantity(...).sign()`, `.compareTo(...)`), which cel-python
+(`isQuantity`, `quantity(...)`, `.compareTo(...)`), which cel-python
 lacks, is stood in by the project's quantity parser (upstream's grammar and
 values); the test API server does not evaluate CEL at all (tests/kubeapi/schema.py).
 """
@@ -46,7 +46,6 @@ def _quantity(text: celtypes.StringType) -> Any:
 FUNCTIONS = {
     "isQuantity": _is_quantity,
     "quantity": _quantity,
-    "sign": lambda q: celtypes.IntType((q.nanos > 0) - (q.nanos < 0)),
     "compareTo": lambda a, b: celtypes.IntType((a.nanos > b.nanos) - (a.nanos < b.nanos)),
 }
 

@@ -1,0 +1,220 @@
+"""The real control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager, the default
+kube-scheduler and the KWOK controller, with the flags kwokctl's binary runtime uses
+(sigs.k8s.io/kwok pkg/kwokctl/components/*.go), checked against the upstream sources of the versions
+in upstream/versions.env.
+
+Differences from kwokctl, each on purpose:
+- `--unsafe-no-fsync` on etcd: test data, and fsync dominates its latency on a shared disk.
+- no `--admission-control=` on kube-apiserver: that flag empties the admission chain, and the
+  webhooks under test must be called.
+- `leaderElect: false` on every scheduler: two schedulers must not wait on one Lease.
+"""
+
+from __future__ import annotations
+
+import shutil
+import ssl
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.cluster.pki import write_pki
+from tests.cluster.processes import Children, StartError
+from tests.cluster.upstream import upstream_dir
+from tests.loopback import free_port
+
+START_TIMEOUT = 120.0
+KWOK_ANNOTATION = "kwok.x-k8s.io/node"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+def _https_ok(url: str, context: ssl.SSLContext) -> bool:
+    with urllib.request.urlopen(url, context=context, timeout=2) as response:  # noqa: S310 - loopback only
+        return bool(response.status == 200)
+
+
+@dataclass
+class ControlPlane:
+    """One loopback cluster's core; `start` returns once the API answers and nodes can be created."""
+
+    root: Path
+    upstream: Path = field(default_factory=upstream_dir)
+    children: Children = field(init=False)
+    ports: dict[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.children = Children(self.root / "logs")
+        self.pki = write_pki(self.root / "pki")
+
+    # ------------------------------------------------------------------ files
+
+    @property
+    def url(self) -> str:
+        return f"https://127.0.0.1:{self.ports['apiserver']}"
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.root / "kubeconfig"
+
+    def bin(self, name: str) -> str:
+        return str(self.upstream / "bin" / name)
+
+    def _write_kubeconfig(self) -> None:
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "kubeon-test",
+            "clusters": [{"name": "kubeon-test", "cluster": {
+                "server": self.url, "certificate-authority": str(self.pki["ca_crt"])}}],
+            "users": [{"name": "admin", "user": {
+                "client-certificate": str(self.pki["admin_crt"]), "client-key": str(self.pki["admin_key"])}}],
+            "contexts": [{"name": "kubeon-test", "context": {"cluster": "kubeon-test", "user": "admin",
+                                                             "namespace": "default"}}],
+        }
+        self.kubeconfig.write_text(yaml.safe_dump(config))
+
+    def ssl_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki["ca_crt"]))
+        context.load_cert_chain(str(self.pki["admin_crt"]), str(self.pki["admin_key"]))
+        return context
+
+    def scheduler_config(self, name: str, extra: dict[str, Any] | None = None) -> Path:
+        """A KubeSchedulerConfiguration file; `--kubeconfig` is ignored beside `--config`
+        (cmd/kube-scheduler/app/options: ApplyTo), so the path goes in clientConnection."""
+        config = {"apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+                  "clientConnection": {"kubeconfig": str(self.kubeconfig)},
+                  "leaderElection": {"leaderElect": False}, **(extra or {})}
+        path = self.root / f"{name}.yaml"
+        path.write_text(yaml.safe_dump(config))
+        return path
+
+    # ------------------------------------------------------------------ components
+
+    def _etcd(self) -> None:
+        client, peer = free_port(), free_port()
+        self.ports["etcd"] = client
+        child = self.children.start("etcd", [
+            self.bin("etcd"), "--name=node0", f"--data-dir={self.root / 'etcd'}",
+            "--auto-compaction-retention=1", "--quota-backend-bytes=8589934592", "--unsafe-no-fsync",
+            f"--listen-client-urls=http://127.0.0.1:{client}", f"--advertise-client-urls=http://127.0.0.1:{client}",
+            f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
+            f"--initial-cluster=node0=http://127.0.0.1:{peer}", "--log-level=warn"])
+        self.children.wait_until(child, lambda: urllib.request.urlopen(  # noqa: S310 - loopback only
+            f"http://127.0.0.1:{client}/health", timeout=2).status == 200, START_TIMEOUT, "healthy etcd")
+
+    def apiserver_argv(self) -> list[str]:
+        pki = self.pki
+        return [
+            self.bin("kube-apiserver"), f"--etcd-servers=http://127.0.0.1:{self.ports['etcd']}",
+            "--etcd-prefix=/registry", "--allow-privileged=true", "--endpoint-reconciler-type=none",
+            "--authorization-mode=Node,RBAC", "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={self.ports['apiserver']}", f"--tls-cert-file={pki['admin_crt']}",
+            f"--tls-private-key-file={pki['admin_key']}", f"--client-ca-file={pki['ca_crt']}",
+            f"--service-account-key-file={pki['admin_key']}",
+            f"--service-account-signing-key-file={pki['admin_key']}", f"--service-account-issuer={SA_ISSUER}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            f"--proxy-client-cert-file={pki['admin_crt']}", f"--proxy-client-key-file={pki['admin_key']}",
+            f"--requestheader-client-ca-file={pki['ca_crt']}", "--requestheader-allowed-names=kubeon-test-admin",
+            "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        ]
+
+    def start_apiserver(self) -> None:
+        """Start (or restart, on the same port and etcd) kube-apiserver and wait for /readyz."""
+        self.ports.setdefault("apiserver", free_port())
+        child = self.children.start("kube-apiserver", self.apiserver_argv())
+        context = self.ssl_context()
+        self.children.wait_until(child, lambda: _https_ok(self.url + "/readyz", context), START_TIMEOUT,
+                                 "ready kube-apiserver")
+
+    def _controller_manager(self) -> None:
+        port = self.ports["controller-manager"] = free_port()
+        child = self.children.start("kube-controller-manager", [
+            self.bin("kube-controller-manager"), f"--kubeconfig={self.kubeconfig}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            f"--root-ca-file={self.pki['ca_crt']}", f"--service-account-private-key-file={self.pki['admin_key']}",
+            "--node-monitor-grace-period=60s", "--concurrent-gc-syncs=5"])
+        context = ssl.create_default_context(cafile=None)
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        self.children.wait_until(child, lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", context),
+                                 START_TIMEOUT, "healthy kube-controller-manager")
+
+    def start_scheduler(self, name: str, config: Path) -> int:
+        """Start one kube-scheduler process with `config`; wait for its /healthz; return its port."""
+        port = self.ports[name] = free_port()
+        child = self.children.start(name, [
+            self.bin("kube-scheduler"), f"--config={config}", "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--authentication-kubeconfig={self.kubeconfig}", f"--authorization-kubeconfig={self.kubeconfig}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"])
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+        self.children.wait_until(child, lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", context),
+                                 START_TIMEOUT, f"healthy {name}")
+        return port
+
+    def _kwok(self) -> None:
+        stages = sorted((self.upstream / "share" / "kwok-stages").glob("*.yaml"))
+        config = self.root / "kwok-stages.yaml"
+        config.write_text("\n---\n".join(p.read_text() for p in stages))
+        port = self.ports["kwok"] = free_port()
+        child = self.children.start("kwok", [
+            self.bin("kwok"), f"--kubeconfig={self.kubeconfig}", f"--config={config}",
+            "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
+            "--cidr=10.0.0.0/16", "--node-ip=10.0.0.1", "--node-lease-duration-seconds=40",
+            f"--server-address=127.0.0.1:{port}"])
+        self.children.wait_until(child, lambda: urllib.request.urlopen(  # noqa: S310 - loopback only
+            f"http://127.0.0.1:{port}/healthz", timeout=2).status == 200, START_TIMEOUT, "healthy kwok")
+
+    def _api_ready_for_work(self) -> bool:
+        """The default ServiceAccount exists (pods can be created) and kube-system is there."""
+        from kubernetes import client, config
+        api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
+        try:
+            api.read_namespaced_service_account("default", "default")
+            return True
+        finally:
+            api.api_client.close()
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> ControlPlane:
+        began = time.monotonic()
+        try:
+            self._etcd()
+            self.start_apiserver()
+            self._write_kubeconfig()
+            self._controller_manager()
+            self.start_scheduler("kube-scheduler", self.scheduler_config("kube-scheduler"))
+            self._kwok()
+            self.children.wait_until(self.children.get("kube-controller-manager"), self._api_ready_for_work,
+                                     START_TIMEOUT, "default ServiceAccount")
+        except BaseException:
+            self.stop()
+            raise
+        self.start_seconds = time.monotonic() - began
+        return self
+
+    def restart_apiserver(self) -> None:
+        """Kill kube-apiserver and start it again on the same port and etcd (a fault test)."""
+        self.children.stop_one(self.children.get("kube-apiserver"), grace=0.1)
+        self.start_apiserver()
+
+    def stop(self) -> None:
+        self.children.stop()
+
+
+def scratch_dir(prefix: str = "kubeon-cluster-") -> Path:
+    return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+def remove_state(root: Path) -> None:
+    shutil.rmtree(root, ignore_errors=True)
+
+
+__all__ = ["ControlPlane", "StartError", "scratch_dir", "remove_state", "KWOK_ANNOTATION"]
