@@ -241,7 +241,7 @@ def test_mig_nodes_count_their_gpus_and_slices_when_consolidating() -> None:
     mig-b's single slice (143 milli of GPU for $1/h) is the cheapest to move; it goes to the last free
     1g of mig-a's GPU 0, the fullest GPU with room."""
     from gpupolicy.packing.kubemodel import demand_from_pod, state_from_kubernetes
-    from tests.kubeapi.fixtures import make_node, make_pod
+    from tests.cluster.objects import make_node, make_pod
 
     def slice_on(name: str, node: str, gpu: str) -> dict[str, object]:
         pod = make_pod(name, "ml", annotations={"gpu.kubeon.io/gpu-index": gpu}, gpus=1,

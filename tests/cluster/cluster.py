@@ -10,16 +10,22 @@ real Karpenter, and the GPU Operator shim (the only stand-in: we have no GPUs).
 from __future__ import annotations
 
 import contextlib
+import json
+import subprocess
 import time
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from kubernetes import client, config
+from kubernetes import client, config, dynamic
 from kubernetes.client.rest import ApiException
 
 from tests.cluster.control_plane import KWOK_ANNOTATION, ControlPlane, remove_state, scratch_dir
+from tests.cluster.gpu_operator import GpuOperator
 from tests.cluster.karpenter import start_karpenter
-from tests.cluster.kubeon import GPU_OPERATOR_NAMESPACE, Kubeon, ensure_namespace
+from tests.cluster.kubeon import GPU_OPERATOR_NAMESPACE, REPO, Kubeon, ensure_namespace
+
+MERGE_PATCH = "application/merge-patch+json"
 
 
 class Cluster:
@@ -52,10 +58,8 @@ class Cluster:
             if self.kubeon:
                 self.kubeon.start(self.api)
             if self.with_gpu_operator:
-                from tests.kubeapi.gpu_operator import GpuOperator
                 ensure_namespace(self.api, GPU_OPERATOR_NAMESPACE)
                 self.gpu_operator = GpuOperator(self.api)
-                self.gpu_operator._loop.interval = 0.5
                 self.gpu_operator.start()
         except BaseException:
             self.stop()
@@ -79,27 +83,63 @@ class Cluster:
 
     # ------------------------------------------------------------------ helpers for tests
 
+    @property
+    def api_client(self) -> client.ApiClient:
+        assert self.api is not None, "the cluster is not started"
+        return self.api
+
+    @property
     def core(self) -> client.CoreV1Api:
         return client.CoreV1Api(self.api)
 
-    def create_node(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Create a KWOK-managed node (the annotation KWOK selects on), its status as given."""
-        body = {**body, "metadata": {**body["metadata"], "annotations": {
-            **(body["metadata"].get("annotations") or {}), KWOK_ANNOTATION: "fake"}}}
-        status = body.get("status") or {}
-        self.core().create_node(body)
-        if status:  # a create may drop status; the device plugin and GFD write it as the kubelet would
-            self.core().patch_node_status(body["metadata"]["name"], {"status": {
-                k: v for k, v in status.items() if k in ("capacity", "allocatable")}})
-        return body
+    @property
+    def apps(self) -> client.AppsV1Api:
+        return client.AppsV1Api(self.api)
 
-    def namespace(self, name: str, labels: dict[str, str] | None = None, timeout: float = 30.0) -> str:
-        """Create `name` and wait for its default ServiceAccount (pods are refused before it)."""
-        self.core().create_namespace({"metadata": {"name": name, "labels": labels or {}}})
+    @property
+    def policy(self) -> client.PolicyV1Api:
+        return client.PolicyV1Api(self.api)
+
+    @property
+    def custom(self) -> client.CustomObjectsApi:
+        return client.CustomObjectsApi(self.api)
+
+    def create_node(self, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Create a KWOK-managed node (the annotation KWOK selects on) with the status given: what the
+        kubelet, GPU Feature Discovery and the device plugin would have published."""
+        meta = dict(body["metadata"])
+        meta["annotations"] = {**(meta.get("annotations") or {}), KWOK_ANNOTATION: "fake"}
+        created = read(self.core.create_node({**body, "metadata": meta}, _preload_content=False))
+        wanted = {k: v for k, v in (body.get("status") or {}).items() if k in ("capacity", "allocatable")}
+        if wanted and any((created.get("status") or {}).get(k) != v for k, v in wanted.items()):
+            created = read(self.core.patch_node_status(meta["name"], {"status": wanted},
+                                                       _content_type=MERGE_PATCH, _preload_content=False))
+        return created
+
+    def create(self, obj: Mapping[str, Any]) -> dict[str, Any]:
+        """Create any object (nodes through `create_node`); its namespace is made when missing."""
+        body = dict(obj)
+        if body["kind"] == "Node":
+            return self.create_node(body)
+        namespace = (body.get("metadata") or {}).get("namespace")
+        if namespace:
+            self.ensure_namespace(namespace)
+        resource = dynamic.DynamicClient(self.api).resources.get(api_version=body["apiVersion"], kind=body["kind"])
+        created = resource.create(body=body, namespace=namespace if resource.namespaced else None)
+        return dict(created.to_dict())
+
+    def ensure_namespace(self, name: str, labels: Mapping[str, str] | None = None, timeout: float = 30.0) -> str:
+        """Create `name` (if missing) and wait for its default ServiceAccount: pods are refused before it."""
+        try:
+            self.core.create_namespace({"metadata": {"name": name, "labels": dict(labels or {})}},
+                                       _preload_content=False)
+        except ApiException as error:
+            if error.status != 409:
+                raise
         deadline = time.monotonic() + timeout
         while True:
             try:
-                self.core().read_namespaced_service_account("default", name)
+                self.core.read_namespaced_service_account("default", name, _preload_content=False)
                 return name
             except ApiException as error:
                 if error.status != 404 or time.monotonic() > deadline:
@@ -108,4 +148,52 @@ class Cluster:
 
     def delete_namespace(self, name: str) -> None:
         with contextlib.suppress(ApiException):
-            self.core().delete_namespace(name)
+            self.core.delete_namespace(name)
+
+    def pods(self, namespace: str | None = None, selector: str | None = None, *,
+             bound: bool | None = None, ready: bool | None = None) -> list[dict[str, Any]]:
+        """Pods as wire dicts, sorted by name; `bound`/`ready` filter on spec.nodeName and Ready."""
+        kwargs: dict[str, Any] = {"label_selector": selector} if selector else {}
+        response = (self.core.list_namespaced_pod(namespace, _preload_content=False, **kwargs) if namespace
+                    else self.core.list_pod_for_all_namespaces(_preload_content=False, **kwargs))
+        items = [p for p in read(response)["items"] if not p["metadata"].get("deletionTimestamp")]
+        if bound is not None:
+            items = [p for p in items if bool((p.get("spec") or {}).get("nodeName")) == bound]
+        if ready is not None:
+            items = [p for p in items if any(c.get("type") == "Ready" and c.get("status") == "True"
+                                             for c in (p.get("status") or {}).get("conditions") or []) == ready]
+        return sorted(items, key=lambda p: p["metadata"]["name"])
+
+    def events(self, namespace: str = "default", reason: str | None = None) -> list[dict[str, Any]]:
+        items = read(self.core.list_namespaced_event(namespace, _preload_content=False))["items"]
+        return [e for e in items if reason is None or e.get("reason") == reason]
+
+    def wait_for(self, predicate: Callable[[], Any], timeout: float = 30.0, message: str = "") -> Any:
+        """Poll `predicate` until it is truthy; fail naming `message` after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = predicate()
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
+            time.sleep(0.1)
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True,
+                timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        """Run real kubectl (1.35, .tools/bin) against this cluster's admin kubeconfig."""
+        done = subprocess.run([kubectl_binary(), "--kubeconfig", str(self.kubeconfig), *args], input=input,
+                              capture_output=True, text=True, timeout=timeout, check=False)
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} failed ({done.returncode}):\n{done.stderr}")
+        return done
+
+
+def read(response: Any) -> dict[str, Any]:
+    """The JSON body of a `_preload_content=False` response."""
+    return dict(json.loads(response.data))
+
+
+def kubectl_binary() -> str:
+    tools = REPO / ".tools" / "bin" / "kubectl"
+    return str(tools) if tools.exists() else "kubectl"

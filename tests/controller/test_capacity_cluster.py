@@ -35,8 +35,8 @@ from gpupolicy.model import Mode
 from gpupolicy.proposals import proposal_id
 from tests.controller.conftest import FakeClock, ScriptedMetrics
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_deployment, make_node, make_nodeclaim, make_pdb, make_pod
-from tests.kubeapi.gpu_operator import GpuOperator
+from tests.cluster.objects import make_deployment, make_node, make_nodeclaim, make_pdb, make_pod
+from tests.cluster.gpu_operator import GpuOperator
 from tests.kubeapi.karpenter import check_against_crd
 from tests.kubeapi.scheduler import read_items
 from tests.promharness import DcgmExporter, PrometheusServer, constant, gpu_labels
@@ -142,7 +142,7 @@ class World:
 
     def launch(self, name: str, instance_type: str = "p4de.24xlarge") -> None:
         """A GPU node of the pool that Karpenter launched earlier (a NodeClaim, then its Node)."""
-        from tests.kubeapi.fixtures import make_nodeclaim
+        from tests.cluster.objects import make_nodeclaim
 
         self.cluster.create(make_nodeclaim(name, instance_type, nodepool="gpu",
                                            taints=[{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]))

@@ -30,8 +30,8 @@ from gpupolicy.capacity.timeslicing import config_key
 from gpupolicy.model import Mode
 from tests.controller.conftest import FakeClock, ScriptedMetrics
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_node, make_pod
-from tests.kubeapi.gpu_operator import GpuOperator, parse_plugin_config, shared_replicas
+from tests.cluster.objects import make_node, make_pod
+from tests.cluster.gpu_operator import GpuOperator, parse_plugin_config, shared_replicas
 
 CRD = "manifests/crd/gpupolicies.gpu.kubeon.io.yaml"
 NS = "ml"

@@ -40,7 +40,7 @@ import yaml
 from kubernetes import client
 
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_node
+from tests.cluster.objects import make_node
 from tests.kubeapi.scheduler import ExtenderConfig
 from tests.loopback import free_port
 from tests.missing import missing

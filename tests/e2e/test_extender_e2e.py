@@ -18,7 +18,7 @@ import pytest
 
 from tests.e2e.conftest import Process
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_node, make_pod, required_node_affinity
+from tests.cluster.objects import make_node, make_pod, required_node_affinity
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 H100 = "NVIDIA-H100-80GB-HBM3"

@@ -21,7 +21,7 @@ from tests.e2e.conftest import (
     webhook_configurations,
 )
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_pod
+from tests.cluster.objects import make_pod
 
 
 def test_chart_webhooks_are_pointed_at_the_local_url_with_the_ca() -> None:

@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.e2e.conftest import Process, Webhook, wait_for_policy
 from tests.extender.payloads import args, wire_pod
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_pod
+from tests.cluster.objects import make_pod
 
 NAMESPACE = "e2e-poison"
 MIG_RESOURCE = "nvidia.com/mig-1g.10gb"

@@ -43,7 +43,7 @@ from tests.e2e.egress import Egress
 from tests.e2e.inplace import run_in_place
 from tests.hub.conftest import HubProcess, start_hub
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_node
+from tests.cluster.objects import make_node
 from tests.kubeapi.scheduler import ALL_SCHEDULERS
 from tests.missing import missing
 

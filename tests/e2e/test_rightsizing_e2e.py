@@ -36,7 +36,7 @@ from controller.policysync import PolicySync
 from controller.rightsizing import RightSizingReconciler
 from tests.e2e.conftest import RELEASE_NAMESPACE, Webhook, wait_for_policy
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_deployment, make_pod
+from tests.cluster.objects import make_deployment, make_pod
 from tests.missing import missing
 from tests.promharness import DcgmExporter, PrometheusServer, available, gpu_labels
 

@@ -27,7 +27,7 @@ import yaml
 
 from tests.e2e.conftest import Webhook, wait_for_policy
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_deployment, make_pod
+from tests.cluster.objects import make_deployment, make_pod
 
 MIG_RESOURCE = "nvidia.com/mig-1g.10gb"
 

@@ -19,7 +19,7 @@ from extender.service import ExtenderService
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import parse_policy
 from kube.views import StaticView
-from tests.kubeapi.fixtures import make_pod
+from tests.cluster.objects import make_pod
 
 
 def wire_pod(name: str, namespace: str = "default", **kwargs: Any) -> dict[str, Any]:

@@ -13,7 +13,7 @@ import time
 import pytest
 
 from tests.extender.payloads import Harness, args, wire_pod
-from tests.kubeapi.fixtures import make_node
+from tests.cluster.objects import make_node
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 

@@ -21,7 +21,7 @@ from extender.service import ExtenderService
 from kube.binding import ApiBinder
 from kube.views import StaticView
 from tests.extender.payloads import args
-from tests.kubeapi.fixtures import make_node, make_pod
+from tests.cluster.objects import make_node, make_pod
 from tests.kubeapi.server import ApiServer
 
 A100 = "NVIDIA-A100-SXM4-80GB"

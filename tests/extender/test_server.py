@@ -19,7 +19,7 @@ import requests
 from kubernetes import client
 
 from tests.extender.payloads import args, policy, wire_pod
-from tests.kubeapi.fixtures import make_node
+from tests.cluster.objects import make_node
 from tests.kubeapi.server import ApiServer
 from tests.loopback import free_port
 

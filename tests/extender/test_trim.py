@@ -19,7 +19,7 @@ from gpupolicy.cluster import node_from_object
 from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, gpu_indices_from_pod, node_schedulable, node_spec
 from gpupolicy.packing.scheduling import pod_key
 from kube.trim import LAST_APPLIED, node_fields, pod_fields
-from tests.kubeapi.fixtures import make_node, make_pod, required_node_affinity
+from tests.cluster.objects import make_node, make_pod, required_node_affinity
 
 KUBELET_BULK = {
     "images": [{"names": [f"registry.example/image-{i}@sha256:{i:064d}"], "sizeBytes": 10**9} for i in range(40)],

@@ -20,7 +20,7 @@ from extender.cache import ClusterCache
 from extender.watch import ClusterWatch
 from gpupolicy.packing.nodemodel import NodeState
 from gpupolicy.packing.scheduling import pod_key
-from tests.kubeapi.fixtures import make_node, make_pod
+from tests.cluster.objects import make_node, make_pod
 from tests.kubeapi.pytest_fixtures import kube_api  # noqa: F401 - the fixture behind `api`
 from tests.kubeapi.server import ApiServer
 from tests.loopback import wait_for

@@ -65,7 +65,7 @@ def cluster_api() -> Iterator[Any]:
     api = server.api_client()
     for ns in ("kubeon-gpu", "inference", "research"):
         client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    from tests.kubeapi.fixtures import make_node
+    from tests.cluster.objects import make_node
 
     # a node that offers time-sliced shares: the webhook rewrites only to a slice some node offers
     client.CoreV1Api(api).create_node(make_node("t4-0", "Tesla-T4", 2, shared_replicas=4))

@@ -50,7 +50,7 @@ def hub(tmp_path: Path) -> Iterator[HubProcess]:
 @pytest.fixture
 def api() -> Iterator[client.ApiClient]:
     from tests.kubeapi import ApiServer
-    from tests.kubeapi.fixtures import make_node
+    from tests.cluster.objects import make_node
 
     crd = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
     server = ApiServer.start(crd_files=[str(crd)])

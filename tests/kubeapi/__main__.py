@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from tests.kubeapi.cluster import REPO, Cluster, kubectl_binary
-from tests.kubeapi.fixtures import make_node
+from tests.cluster.objects import make_node
 
 
 def main(argv: list[str] | None = None) -> int:

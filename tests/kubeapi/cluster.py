@@ -33,7 +33,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from simulator.kubescheduler import Profile
-from tests.kubeapi.fixtures import DEFAULT_SCHEDULER, NODECLAIM_CRD, NODEPOOL_CRD, SCALEDOBJECT_CRD
+from tests.cluster.objects import DEFAULT_SCHEDULER, NODECLAIM_CRD, NODEPOOL_CRD, SCALEDOBJECT_CRD
 from tests.kubeapi.karpenter import Karpenter
 from tests.kubeapi.scheduler import Extender, ExtenderConfig, Scheduler, read_items
 from tests.kubeapi.workloads import Kubelet, WorkloadController

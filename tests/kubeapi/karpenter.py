@@ -63,7 +63,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gpupolicy.quantity import parse_quantity
-from tests.kubeapi.fixtures import make_node
+from tests.cluster.objects import make_node
 from tests.kubeapi.scheduler import MERGE_PATCH, read_items, record_event
 from tests.kubeapi.workloads import InBackground, PassLoop
 

@@ -49,7 +49,7 @@ from simulator.kubescheduler import (
     schedule_one,
     tolerates,
 )
-from tests.kubeapi.fixtures import DEFAULT_SCHEDULER
+from tests.cluster.objects import DEFAULT_SCHEDULER
 
 log = logging.getLogger(__name__)
 

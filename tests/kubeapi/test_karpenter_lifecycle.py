@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_nodeclaim, make_nodepool
+from tests.cluster.objects import make_nodeclaim, make_nodepool
 from tests.kubeapi.karpenter import GROUP, NODECLAIMS, NODEPOOLS, VERSION, pool_resources
 from tests.kubeapi.scheduler import MERGE_PATCH, read_items
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from simulator.kubescheduler import ClusterScores, Profile, num_nodes_to_find
-from tests.kubeapi.fixtures import make_node, make_pod
+from tests.cluster.objects import make_node, make_pod
 
 
 def cluster() -> ClusterScores:

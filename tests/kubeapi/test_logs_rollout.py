@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import DEFAULT_SCHEDULER, make_deployment, make_node
+from tests.cluster.objects import DEFAULT_SCHEDULER, make_deployment, make_node
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ import pytest
 from kubernetes.client.rest import ApiException
 
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_deployment, make_node, make_nodeclaim, make_nodepool, make_pdb
+from tests.cluster.objects import make_deployment, make_node, make_nodeclaim, make_nodepool, make_pdb
 from tests.kubeapi.karpenter import FINALIZER, GROUP, NODECLAIMS, VERSION
 from tests.kubeapi.scheduler import read_items
 

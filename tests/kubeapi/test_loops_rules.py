@@ -13,7 +13,7 @@ from decimal import Decimal
 import pytest
 
 from gpupolicy.catalog import DEFAULT_CATALOG
-from tests.kubeapi.fixtures import (
+from tests.cluster.objects import (
     make_deployment,
     make_node,
     make_nodeclaim,

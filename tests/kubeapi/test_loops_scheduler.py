@@ -18,7 +18,7 @@ from flask import Flask, jsonify, request
 from werkzeug.serving import make_server
 
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_node, make_pod
+from tests.cluster.objects import make_node, make_pod
 from tests.kubeapi.scheduler import ALL_SCHEDULERS, Extender, ExtenderConfig, ExtenderError
 
 

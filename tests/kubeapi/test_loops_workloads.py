@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_deployment, make_node, make_statefulset
+from tests.cluster.objects import make_deployment, make_node, make_statefulset
 from tests.kubeapi.scheduler import MERGE_PATCH, read_items
 from tests.kubeapi.workloads import HASH_LABEL, pod_template_hash
 

@@ -25,7 +25,7 @@ from extender.cache import ClusterCache
 from extender.service import ExtenderService
 from kube.views import StaticView
 from simulator.kubescheduler import ClusterScores, Profile, schedule_one
-from tests.kubeapi.fixtures import make_node, make_pod
+from tests.cluster.objects import make_node, make_pod
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 

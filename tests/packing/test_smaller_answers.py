@@ -31,7 +31,7 @@ from extender.answers import REASONS, UNRESOLVABLE_PER_REASON, AnswerWriter
 from simulator.trace import load_nodes, load_pods
 from tests.extender.payloads import Harness, wire_pod
 from tests.extender.test_answers import expected_filter
-from tests.kubeapi.fixtures import make_node
+from tests.cluster.objects import make_node
 from tests.kubeapi.scheduler import summarise_failures
 
 VENDOR = Path(__file__).resolve().parents[2] / "vendor" / "openb"

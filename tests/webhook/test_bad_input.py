@@ -12,7 +12,7 @@ import json
 
 import pytest
 
-from tests.kubeapi.fixtures import make_deployment
+from tests.cluster.objects import make_deployment
 from tests.webhook.payloads import SHARE, api_pod, policy_review, review
 
 

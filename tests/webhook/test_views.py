@@ -34,7 +34,7 @@ from kubernetes import client
 from certs.material import generate
 from gpupolicy.model import GROUP, PLURAL, VERSION
 from tests.kubeapi import ApiServer
-from tests.kubeapi.fixtures import make_node, make_pod
+from tests.cluster.objects import make_node, make_pod
 from tests.loopback import free_port
 from tests.webhook.payloads import api_pod, review
 

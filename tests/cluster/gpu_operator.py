@@ -1,4 +1,7 @@
-"""A GPU Operator stand-in: the device plugin and the MIG manager, reacting to node labels as the real ones do.
+"""The GPU Operator shim: the device plugin and the MIG manager, reacting to node labels as the real ones do.
+
+A stand-in for hardware we do not have (no GPUs, so no node agents): it writes what they would
+publish on a node (labels and extended resources in its status) through the real API server.
 
 - Device plugin (time-slicing): a node labelled `nvidia.com/device-plugin.config=<key>`
   runs with that key of the time-slicing ConfigMap. The key's text is parsed
@@ -36,8 +39,7 @@ from kubernetes import client
 from kubernetes.client.rest import ApiException
 
 from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_GPU_RESOURCE
-from tests.kubeapi.scheduler import MERGE_PATCH, read_items
-from tests.kubeapi.workloads import InBackground, PassLoop
+from tests.cluster.loops import MERGE_PATCH, InBackground, PassLoop, read_items
 
 MIG_PARTED_CONFIG = Path(__file__).resolve().parents[2] / "vendor" / "crds" / \
     "gpu-operator_default-mig-parted-config.yaml"
@@ -102,7 +104,7 @@ class GpuOperator(InBackground):
 
     def __init__(self, api_client: client.ApiClient, *, namespace: str = "gpu-operator",
                  configmap: str = "time-slicing-config", delay: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, interval: float = 0.5) -> None:
         self.core = client.CoreV1Api(api_client)
         self.namespace, self.configmap = namespace, configmap
         self.delay, self.clock = delay, clock
@@ -111,7 +113,7 @@ class GpuOperator(InBackground):
         self._failing: set[tuple[str, str]] = set()
         self._pending_since: dict[str, float] = {}
         self._lock = threading.Lock()
-        self._loop = PassLoop("test-gpu-operator", self.reconcile_once)
+        self._loop = PassLoop("test-gpu-operator", self.reconcile_once, interval)
 
     def fail(self, node: str, layout: str) -> None:
         """Make the MIG manager report `failed` for this layout on this node."""
