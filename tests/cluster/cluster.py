@@ -30,12 +30,18 @@ MERGE_PATCH = "application/merge-patch+json"
 
 class Cluster:
     def __init__(self, root: Path | None = None, *, kubeon: bool = False, karpenter: bool = False,
-                 gpu_operator: bool = True, kubeon_sets: tuple[str, ...] = (), keep_state: bool = False) -> None:
+                 gpu_operator: bool = True, kubeon_sets: tuple[str, ...] = (),
+                 kubeon_components: tuple[str, ...] = Kubeon.COMPONENTS, kubeon_args: dict[str, list[str]] | None = None,
+                 node_registration_delay: str = "1s", keep_state: bool = False) -> None:
+        """`kubeon`: the optimizer as the chart renders it (`kubeon_sets` helm values, `kubeon_components`
+        which parts run, `kubeon_args` extra flags per part); `karpenter`: real Karpenter with its KWOK
+        provider (`node_registration_delay` on its KWOKNodeClass); `gpu_operator`: the GPU Operator shim."""
         self._own_root = root is None
         self.root = root or scratch_dir()
         self.keep_state = keep_state
         self.plane = ControlPlane(self.root)
-        self.kubeon = Kubeon(self.plane, kubeon_sets) if kubeon else None
+        self.kubeon = Kubeon(self.plane, kubeon_sets, kubeon_components, kubeon_args) if kubeon else None
+        self.node_registration_delay = node_registration_delay
         self.with_karpenter = karpenter
         self.with_gpu_operator = gpu_operator
         self.gpu_operator: Any = None
@@ -54,7 +60,7 @@ class Cluster:
             self.plane.start()
             self.api = config.new_client_from_config(str(self.kubeconfig))
             if self.with_karpenter:
-                start_karpenter(self.plane, self.api)
+                start_karpenter(self.plane, self.api, self.node_registration_delay)
             if self.kubeon:
                 self.kubeon.start(self.api)
             if self.with_gpu_operator:

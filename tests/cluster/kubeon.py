@@ -111,7 +111,7 @@ def _container_env(docs: list[dict[str, Any]], deployment: str) -> dict[str, str
 def _localised(args: list[str], replace: dict[str, str]) -> list[str]:
     """The chart's args with `--flag=value` pairs replaced (and added where the chart has none)."""
     out = [a for a in args if a.split("=", 1)[0] not in replace]
-    return out + [f"{flag}={value}" for flag, value in replace.items()]
+    return out + [f"{flag}={value}" if value else flag for flag, value in replace.items()]
 
 
 def webhook_configurations(docs: list[dict[str, Any]], base_url: str, ca_pem: bytes) -> list[dict[str, Any]]:
@@ -144,9 +144,19 @@ def scheduler_configuration(docs: list[dict[str, Any]], extender_url: str) -> di
 class Kubeon:
     """Webhook, extender, second scheduler and controller of one cluster; `start` after the plane's."""
 
-    def __init__(self, plane: ControlPlane, sets: tuple[str, ...] = ()) -> None:
+    COMPONENTS = ("webhook", "extender", "scheduler", "controller")
+
+    def __init__(self, plane: ControlPlane, sets: tuple[str, ...] = (),
+                 components: tuple[str, ...] = COMPONENTS, args: dict[str, list[str]] | None = None) -> None:
+        """`sets`: helm --set values; `components`: which of COMPONENTS run; `args`: extra
+        `--flag=value` per component, over the chart's (e.g. {"controller": ["--resync-seconds=1"]})."""
         self.plane = plane
         self.sets = ("certificates.mode=external", *sets)
+        unknown = set(components) - set(self.COMPONENTS)
+        if unknown:
+            raise ValueError(f"unknown kubeon components {sorted(unknown)}; choose from {self.COMPONENTS}")
+        self.components = components
+        self.args = args or {}
         self.root = plane.root / "kubeon"
         self.root.mkdir(parents=True, exist_ok=True)
         self.ports: dict[str, int] = {}
@@ -195,16 +205,24 @@ class Kubeon:
 
     def start(self, api: client.ApiClient) -> None:
         self.setup(api)
-        self.start_webhook(api)
-        self.start_extender(api)
-        self.start_scheduler(api)
-        self.start_controller(api)
+        if "extender" not in self.components and "scheduler" in self.components:
+            raise ValueError("the second scheduler needs the extender")
+        for name in self.COMPONENTS:
+            if name in self.components:
+                getattr(self, f"start_{name}")(api)
+
+    def _extra(self, name: str) -> dict[str, str]:
+        return dict(a.split("=", 1) if "=" in a else (a, "") for a in self.args.get(name, []))
+
+    def stop_component(self, name: str) -> None:
+        """Stop one running component (webhook, extender, kubeon-gpu-scheduler, controller)."""
+        self.plane.children.stop_one(self.plane.children.get(name))
 
     def start_webhook(self, api: client.ApiClient) -> None:
         port = self.ports["webhook"] = free_port()
         args = _localised(_container_args(self.docs, f"{RELEASE}-webhook"), {
             "--cert-dir": str(self.tls), "--port": str(port), "--bind": "127.0.0.1", "--workers": "1",
-            "--kubeconfig": str(self.kubeconfig_of(api, f"{RELEASE}-webhook"))})
+            "--kubeconfig": str(self.kubeconfig_of(api, f"{RELEASE}-webhook")), **self._extra("webhook")})
         self._serve("webhook", args, f"{self.webhook_url}/readyz", verify=str(self.tls / "ca.crt"))
         apply_objects(api, webhook_configurations(self.docs, self.webhook_url, (self.tls / "ca.crt").read_bytes()))
 
@@ -212,7 +230,7 @@ class Kubeon:
         port = self.ports["extender"] = free_port()
         args = _localised(_container_args(self.docs, f"{RELEASE}-extender"), {
             "--port": str(port), "--bind": "127.0.0.1",
-            "--kubeconfig": str(self.kubeconfig_of(api, f"{RELEASE}-extender"))})
+            "--kubeconfig": str(self.kubeconfig_of(api, f"{RELEASE}-extender")), **self._extra("extender")})
         self._serve("extender", args, f"{self.extender_url}/readyz")
 
     def start_scheduler(self, api: client.ApiClient) -> None:
@@ -227,7 +245,7 @@ class Kubeon:
         port = self.ports["controller"] = free_port()
         args = _localised(_container_args(self.docs, RELEASE), {
             "--health-port": str(port), "--health-bind": "127.0.0.1", "--identity": identity,
-            "--kubeconfig": str(self.kubeconfig_of(api, RELEASE))})
+            "--kubeconfig": str(self.kubeconfig_of(api, RELEASE)), **self._extra("controller")})
         env = {**_container_env(self.docs, RELEASE), "POD_NAME": identity}
         self._serve("controller", args, f"http://127.0.0.1:{port}/healthz", env=env)
 
