@@ -7,4 +7,7 @@ export PATH="$PWD/.tools/bin:$PATH"
 python3 -m ruff check .
 lint-imports
 python3 -m mypy gpupolicy kube controller webhook extender cli serving simulator hub certs
+# The real control plane the tests run on (tests/cluster): built once per machine, then reused.
+KUBEON_UPSTREAM_DIR="$(bash scripts/upstream.sh)"
+export KUBEON_UPSTREAM_DIR
 python3 -m pytest -n 2 -q "$@"
