@@ -101,7 +101,7 @@ sys.path.insert(0, str(ROOT))
 
 from cli.livereplay import load_scheduler_config  # noqa: E402
 from simulator.kubescheduler import ClusterScores, Profile  # noqa: E402
-from tests.kubeapi.fixtures import OPENB_NODES_CSV, make_pod, nodes_from_openb  # noqa: E402
+from tests.cluster.objects import OPENB_NODES_CSV, make_pod, nodes_from_openb  # noqa: E402
 from tests.kubeapi.registry import Options  # noqa: E402
 from tests.kubeapi.server import ApiServer  # noqa: E402
 
