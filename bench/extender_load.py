@@ -1,7 +1,8 @@
 """Latency benchmark for the scheduler extender: filter + prioritize of one pod at 1,213 to 15,000 nodes.
 
-For each cluster size: starts the test API server (tests/kubeapi) in a child
-process (so its threads never hold this client's interpreter), creates the openb GPU nodes (1,213 from
+For each cluster size: starts the real kube-apiserver v1.35.4 with etcd (tests/cluster, api_only:
+no controller-manager, whose node-lifecycle controller would taint nodes no kubelet reports for),
+creates through it the openb GPU nodes (1,213 from
 vendor/openb/openb_node_list_gpu_node.csv; for 5,000 the list is
 repeated with suffixed names) and binds whole-GPU pods to about half of
 them (pods created with spec.nodeName), then starts `kubeon-gpu extender`
@@ -25,7 +26,7 @@ Which NodeNames (--kinds; each kind is run and printed apart):
   kube-scheduler's filters pass: the worst case a profile can ask for.
 - `all`: every node name, feasible or not (this benchmark before the sampled
   kind; no kube-scheduler sends it, kept to compare with earlier runs).
-The stand-in's node cache is not told of the pods the benchmark places (the
+The model's node cache is not told of the pods the benchmark places (the
 extender assumes them; nothing is bound), so ours and the limit get the very
 same requests.
 
@@ -49,9 +50,9 @@ lastHeartbeatTime: a MODIFIED event on the extender's node watch). Without
 it the API server sends nothing while the benchmark runs and the extender's
 watch threads sit idle. The kubelet reports a node's status every
 nodeStatusReportFrequency (5 min) when nothing changes: 15,000 nodes send 50
-a second. The updates are written to the test API server's store directly
-(the event is the same; a real API server's own work runs elsewhere, not on
-the extender's cores), in the API server's process; the bench's nodes are
+a second. The updates are PATCHes of nodes/status through the real API
+server, as kubelets send them (in a cluster the API server runs elsewhere,
+not on the extender's cores: --pin keeps it off them); the bench's nodes are
 1.1 KiB of JSON, real ones 5-20 KiB (status.images).
 
 --echo N: after a first run, start the limit (bench/echo.py: the same
@@ -68,7 +69,7 @@ comparison is the client round trip.
     python bench/extender_load.py --sizes 15000 --kinds sampled --requests 200 --echo 3 --churn 50
 
 --pin: the servers (ours and the limit) on cores of their own, this client
-and the test API server on the last core (sched_setaffinity; at least 2
+and the real API server (with etcd) on the last core (sched_setaffinity; at least 2
 cores). In a cluster kube-scheduler and the API server run in other pods,
 most often on other nodes; without --pin the client's JSON work and the
 server's requests queue for the same two cores, and the client's wait for a
@@ -82,7 +83,6 @@ from __future__ import annotations
 import argparse
 import http.client
 import json
-import multiprocessing
 import os
 import random
 import socket
@@ -92,23 +92,25 @@ import sys
 import tempfile
 import threading
 import time
-from multiprocessing.connection import Connection
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import yaml  # noqa: E402
+from kubernetes import config  # noqa: E402
+
 from cli.livereplay import load_scheduler_config  # noqa: E402
 from simulator.kubescheduler import ClusterScores, Profile  # noqa: E402
+from tests.cluster.control_plane import ControlPlane, remove_state, scratch_dir  # noqa: E402
+from tests.cluster.kubeon import apply_objects  # noqa: E402
 from tests.cluster.objects import OPENB_NODES_CSV, make_pod, nodes_from_openb  # noqa: E402
-from tests.kubeapi.registry import Options  # noqa: E402
-from tests.kubeapi.server import ApiServer  # noqa: E402
 
 CRD = ROOT / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
 GPU_CHOICES = (1, 1, 1, 1, 2, 2, 4, 8)
 KINDS = ("sampled", "full", "all")
-WATCH_HISTORY = 1024  # events the test API server keeps for watches (serve_api)
 
 
 def free_port() -> int:
@@ -135,29 +137,39 @@ def cluster_nodes(size: int) -> list[dict[str, Any]]:
     return out
 
 
-def populate(api: ApiServer, nodes: list[dict[str, Any]], rng: random.Random) -> list[dict[str, Any]]:
-    """Create the nodes and the bound pods in the test API server's registry directly (what a POST
-    does, without HTTP and the client's serialisation: 15,000 nodes in seconds, not minutes)."""
-    node_res, pod_res = api._res("", "v1", "nodes"), api._res("", "v1", "pods")
+def populate(kubeconfig: Path, nodes: list[dict[str, Any]], rng: random.Random,
+             threads: int = 8) -> list[dict[str, Any]]:
+    """Create the nodes, then pods bound to about half of them (spec.nodeName), through the real
+    kube-apiserver, `threads` requests at a time."""
     bound: list[dict[str, Any]] = []
-    for node in nodes:
-        api.registry.create(node_res, "", node, Options())
     for node in nodes:
         gpus = int(node["status"]["allocatable"].get("nvidia.com/gpu", "0"))
         if gpus and rng.random() < 0.5:
             take = rng.randint(1, gpus)
             pod = make_pod(f"load-{len(bound)}", "default", gpus=take, cpu=f"{take * 4}", memory=f"{take * 16}Gi")
             pod["spec"]["nodeName"] = node["metadata"]["name"]
-            api.registry.create(pod_res, "default", pod, Options())
             bound.append(pod)
+    core = core_api(kubeconfig, threads)
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(lambda n: core.create_node(n, _preload_content=False), nodes))
+        list(pool.map(lambda p: core.create_namespaced_pod("default", p, _preload_content=False), bound))
     return bound
 
 
-class Churn:
-    """Node status reports at `rate` per second from a thread of the API server's process (see --churn)."""
+def core_api(kubeconfig: Path, pool: int = 4) -> Any:
+    from kubernetes import client, config
+    configuration = client.Configuration()
+    config.load_kube_config(str(kubeconfig), client_configuration=configuration)
+    configuration.connection_pool_maxsize = pool
+    return client.CoreV1Api(client.ApiClient(configuration))
 
-    def __init__(self, api: ApiServer, names: list[str], rate: float) -> None:
-        self.api, self.names, self.rate = api, names, rate
+
+class Churn:
+    """Node status reports at `rate` per second, as kubelets send them: a PATCH of nodes/status
+    (the Ready condition's lastHeartbeatTime), a MODIFIED event on the extender's node watch."""
+
+    def __init__(self, kubeconfig: Path, names: list[str], rate: float) -> None:
+        self.core, self.names, self.rate = core_api(kubeconfig), names, rate
         self.sent = 0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="churn", daemon=True)
@@ -174,69 +186,44 @@ class Churn:
         return self.sent
 
     def _run(self) -> None:
-        key = self.api._res("", "v1", "nodes").key
-        store = self.api.store
         interval, due = 1.0 / self.rate, time.monotonic()
         while not self._stop.wait(max(0.0, due - time.monotonic())):
             name = self.names[self.sent % len(self.names)]
-            node = store.get(key, "", name)
-            if node is not None:
-                for condition in node["status"].get("conditions") or []:
-                    if condition.get("type") == "Ready":
-                        condition["lastHeartbeatTime"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
-                store.put(key, node, expect_rv=node["metadata"]["resourceVersion"])  # a MODIFIED event
+            beat = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            self.core.patch_node_status(name, {"status": {"conditions": [
+                {"type": "Ready", "status": "True", "reason": "KubeletReady", "lastHeartbeatTime": beat}]}},
+                _preload_content=False)
             self.sent += 1
             due += interval
 
 
-def serve_api(conn: Connection, size: int, seed: int) -> None:
-    """The child process: the test API server with the cluster, then churn on request until told to stop.
-
-    Sends (kubeconfig path, bound pods); then answers ("churn", rate) with None once started and
-    ("calm",) with the number of reports sent; ("stop",) ends it."""
-    nodes = cluster_nodes(size)
-    # The extender lists, then watches from the list's resourceVersion: the watch history needs only the
-    # events from then on. The test server scans its whole history on every event for every watch, so the
-    # 22,600 creations kept there cost 10 ms of CPU per node status report (on the extender's cores).
-    with ApiServer.start(crd_files=[CRD], history=WATCH_HISTORY) as api:
-        started = time.perf_counter()
-        bound = populate(api, nodes, random.Random(seed))
-        conn.send((api.kubeconfig, bound, time.perf_counter() - started))
-        names = [n["metadata"]["name"] for n in nodes]
-        churn: Churn | None = None
-        while True:
-            message = conn.recv()
-            if message[0] == "churn":
-                churn = Churn(api, names, float(message[1])).start()
-                conn.send(None)
-            elif message[0] == "calm":
-                conn.send(churn.stop() if churn is not None else 0)
-                churn = None
-            else:
-                break
-
-
 class ApiProcess:
-    """The test API server in a child process: `kubeconfig`, `bound`; `churning(rate)` around a run."""
+    """The real kube-apiserver (with etcd; no controller-manager, whose node-lifecycle controller would
+    taint nodes no kubelet reports for) holding the cluster: `kubeconfig`, `bound`; `churn`/`calm`."""
 
     def __init__(self, size: int, seed: int) -> None:
-        context = multiprocessing.get_context("spawn")
-        self._conn, child = context.Pipe()
-        self._proc = context.Process(target=serve_api, args=(child, size, seed), daemon=True)
-        self._proc.start()
-        self.kubeconfig, self.bound, self.setup_s = self._conn.recv()
+        self.plane = ControlPlane(scratch_dir("extender-bench-api-")).start(api_only=True)
+        self.kubeconfig = self.plane.kubeconfig
+        with config.new_client_from_config(str(self.kubeconfig)) as api:
+            apply_objects(api, [yaml.safe_load(CRD.read_text())])
+        nodes = cluster_nodes(size)
+        started = time.perf_counter()
+        self.bound = populate(self.kubeconfig, nodes, random.Random(seed))
+        self.setup_s = time.perf_counter() - started
+        self.names = [n["metadata"]["name"] for n in nodes]
+        self._churn: Churn | None = None
 
     def churn(self, rate: float) -> None:
-        self._conn.send(("churn", rate))
-        self._conn.recv()
+        self._churn = Churn(self.kubeconfig, self.names, rate).start()
 
     def calm(self) -> int:
-        self._conn.send(("calm",))
-        return int(self._conn.recv())
+        sent = self._churn.stop() if self._churn is not None else 0
+        self._churn = None
+        return sent
 
     def close(self) -> None:
-        self._conn.send(("stop",))
-        self._proc.join(timeout=30)
+        self.plane.stop()
+        remove_state(self.plane.root)
 
 
 def requests_for(nodes: list[dict[str, Any]], bound: list[dict[str, Any]], kind: str, count: int,
@@ -326,7 +313,7 @@ def _on_server_cores() -> None:
 
 
 def pin(parser: argparse.ArgumentParser) -> str:
-    """--pin: this process (and the test API server it starts) on the last core, the servers on the others."""
+    """--pin: this process (and the API server and etcd it starts) on the last core, the servers on the others."""
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         parser.error(f"--pin: needs at least 2 cores, this process may use {len(cpus)}")
@@ -401,7 +388,7 @@ def run_size(size: int, kinds: list[str], requests: int, warmup: int, seed: int,
     try:
         bound = api.bound
         port = free_port()
-        proc, log = start_extender(port, api.kubeconfig)
+        proc, log = start_extender(port, str(api.kubeconfig))
         try:
             wait_ready(proc, log, port)
 

@@ -1,6 +1,6 @@
 """What a Node watch cache costs per gunicorn worker, whole nodes against trimmed ones (not a timed test).
 
-Builds N nodes as tests/kubeapi builds them (the openb node list, repeated)
+Builds N nodes as tests/cluster/objects.py builds them (the openb node list, repeated)
 plus what a kubelet adds to a real one (--images entries of status.images,
 addresses, managedFields: real nodes are 5-20 KiB of JSON), parses them as
 the watch does (JSON bytes -> dicts), and keeps them whole (the caches

@@ -183,22 +183,37 @@ class ControlPlane:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def start(self) -> ControlPlane:
+    def start(self, *, api_only: bool = False) -> ControlPlane:
+        """Start every component; `api_only`: etcd and kube-apiserver alone (benchmarks that must not
+        have the node-lifecycle controller taint nodes no kubelet reports for), with the default
+        ServiceAccount made by hand as kube-controller-manager would."""
         began = time.monotonic()
         try:
             self._etcd()
             self.start_apiserver()
             self._write_kubeconfig()
-            self._controller_manager()
-            self.start_scheduler("kube-scheduler", self.scheduler_config("kube-scheduler"))
-            self._kwok()
-            self.children.wait_until(self.children.get("kube-controller-manager"), self._api_ready_for_work,
+            if api_only:
+                self._default_service_account()
+            else:
+                self._controller_manager()
+                self.start_scheduler("kube-scheduler", self.scheduler_config("kube-scheduler"))
+                self._kwok()
+            self.children.wait_until(self.children.get("kube-apiserver"), self._api_ready_for_work,
                                      START_TIMEOUT, "default ServiceAccount")
         except BaseException:
             self.stop()
             raise
         self.start_seconds = time.monotonic() - began
         return self
+
+    def _default_service_account(self) -> None:
+        from kubernetes import client, config
+        api = client.CoreV1Api(config.new_client_from_config(str(self.kubeconfig)))
+        try:
+            self.children.wait_until(self.children.get("kube-apiserver"), lambda: api.create_namespaced_service_account(
+                "default", {"metadata": {"name": "default"}}) is not None, START_TIMEOUT, "default ServiceAccount")
+        finally:
+            api.api_client.close()
 
     def restart_apiserver(self) -> None:
         """Kill kube-apiserver and start it again on the same port and etcd (a fault test)."""
