@@ -57,7 +57,15 @@ from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
 from gpupolicy.taints import GPU_TAINT
 from gpupolicy.yamlload import describe_error, safe_load, safe_load_all
 from kube.views import StaticView
-from simulator.kubescheduler import ClusterScores, ExtenderSpec, Obj, Profile, ProfileError, schedule_one
+from simulator.kubescheduler import (
+    ClusterScores,
+    ExtenderCalls,
+    ExtenderSpec,
+    Obj,
+    Profile,
+    ProfileError,
+    schedule_one,
+)
 from simulator.replay import Arrival, ReplayResult, arrival_order, interleave
 
 REPO = Path(__file__).resolve().parent.parent
@@ -247,7 +255,22 @@ def replay_through_extender(
     capacity = float(capacity_milli) or 1.0
     arrived = allocated = 0
     at100: float | None = None
-    placements: list[Arrival] = []
+    bound: list[tuple[dict[str, Any], str] | None] = []  # per arrival: the pod and its node, None if not placed
+    waiting: tuple[int, dict[str, Any], str, ExtenderCalls] | None = None  # the bind kube-scheduler has not made
+
+    def finish_bind() -> None:
+        """The previous pod's /bind: kube-scheduler binds in a goroutine and schedules the next pod meanwhile
+        (schedule_one.go), so the extender hears of the binding after the next pod's /filter and /prioritize."""
+        nonlocal allocated, waiting
+        if waiting is None:
+            return
+        at, pod, node, binder = waiting
+        waiting = None
+        if binder.bind(pod, node):  # refused: kube-scheduler forgets the pod (no retries in the replay)
+            cluster.add(pod, node, sign=-1)
+            allocated -= arrivals[at].gpu_total_milli
+            bound[at] = None
+
     for seq, demand in enumerate(arrivals):
         clock[0] = float(seq)
         pod = pod_object(demand, seq, view)
@@ -256,23 +279,25 @@ def replay_through_extender(
         cluster.next_start = next_start[by]
         cycle = schedule_one(cluster, pod, *profiles[by], select_rng)
         next_start[by] = cluster.next_start
+        finish_bind()
         node = cycle.node
+        arrived += demand.gpu_total_milli
+        bound.append(None if node is None else (pod, node))
         if node is not None:
+            cluster.add(pod, node)  # kube-scheduler's cache assumes the pod at once
+            allocated += demand.gpu_total_milli
             if cycle.bound_by is not None:
-                error = cycle.bound_by.bind(pod, node)
-                if error:
-                    node = None
+                waiting = (seq, pod, node, cycle.bound_by)
             else:
                 api.bound(pod, node)
-        arrived += demand.gpu_total_milli
-        if node is not None:
-            cluster.add(pod, node)
-            allocated += demand.gpu_total_milli
-        if keep_placements:
-            original = node.split("-", 1)[1] if node else None
-            placements.append(Arrival(seq, demand, original, gpu_indices_from_pod(pod) if node else ()))
         if at100 is None and arrived >= capacity:
             at100 = 100.0 * allocated / capacity
+    finish_bind()
+    placements: list[Arrival] = []
+    if keep_placements:
+        for seq, (demand, held) in enumerate(zip(arrivals, bound, strict=True)):
+            original = held[1].split("-", 1)[1] if held else None
+            placements.append(Arrival(seq, demand, original, gpu_indices_from_pod(held[0]) if held else ()))
     return ReplayResult(strategy=f"{strategy}+extender", seed=seed, pods=len(arrivals), alloc_pct_at_100=at100,
                         alloc_pct_at_end=100.0 * allocated / capacity, seconds=time.perf_counter() - started,
                         placements=placements)

@@ -211,8 +211,14 @@ class ExtenderService:
             if passed_names:  # what /prioritize will send next: remember its rows
                 self.rows.remember(state, passed_names, rows[passed])
             self._memo = _Memo(request.uid, self.cache.version, verdict)
-            if len(passed_names) == 1:  # kube-scheduler skips /prioritize and binds at once: /bind needs the pod
+            if len(passed_names) == 1:
+                # kube-scheduler skips /prioritize and binds at once, asynchronously: it schedules the next pods
+                # before /bind arrives, so the pod is assumed on that node now, as /prioritize assumes its pick
+                # (else the next pod's /filter sees its GPU free: docs/benchmarks.md, issue 39)
                 self._remember(request, verdict.demand, verdict.plan)
+                node, row = passed_names[0], int(rows[passed[0]])
+                self.cache.assume(request.key, node, verdict.demand,
+                                  self._gpus_on(state, verdict.demand, verdict.plan, row) or ())
             outcome = FilterOutcome(names, rows, codes, hopeless, verdict.plan, self._writer_for(state),
                                     passed_names, request)
         _log_notes(request, verdict.plan)
@@ -291,6 +297,17 @@ class ExtenderService:
         return outcome
 
 
+    def _gpus_on(self, state: NodeState, demand: PodDemand, plan: Plan, row: int) -> tuple[int, ...] | None:
+        """The GPU indices the engine picks for `demand` on node `row` (empty for a pod holding no GPU row),
+        None when it does not fit there. Call with the cache lock held."""
+        if not (demand.needs_gpu or demand.mig):  # GPU rows: whole, share or MIG slice
+            return ()
+        ctx = self.cache.ctx
+        ctx.mix = self.cache.mix(demand)
+        ctx.tie_rank = used_first_rank(state)
+        decision = decide(state, demand, get_strategy(plan.strategy), ctx, restrict=np.array([row], dtype=np.int64))
+        return decision.gpu_indices if decision.node == row else None
+
     def _remember(self, request: PodRequest, demand: PodDemand, plan: Plan) -> None:
         self._prioritized[request.uid] = (request.key, demand, plan)
         while len(self._prioritized) > PENDING_REMEMBERED:
@@ -313,13 +330,13 @@ class ExtenderService:
             with self.cache.lock:
                 state = self.cache.fresh_state(forget=key)  # decide on the node without this very pod on it
                 row = state.index.get(node)
-                if row is not None and (demand.needs_gpu or demand.mig):  # GPU rows: whole, share or MIG slice
-                    ctx = self.cache.ctx
-                    ctx.mix = self.cache.mix(demand)
-                    ctx.tie_rank = used_first_rank(state)
-                    decision = decide(state, demand, get_strategy(plan.strategy), ctx,
-                                      restrict=np.array([row], dtype=np.int64))
-                    gpus = decision.gpu_indices if decision.node == row else ()
+                placed = None if row is None else self._gpus_on(state, demand, plan, row)
+                if placed is None and row is not None:
+                    # the pods decided since took its room (kube-scheduler bound it to a node identical to the
+                    # engine's pick, which the next pods saw free). Refusing would not help: the chart's
+                    # extender is ignorable, so kube-scheduler binds the pod itself (extendersBinding)
+                    log.info("bind %s to %s: no room left there in the model; bound without a GPU index", key, node)
+                gpus = placed or ()
                 self.cache.assume(key, node, demand, gpus)
         annotations = {GPU_INDEX_ANNOTATION: ",".join(str(g) for g in gpus)} if gpus else {}
         try:

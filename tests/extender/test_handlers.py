@@ -216,10 +216,11 @@ def test_back_to_back_pods_do_not_land_on_the_same_free_gpu() -> None:
     result = h.filter(second, ["a", "b"])
     assert result["NodeNames"] == ["b"]
     assert result["FailedNodes"] == {"a": "kubeon-gpu: not enough fully free GPUs"}
-    assert h.cache.assumed == {"default/first": "a"}
+    # one node passed: kube-scheduler binds `second` there without /prioritize, so it is assumed there at once
+    assert h.cache.assumed == {"default/first": "a", "default/second": "b"}
     # the watch shows `first` bound: the assumption becomes the real binding, same capacity
     h.cache.on_pod("ADDED", bound(first, "a"))
-    assert h.cache.assumed == {}
+    assert h.cache.assumed == {"default/second": "b"}
     assert h.filter(second, ["a", "b"])["NodeNames"] == ["b"]
 
 
@@ -229,7 +230,7 @@ def test_assumptions_expire() -> None:
     assert h.filter(wire_pod("second", gpus=1), ["a"])["NodeNames"] == []
     h.now += 31  # never bound (e.g. the scheduler chose otherwise and failed): capacity comes back
     assert h.filter(wire_pod("second", gpus=1), ["a"])["NodeNames"] == ["a"]
-    assert h.cache.assumed == {}
+    assert h.cache.assumed == {"default/second": "a"}  # `first` expired; `second` passed alone: assumed there
 
 
 def test_deleted_and_finished_pods_give_capacity_back() -> None:
