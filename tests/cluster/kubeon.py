@@ -226,8 +226,9 @@ class Kubeon:
         self._serve("webhook", args, f"{self.webhook_url}/readyz", verify=str(self.tls / "ca.crt"))
         apply_objects(api, webhook_configurations(self.docs, self.webhook_url, (self.tls / "ca.crt").read_bytes()))
 
-    def start_extender(self, api: client.ApiClient) -> None:
-        port = self.ports["extender"] = free_port()
+    def start_extender(self, api: client.ApiClient, port: int | None = None) -> None:
+        """Start the extender; `port`: the one it had (the scheduler's urlPrefix names it), to restart it."""
+        port = self.ports["extender"] = port or free_port()
         args = _localised(_container_args(self.docs, f"{RELEASE}-extender"), {
             "--port": str(port), "--bind": "127.0.0.1",
             "--kubeconfig": str(self.kubeconfig_of(api, f"{RELEASE}-extender")), **self._extra("extender")})
