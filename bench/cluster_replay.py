@@ -395,11 +395,31 @@ class ClusterArm:
                                                                            strict=True)]
         in_parallel(c.create_node, objects, self.threads * 2)
         self.log(f"{self.arm}: {len(objects)} nodes created in {time.monotonic() - began:.1f} s")
+        self._wait_untainted(objects)
         port = c.plane.ports[self._scheduler_process()]
         c.wait_for(lambda: total(scrape(f"https://127.0.0.1:{port}/metrics"), "scheduler_cache_size",
                                  type="nodes") >= len(objects), timeout=300, message="the scheduler's node cache")
         if self.kubeon:
             c.wait_for(self._extender_knows_nodes, timeout=300, message="the extender's node model")
+
+    def _wait_untainted(self, objects: list[dict[str, Any]], timeout: float = 600.0) -> None:
+        """Until every node carries only its own taints: kube-apiserver taints each new node
+        `node.kubernetes.io/not-ready` (TaintNodesByCondition), and the node-lifecycle controller lifts it
+        once KWOK reports the node Ready, some seconds later for a thousand nodes; pods created before
+        then would see part of the cluster (found: the first pods of a replay went to the few nodes
+        already free of it, and a quarter of the pods were placed on a retry, out of order)."""
+        own = {o["metadata"]["name"]: sorted(t["key"] for t in (o.get("spec") or {}).get("taints") or [])
+               for o in objects}
+        deadline = time.monotonic() + timeout
+        while True:
+            items = json.loads(self.core.list_node(_preload_content=False).data)["items"]
+            extra = [n["metadata"]["name"] for n in items if n["metadata"]["name"] in own and sorted(
+                t["key"] for t in (n.get("spec") or {}).get("taints") or []) != own[n["metadata"]["name"]]]
+            if not extra:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(extra)} nodes still carry taints they were not given, e.g. {extra[0]}")
+            time.sleep(1.0)
 
     def _scheduler_process(self) -> str:
         return KUBEON_SCHEDULER if self.kubeon else "kube-scheduler"

@@ -48,6 +48,28 @@ def echo_app(answers: dict[str, bytes]) -> Wsgi:
     return app
 
 
+def admission_app() -> Wsgi:
+    """POST /mutate and /validate -> an AdmissionReview that allows the request, no patch, with the request's
+    uid (kube-apiserver refuses an answer for another uid): the least any admission webhook can answer."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if environ.get("REQUEST_METHOD") == "POST" and path in ("/mutate", "/validate"):
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            review = orjson.loads(environ["wsgi.input"].read(length))
+            body = orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                                 "response": {"uid": review["request"]["uid"], "allowed": True}})
+        elif path in ("/healthz", "/readyz"):
+            body = b'{"status":"ok"}'
+        else:
+            start_response("404 NOT FOUND", [("Content-Type", "application/json"), ("Content-Length", "2")])
+            return [b"{}"]
+        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--port", type=int, required=True)
@@ -57,6 +79,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--answer", action="append", default=[], metavar="PATH=FILE",
                         help="the constant answer for POST PATH (repeatable)")
+    parser.add_argument("--admission", action="store_true",
+                        help="answer /mutate and /validate AdmissionReviews: allowed, with the request's uid")
     args = parser.parse_args()
     answers = {}
     for item in args.answer:
@@ -64,7 +88,8 @@ def main() -> None:
         answers[path] = Path(file).read_bytes()
     from serving.server import serve
 
-    serve(lambda: echo_app(answers), bind=args.bind, port=args.port, cert_dir=args.cert_dir,  # type: ignore[arg-type,return-value]
+    factory = admission_app if args.admission else (lambda: echo_app(answers))
+    serve(factory, bind=args.bind, port=args.port, cert_dir=args.cert_dir,  # type: ignore[arg-type,return-value]
           workers=args.workers, threads=args.threads, worker_class="gthread")
 
 

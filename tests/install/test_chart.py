@@ -302,7 +302,7 @@ def test_webhook_configurations_follow_the_contract(guide: list[dict]) -> None:
         assert hook["sideEffects"] == "None", name
         assert hook["admissionReviewVersions"] == ["v1"], name
         assert hook["failurePolicy"] == "Ignore", name
-        assert hook["timeoutSeconds"] == 5, name
+        assert hook["timeoutSeconds"] == 2, name
         if "mutate" in name:
             assert hook["clientConfig"]["service"]["path"] == "/mutate"
         else:
