@@ -36,7 +36,7 @@ def start_cluster(**options: object) -> Cluster:
         except StartError as error:
             # A free port is chosen before the component binds it: another worker's process may take
             # it in between. That, and only that, is worth a second try.
-            if "address already in use" not in str(error) or attempt == 2:
+            if "address already in use" not in str(error).lower() or attempt == 2:
                 pytest.fail(f"the loopback cluster did not start: {error}", pytrace=False)
     raise AssertionError("unreachable")
 
