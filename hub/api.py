@@ -2,8 +2,8 @@
 
 Every request body is capped and checked against hub/openapi.yaml before the
 store sees it; every refusal is `{"error": ..., "field": ...}` with a 4xx
-status, never a traceback. An oversize body is a 400 too (the issue's rule
-for bad input), with the limit in the message.
+status, never a traceback. An oversize body is a 400 too, as all bad input is, with
+the limit in the message.
 """
 
 from __future__ import annotations

@@ -9,6 +9,7 @@ Faked: a python3 without the venv module (Debian without python3-venv), in one t
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -90,3 +91,13 @@ def test_command_1_runs_as_written_in_a_scratch_copy(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
     assert "Policies: share-inference (Automatic)" in done.stdout, done.stdout[:2000]
     assert (root / ".venv" / "bin" / "kubeon-gpu").exists()
+
+
+def test_every_file_the_readme_commands_name_is_in_the_repository() -> None:
+    """`-f policies.yaml` named a file the repository does not have."""
+    text = (REPO / "README.md").read_text()
+    blocks = [block.split("```", 1)[0] for block in text.split("```bash\n")[1:]]
+    named = {token for block in blocks for token in block.split()
+             if re.fullmatch(r"[\w.-]+(/[\w.-]+)*\.(yaml|yml|json|csv)", token)}
+    assert "examples/policies.yaml" in named, named
+    assert sorted(name for name in named if not (REPO / name).exists()) == []
