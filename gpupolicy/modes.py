@@ -53,6 +53,7 @@ class EffectiveMode:
     requested: Mode
     degraded_reason: str | None = None  # set when the mode was lowered
     reason_code: str = "AsRequested"  # condition reason: AsRequested, PrometheusNotConfigured, HubDisconnected
+    cause: str | None = None  # why it was lowered, without the consequence degraded_reason adds
 
     @property
     def degraded(self) -> bool:
@@ -66,14 +67,13 @@ def effective_mode(policy: GpuPolicy, default_mode: Mode, prometheus_configured:
     configured but cut off (revoked token)."""
     requested = policy.effective_mode(default_mode)
     if not hub_connected and requested is not Mode.RECOMMEND:
-        reason = f"the hub is unreachable or the cluster token was revoked: staying Recommend (requested {requested})"
-        return EffectiveMode(Mode.RECOMMEND, requested, reason, "HubDisconnected")
+        cause = "the hub is unreachable or the cluster token was revoked"
+        return EffectiveMode(Mode.RECOMMEND, requested, f"{cause}: staying Recommend (requested {requested})",
+                             "HubDisconnected", cause)
     if policy.spec.kind in METRIC_DRIVEN and not prometheus_configured and requested is not Mode.RECOMMEND:
-        reason = (
-            f"{policy.spec.kind.value} needs GPU metrics and no --prometheus-url is configured: "
-            f"staying Recommend (requested {requested.value})"
-        )
-        return EffectiveMode(Mode.RECOMMEND, requested, reason, "PrometheusNotConfigured")
+        cause = f"{policy.spec.kind.value} needs GPU metrics and no --prometheus-url is configured"
+        return EffectiveMode(Mode.RECOMMEND, requested, f"{cause}: staying Recommend (requested {requested.value})",
+                             "PrometheusNotConfigured", cause)
     return EffectiveMode(requested, requested)
 
 

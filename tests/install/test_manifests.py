@@ -126,6 +126,10 @@ kind: Namespace
 metadata: {name: kubeon-gpu}
 ---
 apiVersion: v1
+kind: Namespace
+metadata: {name: gpu-operator}  # the GPU Operator's, which a previous install needed too
+---
+apiVersion: v1
 kind: Secret
 metadata:
   name: kubeon-gpu-optimizer-webhook-tls
