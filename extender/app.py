@@ -161,6 +161,7 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     request_metrics = instrument(app, prefix="kubeon_extender", registry=registry)
     metrics = ExtenderMetrics(registry)
     registry.register(MixCollector(service))
+    service.cache.ignored.export(registry)  # kubeon_gpu_objects_ignored_total{reason}
     learned = Gauge("kubeon_extender_mix_gpu_pods", "GPU pods learned into the typical mix.", registry=registry)
     learned.set_function(lambda: float(service.cache.gpu_pods_learned))
     reader = ArgsReader(loads=_loads)

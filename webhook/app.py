@@ -40,6 +40,7 @@ from gpupolicy.admission.shape import dry_run_body_error, pod_shape_error, templ
 from gpupolicy.admission.validation import check_policy, hub_edit_warning, kind_label_patch
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import GROUP, KIND
+from kube.ignored import IgnoredObjects
 from kube.views import ViewSource
 from serving.http import HttpError, decode_json, encode_json, install_error_handlers, json_error, read_json
 from serving.metrics import instrument
@@ -107,14 +108,17 @@ def _read_json() -> Any:
     return read_json(MAX_BODY_BYTES)
 
 
-def create_app(source: ViewSource, registry: CollectorRegistry | None = None) -> Flask:
+def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
+               ignored: IgnoredObjects | None = None) -> Flask:
     """Build the app around a view source; `registry` holds its metrics (a fresh one by default).
 
     serving.metrics counts and times requests and serves /metrics (summed over
-    gunicorn workers); WebhookMetrics adds decisions by policy/mode/action.
+    gunicorn workers); WebhookMetrics adds decisions by policy/mode/action;
+    `ignored` (the watched view's) counts the objects left out of the view.
     """
     app = Flask("kubeon-gpu-webhook")
     registry = registry or CollectorRegistry()
+    (ignored or IgnoredObjects()).export(registry)  # kubeon_gpu_objects_ignored_total{reason}
     install_error_handlers(app)
     request_metrics = instrument(app, prefix="kubeon_webhook", registry=registry)
     metrics = WebhookMetrics(registry)
