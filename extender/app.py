@@ -39,6 +39,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from prometheus_client.registry import Collector
 
 from extender.argsreader import ArgsReader
+from extender.failures import InternalErrors
 from extender.service import ExtenderService
 from extender.wire import ArgsError, filter_error, filter_result, parse_args
 from gpupolicy.packing.kubemodel import ObjectError
@@ -160,6 +161,7 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     install_error_handlers(app)
     request_metrics = instrument(app, prefix="kubeon_extender", registry=registry)
     metrics = ExtenderMetrics(registry)
+    errors = InternalErrors(registry)
     registry.register(MixCollector(service))
     service.cache.ignored.export(registry)  # kubeon_gpu_objects_ignored_total{reason}
     learned = Gauge("kubeon_extender_mix_gpu_pods", "GPU pods learned into the typical mix.", registry=registry)
@@ -180,10 +182,9 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             metrics.decided("filter", "", "bad-args")
             return _timed(_dumps(filter_error(str(exc))), started)
         except Exception as exc:  # a core bug: say so in Error, the scheduler decides (ignorable)
-            log.exception("/filter failed")
             metrics.decided("filter", "", "error")
-            return _timed(_dumps(filter_error(f"kubeon-gpu extender internal error ({type(exc).__name__})")),
-                          started)
+            cause = errors.failed("filter", exc)  # counted, logged once a minute (extender/failures.py)
+            return _timed(_dumps(filter_error(f"kubeon-gpu extender internal error ({cause})")), started)
         if not outcome.any_passed and outcome.names and outcome.knows_none:
             # nothing to say about these nodes: an Error lets an ignorable extender step aside
             metrics.decided("filter", outcome.plan.strategy, "unknown-nodes")
@@ -212,9 +213,9 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             outcome = service.prioritize(args.pod, args.names)
         except ObjectError as exc:
             return error_answer(400, str(exc))
-        except Exception:  # a core bug: neutral scores keep scheduling going
-            log.exception("/prioritize failed")
+        except Exception as exc:  # a core bug: neutral scores keep scheduling going
             metrics.decided("prioritize", "", "error")
+            errors.failed("prioritize", exc)
             return _timed(_dumps([{"Host": n, "Score": 0} for n in args.names]), started)
         metrics.decided("prioritize", outcome.plan.strategy,
                         "placed" if outcome.chosen else "none")

@@ -416,24 +416,44 @@ def _hold_mig(state: NodeState, node: int, devices: list[int], recorded: tuple[i
             held = state.mig_held[node].copy()
 
 
-def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj]) -> NodeState:
+def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj],
+                          unreadable: dict[str, str] | None = None) -> NodeState:
     """A NodeState from Node dicts and the Pod dicts bound to them (others are ignored). Pure.
 
     Pods with recorded GPU indices are counted first, so pods without them
-    fill around what is known.
+    fill around what is known. One object the model cannot read never stops
+    the rest (issue 37): such a node is left out with its pods, and the node
+    of such a pod is unschedulable (nothing is planned onto a node whose load
+    is not known). Each is named in `unreadable` (`Node/name`, `Pod/ns/name`
+    -> the problem) when the caller passes a dict.
     """
-    node_list = list(nodes)
-    state = NodeState.build(node_spec(n) for n in node_list)
-    for i, n in enumerate(node_list):
-        state.schedulable[i] = node_schedulable(n)
+    unreadable = {} if unreadable is None else unreadable
+    specs: list[NodeSpec] = []
+    schedulable: list[bool] = []
+    for n in nodes:
+        try:
+            spec, ok = node_spec(n), node_schedulable(n)
+        except ObjectError as exc:
+            unreadable[f"Node/{_get(n, 'metadata', 'name')}"] = str(exc)
+            continue
+        specs.append(spec)
+        schedulable.append(ok)
+    state = NodeState.build(specs)
+    state.schedulable[:] = schedulable
     bound = []
     for pod in pods:
         node_name = _get(pod, "spec", "nodeName")
-        if not node_name or node_name not in state.index:
+        if not isinstance(node_name, str) or node_name not in state.index:
             continue
         if _get(pod, "status", "phase") in FINISHED_PHASES:
             continue
-        bound.append((state.index[node_name], demand_from_pod(pod), gpu_indices_from_pod(pod)))
+        try:
+            demand = demand_from_pod(pod)
+        except ObjectError as exc:
+            unreadable[f"Pod/{_get(pod, 'metadata', 'namespace')}/{_get(pod, 'metadata', 'name')}"] = str(exc)
+            state.schedulable[state.index[node_name]] = False
+            continue
+        bound.append((state.index[node_name], demand, gpu_indices_from_pod(pod)))
     for index, demand, gpus in sorted(bound, key=lambda b: not b[2]):
         occupy(state, index, demand, gpus)
     return state
