@@ -134,7 +134,15 @@ def _mib(value: Any, field: str) -> int:
 
 
 def _count(value: Any, field: str) -> int:
-    return saturated(int(_quantity(value, field)))
+    return _whole(_quantity(value, field), field)
+
+
+def _whole(amount: Decimal, field: str) -> int:
+    """A device count: a whole number (the API server refuses a fraction of an extended resource, and
+    truncating one would misstate the object), saturated."""
+    if amount != amount.to_integral_value():
+        raise ObjectError(f"{field}: {amount} is not a whole number of devices")
+    return saturated(int(amount))
 
 
 def _container_requests(container: Any, where: str) -> dict[str, Any]:
@@ -193,11 +201,12 @@ def demand_from_pod(pod: Obj) -> PodDemand:
         raise ObjectError("pod: missing spec")
     meta = _mapping(pod.get("metadata"), "metadata")
     req = pod_requests(pod)
-    gpus = saturated(int(req.get(GPU_RESOURCE, 0)))
-    mig = {name: saturated(int(v)) for name, v in req.items() if name.startswith(MIG_RESOURCE_PREFIX) and v > 0}
+    gpus = _whole(req.get(GPU_RESOURCE, Decimal(0)), f"resources.{GPU_RESOURCE}")
+    mig = {name: _whole(v, f"resources.{name}") for name, v in req.items()
+           if name.startswith(MIG_RESOURCE_PREFIX) and v > 0}
     annotations = _mapping(meta.get("annotations"), "metadata.annotations")
     gpu_mem = annotations.get(GPU_MEMORY_ANNOTATION)
-    shared = saturated(int(req.get(SHARED_GPU_RESOURCE, 0)))
+    shared = _whole(req.get(SHARED_GPU_RESOURCE, Decimal(0)), f"resources.{SHARED_GPU_RESOURCE}")
     share = _explicit_share(annotations) if shared == 1 and not gpus else 0
     try:
         return PodDemand(
