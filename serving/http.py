@@ -101,7 +101,7 @@ def decode_json(data: bytes, exact: bool = False) -> Any:
     if not data.strip():
         raise HttpError(400, "empty request body: expected JSON")
     try:
-        return orjson.loads(data)
+        value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         what = exc.msg
         if what.startswith("str is not valid UTF-8"):
@@ -111,6 +111,7 @@ def decode_json(data: bytes, exact: bool = False) -> Any:
         raise HttpError(400, f"malformed JSON: {what} at line {exc.lineno} column {exc.colno}") from None
     if exact and (where := wide_integer(data)):
         raise HttpError(400, f"{where} is beyond 64 bits (Kubernetes integers are int64)")
+    return value
 
 
 def wide_integer(data: bytes) -> str:
