@@ -41,7 +41,7 @@ class Answers:
 @dataclass(frozen=True)
 class Health:
     """The verdict: `degraded` with the message a policy's Ready condition shows; `reading` is the baseline of
-    the next window (None while the extender cannot be read)."""
+    the next window (the last reading that worked; None before any)."""
 
     degraded: bool
     message: str
@@ -57,7 +57,7 @@ def judge(previous: Health, now: Answers | None, problem: str = "", threshold: f
     """The health after a reading `now` (None: unreadable, `problem` says why), given the previous verdict."""
     if now is None:
         return Health(True, f"the extender cannot be read ({problem}): kube-scheduler places pods without it "
-                            "(ignorable), so they are not packed", None, unreachable=True)
+                            "(ignorable), so they are not packed", previous.reading, unreachable=True)
     base = previous.reading
     if base is None or now.total < base.total or now.errors < base.errors:  # first reading, or a restart
         base = Answers(0.0, 0.0)
