@@ -19,6 +19,7 @@ to the Reflectors), the transport (Flask's test client).
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -57,7 +58,7 @@ def deliver(reflector: Reflector | None, obj: Any) -> None:
     reflector._apply({"type": "ADDED", "object": copy.deepcopy(obj)})
 
 
-def watched(policies: list[Any] = (), namespaces: list[Any] = (), nodes: list[Any] = ()) -> WatchedView:  # type: ignore[assignment]
+def watched(policies: Sequence[Any] = (), namespaces: Sequence[Any] = (), nodes: Sequence[Any] = ()) -> WatchedView:
     """A view whose Reflectors were handed these objects as watch events (never started: no API server)."""
     view = WatchedView(None, with_nodes=True)
     for obj in [*POLICIES, *policies]:
