@@ -10,7 +10,10 @@ a body that is not an object) answer HTTP 400 with a JSON message. For /filter, 
 internal failures answer 200 with `Error` set, which kube-scheduler reports
 (and skips when the extender is `ignorable`); /prioritize has no error field,
 so it answers 400 for bad arguments and, if the core fails, all-zero scores
-(upstream ignores prioritize errors anyway). /bind (ExtenderBindingArgs)
+(upstream ignores prioritize errors anyway). Either failure is counted in
+`kubeon_extender_internal_errors_total` and logged once a minute per cause
+(extender/failures.py): the controller turns them into `Ready=False,
+ExtenderDegraded` on the policies the extender serves. /bind (ExtenderBindingArgs)
 answers `{"Error": ""}` or the reason the binding failed. Never a 500 with
 a traceback. GET /debug/mix shows the typical pod mix in force (also the
 gauge `kubeon_extender_mix_weight`).
