@@ -55,6 +55,9 @@ class Reconciler(Protocol):
 #   6. capacity     - capacity policies: the NodePool, NodeClaims for pending shared-GPU
 #                     pods, drains; after layout, so an empty node the layout re-lays
 #                     for waiting pods is counted before any new node is asked for.
+#   7. extender-health - reads the extender's counters: packing and typeFit policies say
+#                     Ready=False ExtenderDegraded while it fails open; writes nothing
+#                     but the verdict the status writer reads, so its place is free.
 RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.policysync", "PolicySync"),
     ("controller.rightsizing", "RightSizingReconciler"),
@@ -62,6 +65,7 @@ RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.scaletozero", "ScaleToZeroReconciler"),
     ("controller.autoscale", "AutoscaleReconciler"),
     ("controller.capacity", "CapacityReconciler"),
+    ("controller.extenderhealth", "ExtenderHealth"),
 )
 
 

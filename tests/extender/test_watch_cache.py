@@ -17,6 +17,7 @@ import pytest
 from kubernetes import client
 
 from extender.cache import ClusterCache
+from extender.service import ExtenderService
 from extender.watch import ClusterWatch
 from gpupolicy.packing.nodemodel import NodeState
 from gpupolicy.packing.scheduling import pod_key
@@ -103,6 +104,30 @@ def test_bound_pod_ends_its_assumption(watched: tuple[ClusterWatch, ClusterCache
     bind(core, "q", "a")
     wait(lambda: not cache.assumed, "assumption replaced by the binding")
     assert free_gpus(cache, "a") == 6  # counted once, not twice
+
+
+def test_issue_37_a_huge_cpu_pod_bound_directly_does_not_poison_the_extender(
+        watched: tuple[ClusterWatch, ClusterCache, client.CoreV1Api]) -> None:
+    """The issue's watch reproducer: a GPU pod asking `cpu: 10P`, bound with spec.nodeName (it never reaches
+    /filter), comes in through the Reflector; past the mix refresh, /filter and /prioritize still answer a
+    valid pod on the model the watch keeps. It fills its node's CPU (the truth) and stays out of the mix."""
+    w, cache, core = watched
+    core.create_node(make_node("b", A100, 4), _preload_content=False)
+    huge = make_pod("huge", gpus=1, cpu="10P")
+    huge["spec"]["nodeName"] = "a"
+    core.create_namespaced_pod("default", huge, _preload_content=False)
+    wait(lambda: int(state(cache).cpu_free[state(cache).index["a"]]) == 0 and free_gpus(cache, "b") == 4,
+         "the huge pod and node b in the model")
+    service = ExtenderService(cache, w)
+    cache.mix_refresh_seconds = 0.0  # every request refreshes the mix, as one does every 30 s
+    valid = make_pod("valid", gpus=1)
+    valid["metadata"]["uid"] = "valid-uid"
+    for _ in range(3):
+        outcome = service.filter(valid, ["a", "b"])
+        assert outcome.passed == ["b"] and outcome.failed == {"a": "kubeon-gpu: insufficient cpu"}
+        assert service.prioritize(valid, ["b"]).chosen == "b"
+    assert cache.ignored.current("pod") == {
+        "default/huge": "asks more than any node has: not learned into the typical mix"}
 
 
 def test_410_relist_catches_up_with_missed_changes(
