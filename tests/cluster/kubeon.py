@@ -243,8 +243,11 @@ class Kubeon:
 
     def start_controller(self, api: client.ApiClient, identity: str = "kubeon-test-controller") -> None:
         port = self.ports["controller"] = free_port()
-        args = _localised(_container_args(self.docs, RELEASE), {
-            "--health-port": str(port), "--health-bind": "127.0.0.1", "--identity": identity,
+        chart_args = _container_args(self.docs, RELEASE)
+        local = {"--extender-url": self.extender_url} if any(a.startswith("--extender-url") for a in chart_args) \
+            and "extender" in self.ports else {}
+        args = _localised(chart_args, {
+            **local, "--health-port": str(port), "--health-bind": "127.0.0.1", "--identity": identity,
             "--kubeconfig": str(self.kubeconfig_of(api, RELEASE)), **self._extra("controller")})
         env = {**_container_env(self.docs, RELEASE), "POD_NAME": identity}
         self._serve("controller", args, f"http://127.0.0.1:{port}/healthz", env=env)
