@@ -31,7 +31,7 @@ from controller.policysync import PolicySync
 from gpupolicy.modes import parse_components
 from tests.controller.conftest import FakeClock, make_policy
 from tests.extender.payloads import Harness, args, wire_pod
-from tests.kubeapi.fixtures import make_node
+from tests.cluster.objects import make_node
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 NAMES = ["a100-0", "a100-1"]

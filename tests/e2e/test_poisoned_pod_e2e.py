@@ -29,7 +29,7 @@ import requests
 from extender.cache import DEFAULT_MIX_REFRESH_SECONDS
 from tests.e2e.conftest import Process
 from tests.kubeapi.cluster import Cluster
-from tests.kubeapi.fixtures import make_node, make_pod
+from tests.cluster.objects import make_node, make_pod
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 

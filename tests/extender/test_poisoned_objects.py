@@ -29,7 +29,7 @@ from hypothesis import strategies as st
 
 from extender.cache import DEFAULT_MIX_REFRESH_SECONDS
 from tests.extender.payloads import Harness, bound, wire_pod
-from tests.kubeapi.fixtures import make_node
+from tests.cluster.objects import make_node
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 SHARED, MIG = "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb"
