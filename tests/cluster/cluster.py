@@ -32,14 +32,17 @@ class Cluster:
     def __init__(self, root: Path | None = None, *, kubeon: bool = False, karpenter: bool = False,
                  gpu_operator: bool = True, kubeon_sets: tuple[str, ...] = (),
                  kubeon_components: tuple[str, ...] = Kubeon.COMPONENTS, kubeon_args: dict[str, list[str]] | None = None,
-                 node_registration_delay: str = "1s", keep_state: bool = False) -> None:
+                 node_registration_delay: str = "1s", keep_state: bool = False,
+                 apiserver_env: Mapping[str, str] | None = None) -> None:
         """`kubeon`: the optimizer as the chart renders it (`kubeon_sets` helm values, `kubeon_components`
         which parts run, `kubeon_args` extra flags per part); `karpenter`: real Karpenter with its KWOK
-        provider (`node_registration_delay` on its KWOKNodeClass); `gpu_operator`: the GPU Operator shim."""
+        provider (`node_registration_delay` on its KWOKNodeClass); `gpu_operator`: the GPU Operator shim;
+        `apiserver_env`: extra environment of kube-apiserver (e.g. HTTPS_PROXY to reach Services)."""
         self._own_root = root is None
         self.root = root or scratch_dir()
         self.keep_state = keep_state
         self.plane = ControlPlane(self.root)
+        self.plane.apiserver_env = dict(apiserver_env or {})
         self.kubeon = Kubeon(self.plane, kubeon_sets, kubeon_components, kubeon_args) if kubeon else None
         self.node_registration_delay = node_registration_delay
         self.with_karpenter = karpenter

@@ -46,6 +46,9 @@ class ControlPlane:
     upstream: Path = field(default_factory=upstream_dir)
     children: Children = field(init=False)
     ports: dict[str, int] = field(default_factory=dict)
+    # extra environment of kube-apiserver, e.g. HTTPS_PROXY: where it dials a webhook's Service
+    # (clientConfig.service) through a test's stand-in for the Service network (loopback never proxied)
+    apiserver_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -126,7 +129,7 @@ class ControlPlane:
     def start_apiserver(self) -> None:
         """Start (or restart, on the same port and etcd) kube-apiserver and wait for /readyz."""
         self.ports.setdefault("apiserver", free_port())
-        child = self.children.start("kube-apiserver", self.apiserver_argv())
+        child = self.children.start("kube-apiserver", self.apiserver_argv(), env=self.apiserver_env)
         context = self.ssl_context()
         self.children.wait_until(child, lambda: _https_ok(self.url + "/readyz", context), START_TIMEOUT,
                                  "ready kube-apiserver")

@@ -233,8 +233,10 @@ class Kubeon:
             "--kubeconfig": str(self.kubeconfig_of(api, f"{RELEASE}-extender")), **self._extra("extender")})
         self._serve("extender", args, f"{self.extender_url}/readyz")
 
-    def start_scheduler(self, api: client.ApiClient) -> None:
-        config = scheduler_configuration(self.docs, self.extender_url)
+    def start_scheduler(self, api: client.ApiClient, extender_url: str | None = None) -> None:
+        """`extender_url`: where the scheduler calls the extender (default: the extender itself;
+        a test may put a recording proxy in between)."""
+        config = scheduler_configuration(self.docs, extender_url or self.extender_url)
         config["clientConnection"] = {"kubeconfig": str(self.kubeconfig_of(api, "kubeon-gpu-scheduler"))}
         config["leaderElection"] = {"leaderElect": False}
         path = self.root / "kubeon-gpu-scheduler.yaml"
