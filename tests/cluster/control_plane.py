@@ -29,6 +29,12 @@ from tests.cluster.upstream import upstream_dir
 from tests.loopback import free_port
 
 START_TIMEOUT = 120.0
+# kube-apiserver dials webhooks, Services and aggregated APIs; with no kube-proxy a Service's
+# ClusterIP (10.96.0.0/16 here) would be dialled on the host's network. Every dial but loopback goes
+# through a proxy on a closed loopback port instead: refused at once, never off the machine. A test
+# that routes Services on purpose sets its own HTTPS_PROXY (tests/e2e/egress.py).
+NO_EGRESS = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+             "NO_PROXY": "127.0.0.1,localhost,::1"}
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
@@ -129,7 +135,7 @@ class ControlPlane:
     def start_apiserver(self) -> None:
         """Start (or restart, on the same port and etcd) kube-apiserver and wait for /readyz."""
         self.ports.setdefault("apiserver", free_port())
-        child = self.children.start("kube-apiserver", self.apiserver_argv(), env=self.apiserver_env)
+        child = self.children.start("kube-apiserver", self.apiserver_argv(), env={**NO_EGRESS, **self.apiserver_env})
         context = self.ssl_context()
         self.children.wait_until(child, lambda: _https_ok(self.url + "/readyz", context), START_TIMEOUT,
                                  "ready kube-apiserver")
