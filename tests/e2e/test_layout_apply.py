@@ -1,7 +1,7 @@
 """`kubeon-gpu layout -o kubernetes` applied by hand, as its output says, and read back.
 
 Real: kubectl 1.35 from .tools/bin (server-side apply), the CLI as a subprocess on the example
-nodes, pods and policies, and the test cluster (tests/kubeapi) holding those nodes and the GPU
+nodes, pods and policies, and the real control plane (tests/cluster) holding those nodes and the GPU
 Operator's time-slicing ConfigMap with a key of its own. The objects are read back with kubectl
 alone, so the test runs unchanged against any cluster. Nothing is faked.
 """
@@ -16,11 +16,12 @@ from pathlib import Path
 import yaml
 
 from tests.e2e import test_readme_install
-from tests.e2e.conftest import REPO
+from tests.cluster.kubeon import REPO
 from tests.e2e.test_readme_install import Shell
-from tests.kubeapi.cluster import Cluster
+from tests.cluster.cluster import Cluster
 
-cluster = test_readme_install.cluster  # a bare cluster: the test makes the GPU nodes and the ConfigMap
+# the README test's fixtures: a bare real cluster (the test makes the GPU nodes and the ConfigMap)
+cluster, network = test_readme_install.cluster, test_readme_install.network
 EXAMPLES = REPO / "examples"
 FILES = f"--nodes {EXAMPLES}/nodes.yaml --pods {EXAMPLES}/pods.yaml --policies {EXAMPLES}/policies.yaml"
 LAYOUT = f"{shlex.quote(sys.executable)} -m cli.main layout {FILES}"
