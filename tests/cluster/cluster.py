@@ -31,7 +31,8 @@ MERGE_PATCH = "application/merge-patch+json"
 class Cluster:
     def __init__(self, root: Path | None = None, *, kubeon: bool = False, karpenter: bool = False,
                  gpu_operator: bool = True, kubeon_sets: tuple[str, ...] = (),
-                 kubeon_components: tuple[str, ...] = Kubeon.COMPONENTS, kubeon_args: dict[str, list[str]] | None = None,
+                 kubeon_components: tuple[str, ...] = Kubeon.COMPONENTS,
+                 kubeon_args: dict[str, list[str]] | None = None,
                  node_registration_delay: str = "1s", keep_state: bool = False,
                  apiserver_env: Mapping[str, str] | None = None) -> None:
         """`kubeon`: the optimizer as the chart renders it (`kubeon_sets` helm values, `kubeon_components`

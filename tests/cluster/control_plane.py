@@ -40,7 +40,7 @@ SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 
 
 def _https_ok(url: str, context: ssl.SSLContext) -> bool:
-    with urllib.request.urlopen(url, context=context, timeout=2) as response:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(url, context=context, timeout=2) as response:
         return bool(response.status == 200)
 
 
@@ -112,7 +112,7 @@ class ControlPlane:
             f"--listen-client-urls=http://127.0.0.1:{client}", f"--advertise-client-urls=http://127.0.0.1:{client}",
             f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-cluster=node0=http://127.0.0.1:{peer}", "--log-level=warn"])
-        self.children.wait_until(child, lambda: urllib.request.urlopen(  # noqa: S310 - loopback only
+        self.children.wait_until(child, lambda: urllib.request.urlopen(
             f"http://127.0.0.1:{client}/health", timeout=2).status == 200, START_TIMEOUT, "healthy etcd")
 
     def apiserver_argv(self) -> list[str]:
@@ -177,7 +177,7 @@ class ControlPlane:
             "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
             "--cidr=10.0.0.0/16", "--node-ip=10.0.0.1", "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{port}"])
-        self.children.wait_until(child, lambda: urllib.request.urlopen(  # noqa: S310 - loopback only
+        self.children.wait_until(child, lambda: urllib.request.urlopen(
             f"http://127.0.0.1:{port}/healthz", timeout=2).status == 200, START_TIMEOUT, "healthy kwok")
 
     def _api_ready_for_work(self) -> bool:
@@ -241,4 +241,4 @@ def remove_state(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-__all__ = ["ControlPlane", "StartError", "scratch_dir", "remove_state", "KWOK_ANNOTATION"]
+__all__ = ["KWOK_ANNOTATION", "ControlPlane", "StartError", "remove_state", "scratch_dir"]

@@ -72,7 +72,7 @@ def start_karpenter(plane: ControlPlane, api: client.ApiClient, registration_del
         "INSTANCE_TYPES_FILE_PATH": str(types), "METRICS_PORT": str(metrics), "HEALTH_PROBE_PORT": str(health),
         "SYSTEM_NAMESPACE": "kube-system", "BATCH_MAX_DURATION": "2s", "BATCH_IDLE_DURATION": "500ms",
         "LOG_LEVEL": "info"})
-    plane.children.wait_until(child, lambda: urllib.request.urlopen(  # noqa: S310 - loopback only
+    plane.children.wait_until(child, lambda: urllib.request.urlopen(
         f"http://127.0.0.1:{health}/readyz", timeout=2).status == 200, START_TIMEOUT, "ready Karpenter")
 
 

@@ -74,7 +74,7 @@ class Children:
             try:
                 if ready():
                     return
-            except Exception:  # noqa: BLE001 - not ready yet, whatever the probe raised
+            except Exception:
                 pass
             time.sleep(0.1)
         raise StartError(f"{child.name}: no {what} after {timeout:.0f}s:\n{child.tail()}")

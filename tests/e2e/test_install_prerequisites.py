@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from tests.cluster.cluster import Cluster
 from tests.e2e import test_readme_install
 from tests.e2e.test_readme_install import Shell, readme_block
-from tests.cluster.cluster import Cluster
 
 # the README test's fixtures: a bare real cluster (no GPU Operator namespace) and its Service network
 cluster, network = test_readme_install.cluster, test_readme_install.network

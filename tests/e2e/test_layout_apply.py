@@ -15,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from tests.e2e import test_readme_install
-from tests.cluster.kubeon import REPO
-from tests.e2e.test_readme_install import Shell
 from tests.cluster.cluster import Cluster
+from tests.cluster.kubeon import REPO
+from tests.e2e import test_readme_install
+from tests.e2e.test_readme_install import Shell
 
 # the README test's fixtures: a bare real cluster (the test makes the GPU nodes and the ConfigMap)
 cluster, network = test_readme_install.cluster, test_readme_install.network
