@@ -143,8 +143,10 @@ class GpuOperator(InBackground):
         self._failing.add((node, layout))
 
     def hold(self, node: str) -> None:
-        """Keep the device plugin from (re)registering this node's GPUs, as before its pod runs."""
-        self._held.add(node)
+        """Keep the device plugin from (re)registering this node's GPUs, as before its pod runs (a pass under
+        way finishes first)."""
+        with self._lock:
+            self._held.add(node)
 
     def release(self, node: str) -> None:
         self._held.discard(node)
@@ -155,13 +157,19 @@ class GpuOperator(InBackground):
             pods = read_items(self.core.list_pod_for_all_namespaces(_preload_content=False))
             writes = 0
             for node in nodes:
-                if node["metadata"]["name"] in self._held or node["metadata"].get("deletionTimestamp"):
+                if node["metadata"]["name"] in self._held:
                     continue
-                if (node["metadata"].get("labels") or {}).get("nvidia.com/gpu.present") != "true":
-                    writes += self._discover(node)
-                    continue
-                writes += self._mig(node, pods) or self._plugin(node)
+                try:
+                    writes += self._node(node, pods)
+                except ApiException as exc:
+                    if exc.status != 404:  # a node deleted since the list (Karpenter terminating it): no agent left
+                        raise
             return writes
+
+    def _node(self, node: dict[str, Any], pods: list[dict[str, Any]]) -> int:
+        if (node["metadata"].get("labels") or {}).get("nvidia.com/gpu.present") != "true":
+            return self._discover(node)
+        return self._mig(node, pods) or self._plugin(node)
 
     # -- GPU Feature Discovery
     def _discover(self, node: dict[str, Any]) -> int:
