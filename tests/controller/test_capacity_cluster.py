@@ -40,8 +40,9 @@ from gpupolicy.capacity.drain import DRAINING_ANNOTATION, UNDONE_ANNOTATION, rea
 from gpupolicy.model import Mode
 from gpupolicy.proposals import proposal_id
 from tests.cluster.cluster import Cluster, read
+from tests.cluster.fixtures import start_cluster
 from tests.cluster.karpenter import node_class_ref
-from tests.cluster.kubeon import RELEASE
+from tests.cluster.kubeon import RELEASE, Kubeon
 from tests.cluster.loops import MERGE_PATCH, read_items
 from tests.cluster.objects import make_deployment, make_nodeclaim, make_pdb, make_pod
 from tests.controller.conftest import ScriptedMetrics
@@ -348,7 +349,7 @@ class World:
         self.api.close()
 
 
-@pytest.fixture(scope="module", autouse=True)
+@pytest.fixture(scope="module")
 def time_slicing_config(kube_cluster: Cluster) -> None:
     """The device plugin's time-slicing ConfigMap, as the GPU Operator's ClusterPolicy names it."""
     try:
@@ -360,7 +361,7 @@ def time_slicing_config(kube_cluster: Cluster) -> None:
 
 
 @pytest.fixture
-def make_world(kube_cluster: Cluster, namespace: str) -> Iterator[Callable[..., World]]:
+def make_world(kube_cluster: Cluster, namespace: str, time_slicing_config: None) -> Iterator[Callable[..., World]]:
     made: list[World] = []
 
     def make(**kw: Any) -> World:
@@ -425,9 +426,10 @@ def test_pending_time_sliced_burst_gets_a_nodepool_and_nodeclaims_once(make_worl
                "NodePool Ready (validated by Karpenter)")
     world.until(lambda: len(world.cluster.pods(world.ns, ready=True)) == 50, "the 50 pods running", 180)
     assert set(world.claims()) == set(claims)  # nodes registered, pods bound: nothing more launched
-    assert all(launched(c) for c in world.claims().values())
+    # each launched by Karpenter as an L4 instance (`nvidia.com/gpu` 1), its node shared 4 ways by the device plugin
+    assert all(launched(c) and c["status"]["allocatable"]["nvidia.com/gpu"] == "1" for c in world.claims().values())
     assert set(world.bound().values()) <= set(claims)
-    for node in world.nodes().values():  # what the device plugin registered after Karpenter's KWOK node came up
+    for node in world.nodes().values():
         assert node["status"]["allocatable"]["nvidia.com/gpu.shared"] == "4"
 
 
@@ -588,7 +590,7 @@ def test_a_node_whose_pod_a_pdb_protects_is_not_drained_until_the_pdb_allows_a_d
         world.deploy(name, gpus, pod_annotations=notes)
         world.patch_node(other, {"spec": {"unschedulable": None}})
     before = world.bound()
-    assert sorted(before.values()) == ["gpu-a", "gpu-a", "gpu-b"]  # type: ignore[type-var]
+    assert sorted(before.values()) == ["gpu-a", "gpu-a", "gpu-b"]
     world.create(make_pdb("guarded-pdb", world.ns, match_labels={"app": "guarded"}, min_available=1))
     world.pdb_computed("guarded-pdb", 0)  # one pod, minAvailable 1
     for _ in range(12):  # past drainTimeout (5m): nothing started, so nothing to undo
@@ -629,7 +631,7 @@ def test_pods_that_would_not_fit_elsewhere_keep_the_node(make_world: Any) -> Non
         world.create(make_deployment(name, world.ns, 1, gpus=5, tolerations=TOLERATE_GPU))
     world.wait(lambda: len([n for n in world.bound().values() if n]) == 2, "both pods bound")
     world.rounds(4)
-    assert sorted(world.bound().values()) == ["gpu-a", "gpu-b"]  # type: ignore[type-var]
+    assert sorted(world.bound().values()) == ["gpu-a", "gpu-b"]
     assert set(world.claims()) == {"gpu-a", "gpu-b"}
     assert not [p for p in world.proposals() if p["target"].startswith("Node/")]
 
@@ -1154,3 +1156,33 @@ def test_a_launch_karpenter_gives_up_on_is_tried_on_another_type_for_a_while(mak
     world.runner.run_all()
     [(_, claim)] = world.claims().items()
     assert claim["spec"]["requirements"][0]["values"][0] == cheapest
+
+
+# -- the controller as installed ------------------------------------------------------------------
+def test_the_installed_controller_provisions_for_pending_mig_pods_and_they_run_on_karpenters_node() -> None:
+    """The whole install on its own cluster: webhook, extender, second scheduler and the controller as the
+    chart renders them (its own process, its leader election and pass periods, `--capacity-provider` from
+    the chart). Pending MIG pods get a NodeClaim from the controller; real Karpenter launches it into a KWOK
+    node registered with `nvidia.com/gpu` allocatable; the GPU Operator partitions it as the claim's label
+    asks; the pods run there."""
+    cluster = start_cluster(**{**CLUSTER, "kubeon_components": Kubeon.COMPONENTS,  # the controller too
+                               "kubeon_sets": ("prometheus.url=http://127.0.0.1:9",)})  # sharing may act
+    try:
+        ns = cluster.ensure_namespace("ml")
+        for body in (sharing_policy("mig", "MIG"), capacity_policy(models=["NVIDIA-A100-SXM4-80GB"])):
+            body["spec"]["selector"] = {"namespaces": [ns]}
+            cluster.create(body)
+        for i in range(10):
+            cluster.create(make_pod(f"p{i}", ns, gpus=1, gpu_resource="nvidia.com/mig-1g.10gb",
+                                    tolerations=TOLERATE_GPU))
+        cluster.wait_for(lambda: len(cluster.pods(ns, ready=True)) == 10, 180, "the 10 MIG pods running")
+        [claim] = read_items(cluster.custom.list_cluster_custom_object(*KARPENTER, "nodeclaims",
+                                                                       _preload_content=False))
+        assert claim["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "kubeon-gpu-optimizer"
+        assert claim["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "p4de.24xlarge"
+        assert claim["status"]["allocatable"]["nvidia.com/gpu"] == "8"  # what Karpenter registered
+        node = read(cluster.core.read_node(claim["status"]["nodeName"], _preload_content=False))
+        assert node["status"]["allocatable"]["nvidia.com/mig-1g.10gb"] == "56"  # after the MIG manager
+        assert {p["spec"]["nodeName"] for p in cluster.pods(ns)} == {node["metadata"]["name"]}
+    finally:
+        cluster.stop()
