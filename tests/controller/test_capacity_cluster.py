@@ -321,7 +321,11 @@ class World:
         client.AppsV1Api(self.cluster.api_client).delete_collection_namespaced_deployment(self.ns)
         self.cluster.policy.delete_collection_namespaced_pod_disruption_budget(self.ns)
         core.delete_collection_namespaced_pod(self.ns, grace_period_seconds=0)
-        for claim in self.claims().values():
+        claims = list(self.claims().values())
+        unregistered = {c["status"]["providerID"] for c in claims if (c.get("status") or {}).get("providerID")
+                        and not any(x["type"] == "Registered" and x["status"] == "True"
+                                    for x in c["status"].get("conditions") or [])}
+        for claim in claims:
             name, finalizers = claim["metadata"]["name"], claim["metadata"].get("finalizers") or []
             if HOLD in finalizers:  # the test's own, keeping a claim on its way out
                 custom.patch_cluster_custom_object(*KARPENTER, "nodeclaims", name, {
@@ -336,16 +340,28 @@ class World:
             if pool["metadata"]["name"].startswith(self.prefix):
                 custom.delete_cluster_custom_object(*KARPENTER, "nodepools", pool["metadata"]["name"])
         self.wait(lambda: not self.claims(), "the test's NodeClaims gone", 120)
-        # A claim deleted before its node registered: Karpenter terminates the "instance" through the KWOK
-        # provider, which only deletes the NodeClaim; the node its launch scheduled still comes (a cloud would
-        # have ended the instance). Delete such leftovers as the cloud would.
-        for name in [n["metadata"]["name"] for n in self.nodes().values()]:
-            try:
-                core.delete_node(name)
-            except ApiException as exc:
-                if exc.status != 404:
-                    raise
-        self.wait(lambda: not self.nodes(), "the test's nodes gone", 120)
+        self._end_leftover_instances(unregistered)
+        self.api.close()
+
+    def _end_leftover_instances(self, unregistered: set[str], patience: float = 20.0) -> None:
+        """A claim deleted before its node registered: Karpenter terminates the "instance" through the KWOK
+        provider, which only deletes the NodeClaim; the node its launch scheduled still comes, a registration
+        delay later (a cloud would have ended the instance). Delete such nodes as they come, as the cloud
+        would, until none of the test's is left and each unregistered launch's node came (or `patience` ran
+        out: one registered meanwhile is Karpenter's to terminate, and it did)."""
+        seen: set[str] = set()
+        deadline = time.monotonic() + patience
+
+        def ended() -> bool:
+            for node in self.nodes().values():
+                seen.add(node["spec"].get("providerID", ""))
+                try:
+                    self.cluster.core.delete_node(node["metadata"]["name"])
+                except ApiException as exc:
+                    if exc.status != 404:
+                        raise
+            return not self.nodes() and (unregistered <= seen or time.monotonic() > deadline)
+        self.wait(ended, "the test's nodes gone", 120)
         self.api.close()
 
 
