@@ -1,7 +1,9 @@
 """A fault-injecting HTTP front for the real kube-apiserver: what a client's handling of wire faults is tested on.
 
 Like `kubectl proxy`, it serves plain HTTP on 127.0.0.1 and forwards each request to kube-apiserver over
-TLS as the cluster's admin; a client pointed at its `kubeconfig` talks to the real server through it. It
+TLS as the cluster's admin, or with the token of `identity` (a token kubeconfig, e.g.
+`Kubeon.kubeconfig_of(api, service_account)`: the chart's RBAC then decides what gets through); a client
+pointed at its `kubeconfig` talks to the real server through it. It
 watches the traffic and, when a test asks, faults it at the points a real network or a restarting server
 would, which nothing can schedule on purpose otherwise:
 
@@ -30,6 +32,7 @@ import http.client
 import http.server
 import json
 import socket
+import ssl
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
@@ -91,9 +94,10 @@ class Stream:
 class FaultProxy:
     """Start with `start()` (or as a context manager); point clients at `kubeconfig`."""
 
-    def __init__(self, plane: ControlPlane, root: Path) -> None:
+    def __init__(self, plane: ControlPlane, root: Path, identity: Path | None = None) -> None:
         self.plane = plane
         self.root = root
+        self.token = _token_of(identity) if identity else None
         self._cond = threading.Condition()
         self._lists: list[str] = []
         self._watches: list[tuple[str, str | None]] = []
@@ -261,8 +265,15 @@ class FaultProxy:
             return self._rewrites.get(path)
 
     def _upstream(self, timeout: float | None) -> http.client.HTTPSConnection:
-        return http.client.HTTPSConnection("127.0.0.1", self.plane.ports["apiserver"],
-                                           context=self.plane.ssl_context(), timeout=timeout)
+        context = (ssl.create_default_context(cafile=str(self.plane.pki["ca_crt"])) if self.token
+                   else self.plane.ssl_context())
+        return http.client.HTTPSConnection("127.0.0.1", self.plane.ports["apiserver"], context=context,
+                                           timeout=timeout)
+
+
+def _token_of(kubeconfig: Path) -> str:
+    config = yaml.safe_load(kubeconfig.read_text())
+    return str(config["users"][0]["user"]["token"])
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -299,7 +310,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             upstream.close()
 
     def _request(self, body: bytes, timeout: float | None = 60) -> http.client.HTTPSConnection:
-        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS}
+        headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_HEADERS | {"authorization"}}
+        if self.owner.token:
+            headers["Authorization"] = f"Bearer {self.owner.token}"
         upstream = self.owner._upstream(timeout)
         upstream.request(self.command, self.path, body=body or None, headers=headers)
         return upstream
