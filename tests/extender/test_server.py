@@ -65,6 +65,19 @@ def test_filter_and_prioritize_through_gunicorn(base: str) -> None:
     assert session.get(f"{base}/healthz", timeout=5).json() == {"status": "ok"}
 
 
+def test_the_learned_mix_is_in_the_metrics_gunicorn_serves(base: str) -> None:
+    """Under gunicorn, /metrics sums the workers' multiprocess files: what is read from the live process
+    at scrape (the mix, how many GPU pods it learned) must be there too, with the values /debug/mix shows."""
+    requests.post(f"{base}/filter", json=args(wire_pod("learned", gpus=2), ["a100-0"]), timeout=5)
+    debug = requests.get(f"{base}/debug/mix", timeout=5).json()
+    assert debug["gpu_pods_learned"] >= 1 and debug["types"]
+    metrics = requests.get(f"{base}/metrics", timeout=5).text
+    learned = [line for line in metrics.splitlines() if line.startswith("kubeon_extender_mix_gpu_pods")]
+    assert learned == [f"kubeon_extender_mix_gpu_pods {float(debug['gpu_pods_learned'])}"], learned
+    weights = [line for line in metrics.splitlines() if line.startswith("kubeon_extender_mix_weight{")]
+    assert len(weights) == len(debug["types"]), metrics
+
+
 def test_bad_input_through_gunicorn_is_never_a_500(base: str) -> None:
     resp = requests.post(f"{base}/filter", data=b"{", headers={"Content-Type": "application/json"}, timeout=5)
     assert resp.status_code == 400 and "malformed JSON" in resp.json()["error"]
