@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
 from extender.argsreader import ArgsReader
@@ -91,7 +91,8 @@ class ExtenderMetrics:
 
 
 class MixCollector(Collector):
-    """The mix in force as `kubeon_extender_mix_weight{cpu_milli,gpu_milli,num_gpu,gpu_spec}`, read at scrape."""
+    """The mix in force as `kubeon_extender_mix_weight{cpu_milli,gpu_milli,num_gpu,gpu_spec}`, and how many
+    GPU pods it learned (`kubeon_extender_mix_gpu_pods`), read from the process at scrape."""
 
     def __init__(self, service: ExtenderService) -> None:
         self.service = service
@@ -106,6 +107,8 @@ class MixCollector(Collector):
             family.add_metric([str(row["cpu_milli"]), str(row["gpu_milli"]), str(row["num_gpu"]),
                                str(row["gpu_spec"])], float(row["weight"]))
         yield family
+        yield GaugeMetricFamily("kubeon_extender_mix_gpu_pods", "GPU pods learned into the typical mix.",
+                                value=float(self.service.cache.gpu_pods_learned))
 
 
 def mix_rows(service: ExtenderService) -> list[dict[str, Any]]:
@@ -162,13 +165,12 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     app = Flask("kubeon-gpu-extender")
     registry = registry or CollectorRegistry()
     install_error_handlers(app)
-    request_metrics = instrument(app, prefix="kubeon_extender", registry=registry)
+    live = CollectorRegistry()  # read from this process at scrape, beside the workers' summed files
+    live.register(MixCollector(service))
+    request_metrics = instrument(app, prefix="kubeon_extender", registry=registry, live=live)
     metrics = ExtenderMetrics(registry)
     errors = InternalErrors(registry)
-    registry.register(MixCollector(service))
     service.cache.ignored.export(registry)  # kubeon_gpu_objects_ignored_total{reason}
-    learned = Gauge("kubeon_extender_mix_gpu_pods", "GPU pods learned into the typical mix.", registry=registry)
-    learned.set_function(lambda: float(service.cache.gpu_pods_learned))
     reader = ArgsReader(loads=_loads)
     app.extensions["kubeon_extender"] = service
     app.extensions["kubeon_extender_args"] = reader
