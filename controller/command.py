@@ -228,7 +228,7 @@ def build(
     guard = StoppableClient(api, stop)
     api = guard.api  # the lease loop keeps the original: its release must go through
     store = PolicyStore()
-    recorder = Recorder(api, controller_metrics, clock, identity, namespace=namespace)
+    recorder = Recorder(api, controller_metrics, clock, identity)
     hub_state = HubState()
 
     def may_write() -> bool:
