@@ -209,10 +209,13 @@ class Scene:
 
     def node(self, name: str, *args: Any, **kwargs: Any) -> str:
         """A KWOK node (tests/cluster/objects.make_node) named `<namespace>-<name>`; its name."""
-        full = f"{self.namespace}-{name}"
-        self.cluster.create_node(make_node(full, *args, **kwargs))
-        self._nodes.append(full)
-        return full
+        return self.create_node(make_node(f"{self.namespace}-{name}", *args, **kwargs))
+
+    def create_node(self, body: dict[str, Any]) -> str:
+        """Create this node (KWOK runs it), removed after the test; its name."""
+        self.cluster.create_node(body)
+        self._nodes.append(body["metadata"]["name"])
+        return str(body["metadata"]["name"])
 
     def create(self, obj: dict[str, Any]) -> dict[str, Any]:
         """Create as the admin (a namespaced object without a namespace goes in the scene's)."""
