@@ -227,11 +227,16 @@ class Scene:
     def writes(self, user: str = CONTROLLER_USER) -> list[tuple[str, str]]:
         """(verb, request path) of the writes `user` (the controller) made since the scene began, as the
         API server's audit log records them; the verb as HTTP says it (POST, PUT, PATCH, DELETE)."""
+        return [(verb, path) for verb, path, _ in self.answered(user)]
+
+    def answered(self, user: str = CONTROLLER_USER) -> list[tuple[str, str, int]]:
+        """`writes` with the status code the API server answered each with (201, 409, 429...)."""
         verbs = {"create": "POST", "update": "PUT", "patch": "PATCH", "delete": "DELETE",
                  "deletecollection": "DELETE"}
         events = self.cluster.plane.audit_events()[self._audit_mark:]
-        return [(verbs[e["verb"]], e["requestURI"].split("?", 1)[0]) for e in events
-                if (e.get("user") or {}).get("username") == user]
+        return [(verbs[e["verb"]], e["requestURI"].split("?", 1)[0],
+                 int((e.get("responseStatus") or {}).get("code", 0)))
+                for e in events if (e.get("user") or {}).get("username") == user]
 
     def close(self) -> None:
         custom = client.CustomObjectsApi(self.admin)

@@ -28,6 +28,7 @@ from controller.rightsizing import RightSizingReconciler
 from gpupolicy.model import Mode
 from gpupolicy.modes import parse_components
 from kube.leases import LeaseConflict, get_lease, replace_lease
+from tests.cluster.objects import make_pdb
 from tests.controller.conftest import (
     CONTROLLER_CLUSTER,
     POLICY_CRD,
@@ -523,6 +524,69 @@ def test_approve_applies_only_approved_targets_once(scene: Scene, clock: FakeClo
     assert any(e["message"].startswith(f"Deployment/{ns}/llm: ")
                for e in policy_events(scene, "share", "GpuPolicyApplied"))
     assert r.metrics.actions.labels(policy="share", action="rightsize")._value.get() == 1
+
+
+def evictions(scene: Scene, at_least: int = 0) -> list[tuple[str, int]]:
+    """(pod, status code) of each eviction the controller asked for, from the audit log (kube-apiserver
+    writes a request's line as its answer goes out: wait for `at_least` of them)."""
+    def found() -> tuple[list[tuple[str, int]]] | None:
+        asked = [(path.split("/")[-2], code) for verb, path, code in scene.answered()
+                 if verb == "POST" and path.endswith("/eviction")]
+        return (asked,) if len(asked) >= at_least else None
+
+    return list(scene.cluster.wait_for(found, timeout=10, message=f"{at_least} eviction(s) in the audit log")[0])
+
+
+def pdb_allows(scene: Scene, name: str, allowed: int) -> None:
+    """Wait until the disruption controller has computed the budget (status at the PDB's generation)."""
+    def computed() -> bool:
+        pdb = scene.admin.sanitize_for_serialization(
+            client.PolicyV1Api(scene.admin).read_namespaced_pod_disruption_budget(name, scene.namespace))
+        status = pdb.get("status") or {}
+        return (status.get("observedGeneration") == pdb["metadata"]["generation"]
+                and status.get("disruptionsAllowed") == allowed)
+    scene.cluster.wait_for(computed, timeout=60, message=f"PDB {name} allowing {allowed} disruption(s)")
+
+
+def test_a_restart_a_pdb_blocks_waits_on_its_429s_and_finishes_once_the_budget_allows(
+    scene: Scene, clock: FakeClock,
+) -> None:
+    """rollout: Restart through the Eviction API against the real disruption controller: while the budget
+    allows nothing, each pass asks once, gets 429 and stops (never a second ask in the same pass, never a
+    pod deleted around the budget); once it allows one disruption at a time, one old pod goes per pass, the
+    next only when the ReplicaSet's replacement is Ready again, until none of them is left."""
+    metrics = ScriptedMetrics()
+    ns = scene.namespace
+    node = scene.node("gpu-1")
+    deploy(scene, "llm", 2)
+    script_usage(metrics, clock, ns, "llm", 7.1 * GIB, node)
+    scene.create(make_pdb("llm", ns, match_labels={"app": "llm"}, max_unavailable=0))
+    policy(scene, "share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Automatic")
+    old = running(scene, "llm", 2)
+    pdb_allows(scene, "llm", 0)
+    r = replica(scene, clock, metrics, "one")
+    for passes in range(1, 4):  # 1: Applied; 2: the record, then the first ask; 3: the second ask
+        run_passes(r, clock, passes=1, seconds=600)
+        asked = evictions(scene, at_least=passes - 1)
+        assert len(asked) == passes - 1, f"one ask per pass, stopped by the first refusal: {asked}"
+    assert evictions(scene) == [(sorted(old)[0], 429)] * 2
+    assert pods(scene, "llm") == old, "nothing evicted around the budget"
+    assert "restart in progress, 2 pod(s)" in condition(policy_status(scene, "share"), "RightSizing")["message"]
+
+    client.PolicyV1Api(scene.admin).patch_namespaced_pod_disruption_budget(
+        "llm", ns, {"spec": {"maxUnavailable": 1}}, _content_type="application/merge-patch+json")
+    pdb_allows(scene, "llm", 1)
+
+    def restarted() -> bool:
+        run_passes(r, clock, passes=1, seconds=600)
+        ready = {p["metadata"]["name"] for p in scene.cluster.pods(ns, "app=llm", ready=True)}
+        return not pods(scene, "llm") & old and len(ready) == 2
+
+    scene.cluster.wait_for(restarted, timeout=120, message="every old pod replaced")
+    accepted = [pod for pod, code in evictions(scene, at_least=4) if code == 201]
+    assert sorted(accepted) == sorted(old), "each old pod evicted once, when the budget allowed it"
+    assert {code for _, code in evictions(scene)} <= {201, 429}
+    assert workload_writes(scene) == [], "the restart never writes the workload"
 
 
 # -- prompt, safe stop (SIGTERM) ------------------------------------------------------
