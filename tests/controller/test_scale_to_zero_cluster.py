@@ -317,6 +317,30 @@ def test_recommend_writes_nothing_approve_only_approved(
     assert appr == {f"Deployment/{ns}/a": "Applied", f"Deployment/{ns}/b": "Proposed"}
 
 
+def test_a_statefulset_parks_and_wakes_through_its_scale_subresource(
+    scene: Scene, dcgm_exporter: DcgmExporter, prometheus_factory: Callable[..., PrometheusServer],
+) -> None:
+    """The scaler's other grant, statefulsets/scale patch, as the chart's ServiceAccount."""
+    api, ns = scene.admin, scene.namespace
+    create(api, make_deployment("db", namespace=ns, replicas=2, kind="StatefulSet"))
+    create(api, policy(wake=False, namespaces=(ns,)))
+    dcgm_exporter.put(UTIL, gpu_labels(namespace=ns, pod="db-0"), constant(0))
+    prom = prometheus_factory(history=120, wait_scrape=False)
+    runner = runner_for(scene, prom)
+    apps = client.AppsV1Api(api)
+    runner.run_all()
+    assert apps.read_namespaced_stateful_set("db", ns).spec.replicas == 0
+    assert (parked_record(api, "db", ns, kind="StatefulSet") or {})["replicas"] == 2
+    apps.patch_namespaced_stateful_set("db", ns, {"metadata": {"annotations": {core.WAKE: "true"}}})
+    runner.run_all()
+    assert apps.read_namespaced_stateful_set("db", ns).spec.replicas == 2
+    assert parked_record(api, "db", ns, kind="StatefulSet") is None
+    scale = f"/apis/apps/v1/namespaces/{ns}/statefulsets/db/scale"
+    writes = scene.cluster.wait_for(lambda: len(w := workload_writes(scene)) >= 2 and w, timeout=10,
+                                    message="the two scale writes in the audit log")
+    assert writes == [("PATCH", scale)] * 2
+
+
 class Crash(RuntimeError):
     pass
 
