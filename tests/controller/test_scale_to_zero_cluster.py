@@ -191,6 +191,32 @@ def assert_applied_events(api: client.ApiClient, deployment: dict[str, Any], pol
         assert all(f": {key} " in message for _, message, _ in found), found
 
 
+def settled(api: client.ApiClient, ns: str) -> None:
+    """Wait until kube-controller-manager has caught up with every workload in `ns` (status at the spec's
+    generation and replica count). Its status writes move the resourceVersion the controller's scale
+    patch is conditional on: a pass overlapping one gets 409 and leaves the write to its next pass, as
+    it should; a test that expects the write in this pass lets the workload settle first."""
+    apps = client.AppsV1Api(api)
+
+    def caught_up() -> bool:  # a StatefulSet makes its pods one by one, each once the last is Ready: no count
+        deployments, sets = apps.list_namespaced_deployment(ns).items, apps.list_namespaced_stateful_set(ns).items
+        return all(w.status is not None and w.status.observed_generation == w.metadata.generation
+                   for w in [*deployments, *sets]) and all((d.status.replicas or 0) == d.spec.replicas
+                                                           for d in deployments)
+
+    deadline = time.monotonic() + 60
+    while not caught_up():
+        assert time.monotonic() < deadline, f"the workloads in {ns} did not settle"
+        time.sleep(0.1)
+
+
+def run_pass(runner: ReconcileRunner, api: client.ApiClient, *namespaces: str) -> None:
+    """One controller pass once the workloads it may scale have settled."""
+    for ns in namespaces:
+        settled(api, ns)
+    runner.run_all()
+
+
 # -- tests ----------------------------------------------------------------------------
 def test_idle_goes_to_zero_then_wakes_by_query(
     scene: Scene, dcgm_exporter: DcgmExporter, prometheus_factory: Callable[..., PrometheusServer],
@@ -203,7 +229,7 @@ def test_idle_goes_to_zero_then_wakes_by_query(
     dcgm_exporter.put("queue_depth", {"service": "llm"}, constant(0))
     prom = prometheus_factory(history=120)
     runner = runner_for(scene, prom)
-    runner.run_all()
+    run_pass(runner, api, ns)
 
     parked = workload(api, "llm", ns)
     assert parked["spec"]["replicas"] == 0
@@ -221,12 +247,12 @@ def test_idle_goes_to_zero_then_wakes_by_query(
     status = policy_status(api)
     assert any(p["target"] == f"Deployment/{ns}/llm" and p["state"] == "Applied" for p in status["proposals"])
 
-    runner.run_all()  # parked, no demand: nothing changes, never parked twice
+    run_pass(runner, api, ns)  # parked, no demand: nothing changes, never parked twice
     assert generation(api, "llm", ns) == parked["metadata"]["generation"]
 
     dcgm_exporter.put("queue_depth", {"service": "llm"}, constant(7))
     prom.wait_for(f"{WAKE_QUERY} > 0")
-    runner.run_all()
+    run_pass(runner, api, ns)
     woken = workload(api, "llm", ns)
     assert woken["spec"]["replicas"] == 3
     assert parked_record(api, "llm", ns) is None and ours_on(woken) == []
@@ -249,23 +275,23 @@ def test_wake_by_annotation_and_policy_without_wake_signal_warns(
     script_gpu(dcgm_exporter, "llm", constant(0), ns=ns)
     prom = prometheus_factory(history=120, wait_scrape=False)
     runner = runner_for(scene, prom)
-    runner.run_all()
+    run_pass(runner, api, ns)
     assert workload(api, "llm", ns)["spec"]["replicas"] == 0
     wake_condition = next(c for c in policy_status(api)["conditions"] if c["type"] == "WakeSignal")
     assert wake_condition["status"] == "False" and "annotation" in wake_condition["message"]
 
     client.AppsV1Api(api).patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {core.WAKE: "true"}}})
-    runner.run_all()
+    run_pass(runner, api, ns)
     woken = workload(api, "llm", ns)
     assert woken["spec"]["replicas"] == 2
     assert parked_record(api, "llm", ns) is None and ours_on(woken) == []
     assert annotations(woken)[core.WAKE] == "true", "the user's annotation: the optimizer cannot remove it"
     assert_applied_events(api, woken, "idle-gpus", ["ScaleToZero", "Wake"])
     assert any(": Wake: " in m and " to 2 replicas" in m for m in messages(api, "llm", ns))
-    runner.run_all()  # still idle, but held awake while the annotation is there
+    run_pass(runner, api, ns)  # still idle, but held awake while the annotation is there
     assert workload(api, "llm", ns)["spec"]["replicas"] == 2
     client.AppsV1Api(api).patch_namespaced_deployment("llm", ns, {"metadata": {"annotations": {core.WAKE: None}}})
-    runner.run_all()  # annotation removed: idle again, parked again
+    run_pass(runner, api, ns)  # annotation removed: idle again, parked again
     assert workload(api, "llm", ns)["spec"]["replicas"] == 0 and (parked_record(api, "llm", ns) or {})["replicas"] == 2
 
 
@@ -281,7 +307,7 @@ def test_bursty_real_trace_is_not_idle_and_do_not_scale_is_skipped(
     prom = prometheus_factory(history=120, wait_scrape=False)
     runner = runner_for(scene, prom)
     before = {n: generation(api, n, ns) for n in ("bursty", "pinned")}
-    runner.run_all()
+    run_pass(runner, api, ns)
     assert {n: generation(api, n, ns) for n in ("bursty", "pinned")} == before
     assert workload_writes(scene) == []
     reconciler = runner.reconcilers[1]
@@ -304,7 +330,7 @@ def test_recommend_writes_nothing_approve_only_approved(
     prom = prometheus_factory(history=120, wait_scrape=False)
     runner = runner_for(scene, prom)
     before = {(n, w): generation(api, w, n) for n in (ns, ml) for w in "ab"}
-    runner.run_all()
+    run_pass(runner, api, ns, ml)
     after = {(n, w): generation(api, w, n) for n in (ns, ml) for w in "ab"}
     changed = {key for key in before if before[key] != after[key]}
     assert changed == {(ns, "a")}
@@ -328,17 +354,53 @@ def test_a_statefulset_parks_and_wakes_through_its_scale_subresource(
     prom = prometheus_factory(history=120, wait_scrape=False)
     runner = runner_for(scene, prom)
     apps = client.AppsV1Api(api)
-    runner.run_all()
+    run_pass(runner, api, ns)
     assert apps.read_namespaced_stateful_set("db", ns).spec.replicas == 0
     assert (parked_record(api, "db", ns, kind="StatefulSet") or {})["replicas"] == 2
     apps.patch_namespaced_stateful_set("db", ns, {"metadata": {"annotations": {core.WAKE: "true"}}})
-    runner.run_all()
+    run_pass(runner, api, ns)
     assert apps.read_namespaced_stateful_set("db", ns).spec.replicas == 2
     assert parked_record(api, "db", ns, kind="StatefulSet") is None
     scale = f"/apis/apps/v1/namespaces/{ns}/statefulsets/db/scale"
     writes = scene.cluster.wait_for(lambda: len(w := workload_writes(scene)) >= 2 and w, timeout=10,
                                     message="the two scale writes in the audit log")
     assert writes == [("PATCH", scale)] * 2
+
+
+def test_a_scale_the_api_server_forbids_is_left_to_a_later_pass(
+    scene: Scene, dcgm_exporter: DcgmExporter, prometheus_factory: Callable[..., PrometheusServer],
+) -> None:
+    """A scale refused with 403 (the scaler binding not in force yet on the API server that answered, or
+    a grant an administrator narrowed) ends neither the pass nor the policy's status: the park record,
+    written first, stays, the proposal shows Approved, and a pass after the grant is back parks it."""
+    api, ns = scene.admin, scene.namespace
+    rbac = client.RbacAuthorizationV1Api(api)
+    scaler = "kubeon-gpu-optimizer-scaler"
+    granted = api.sanitize_for_serialization(rbac.read_cluster_role(scaler))["rules"]
+    deploy(api, "llm", 3, ns=ns)
+    create(api, policy(wake=False, namespaces=(ns,)))
+    script_gpu(dcgm_exporter, "llm", constant(0), ns=ns)
+    prom = prometheus_factory(history=120, wait_scrape=False)
+    runner = runner_for(scene, prom)
+    rbac.patch_cluster_role(scaler, {"rules": [r for r in granted if "apps" not in r["apiGroups"]]},
+                            _content_type="application/merge-patch+json")
+    try:
+        run_pass(runner, api, ns)
+        assert workload(api, "llm", ns)["spec"]["replicas"] == 3
+        assert (parked_record(api, "llm", ns) or {})["replicas"] == 3, "the record, written before the scale"
+        states = [p["state"] for p in policy_status(api)["proposals"] if p["target"] == f"Deployment/{ns}/llm"]
+        assert states == ["Approved"], "the pass went on to publish the status"
+        scale = f"/apis/apps/v1/namespaces/{ns}/deployments/llm/scale"
+        assert ("PATCH", scale, 403) in scene.cluster.wait_for(lambda: scene.answered(), timeout=10)
+    finally:
+        rbac.patch_cluster_role(scaler, {"rules": granted}, _content_type="application/merge-patch+json")
+
+    def parked() -> bool:
+        run_pass(runner, api, ns)
+        return workload(api, "llm", ns)["spec"]["replicas"] == 0
+
+    scene.cluster.wait_for(parked, timeout=60, message="parked once the grant is back")
+    assert (parked_record(api, "llm", ns) or {})["replicas"] == 3
 
 
 class Crash(RuntimeError):
@@ -388,12 +450,14 @@ def test_crash_after_each_write_converges_without_losing_the_count(
 
     # Crash 1: the KEDA target is recorded, its ScaledObject not yet paused.
     with pytest.raises(Crash):
+        settled(api, ns)
         reconciler("recorded").reconcile(ctx)
     keda_half = workload(api, "kedad", ns)
     assert (parked_record(api, "kedad", ns) or {})["replicas"] == 5 and keda_half["spec"]["replicas"] == 5
     assert not kscale.is_paused_at_zero(kscale.list_scaled_objects(api, ns)[0])
     # Crash 2 (a restarted controller): the plain target's one patch landed, nothing after it ran.
     with pytest.raises(Crash):
+        settled(api, ns)
         reconciler("parked").reconcile(ctx)
     assert workload(api, "llm", ns)["spec"]["replicas"] == 0
     assert (parked_record(api, "llm", ns) or {})["replicas"] == 4
@@ -419,8 +483,10 @@ def test_crash_after_each_write_converges_without_losing_the_count(
         client.AppsV1Api(api).patch_namespaced_deployment(name, ns, {"metadata": {"annotations": {core.WAKE: "true"}}})
     mark = len(workload_writes(scene))
     with pytest.raises(Crash):
+        settled(api, ns)
         reconciler("unpaused").reconcile(ctx)
     assert workload(api, "kedad", ns)["spec"]["replicas"] == 0 and parked_record(api, "kedad", ns) is not None
+    settled(api, ns)
     reconciler().reconcile(ctx)
     assert workload(api, "llm", ns)["spec"]["replicas"] == 4
     assert workload(api, "kedad", ns)["spec"]["replicas"] == 5
@@ -437,7 +503,7 @@ def test_scaler_rolebindings_follow_policy_namespaces(scene: Scene, ml: str) -> 
     # Acting modes need a configured source; nothing listens there (the wake query fails soft).
     ctx = scale_context(scene.controller, "http://127.0.0.1:9")
     runner = ReconcileRunner(ctx, [PolicySync(), ScaleToZeroReconciler()])
-    runner.run_all()
+    run_pass(runner, api, ns)
     assert bindings(api, ns, ml) == {ns, ml}
     made = kscale.list_scaler_bindings(api)[ns]
     assert made["roleRef"]["name"] == "kubeon-gpu-optimizer-scaler"
@@ -445,8 +511,8 @@ def test_scaler_rolebindings_follow_policy_namespaces(scene: Scene, ml: str) -> 
     client.CustomObjectsApi(api).patch_cluster_custom_object(
         "gpu.kubeon.io", "v1alpha1", "gpupolicies", "idle-gpus", {"spec": {"scaleToZero": {"namespaces": [ml]}}},
         _content_type="application/merge-patch+json")
-    runner.run_all()
+    run_pass(runner, api, ns)
     assert bindings(api, ns, ml) == {ml}
     client.CustomObjectsApi(api).delete_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", "idle-gpus")
-    runner.run_all()
+    run_pass(runner, api, ns)
     assert bindings(api, ns, ml) == set()
