@@ -8,10 +8,13 @@ Differences from kwokctl, each on purpose:
 - no `--admission-control=` on kube-apiserver: that flag empties the admission chain, and the
   webhooks under test must be called.
 - `leaderElect: false` on every scheduler: two schedulers must not wait on one Lease.
+- an audit log (`--audit-log-path`) of the writes ServiceAccounts make (AUDIT_POLICY): tests ask the
+  real API server which requests the optimizer sent (`ControlPlane.audit_events`).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import ssl
 import tempfile
@@ -37,6 +40,14 @@ NO_EGRESS = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.
              "NO_PROXY": "127.0.0.1,localhost,::1"}
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# Metadata (who, verb, URI, response code) of every write a ServiceAccount makes (the optimizer's
+# components authenticate as the chart's); nothing else, so the log stays small.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata", "userGroups": ["system:serviceaccounts"],
+               "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+              {"level": "None"}],
+}
 
 
 def _https_ok(url: str, context: ssl.SSLContext) -> bool:
@@ -130,7 +141,35 @@ class ControlPlane:
             f"--requestheader-client-ca-file={pki['ca_crt']}", "--requestheader-allowed-names=kubeon-test-admin",
             "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json", "--audit-log-maxbackup=1",
         ]
+
+    @property
+    def audit_log(self) -> Path:
+        return self.root / "logs" / "audit.log"
+
+    def _audit_policy(self) -> Path:
+        path = self.root / "audit-policy.yaml"
+        path.write_text(yaml.safe_dump(AUDIT_POLICY))
+        return path
+
+    def audit_events(self, user: str | None = None) -> list[dict[str, Any]]:
+        """The audit log's finished requests (stage ResponseComplete), oldest first; `user` keeps one
+        user's (e.g. `system:serviceaccount:kubeon-gpu:kubeon-gpu-optimizer`). kube-apiserver writes an
+        event as its response goes out: a caller that must see a request just answered waits for it."""
+        try:
+            lines = self.audit_log.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except ValueError:  # the line kube-apiserver is writing right now
+                break
+        return [e for e in events if e.get("stage") == "ResponseComplete"
+                and (user is None or (e.get("user") or {}).get("username") == user)]
 
     def start_apiserver(self) -> None:
         """Start (or restart, on the same port and etcd) kube-apiserver and wait for /readyz."""

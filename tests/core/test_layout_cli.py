@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from cli.main import main
-from tests.cluster.objects import make_node, make_pod
 from tests.cluster.gpu_operator import parse_plugin_config, shared_replicas
+from tests.cluster.objects import make_node, make_pod
 
 
 def test_example_plans_a_new_key_and_a_mig_layout(capsys) -> None:
