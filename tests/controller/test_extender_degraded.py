@@ -5,7 +5,7 @@ pods are placed, unpacked, with HTTP 200 everywhere. The controller reads the
 extender's counters through its Service (`--extender-url`) and sets
 `Ready=False, ExtenderDegraded` on the packing and typeFit policies.
 
-Real: the test API server (tests/kubeapi) with the GpuPolicy CRD, the
+Real: kube-apiserver v1.35.4 (tests/cluster, `frame_api`) with the GpuPolicy CRD, the
 controller frame (`controller.command.build`: policy sync, the status writer,
 `controller.extenderhealth.ExtenderHealth` reading /metrics over HTTP), the
 extender's Flask app with its service and node model served on loopback by
