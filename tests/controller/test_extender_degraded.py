@@ -29,9 +29,9 @@ from controller.command import ControllerProcess, build
 from controller.extenderhealth import ExtenderHealth
 from controller.policysync import PolicySync
 from gpupolicy.modes import parse_components
+from tests.cluster.objects import make_node
 from tests.controller.conftest import FakeClock, make_policy
 from tests.extender.payloads import Harness, args, wire_pod
-from tests.cluster.objects import make_node
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 NAMES = ["a100-0", "a100-1"]

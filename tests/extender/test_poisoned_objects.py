@@ -28,8 +28,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from extender.cache import DEFAULT_MIX_REFRESH_SECONDS
-from tests.extender.payloads import Harness, bound, wire_pod
 from tests.cluster.objects import make_node
+from tests.extender.payloads import Harness, bound, wire_pod
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 SHARED, MIG = "nvidia.com/gpu.shared", "nvidia.com/mig-1g.10gb"

@@ -39,9 +39,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kube.views import StaticView
+from tests.cluster.objects import make_deployment, make_node
 from tests.extender.payloads import Harness, wire_pod
 from tests.fuzz.strategies import bodies, mutated
-from tests.cluster.objects import make_deployment, make_node
 from tests.webhook.conftest import example_view
 from tests.webhook.payloads import GUARD, NOTEBOOKS, SHARE, api_pod, policy_review, review
 from webhook.app import INTERNAL_WARNING, create_app

@@ -29,9 +29,9 @@ from extender.cache import ClusterCache
 from extender.service import ExtenderService
 from kube.reflector import Reflector
 from kube.views import WatchedView
+from tests.cluster.objects import make_node
 from tests.extender.payloads import wire_pod
 from tests.extender.test_poisoned_objects import AMOUNT, COUNT, MISTYPED, set_at
-from tests.cluster.objects import make_node
 from tests.webhook.payloads import GUARD, SHARE, api_pod, policy_review, review
 from webhook.app import create_app
 
