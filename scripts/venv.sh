@@ -21,6 +21,3 @@ if ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then
   fi
 fi
 python3 -m venv --clear "$venv"
-# A venv's own pip and setuptools are the ones its Python bundled (setuptools 65 on 3.11: no
-# bdist_wheel, so `pip wheel --no-build-isolation` fails): bring current ones.
-"$venv/bin/python" -m pip install --quiet --disable-pip-version-check --upgrade pip setuptools wheel
