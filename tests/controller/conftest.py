@@ -272,10 +272,11 @@ class FreshApi:
         self.kubeconfig = str(cluster.kubeconfig)
 
 
-def _fresh_cluster(namespaces: Iterable[str], crds: Iterable[Path]) -> Iterator[FreshApi]:
+def _fresh_cluster(namespaces: Iterable[str], crds: Iterable[Path],
+                   sets: tuple[str, ...] = ()) -> Iterator[FreshApi]:
     from tests.cluster.fixtures import start_cluster
 
-    cluster = start_cluster(**CONTROLLER_CLUSTER)
+    cluster = start_cluster(**{**CONTROLLER_CLUSTER, "kubeon_sets": sets})
     try:
         wait_established(cluster, [POLICY_CRD.name.removesuffix(".yaml")])
         if crds:

@@ -57,6 +57,24 @@ def scale_api() -> Iterator[Any]:
     yield from _fresh_cluster(SCALE_NAMESPACES, (KEDA_CRD,))
 
 
+@pytest.fixture
+def keda_scale_api() -> Iterator[Any]:
+    """As `scale_api`, the chart rendered with keda.enabled=true (its ScaledObject rules), and
+    `.controller_api`: a client as the chart's controller ServiceAccount."""
+    from kubernetes import config
+
+    from tests.cluster.kubeon import RELEASE
+    from tests.controller.conftest import _fresh_cluster
+
+    for fresh in _fresh_cluster(SCALE_NAMESPACES, (KEDA_CRD,), ("keda.enabled=true",)):
+        kubeon = fresh.cluster.kubeon
+        fresh.controller_api = config.new_client_from_config(str(kubeon.kubeconfig_of(fresh.api, RELEASE)))
+        try:
+            yield fresh
+        finally:
+            fresh.controller_api.close()
+
+
 def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None, keda: bool = True) -> Any:
     """The frame's ControllerContext on `api` (leader), with the real Prometheus metrics source.
 
