@@ -15,6 +15,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -84,6 +86,7 @@ def test_a_python3_without_venv_is_one_line_naming_the_package(tmp_path: Path) -
                               "python3-venv (sudo apt-get install python3-venv)\n")
 
 
+@pytest.mark.timeout(900)  # pip installs every dependency from the index: minutes on a loaded machine
 def test_command_1_runs_as_written_in_a_scratch_copy(tmp_path: Path) -> None:
     root = _scratch(tmp_path)
     first = _commands()[0]
