@@ -2,6 +2,8 @@
 
 Every child asks the kernel to kill it when the harness dies (PR_SET_PDEATHSIG), so a pytest worker
 killed by a timeout leaves no etcd or kube-apiserver behind; `stop` ends them newest first.
+The signal follows the *thread* that started the child (prctl(2)): start components from a thread
+that outlives them (the test's main thread), never from a short-lived worker thread.
 """
 
 from __future__ import annotations
