@@ -286,8 +286,21 @@ class World:
     def deploy(self, name: str, gpus: int = 1, **kw: Any) -> None:
         """A 1-replica GPU Deployment in the test's namespace, waited for until its pod is bound."""
         self.create(make_deployment(name, self.ns, 1, gpus=gpus, tolerations=TOLERATE_GPU, **kw))
-        self.wait(lambda: any(pod.startswith(f"{name}-") and node for pod, node in self.bound().items()),
-                  f"the pod of {name} bound")
+        try:
+            self.wait(lambda: any(pod.startswith(f"{name}-") and node for pod, node in self.bound().items()),
+                      f"the pod of {name} bound")
+        except AssertionError as exc:
+            raise AssertionError(f"{exc}\n{self.explain()}") from None
+
+    def explain(self) -> str:
+        """Why pods wait, as the cluster says it: each pod's PodScheduled condition, each pool node's cordon
+        and taints (a timeout's message, so that a failure in CI names its cause)."""
+        pods = [(p["metadata"]["name"], p["spec"].get("nodeName"),
+                 [(c.get("status"), c.get("reason"), c.get("message")) for c in p["status"].get("conditions") or []
+                  if c["type"] == "PodScheduled"]) for p in self.cluster.pods(self.ns)]
+        nodes = {claim: (n["spec"].get("unschedulable"), [t["key"] for t in n["spec"].get("taints") or []])
+                 for claim, n in self.nodes().items()}
+        return f"pods: {pods}\nnodes (cordoned, taints): {nodes}"
 
     def pending(self, count: int) -> None:
         """Wait until `count` pods of the namespace are marked Unschedulable by a scheduler."""
