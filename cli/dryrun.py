@@ -54,7 +54,10 @@ output (-o yaml, json, jsonl): one entry per Pod or workload evaluated, in input
 the POST /dry-run answer: allowed, object (after mutation), patch (JSON Patch against the input),
 warnings, decisions (policy, mode, action, applied, reason), and message/note when set; a
 Deployment or StatefulSet a ScaleToZero policy with autoscale selects also gets scaledObjects (policy,
-name, yaml): the KEDA ScaledObject the controller offers as a recommendation while keda.enabled=false.
+name, yaml): the KEDA ScaledObject the controller offers as a recommendation while keda.enabled=false;
+an entry whose policies are enforced below the mode they request (sharing and scaleToZero stay Recommend
+without --metrics) gets enforcedBelowRequested (policy, requested, enforced, reason with the flag that
+changes it), which -o text puts on the entry's first line.
   json:  a JSON list          yaml: a YAML stream, one document per entry, no anchors
   jsonl: one entry per line   text: a readable summary (the default with --example)
 Documents of other kinds ({", ".join(("Service", "ConfigMap", "..."))}) are skipped with a note on stderr.
@@ -270,6 +273,27 @@ def run(args: argparse.Namespace) -> int:
     return 2 if report.errors else 0
 
 
+# How this command's flags lift a mode the install's settings lower, by the effective mode's reason code
+# (gpupolicy/modes.py; a dry-run has no hub to be cut off from).
+LIFTED_BY = {"PrometheusNotConfigured": "--metrics (or --prometheus-url URL) evaluates it as an install with "
+                                        "prometheus.url set"}
+
+
+def lowered_modes(view: ClusterView, result: AdmissionResult, offered: list[dict[str, str]]) -> list[dict[str, str]]:
+    """The policies of one answer (its decisions, its ScaledObject offers) enforced below the mode they request:
+    `policy`, `requested`, `enforced` and `reason` (why, and the flag that changes it)."""
+    names = dict.fromkeys([d.policy for d in result.decisions] + [o["policy"] for o in offered])
+    by_name = {p.name: p for p in view.policies}
+    lowered = []
+    for name in names:
+        mode = view.mode_of(by_name[name])
+        if mode.degraded:
+            lift = LIFTED_BY.get(mode.reason_code)
+            lowered.append({"policy": name, "requested": mode.requested.value, "enforced": mode.mode.value,
+                            "reason": f"{mode.cause}; {lift}" if lift else str(mode.cause)})
+    return lowered
+
+
 def _isatty(stream: TextIO) -> bool:
     try:
         return stream.isatty()
@@ -304,7 +328,8 @@ def _evaluate_all(sources: list[tuple[Source, Scan]], view: ClusterView, writer:
                 result = evaluate(item, view)
                 if isinstance(result, AdmissionResult):
                     try:
-                        writer.write(item.obj, result, offers(item.obj, view.policies, server_address))
+                        offered = offers(item.obj, view.policies, server_address)
+                        writer.write(item.obj, result, offered, lowered_modes(view, result, offered))
                     except RecursionError:
                         result = item.problem("nested too deeply to write the answer")
                     except (ValueError, TypeError) as exc:

@@ -14,7 +14,7 @@ import sys
 from collections.abc import Sequence
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 # name -> (module, one-line help). Order is the order `--help` lists them.
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -44,9 +44,17 @@ def version() -> str:
             return "unknown"
 
 
+class Parser(argparse.ArgumentParser):
+    """argparse, whose refusal of a flag is one line on stderr naming it (exit code 2): the usage block
+    argparse prints first is `--help`'s to show. Subcommands' own subparsers are of this class too."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def _top_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="kubeon-gpu", description="GPU optimizer for Kubernetes.",
-                                     epilog="`kubeon-gpu COMMAND --help` lists a command's options.")
+    parser = Parser(prog="kubeon-gpu", description="GPU optimizer for Kubernetes.",
+                    epilog="`kubeon-gpu COMMAND --help` lists a command's options.")
     parser.add_argument("--version", action="version", version=f"kubeon-gpu {version()}",
                         help="print the version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -120,7 +128,7 @@ def _discard_buffered(stdout: Any) -> None:
 def parser_for(name: str) -> argparse.ArgumentParser:
     """The parser of one subcommand (imports its module)."""
     module = importlib.import_module(SUBCOMMANDS[name][0])
-    parser = argparse.ArgumentParser(prog=f"kubeon-gpu {name}", description=SUBCOMMANDS[name][1])
+    parser = Parser(prog=f"kubeon-gpu {name}", description=SUBCOMMANDS[name][1])
     module.add_arguments(parser)
     return parser
 

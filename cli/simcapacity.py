@@ -33,7 +33,7 @@ Bounds: --compress 0.001..1000000, --delay 0..86400; trace times 0..1e10 s, a ru
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.epilog = (parser.epilog or "") + "\n" + EPILOG
     group = parser.add_argument_group("capacity benchmark (--capacity)")
-    group.add_argument("--capacity", action="store_true", help="run the capacity benchmark (issue 19)")
+    group.add_argument("--capacity", action="store_true", help="run the capacity benchmark (docs/designs/capacity.md)")
     group.add_argument("--instances", metavar="CSV", help="instance catalog (vendor/openb/instances.csv)")
     group.add_argument("--compress", type=float, default=1.0, metavar="F",
                        help="arrivals at creation_time / F, F from 0.001 to 1000000; run times kept (default 1)")

@@ -173,13 +173,15 @@ class Writer:
             self.out.write(f"Nodes: {catalog_note}\n")
 
     def write(self, obj: Mapping[str, Any], result: AdmissionResult,
-              scaled_objects: list[dict[str, str]] | None = None) -> None:
+              scaled_objects: list[dict[str, str]] | None = None, lowered: list[dict[str, str]] | None = None) -> None:
         if self.output == "text":
-            text = render_entry(obj, result, scaled_objects)
+            text = render_entry(obj, result, scaled_objects, lowered)
         else:
             entry = result.to_wire()
             if scaled_objects:
                 entry = {**entry, "scaledObjects": scaled_objects}
+            if lowered:
+                entry = {**entry, "enforcedBelowRequested": lowered}
             text = encode(entry, self.output)
         if self.output == "json":
             text = ("[\n  " if self.count == 0 else ",\n  ") + text.replace("\n", "\n  ")
@@ -202,12 +204,15 @@ def title(obj: Mapping[str, Any]) -> str:
     return f"{obj.get('kind')} {meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
 
 
-def render_entry(obj: Mapping[str, Any], result: AdmissionResult,
-                 scaled_objects: list[dict[str, str]] | None = None) -> str:
-    """A summary a newcomer can read: the object, each policy's decision, the warnings, the patch."""
+def render_entry(obj: Mapping[str, Any], result: AdmissionResult, scaled_objects: list[dict[str, str]] | None = None,
+                 lowered: list[dict[str, str]] | None = None) -> str:
+    """A summary a newcomer can read: the object (and, on its line, each policy enforced below its requested
+    mode, with why), each policy's decision, the warnings, the patch."""
     verdict = "allowed" if result.allowed else f"DENIED: {result.message}"
     changed = f"{len(result.patch)} patch operations" if result.patch else "unchanged"
-    lines = ["", f"{title(obj)}: {verdict}, {changed}"]
+    below = "".join(f"; {m['policy']} enforced {m['enforced']}, not {m['requested']} as requested: {m['reason']}"
+                    for m in lowered or ())
+    lines = ["", f"{title(obj)}: {verdict}, {changed}{below}"]
     if result.note and not result.decisions:
         lines.append(f"  - {result.note}")
     for d in result.decisions:

@@ -159,12 +159,11 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
                                             "a usage-aware candidate this pass"))
     claims = {c.node: c for c in seen.pool_claims(spec.node_pool) if c.node is not None}
     gpu_nodes = [n for n in seen.nodes if is_gpu_node(n)]
-    try:
-        state = state_from_kubernetes(gpu_nodes, seen.pods)
-    except ObjectError as exc:
-        conditions.append(Condition(type="Consolidation", status="False", reason="UnreadableObject",
-                                    message=str(exc)[:500]))
-        return []
+    unreadable: dict[str, str] = {}
+    state = state_from_kubernetes(gpu_nodes, seen.pods, unreadable)  # a node of an unreadable pod: not a target
+    for what, problem in unreadable.items():
+        log.warning("consolidation of %s: %s left out: %s", policy.name, what, problem)
+    gpu_nodes = [n for n in gpu_nodes if str(n["metadata"]["name"]) in state.index]  # rows, in state order
     pods_on: dict[int, list[tuple[str, PodDemand]]] = {}
     blocked: set[int] = set()
     empty_since: dict[int, float] = {}

@@ -48,7 +48,7 @@ def advance_drains(p: Pass, policies: Mapping[str, GpuPolicy]) -> dict[str, list
         name = str(node["metadata"]["name"])
         pods = seen.by_node.get(name, [])
         if state is None:
-            state = _state_or_none(gpu_nodes, seen.pods)
+            state = state_from_kubernetes(gpu_nodes, seen.pods)  # unreadable objects left out (kubemodel)
         outcome, message = step(p, name, record, notes, pods, policies.get(record.policy),
                                 _still_fits(state, name, pods))
         if record.policy in policies:
@@ -91,13 +91,6 @@ def step(p: Pass, name: str, record: drain.Record, notes: Mapping[str, Any],
         log.warning("capacity drain undone: %s", decided.message)
         p.warn_undone(name, policy, decided.message)
     return decided.outcome, decided.message
-
-
-def _state_or_none(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> NodeState | None:
-    try:
-        return state_from_kubernetes(nodes, pods)
-    except ObjectError:
-        return None
 
 
 def _still_fits(state: NodeState | None, node: str, pods: list[dict[str, Any]]) -> bool:

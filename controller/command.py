@@ -30,6 +30,7 @@ from controller.leader import LeaderElector, exit_process
 from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
+from gpupolicy.health import DEFAULT_ERROR_RATIO
 from gpupolicy.model import CAPACITY_PROVIDERS, GROUP, PLURAL, VERSION, Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component, parse_components
 from kube.stoppable import StoppableClient
@@ -37,6 +38,17 @@ from serving.flags import bind_problem, http_url, listen_host, port_or_any, posi
 from serving.tls import ca_problem
 
 log = logging.getLogger("controller")
+
+
+def error_ratio(text: str) -> float:
+    """--extender-error-ratio: a share in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not 0.0 < value <= 1.0:
+        raise argparse.ArgumentTypeError(f"{text}: must be above 0 and at most 1")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -57,6 +69,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--components", default="webhook,extender", metavar="LIST",
                         help="which other parts of the install run (webhook, extender; the chart passes "
                              "them): a policy kind none of them handles reports Ready=False")
+    parser.add_argument("--extender-url", type=http_url, default=None,
+                        help="the extender's Service (the chart: http://<extender>.<namespace>.svc:8888): its "
+                             "/metrics is read each pass, and packing and typeFit policies say Ready=False "
+                             "ExtenderDegraded while it fails open; unset: not read")
+    parser.add_argument("--extender-error-ratio", type=error_ratio, default=DEFAULT_ERROR_RATIO,
+                        help="share of the extender's answers that may fail before it counts as degraded "
+                             "(default: 0.1)")
     parser.add_argument("--keda", action="store_true",
                         help="write KEDA ScaledObjects for scaleToZero.autoscale and pause them while parked "
                              "(chart keda.enabled); without it they are offered as YAML in the policy status")
@@ -212,6 +231,8 @@ def build(
     components: frozenset[Component] = ALL_COMPONENTS,
     keda: bool = False,
     capacity_provider: str = "karpenter",
+    extender_url: str | None = None,
+    extender_error_ratio: float = DEFAULT_ERROR_RATIO,
 ) -> ControllerProcess:
     """Wire one replica. Tests pass a fake clock, scripted metrics and their own `on_lost`."""
     chosen = reconcilers if reconcilers is not None else load_reconcilers({"policies": resync_seconds})
@@ -228,7 +249,7 @@ def build(
     guard = StoppableClient(api, stop)
     api = guard.api  # the lease loop keeps the original: its release must go through
     store = PolicyStore()
-    recorder = Recorder(api, controller_metrics, clock, identity, namespace=namespace)
+    recorder = Recorder(api, controller_metrics, clock, identity)
     hub_state = HubState()
 
     def may_write() -> bool:
@@ -239,6 +260,7 @@ def build(
         metrics=metrics, clock=clock, recorder=recorder, policies=store, is_leader=may_write,
         holds_lease=elector.is_leader, hub_configured=hub is not None,
         components=components | {Component.CONTROLLER}, keda=keda, capacity_provider=capacity_provider,
+        extender_url=extender_url, extender_error_ratio=extender_error_ratio,
     )
     if hub is not None:
         sync = HubSync(hub, hub_state, controller_metrics.registry, default_mode)
@@ -325,6 +347,7 @@ def run(args: argparse.Namespace) -> int:
             lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
             resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind, hub=hub,
             components=components, keda=args.keda, capacity_provider=args.capacity_provider,
+            extender_url=args.extender_url, extender_error_ratio=args.extender_error_ratio,
         )
     except ReconcilerLoadError as exc:
         log.error("%s", exc)

@@ -16,13 +16,14 @@ Contract for reconcilers (`Reconciler` in controller/loop.py):
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import kubernetes.client
 
 from controller.policies import PolicyStore
 from controller.recorder import Recorder
 from controller.sources import Clock, MetricsSource, SystemClock
+from gpupolicy.health import DEFAULT_ERROR_RATIO
 from gpupolicy.model import Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component
 from gpupolicy.scaling.metrics import Sample, Series
@@ -56,6 +57,12 @@ class ControllerContext:
     # --capacity-provider (chart capacity.provider): who adds and removes GPU nodes. Only karpenter
     # is implemented; capacity policies under the others report Ready=False NotImplemented.
     capacity_provider: str = "karpenter"
+    # --extender-url (the chart: the extender's Service): where controller/extenderhealth.py reads the
+    # extender's counters; None: not read. `failing`: the running components failing open now (component ->
+    # why), which the policies they serve show as Ready=False (gpupolicy.modes.handling).
+    extender_url: str | None = None
+    extender_error_ratio: float = DEFAULT_ERROR_RATIO
+    failing: dict[Component, str] = field(default_factory=dict)
 
     def lease_held(self) -> bool:
         return self.holds_lease() if self.holds_lease is not None else self.is_leader()
@@ -70,4 +77,5 @@ class ControllerContext:
         return self.policies.write_status(self.api, default_mode=self.default_mode,
                                           prometheus_configured=self.prometheus_configured, clock=self.clock,
                                           is_leader=self.is_leader, metrics=self.recorder.metrics,
-                                          components=self.components, capacity_provider=self.capacity_provider)
+                                          components=self.components, capacity_provider=self.capacity_provider,
+                                          failing=self.failing)

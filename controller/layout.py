@@ -194,7 +194,7 @@ class LayoutReconciler:
         for ref in refs:
             if failed:
                 ctx.recorder.warning(ref, reason, step.message)
-            else:  # nodes and policies are cluster-scoped: the Event lives in the recorder's namespace
+            else:  # nodes and policies are cluster-scoped: the Event lives in the recorder's (`default`)
                 emit_event(ctx.api, ref, reason, step.message, ctx.clock.now(), instance=ctx.recorder.identity,
                            cluster_scoped_namespace=ctx.recorder.namespace)
 

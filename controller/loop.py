@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from controller.context import ControllerContext
-from kube.calls import UNREACHABLE, one_line
+from kube.calls import API_ERRORS, one_line
 from kube.stoppable import Stopping
 
 __all__ = ["RECONCILERS", "ReconcileRunner", "Reconciler", "ReconcilerLoadError", "Stopping", "load_reconcilers"]
@@ -55,6 +55,9 @@ class Reconciler(Protocol):
 #   6. capacity     - capacity policies: the NodePool, NodeClaims for pending shared-GPU
 #                     pods, drains; after layout, so an empty node the layout re-lays
 #                     for waiting pods is counted before any new node is asked for.
+#   7. extender-health - reads the extender's counters: packing and typeFit policies say
+#                     Ready=False ExtenderDegraded while it fails open; writes nothing
+#                     but the verdict the status writer reads, so its place is free.
 RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.policysync", "PolicySync"),
     ("controller.rightsizing", "RightSizingReconciler"),
@@ -62,6 +65,7 @@ RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.scaletozero", "ScaleToZeroReconciler"),
     ("controller.autoscale", "AutoscaleReconciler"),
     ("controller.capacity", "CapacityReconciler"),
+    ("controller.extenderhealth", "ExtenderHealth"),
 )
 
 
@@ -148,9 +152,8 @@ class ReconcileRunner:
             self.ctx.policies.completed(reconciler.name)
         except Stopping:
             return
-        except UNREACHABLE as exc:  # the API server is away (an upgrade, a restart): a line, not a stack
-            log.warning("reconcile failed reconciler=%s: API server unreachable: %s", reconciler.name,
-                        one_line(exc))
+        except API_ERRORS as exc:  # the API server away or saying no (a restart, RBAC not yet warm): a line
+            log.warning("reconcile failed reconciler=%s: %s", reconciler.name, one_line(exc))
             self.ctx.recorder.reconcile_error(reconciler.name)
         except Exception:
             log.exception("reconcile failed reconciler=%s", reconciler.name)
@@ -161,8 +164,8 @@ class ReconcileRunner:
                 self.ctx.write_status()
             except Stopping:
                 return
-            except UNREACHABLE as exc:
-                log.warning("policy status write failed: API server unreachable: %s", one_line(exc))
+            except API_ERRORS as exc:
+                log.warning("policy status write failed: %s", one_line(exc))
                 self.ctx.recorder.reconcile_error("status")
             except Exception:
                 log.exception("policy status write failed")

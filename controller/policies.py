@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -171,7 +171,8 @@ class PolicyStore:
     # -- status ---------------------------------------------------------------
     def desired_status(self, entry: PolicyEntry, default_mode: Mode, prometheus_configured: bool,
                        now: float, components: Iterable[Component] = ALL_COMPONENTS,
-                       capacity_provider: str = "karpenter", hub_connected: bool = True) -> dict[str, Any]:
+                       capacity_provider: str = "karpenter", hub_connected: bool = True,
+                       failing: Mapping[Component, str] | None = None) -> dict[str, Any]:
         """The status this controller wants on the policy now (wire form).
 
         `hub_connected`: False while the hub refuses the cluster's token
@@ -181,7 +182,9 @@ class PolicyStore:
 
         Ready says whether anything acts on the policy: True (Reconciled) only
         when a running component handles its kind (gpupolicy.modes.HANDLERS);
-        otherwise False with NotImplemented or ControllerDisabled.
+        otherwise False with NotImplemented or ControllerDisabled, or with
+        ExtenderDegraded while the extender fails open (`failing`, set by
+        controller/extenderhealth.py).
         """
         previous_conditions = {c.get("type"): c for c in entry.raw_status.get("conditions") or []
                                if isinstance(c, dict)}
@@ -215,7 +218,7 @@ class PolicyStore:
                 for pid, proposal in previous_proposals(entry).items():
                     proposals.setdefault(pid, proposal)
             status.proposals = sorted(proposals.values(), key=lambda p: (p.target, p.action))
-            handled = handling(entry.policy.spec.kind, components, capacity_provider)
+            handled = handling(entry.policy.spec.kind, components, capacity_provider, failing)
             if handled.handled:
                 message = f"effective mode {eff.mode.value}" + (" (degraded)" if eff.degraded else "")
                 conditions.append(Condition(type="Ready", status="True", reason=handled.reason,
@@ -235,14 +238,15 @@ class PolicyStore:
 
     def write_status(self, api: Any, *, default_mode: Mode, prometheus_configured: bool, clock: Clock,
                      is_leader: Callable[[], bool], metrics: ControllerMetrics,
-                     components: Iterable[Component] = ALL_COMPONENTS, capacity_provider: str = "karpenter") -> int:
+                     components: Iterable[Component] = ALL_COMPONENTS, capacity_provider: str = "karpenter",
+                     failing: Mapping[Component, str] | None = None) -> int:
         """Write every policy status that differs from the one on the object. Returns writes made."""
         writes = 0
         entries = self.entries()
         hub_connected = not hub_cut_off(e.raw for e in entries)
         for entry in entries:
             desired = self.desired_status(entry, default_mode, prometheus_configured, clock.now(), components,
-                                          capacity_provider, hub_connected)
+                                          capacity_provider, hub_connected, failing)
             with self._lock:
                 last = self._written.get(entry.name)
             if _comparable(desired) == _comparable(entry.raw_status) or (

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from controller.sources import Clock
 from gpupolicy.model import API_VERSION, KIND, GpuPolicy
 from gpupolicy.proposals import TargetRef
-from kube.events import ObjectRef, emit_event
+from kube.events import CLUSTER_SCOPED_EVENT_NAMESPACE, ObjectRef, emit_event
 
 log = logging.getLogger(__name__)
 
@@ -61,9 +61,12 @@ class Recorder:
     """Events + metrics for applied actions; the caller keeps the undo in its record in the policy status."""
 
     def __init__(self, api: client.ApiClient, metrics: ControllerMetrics, clock: Clock,
-                 identity: str = "", namespace: str = "kubeon-gpu") -> None:
+                 identity: str = "", namespace: str = CLUSTER_SCOPED_EVENT_NAMESPACE) -> None:
         self.api = api
-        self.namespace = namespace  # Events live here only (the chart's Role: events in its own namespace)
+        # Where its Events live: they are about cluster-scoped objects (GpuPolicies, nodes), and the API
+        # server keeps a core/v1 Event about a cluster-scoped object only in `default` (legacy event
+        # validation); the chart's Role kubeon-gpu-optimizer-events grants events there and nowhere else.
+        self.namespace = namespace
         self.metrics = metrics
         self.clock = clock
         self.identity = identity
@@ -77,9 +80,10 @@ class Recorder:
     ) -> None:
         """An action was applied to `target_ref` under `policy`: an Event on the policy, counter +1.
 
-        The Event names the target; it is about the (cluster-scoped) GpuPolicy so it may live in
-        the optimizer's own namespace, the only one where the chart lets the controller write
-        Events (the install guide's RBAC has none; docs/install.md, Permissions).
+        The Event names the target; it is about the (cluster-scoped) GpuPolicy, so it lives in
+        `default` (where `kubectl describe gpupolicy NAME` finds it), the only namespace where the
+        chart lets the controller write Events (the install guide's RBAC has none; docs/install.md,
+        Permissions).
         """
         label = action_label or _action_kind(action)
         message = f"{action}: {reason}" if reason else action

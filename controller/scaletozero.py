@@ -300,6 +300,14 @@ class ScaleToZeroReconciler:
                 except (Conflict, NotFound) as exc:
                     log.info("scale-to-zero retry next pass target=%s: %s", target.ref.key, exc)
                     shown = ProposalState.APPROVED
+                except ApiException as exc:
+                    if exc.status != 403:
+                        raise
+                    # the scaler binding not (yet) in force on the API server that answered: the record
+                    # written first says what to do, the next pass does it
+                    log.warning("scale-to-zero forbidden, retry next pass target=%s: %s", target.ref.key,
+                                exc.reason)
+                    shown = ProposalState.APPROVED
         return make_proposal(policy.name, target.ref.key, action, decision.message, freed, shown)
 
     def _apply(

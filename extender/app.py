@@ -10,7 +10,10 @@ a body that is not an object) answer HTTP 400 with a JSON message. For /filter, 
 internal failures answer 200 with `Error` set, which kube-scheduler reports
 (and skips when the extender is `ignorable`); /prioritize has no error field,
 so it answers 400 for bad arguments and, if the core fails, all-zero scores
-(upstream ignores prioritize errors anyway). /bind (ExtenderBindingArgs)
+(upstream ignores prioritize errors anyway). Either failure is counted in
+`kubeon_extender_internal_errors_total` and logged once a minute per cause
+(extender/failures.py): the controller turns them into `Ready=False,
+ExtenderDegraded` on the policies the extender serves. /bind (ExtenderBindingArgs)
 answers `{"Error": ""}` or the reason the binding failed. Never a 500 with
 a traceback. GET /debug/mix shows the typical pod mix in force (also the
 gauge `kubeon_extender_mix_weight`).
@@ -35,10 +38,11 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask, Response
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
 from extender.argsreader import ArgsReader
+from extender.failures import InternalErrors
 from extender.service import ExtenderService
 from extender.wire import ArgsError, filter_error, filter_result, parse_args
 from gpupolicy.packing.kubemodel import ObjectError
@@ -87,7 +91,8 @@ class ExtenderMetrics:
 
 
 class MixCollector(Collector):
-    """The mix in force as `kubeon_extender_mix_weight{cpu_milli,gpu_milli,num_gpu,gpu_spec}`, read at scrape."""
+    """The mix in force as `kubeon_extender_mix_weight{cpu_milli,gpu_milli,num_gpu,gpu_spec}`, and how many
+    GPU pods it learned (`kubeon_extender_mix_gpu_pods`), read from the process at scrape."""
 
     def __init__(self, service: ExtenderService) -> None:
         self.service = service
@@ -102,6 +107,8 @@ class MixCollector(Collector):
             family.add_metric([str(row["cpu_milli"]), str(row["gpu_milli"]), str(row["num_gpu"]),
                                str(row["gpu_spec"])], float(row["weight"]))
         yield family
+        yield GaugeMetricFamily("kubeon_extender_mix_gpu_pods", "GPU pods learned into the typical mix.",
+                                value=float(self.service.cache.gpu_pods_learned))
 
 
 def mix_rows(service: ExtenderService) -> list[dict[str, Any]]:
@@ -158,11 +165,12 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     app = Flask("kubeon-gpu-extender")
     registry = registry or CollectorRegistry()
     install_error_handlers(app)
-    request_metrics = instrument(app, prefix="kubeon_extender", registry=registry)
+    live = CollectorRegistry()  # read from this process at scrape, beside the workers' summed files
+    live.register(MixCollector(service))
+    request_metrics = instrument(app, prefix="kubeon_extender", registry=registry, live=live)
     metrics = ExtenderMetrics(registry)
-    registry.register(MixCollector(service))
-    learned = Gauge("kubeon_extender_mix_gpu_pods", "GPU pods learned into the typical mix.", registry=registry)
-    learned.set_function(lambda: float(service.cache.gpu_pods_learned))
+    errors = InternalErrors(registry)
+    service.cache.ignored.export(registry)  # kubeon_gpu_objects_ignored_total{reason}
     reader = ArgsReader(loads=_loads)
     app.extensions["kubeon_extender"] = service
     app.extensions["kubeon_extender_args"] = reader
@@ -179,10 +187,9 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             metrics.decided("filter", "", "bad-args")
             return _timed(_dumps(filter_error(str(exc))), started)
         except Exception as exc:  # a core bug: say so in Error, the scheduler decides (ignorable)
-            log.exception("/filter failed")
             metrics.decided("filter", "", "error")
-            return _timed(_dumps(filter_error(f"kubeon-gpu extender internal error ({type(exc).__name__})")),
-                          started)
+            cause = errors.failed("filter", exc)  # counted, logged once a minute (extender/failures.py)
+            return _timed(_dumps(filter_error(f"kubeon-gpu extender internal error ({cause})")), started)
         if not outcome.any_passed and outcome.names and outcome.knows_none:
             # nothing to say about these nodes: an Error lets an ignorable extender step aside
             metrics.decided("filter", outcome.plan.strategy, "unknown-nodes")
@@ -211,9 +218,9 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             outcome = service.prioritize(args.pod, args.names)
         except ObjectError as exc:
             return error_answer(400, str(exc))
-        except Exception:  # a core bug: neutral scores keep scheduling going
-            log.exception("/prioritize failed")
+        except Exception as exc:  # a core bug: neutral scores keep scheduling going
             metrics.decided("prioritize", "", "error")
+            errors.failed("prioritize", exc)
             return _timed(_dumps([{"Host": n, "Score": 0} for n in args.names]), started)
         metrics.decided("prioritize", outcome.plan.strategy,
                         "placed" if outcome.chosen else "none")

@@ -24,6 +24,15 @@ Update rules (all under one lock; watch threads only record, requests apply):
   chose until the watch shows it bound (anywhere) or deleted, or until it
   expires (`assume_seconds`, default 30 s), so back-to-back pods do not all
   see the same free GPU.
+
+Poison-proof (issue 37): what the watches deliver is read here once, shape
+first (`gpupolicy.admission.shape`, the webhook's check), then the model's
+readers, which saturate amounts beyond the model's bound. A node or pod that
+cannot be read is left out of the model, a pod asking more than the bound is
+kept (it fills its node, as it would) but left out of the typical mix, each
+said once through `kube.ignored.IgnoredObjects` (a warning and
+`kubeon_gpu_objects_ignored_total{reason}`): never an exception raised later
+inside every request.
 """
 
 from __future__ import annotations
@@ -37,8 +46,10 @@ from typing import Any
 
 import numpy as np
 
+from gpupolicy.admission.shape import node_shape_error, pod_shape_error
 from gpupolicy.packing.kubemodel import (
     FINISHED_PHASES,
+    OUT_OF_RANGE,
     ObjectError,
     demand_from_pod,
     gpu_indices_from_pod,
@@ -50,6 +61,7 @@ from gpupolicy.packing.nodemodel import NodeSpec, NodeState, PodDemand
 from gpupolicy.packing.placement import PackingContext
 from gpupolicy.packing.scheduling import pod_key
 from gpupolicy.packing.typicalmix import OnlineMix, TypicalMix
+from kube.ignored import IgnoredObjects
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +89,22 @@ class _Assumed:
 Held = tuple[PodDemand, tuple[int, ...]]  # a pod's demand and the GPU indices it is accounted on
 
 
+def read_node(obj: Mapping[str, Any]) -> _Node:
+    """What the model keeps of a Node; ObjectError naming the field (shape first, then the model's reader)."""
+    problem = node_shape_error(obj, "node")
+    if problem:
+        raise ObjectError(problem)
+    return _Node(node_spec(obj), node_schedulable(obj))
+
+
+def read_pod(obj: Mapping[str, Any]) -> Held:
+    """What the model keeps of a bound Pod; ObjectError naming the field (shape first, then the reader)."""
+    problem = pod_shape_error(obj, "pod")
+    if problem:
+        raise ObjectError(problem)
+    return demand_from_pod(obj), gpu_indices_from_pod(obj)
+
+
 class ClusterCache:
     """Nodes, bound pods and assumed pods, kept as an up-to-date `NodeState` for the extender.
 
@@ -86,8 +114,10 @@ class ClusterCache:
     """
 
     def __init__(self, *, clock: Clock = time.monotonic, assume_seconds: float = DEFAULT_ASSUME_SECONDS,
-                 mix_refresh_seconds: float = DEFAULT_MIX_REFRESH_SECONDS) -> None:
+                 mix_refresh_seconds: float = DEFAULT_MIX_REFRESH_SECONDS,
+                 ignored: IgnoredObjects | None = None) -> None:
         self.lock = threading.RLock()
+        self.ignored = ignored or IgnoredObjects()  # what was left out, said once (module doc)
         self._clock = clock
         self.assume_seconds = assume_seconds
         self.mix_refresh_seconds = mix_refresh_seconds
@@ -112,7 +142,8 @@ class ClusterCache:
 
     # ---- watch side ---------------------------------------------------------------------------
     def on_node(self, event: str, obj: Mapping[str, Any]) -> None:
-        meta = obj.get("metadata") or {}
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
         name = str(meta.get("name") or "")
         if not name:
             return
@@ -124,16 +155,18 @@ class ClusterCache:
         with self.lock:
             self._node_inputs.pop(name, None)
             if event == "DELETED":
+                self.ignored.taken("node", name)
                 if self._nodes.pop(name, None) is not None:
                     self._structure_dirty = True
                 return
             try:
-                fresh = _Node(node_spec(obj), node_schedulable(obj))
-            except ObjectError as exc:
-                log.warning("node %s ignored: %s", name, exc)
+                fresh = read_node(obj)
+            except ObjectError as exc:  # out of the model: the node is unknown to the extender until fixed
+                self.ignored.left_out("node", name, exc.reason, str(exc))
                 if self._nodes.pop(name, None) is not None:
                     self._structure_dirty = True
                 return
+            self.ignored.taken("node", name)
             self._node_inputs[name] = inputs
             old = self._nodes.get(name)
             self._nodes[name] = fresh
@@ -143,24 +176,29 @@ class ClusterCache:
                 self._dirty_nodes.add(name)
 
     def on_pod(self, event: str, obj: Mapping[str, Any]) -> None:
-        key = pod_key(obj)
-        spec = obj.get("spec") or {}
+        meta = obj.get("metadata")
+        key = pod_key(obj if isinstance(meta, Mapping) else {})
+        spec = obj.get("spec")
         node = spec.get("nodeName") if isinstance(spec, Mapping) else None
-        phase = (obj.get("status") or {}).get("phase")
+        status = obj.get("status")
+        phase = status.get("phase") if isinstance(status, Mapping) else None
         with self.lock:
             gone = event == "DELETED" or not node or phase in FINISHED_PHASES
             if node or event == "DELETED":
                 self._drop_assumption(key)  # bound (anywhere) or gone: the API is the truth now
             if gone:
+                self.ignored.taken("pod", key)
                 self._forget(key)
                 return
             try:
-                demand = demand_from_pod(obj)
-            except ObjectError as exc:
-                log.warning("pod %s ignored: %s", key, exc)
+                held = read_pod(obj)
+            except ObjectError as exc:  # out of the model: its node is counted without it
+                self.ignored.left_out("pod", key, exc.reason, str(exc))
                 self._forget(key)
                 return
-            held = (demand, gpu_indices_from_pod(obj))
+            demand = held[0]
+            if not demand.saturated:
+                self.ignored.taken("pod", key)
             old = self._pods.get(key)
             if old == (node, held):
                 return
@@ -255,6 +293,10 @@ class ClusterCache:
         changing workload.
         """
         if not (demand.needs_gpu or demand.mig or demand.shared):
+            return
+        if demand.saturated:  # fits nowhere: not a pod type to keep room for (said once per pod)
+            self.ignored.left_out("pod", key, OUT_OF_RANGE, "asks more than any node has: not learned into "
+                                  "the typical mix")
             return
         with self.lock:
             if key in self._seen:

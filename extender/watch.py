@@ -66,7 +66,7 @@ class ClusterWatch(WatchedView):
         self.node_feed = Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=cache.on_node,
                                    transform=node_fields, name="nodes", timeout_seconds=t)
         super().__init__(api_client, default_mode=default_mode, feeds=(self.node_feed, self.pods),
-                         watch_timeout=t)
+                         watch_timeout=t, ignored=cache.ignored)
 
     def start(self, *, freeze_after_sync: bool = True) -> ClusterWatch:
         """Start the Reflectors; `freeze_after_sync`: keep the cluster's objects out of full collections."""

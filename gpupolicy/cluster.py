@@ -266,8 +266,9 @@ class ClusterView:
 def in_force(obj: Mapping[str, Any]) -> bool:
     """False for a policy the controller labelled hub-Disconnected: its cluster token was refused, so
     nothing acts on it (the webhook admits pods unchanged, the extender stays neutral). Pure."""
-    labels = (obj.get("metadata") or {}).get("labels") or {}
-    return labels.get(HUB_STATE_LABEL) != HUB_DISCONNECTED
+    meta = obj.get("metadata")
+    labels = meta.get("labels") if isinstance(meta, Mapping) else None  # any stored object: read loosely
+    return not isinstance(labels, Mapping) or labels.get(HUB_STATE_LABEL) != HUB_DISCONNECTED
 
 
 def hub_cut_off(policies: Iterable[Mapping[str, Any]]) -> bool:

@@ -117,11 +117,13 @@ def pod_allowed_products(pod: Mapping[str, Any]) -> frozenset[str] | None:
     terms = (required.get("nodeSelectorTerms") or []) if isinstance(required, (dict, Mapping)) else []
     union: set[str] = set()
     unconstrained = False
-    for term in terms:
+    for term in terms if isinstance(terms, list) else ():
         values = None
-        for expr in (term or {}).get("matchExpressions") or []:
-            if expr.get("key") == PRODUCT_LABEL and expr.get("operator") == "In":
-                values = {normalise_product_label(str(v)) for v in expr.get("values") or []}
+        exprs = term.get("matchExpressions") if isinstance(term, (dict, Mapping)) else None
+        for expr in exprs if isinstance(exprs, list) else ():
+            if isinstance(expr, (dict, Mapping)) and expr.get("key") == PRODUCT_LABEL and expr.get("operator") == "In":
+                listed = expr.get("values")
+                values = {normalise_product_label(str(v)) for v in (listed if isinstance(listed, list) else ())}
         if values is None:
             unconstrained = True
         else:

@@ -53,6 +53,7 @@ class EffectiveMode:
     requested: Mode
     degraded_reason: str | None = None  # set when the mode was lowered
     reason_code: str = "AsRequested"  # condition reason: AsRequested, PrometheusNotConfigured, HubDisconnected
+    cause: str | None = None  # why it was lowered, without the consequence degraded_reason adds
 
     @property
     def degraded(self) -> bool:
@@ -66,14 +67,13 @@ def effective_mode(policy: GpuPolicy, default_mode: Mode, prometheus_configured:
     configured but cut off (revoked token)."""
     requested = policy.effective_mode(default_mode)
     if not hub_connected and requested is not Mode.RECOMMEND:
-        reason = f"the hub is unreachable or the cluster token was revoked: staying Recommend (requested {requested})"
-        return EffectiveMode(Mode.RECOMMEND, requested, reason, "HubDisconnected")
+        cause = "the hub is unreachable or the cluster token was revoked"
+        return EffectiveMode(Mode.RECOMMEND, requested, f"{cause}: staying Recommend (requested {requested})",
+                             "HubDisconnected", cause)
     if policy.spec.kind in METRIC_DRIVEN and not prometheus_configured and requested is not Mode.RECOMMEND:
-        reason = (
-            f"{policy.spec.kind.value} needs GPU metrics and no --prometheus-url is configured: "
-            f"staying Recommend (requested {requested.value})"
-        )
-        return EffectiveMode(Mode.RECOMMEND, requested, reason, "PrometheusNotConfigured")
+        cause = f"{policy.spec.kind.value} needs GPU metrics and no --prometheus-url is configured"
+        return EffectiveMode(Mode.RECOMMEND, requested, f"{cause}: staying Recommend (requested {requested.value})",
+                             "PrometheusNotConfigured", cause)
     return EffectiveMode(requested, requested)
 
 
@@ -95,11 +95,13 @@ class Handling:
 
 
 def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
-             capacity_provider: str = "karpenter") -> Handling:
+             capacity_provider: str = "karpenter", failing: Mapping[Component, str] | None = None) -> Handling:
     """Who acts on `kind` among the `running` components, for the policy's Ready condition.
 
     Capacity policies under a `capacity.provider` this version does not implement (the managed
-    node groups of EKS, AKS, GKE: accepted values of the install) are NotImplemented.
+    node groups of EKS, AKS, GKE: accepted values of the install) are NotImplemented. A kind whose
+    running handlers are all `failing` (component -> why: the extender answering errors, which
+    kube-scheduler ignores, gpupolicy/health.py) is not acted on either: `<Component>Degraded`.
     """
     if kind is PolicyKind.CAPACITY and capacity_provider not in IMPLEMENTED_CAPACITY_PROVIDERS:
         return Handling(False, "NotImplemented",
@@ -114,6 +116,10 @@ def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
         names = ", ".join(sorted(needed))
         return Handling(False, "ControllerDisabled",
                         f"{kind.value} policies are handled by the {names}, which this install does not run")
+    broken = sorted(c for c in up if c in (failing or {}))
+    if failing and len(broken) == len(up):
+        return Handling(False, f"{broken[0].value.capitalize()}Degraded",
+                        "; ".join(failing[c] for c in broken))
     return Handling(True, "Reconciled", f"handled by the {', '.join(sorted(up))}")
 
 

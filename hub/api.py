@@ -2,8 +2,8 @@
 
 Every request body is capped and checked against hub/openapi.yaml before the
 store sees it; every refusal is `{"error": ..., "field": ...}` with a 4xx
-status, never a traceback. An oversize body is a 400 too (the issue's rule
-for bad input), with the limit in the message.
+status, never a traceback. An oversize body is a 400 too, as all bad input is, with
+the limit in the message.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+from datetime import datetime
 from typing import Any
 
 from flask import Blueprint, Response, current_app, request
@@ -76,6 +77,21 @@ def read_body(schema: str) -> Any:
     return body
 
 
+def epoch_seconds(value: float | str, field: str) -> float:
+    """An action's `time` as unix seconds: a number as it is, an RFC 3339 date-time with an offset
+    converted; HubError(400) naming `field` for a string that is neither."""
+    if not isinstance(value, str):
+        return float(value)
+    try:
+        parsed = datetime.fromisoformat(value.strip())
+    except ValueError:
+        parsed = None
+    if parsed is None or parsed.tzinfo is None:
+        raise HubError(400, f"{field}: {value[:60]!r} is neither unix seconds (a number) nor an RFC 3339 date-time "
+                            "with an offset (2026-05-01T12:00:00Z)", field)
+    return parsed.timestamp()
+
+
 def _bearer() -> str | None:
     header = request.headers.get("Authorization", "")
     scheme, _, value = header.partition(" ")
@@ -115,7 +131,9 @@ def cluster_actions(cluster: str) -> Response:
     if not key or len(key) > 128:
         raise HubError(400, "Idempotency-Key header required (1-128 characters)", "Idempotency-Key")
     body = read_body("ActionBatch")
-    accepted, duplicate = hub().record_actions(cluster, key, body["actions"])
+    actions = [{**item, "time": epoch_seconds(item["time"], f"actions.{i}.time")}
+               for i, item in enumerate(body["actions"])]
+    accepted, duplicate = hub().record_actions(cluster, key, actions)
     return _json({"accepted": accepted, "duplicate": duplicate})
 
 

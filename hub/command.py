@@ -33,7 +33,6 @@ from hub.store import Hub, HubError, validate_policy
 from serving.flags import bind_problem, file_bytes, positive_int
 from serving.tls import tls_problem
 
-log = logging.getLogger(__name__)
 DEFAULT_DB = "sqlite:///hub.db"
 ADMIN_ENV = "KUBEON_HUB_ADMIN_TOKEN"
 
@@ -176,15 +175,13 @@ def serve(args: argparse.Namespace) -> int:
         os.symlink(os.path.abspath(args.cert), os.path.join(cert_dir, "tls.crt"))
         os.symlink(os.path.abspath(args.key), os.path.join(cert_dir, "tls.key"))
     else:
-        log.warning("serving plain HTTP: cluster tokens and the admin credential cross the network in clear; "
-                    "pass --cert and --key")
-        print("kubeon-gpu hub: WARNING: plain HTTP (no --cert/--key): tokens travel unencrypted", file=sys.stderr)
+        print("kubeon-gpu hub: WARNING: plain HTTP (no --cert/--key): cluster tokens and the admin credential "
+              "cross the network in clear", file=sys.stderr)
 
     def factory() -> Any:
         return create_app(Hub(open_db(url, upgrade=False)), token, secret_key=secret,
                           secure_cookies=cert_dir is not None)
 
-    log.info("hub serving on %s:%d db=%s tls=%s", host, port, url.split("@")[-1], cert_dir is not None)
     gunicorn_serve(factory, bind=host, port=port, cert_dir=cert_dir, workers=args.workers, threads=args.threads,
                    access_log=True)
     return 0
@@ -212,9 +209,11 @@ def open_database(url: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    # serve logs its requests; the other commands print their answer alone (no migration chatter)
+    # serve logs its requests, one line per fact (gunicorn says where it listens, hub.db which schema the
+    # database holds); the other commands print their answer alone. alembic's INFO lines repeat the schema.
     level = logging.INFO if args.hub_command == "serve" else logging.WARNING
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("alembic").setLevel(logging.WARNING)
     try:
         if args.hub_command == "serve":
             return serve(args)

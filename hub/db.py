@@ -8,6 +8,7 @@ Times are stored as UTC epoch seconds (floats): the same on both engines.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, sessionmaker
 
 MIGRATIONS = Path(__file__).resolve().parent / "migrations"
+log = logging.getLogger(__name__)
 
 
 class Base(DeclarativeBase):
@@ -133,15 +135,21 @@ def make_engine(url: str) -> Engine:
 
 
 def migrate(engine: Engine) -> None:
-    """Upgrade the database to the newest migration."""
+    """Upgrade the database to the newest migration; one INFO line says which schema it holds (alembic's own
+    lines are its INFO chatter: `kubeon-gpu hub` keeps them below its level)."""
     from alembic import command
     from alembic.config import Config
+    from alembic.runtime.migration import MigrationContext
 
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     with engine.begin() as connection:
+        before = MigrationContext.configure(connection).get_current_revision()
         config.attributes["connection"] = connection
         command.upgrade(config, "head")
+        after = MigrationContext.configure(connection).get_current_revision()
+    upgraded = f" (upgraded from {before or 'an empty database'})" if before != after else ""
+    log.info("database %s: schema %s%s", engine.url.render_as_string(hide_password=True), after, upgraded)
 
 
 def open_db(url: str, *, upgrade: bool = True) -> sessionmaker[Any]:

@@ -1,7 +1,9 @@
 """Event verbs: core/v1 Events on the objects the controller acts on.
 
-Events on cluster-scoped objects (GpuPolicy) go to the `default` namespace, as
-kubectl does, so `kubectl describe gpupolicy NAME` shows them. An Event that
+Events on cluster-scoped objects (GpuPolicy, Node) go to the `default` namespace, as
+client-go's recorder puts them, so `kubectl describe gpupolicy NAME` shows them: the API
+server refuses a core/v1 Event whose involvedObject has no namespace in any other namespace
+(pkg/apis/core/validation/events.go, legacyValidateEvent). An Event that
 cannot be written is logged and dropped: it never undoes or blocks an action.
 """
 
@@ -40,8 +42,8 @@ def emit_event(
 ) -> bool:
     """Create one Event; False (logged) when the API refused it.
 
-    An Event about a cluster-scoped object goes to `cluster_scoped_namespace` (the
-    controller passes its own namespace, where its RBAC allows Events)."""
+    An Event about a cluster-scoped object goes to `cluster_scoped_namespace` (`default`: the
+    only namespace the API server accepts it in, short of kube-system with eventTime set)."""
     namespace = ref.namespace or cluster_scoped_namespace
     stamp = datetime.fromtimestamp(now, tz=UTC).isoformat()
     involved = {"apiVersion": ref.api_version, "kind": ref.kind, "name": ref.name, "namespace": ref.namespace,

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+
+from kube import rest
 
 
 class LeaseConflict(Exception):
@@ -39,8 +42,14 @@ class LeaseRecord:
         return now > self.renew_time + self.lease_duration_seconds
 
 
-def to_micro_time(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=UTC)
+def to_micro_time(ts: float) -> str:
+    """`ts` as the API's MicroTime text, always with six fractional digits.
+
+    kube-apiserver parses MicroTime with the fixed layout `2006-01-02T15:04:05.000000Z07:00`
+    (apimachinery meta/v1 micro_time.go): a time on a whole second sent as Python's `isoformat()`
+    writes it (`...:20+00:00`, no fraction) is refused with 400, so the client's own datetime
+    serialization may not be used."""
+    return datetime.fromtimestamp(ts, tz=UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 def _seconds(value: datetime | str | None) -> float | None:
@@ -53,25 +62,30 @@ def _seconds(value: datetime | str | None) -> float | None:
     return value.timestamp()
 
 
-def _record(lease: client.V1Lease) -> LeaseRecord:
-    spec = lease.spec or client.V1LeaseSpec()
-    meta = lease.metadata or client.V1ObjectMeta()
+def _record(lease: dict[str, Any]) -> LeaseRecord:
+    spec = lease.get("spec") or {}
+    meta = lease.get("metadata") or {}
     return LeaseRecord(
-        name=str(meta.name),
-        namespace=str(meta.namespace),
-        holder=spec.holder_identity,
-        lease_duration_seconds=int(spec.lease_duration_seconds or 0),
-        acquire_time=_seconds(spec.acquire_time),
-        renew_time=_seconds(spec.renew_time),
-        transitions=int(spec.lease_transitions or 0),
-        resource_version=meta.resource_version,
+        name=str(meta.get("name")),
+        namespace=str(meta.get("namespace")),
+        holder=spec.get("holderIdentity"),
+        lease_duration_seconds=int(spec.get("leaseDurationSeconds") or 0),
+        acquire_time=_seconds(spec.get("acquireTime")),
+        renew_time=_seconds(spec.get("renewTime")),
+        transitions=int(spec.get("leaseTransitions") or 0),
+        resource_version=meta.get("resourceVersion"),
     )
+
+
+def _path(namespace: str, name: str | None = None) -> str:
+    base = f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases"
+    return f"{base}/{name}" if name else base
 
 
 def get_lease(api: client.ApiClient, namespace: str, name: str) -> LeaseRecord | None:
     """The Lease, or None when it does not exist."""
     try:
-        return _record(client.CoordinationV1Api(api).read_namespaced_lease(name, namespace))
+        return _record(rest.call(api, "GET", _path(namespace, name)))
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -81,17 +95,18 @@ def get_lease(api: client.ApiClient, namespace: str, name: str) -> LeaseRecord |
 def _body(
     name: str, namespace: str, holder: str, duration: int, acquire: float, renew: float,
     transitions: int, resource_version: str | None,
-) -> client.V1Lease:
-    return client.V1Lease(
-        metadata=client.V1ObjectMeta(name=name, namespace=namespace, resource_version=resource_version),
-        spec=client.V1LeaseSpec(
-            holder_identity=holder,
-            lease_duration_seconds=duration,
-            acquire_time=to_micro_time(acquire),
-            renew_time=to_micro_time(renew),
-            lease_transitions=transitions,
-        ),
-    )
+) -> dict[str, Any]:
+    """The Lease as wire JSON: sent through kube.rest, as the generated client's pydantic models turn
+    MicroTime text back into datetimes and write them with `isoformat()`."""
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if resource_version is not None:
+        metadata["resourceVersion"] = resource_version
+    return {
+        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": metadata,
+        "spec": {"holderIdentity": holder, "leaseDurationSeconds": duration,
+                 "acquireTime": to_micro_time(acquire), "renewTime": to_micro_time(renew),
+                 "leaseTransitions": transitions},
+    }
 
 
 def create_lease(
@@ -100,7 +115,7 @@ def create_lease(
     """Create the Lease held by `holder`; `LeaseConflict` when it already exists."""
     body = _body(name, namespace, holder, duration, now, now, 0, None)
     try:
-        return _record(client.CoordinationV1Api(api).create_namespaced_lease(namespace, body))
+        return _record(rest.call(api, "POST", _path(namespace), body=body))
     except ApiException as exc:
         if exc.status == 409:
             raise LeaseConflict(f"lease {namespace}/{name} created by someone else") from exc
@@ -115,7 +130,7 @@ def replace_lease(
     body = _body(current.name, current.namespace, holder, duration, acquire, renew, transitions,
                  current.resource_version)
     try:
-        updated = client.CoordinationV1Api(api).replace_namespaced_lease(current.name, current.namespace, body)
+        updated = rest.call(api, "PUT", _path(current.namespace, current.name), body=body)
     except ApiException as exc:
         if exc.status == 409:
             raise LeaseConflict(f"lease {current.namespace}/{current.name} changed under us") from exc

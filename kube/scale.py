@@ -24,7 +24,7 @@ from typing import Any
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
-from kube import calls
+from kube import calls, rest
 
 MERGE_PATCH = "application/merge-patch+json"
 KEDA_GROUP = "keda.sh"
@@ -168,6 +168,19 @@ def ensure_scaler_binding(api: client.ApiClient, namespace: str, subject: Servic
             return False
         delete_scaler_binding(api, namespace)
     return calls.created(_rbac(api).create_namespaced_role_binding, namespace, want)
+
+
+def may_scale(api: client.ApiClient, namespace: str) -> bool:
+    """Whether the API server's authorizer lets this client patch `deployments/scale` in `namespace` now.
+
+    A SelfSubjectAccessReview (every authenticated user may ask one): a RoleBinding just created takes
+    effect once the authorizer's cache has seen it, a few milliseconds to seconds later, and a write
+    before that is refused with 403."""
+    body = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview",
+            "spec": {"resourceAttributes": {"namespace": namespace, "verb": "patch", "group": "apps",
+                                            "resource": "deployments", "subresource": "scale"}}}
+    answer = rest.call(api, "POST", "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", body=body)
+    return bool((answer.get("status") or {}).get("allowed"))
 
 
 def delete_scaler_binding(api: client.ApiClient, namespace: str) -> bool:

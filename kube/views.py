@@ -5,8 +5,13 @@ The admission webhook and the scheduler extender both answer from a
 the API server on the hot path. `WatchedView` keeps one Reflector per kind
 (`kube.reflector`) and rebuilds the immutable view lazily, at most once per
 change: `current()` costs a flag check between changes. A policy the model
-refuses is skipped and logged (the validating webhook keeps new ones out;
-older objects may predate it).
+refuses, and a policy, namespace or node whose shape the core cannot read
+(`gpupolicy.admission.shape`: `labels: [a]`, `metadata: "x"`), is left out of
+the view and said once (`kube.ignored`: a warning and
+`kubeon_gpu_objects_ignored_total{reason}`), so it affects only the answers
+about itself, never the rebuild of the view for everyone (the validating
+webhook keeps new bad policies out; older objects may predate it). Namespaces
+and nodes are checked once per event, policies (a handful) at each rebuild.
 
 `feeds` are further Reflectors an adapter needs beside the view (the
 extender's nodes and bound pods, which feed its node model, not the view):
@@ -20,13 +25,15 @@ from __future__ import annotations
 import gc
 import logging
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
+from gpupolicy.admission.shape import NAMESPACE, NODE, POLICY, Spec, check
 from gpupolicy.cluster import DEFAULT_NAMESPACE, ClusterView, view_from_objects
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
 from kube import rest
-from kube.reflector import Reflector, custom_objects_lister
+from kube.ignored import IgnoredObjects
+from kube.reflector import Reflector, custom_objects_lister, object_key
 from kube.trim import node_fields
 
 log = logging.getLogger(__name__)
@@ -60,7 +67,10 @@ class WatchedView:
     def __init__(self, api_client: Any, *, default_mode: Mode = Mode.RECOMMEND,
                  own_namespace: str = DEFAULT_NAMESPACE, with_nodes: bool = False,
                  feeds: Sequence[Reflector] = (), watch_timeout: int = 300,
-                 metrics_configured: bool = False, route_cpu_pods: bool = True) -> None:
+                 metrics_configured: bool = False, route_cpu_pods: bool = True,
+                 ignored: IgnoredObjects | None = None) -> None:
+        self.ignored = ignored or IgnoredObjects()  # objects left out of the view, said once (module doc)
+        self._unreadable: dict[str, set[str]] = {"Namespace": set(), "Node": set()}  # keys failing the shape
         self._default_mode = default_mode
         self._route_cpu_pods = route_cpu_pods  # --route-cpu-pods-on-gpu-nodes (admission.mutate)
         self._own_namespace = own_namespace
@@ -73,12 +83,13 @@ class WatchedView:
         t = watch_timeout
         self.policies = Reflector(custom_objects_lister(api_client, GROUP, VERSION, PLURAL),
                                   on_change=self._changed, name="gpupolicies", timeout_seconds=t)
-        self.namespaces = Reflector(rest.lister(api_client, "/api/v1/namespaces"), on_change=self._changed,
-                                    name="namespaces", timeout_seconds=t)
+        self.namespaces = Reflector(rest.lister(api_client, "/api/v1/namespaces"),
+                                    on_change=self._checking("Namespace", NAMESPACE), name="namespaces",
+                                    timeout_seconds=t)
         self.rebuilds = 0  # views built since start (docs and tests: a heartbeat must not rebuild)
         # trimmed to what the view reads (kube/trim.py), so the Reflector tells of a Node only when its
         # name, labels, spec or allocatable changed, never of a kubelet's status heartbeat
-        self.nodes = (Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=self._changed,
+        self.nodes = (Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=self._checking("Node", NODE),
                                 transform=node_fields, name="nodes", timeout_seconds=t) if with_nodes else None)
         own = (self.policies, self.namespaces) + ((self.nodes,) if self.nodes is not None else ())
         self._reflectors: tuple[Reflector, ...] = own + tuple(feeds)
@@ -114,6 +125,39 @@ class WatchedView:
     def _changed(self, _event: str, _obj: dict[str, Any]) -> None:
         self._dirty = True
 
+    def _checking(self, kind: str, spec: Spec) -> Callable[[str, dict[str, Any]], None]:
+        """An on_change that checks each event's object against the shape the view reads: one that fails is
+        left out of the next view until an event brings a readable one (or deletes it)."""
+        unreadable = self._unreadable[kind]
+
+        def changed(event: str, obj: dict[str, Any]) -> None:
+            key = object_key(obj)
+            problem = "" if event == "DELETED" else check(obj, spec, kind.lower())
+            if problem:
+                unreadable.add(key)
+                self.ignored.left_out(kind, key, "malformed", problem)
+            else:
+                unreadable.discard(key)
+                self.ignored.taken(kind, key)
+            self._dirty = True
+
+        return changed
+
+    def _readable(self, kind: str, items: dict[str, dict[str, Any]]) -> Iterable[dict[str, Any]]:
+        bad = self._unreadable[kind]
+        return items.values() if not bad else (obj for key, obj in items.items() if key not in bad)
+
+    def _policies(self) -> tuple[list[dict[str, Any]], dict[str, tuple[str, str]]]:
+        """The GpuPolicies whose shape the view can read, and the problem of each of the others."""
+        readable, problems = [], {}
+        for key, obj in self.policies.snapshot().items():
+            problem = check(obj, POLICY, "gpupolicy")
+            if problem:
+                problems[key] = ("malformed", problem)
+            else:
+                readable.append(obj)
+        return readable, problems
+
     def current(self) -> ClusterView:
         if not self._dirty:
             return self._view
@@ -121,11 +165,12 @@ class WatchedView:
             if self._dirty:
                 self._dirty = False  # cleared first: an event during the rebuild marks it again
                 self.rebuilds += 1
-                nodes = self.nodes.snapshot().values() if self.nodes is not None else ()
+                nodes = self._readable("Node", self.nodes.snapshot()) if self.nodes is not None else ()
+                policies, problems = self._policies()
                 self._view, invalid = view_from_objects(
-                    self.policies.snapshot().values(), self.namespaces.snapshot().values(), nodes,
+                    policies, self._readable("Namespace", self.namespaces.snapshot()), nodes,
                     default_mode=self._default_mode, own_namespace=self._own_namespace,
                     metrics_configured=self._metrics_configured, route_cpu_pods=self._route_cpu_pods)
-                for name, error in invalid:
-                    log.warning("ignoring invalid GpuPolicy %s: %s", name, error)
+                self.ignored.only("GpuPolicy", {**problems,
+                                                **{name: ("invalid-policy", error) for name, error in invalid}})
             return self._view

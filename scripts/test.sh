@@ -2,6 +2,9 @@
 # The test command (README, .ci/run): install what the tests need, lint, run them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Everything below runs in the virtual environment .venv/ (scripts/venv.sh): Debian's python3 refuses pip outside one.
+bash scripts/venv.sh
+export VIRTUAL_ENV="$PWD/.venv" PATH="$PWD/.venv/bin:$PATH"
 bash scripts/install-test-deps.sh
 export PATH="$PWD/.tools/bin:$PATH"
 python3 -m ruff check .

@@ -12,6 +12,7 @@ kube-apiserver log response bodies, and stack traces do not belong there.
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 import orjson
@@ -28,6 +29,10 @@ DEFAULT_MAX_BODY = 3 * 1024 * 1024
 # connection is closed unread: a sender of gigabytes gets no answer.
 DRAIN_BYTES = 32 * 1024 * 1024
 _CHUNK = 256 * 1024
+# JSON strings and numbers, in order: outside strings, nothing else in JSON holds a digit or a quote
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|(-?[0-9]+)(\.[0-9]+)?([eE][+-]?[0-9]+)?')
+_LONG = re.compile(rb"[0-9]{19}")  # no integer literal with fewer digits leaves [-2^63, 2^64-1]
+_SMALLEST, _LARGEST = -(2**63), 2**64 - 1  # what orjson reads as an int (beyond: a float)
 
 
 class HttpError(Exception):
@@ -76,7 +81,7 @@ def _drain(stream: Any, limit: int) -> None:
         limit -= len(chunk)
 
 
-def decode_json(data: bytes) -> Any:
+def decode_json(data: bytes, exact: bool = False) -> Any:
     """A request body as JSON: HttpError 400 naming what is wrong and where. Bounded work.
 
     orjson's verdict is final, so whatever parses can be written back: it
@@ -86,11 +91,17 @@ def decode_json(data: bytes) -> Any:
     1,024 levels; integers beyond 64 bits become floats instead of 4,300-digit
     Python ints. The json module, whose recursion and integer limits raise
     RecursionError and ValueError, is not used for request bodies.
+
+    `exact`: an endpoint that answers with the object it was sent (/dry-run)
+    refuses such an integer instead (`wide_integer`), naming where it is: the
+    float would come back in place of what was sent (issue 37: 10^30 as
+    1e+30), and every integer of a Kubernetes object is an int32 or int64,
+    which the API server would refuse it as.
     """
     if not data.strip():
         raise HttpError(400, "empty request body: expected JSON")
     try:
-        return orjson.loads(data)
+        value = orjson.loads(data)
     except orjson.JSONDecodeError as exc:
         what = exc.msg
         if what.startswith("str is not valid UTF-8"):
@@ -98,6 +109,26 @@ def decode_json(data: bytes) -> Any:
         elif "surrogate" in what:
             what = f"{what} (a lone surrogate: \\ud800-\\udfff escapes come in pairs)"
         raise HttpError(400, f"malformed JSON: {what} at line {exc.lineno} column {exc.colno}") from None
+    if exact and (where := wide_integer(data)):
+        raise HttpError(400, f"{where} is beyond 64 bits (Kubernetes integers are int64)")
+    return value
+
+
+def wide_integer(data: bytes) -> str:
+    """`integer ... at line L column C` for the first integer literal of a JSON body (valid JSON) that
+    orjson reads as a float, "" when none. Bounded: a regular scan, only when some 19-digit run exists."""
+    if _LONG.search(data) is None:
+        return ""
+    for match in _TOKEN.finditer(data):
+        digits = match.group(1)
+        if digits is None or match.group(2) or match.group(3) or len(digits) < 19:
+            continue
+        if len(digits.lstrip(b"-")) > 20 or not _SMALLEST <= int(digits) <= _LARGEST:  # no leading zeros in JSON
+            at = match.start()
+            line, column = data.count(b"\n", 0, at) + 1, at - data.rfind(b"\n", 0, at)
+            shown = digits[:24].decode() + ("..." if len(digits) > 24 else "")
+            return f"integer {shown} at line {line} column {column}"
+    return ""
 
 
 def encode_json(value: Any) -> bytes:
@@ -114,9 +145,10 @@ def encode_json(value: Any) -> bytes:
                              "the request is nested too deeply") from None
 
 
-def read_json(max_bytes: int = DEFAULT_MAX_BODY) -> Any:
-    """The request body parsed as JSON; 400 on an empty or malformed body, 413 over the cap."""
-    return decode_json(read_body(max_bytes))
+def read_json(max_bytes: int = DEFAULT_MAX_BODY, exact: bool = False) -> Any:
+    """The request body parsed as JSON; 400 on an empty or malformed body, 413 over the cap (`exact`:
+    `decode_json`'s)."""
+    return decode_json(read_body(max_bytes), exact)
 
 
 def install_error_handlers(app: Flask) -> None:

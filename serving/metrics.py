@@ -10,7 +10,12 @@ the app's own registry.
 
 Rule for callers: create metrics after the fork (in the app factory) or make
 them labelled (children are created on first `.labels()`); an unlabelled
-metric created at import time in the master keeps per-process values.
+metric created at import time in the master keeps per-process values. A
+value read from the process's own state at scrape (a custom collector, a
+`Gauge.set_function`) has no multiprocess file: register such collectors in
+the `live` registry given to `instrument`, which `/metrics` appends as the
+answering worker sees it (a `set_function` gauge would be exposed from its
+never-written file: always 0).
 """
 
 from __future__ import annotations
@@ -69,8 +74,10 @@ def use_multiprocess_values() -> None:
 class RequestMetrics:
     """Requests by route and status, and their latency."""
 
-    def __init__(self, registry: CollectorRegistry, prefix: str = "kubeon") -> None:
+    def __init__(self, registry: CollectorRegistry, prefix: str = "kubeon",
+                 live: CollectorRegistry | None = None) -> None:
         self.registry = registry
+        self.live = live
         self.requests = Counter(
             f"{prefix}_http_requests_total", "HTTP requests by route and status code.",
             ["route", "status"], registry=registry)
@@ -92,20 +99,22 @@ class RequestMetrics:
 
     def exposition(self) -> bytes:
         TALLY.flush()  # this worker's counts; the others' are at most serving.tally.INTERVAL late
+        live = generate_latest(self.live) if self.live is not None else b""
         if multiprocess_enabled():
             registry = CollectorRegistry()
             multiprocess.MultiProcessCollector(registry)  # type: ignore[no-untyped-call]
-            return generate_latest(registry)
-        return generate_latest(self.registry)
+            return generate_latest(registry) + live
+        return generate_latest(self.registry) + live
 
 
 def instrument(app: Flask, *, prefix: str = "kubeon", registry: CollectorRegistry | None = None,
-               metrics_path: str = "/metrics") -> RequestMetrics:
-    """Count and time every request of `app` and serve `metrics_path`.
+               metrics_path: str = "/metrics", live: CollectorRegistry | None = None) -> RequestMetrics:
+    """Count and time every request of `app` and serve `metrics_path` (with `live`'s collectors, read from
+    the answering process at scrape: module doc).
 
     The route label is the URL rule (`/mutate`), never the raw path, so label
     values stay bounded; unmatched paths are labelled `<unmatched>`."""
-    metrics = RequestMetrics(registry or CollectorRegistry(), prefix)
+    metrics = RequestMetrics(registry or CollectorRegistry(), prefix, live)
 
     @app.before_request
     def _start() -> None:

@@ -1,7 +1,7 @@
 """kube-scheduler's filter, score and select steps for one profile, vectorised over nodes. No I/O.
 
-What a live extender competes with: the test stand-in (tests/kubeapi/scheduler.py)
-and `kubeon-gpu simulate --through-extender` both score with this module,
+What a live extender competes with: `kubeon-gpu simulate --through-extender` scores with this
+module (held against the real kube-scheduler by tests/packing/test_kubescheduler_model.py),
 from the profile in the chart's rendered KubeSchedulerConfiguration
 (`Profile.from_config`). Upstream: kubernetes v1.35 (pkg/scheduler), read
 for each rule below:

@@ -40,6 +40,7 @@ from gpupolicy.admission.shape import dry_run_body_error, pod_shape_error, templ
 from gpupolicy.admission.validation import check_policy, hub_edit_warning, kind_label_patch
 from gpupolicy.cluster import ClusterView
 from gpupolicy.model import GROUP, KIND
+from kube.ignored import IgnoredObjects
 from kube.views import ViewSource
 from serving.http import HttpError, decode_json, encode_json, install_error_handlers, json_error, read_json
 from serving.metrics import instrument
@@ -57,11 +58,16 @@ from webhook.review import (
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's own request limit is 3 MiB
-INTERNAL_WARNING = "kubeon-gpu: internal error, pod admitted unchanged"
+INTERNAL_WARNING = "kubeon-gpu: internal error"  # how every internal-error warning starts (`internal_warning`)
 TOO_DEEP = "the object is nested too deeply to evaluate"
 
 
 Decide = Callable[[Any, ClusterView, str], AdmissionResult]  # mutate_pod, validate_pod
+
+
+def internal_warning(kind: str) -> str:
+    """The warning of an answer the core could not decide: it names what was admitted (a Pod, a GpuPolicy)."""
+    return f"{INTERNAL_WARNING}, {kind or 'object'} admitted unchanged"
 
 
 class PodAnswer(NamedTuple):
@@ -103,18 +109,22 @@ def _json(body: Any) -> Response:
 
 
 def _read_json() -> Any:
-    """The request body as JSON (HttpError: 413 over the cap, 400 when malformed)."""
-    return read_json(MAX_BODY_BYTES)
+    """The request body as JSON (HttpError: 413 over the cap, 400 when malformed, or holding an integer
+    beyond 64 bits, which the answer could not echo as sent: serving.http.decode_json)."""
+    return read_json(MAX_BODY_BYTES, exact=True)
 
 
-def create_app(source: ViewSource, registry: CollectorRegistry | None = None) -> Flask:
+def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
+               ignored: IgnoredObjects | None = None) -> Flask:
     """Build the app around a view source; `registry` holds its metrics (a fresh one by default).
 
     serving.metrics counts and times requests and serves /metrics (summed over
-    gunicorn workers); WebhookMetrics adds decisions by policy/mode/action.
+    gunicorn workers); WebhookMetrics adds decisions by policy/mode/action;
+    `ignored` (the watched view's) counts the objects left out of the view.
     """
     app = Flask("kubeon-gpu-webhook")
     registry = registry or CollectorRegistry()
+    (ignored or IgnoredObjects()).export(registry)  # kubeon_gpu_objects_ignored_total{reason}
     install_error_handlers(app)
     request_metrics = instrument(app, prefix="kubeon_webhook", registry=registry)
     metrics = WebhookMetrics(registry)
@@ -141,7 +151,7 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None) ->
             except Exception:  # a core bug must not become a 500 that blocks admission
                 log.exception("%s failed for uid %s", path, review.uid)
                 metrics.errors.labels(path).inc()
-                return json_answer(200, response(review, warnings=[INTERNAL_WARNING]))
+                return json_answer(200, response(review, warnings=[internal_warning(review.kind)]))
 
         return route
 

@@ -109,16 +109,18 @@ def make_app_factory(args: argparse.Namespace, static: ClusterView) -> Any:
 
     def factory() -> Flask:
         source: ViewSource
+        ignored = None
         if should_watch(args):
             from kube.config import load_api_client
 
-            source = WatchedView(load_api_client(args.kubeconfig), default_mode=Mode(args.default_mode),
-                                 own_namespace=args.namespace, with_nodes=True,
-                                 metrics_configured=bool(args.prometheus_url),
-                                 route_cpu_pods=routes_cpu_pods(args)).start(freeze_after_sync=True)
+            watched = WatchedView(load_api_client(args.kubeconfig), default_mode=Mode(args.default_mode),
+                                  own_namespace=args.namespace, with_nodes=True,
+                                  metrics_configured=bool(args.prometheus_url),
+                                  route_cpu_pods=routes_cpu_pods(args)).start(freeze_after_sync=True)
+            source, ignored = watched, watched.ignored
         else:
             source = StaticView(static)
-        app = create_app(source)
+        app = create_app(source, ignored=ignored)
         try:
             from serving import probes
 

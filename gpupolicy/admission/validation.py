@@ -111,9 +111,14 @@ def hub_edit_warning(obj: Any, old: Any) -> list[str]:
     """
     if not isinstance(obj, Mapping) or not isinstance(old, Mapping):
         return []
-    labels = (old.get("metadata") or {}).get("labels") or {}
-    if labels.get(MANAGED_BY_LABEL) != MANAGED_BY_HUB or obj.get("spec") == old.get("spec"):
+    # the old object is whatever is stored (never checked here): read it as loosely as it may come
+    old_meta = old.get("metadata")
+    labels = old_meta.get("labels") if isinstance(old_meta, Mapping) else None
+    if not isinstance(labels, Mapping) or labels.get(MANAGED_BY_LABEL) != MANAGED_BY_HUB:
         return []
-    name = (obj.get("metadata") or {}).get("name", "")
+    if obj.get("spec") == old.get("spec"):
+        return []
+    meta = obj.get("metadata")
+    name = meta.get("name", "") if isinstance(meta, Mapping) else ""
     return [f"kubeon-gpu: GpuPolicy {name} is managed by the hub: this edit is overwritten on the next sync; "
             "change the policy in the hub instead"]

@@ -10,6 +10,14 @@ stays cordoned (`stuck`) for a person to look at.
 Every step's state lives in one node annotation (`gpu.kubeon.io/mig-relayout`)
 written in the same patch as the step's change, so a controller restarted at
 any moment reads where it was and carries on; nothing is kept in memory.
+
+The patch that changes `nvidia.com/mig.config` also sets
+`nvidia.com/mig.config.state=pending`, what the MIG manager itself writes when
+it starts on a new config: it notices the label some time later, and until
+then the state still describes the previous config (a `failed` one would read
+as this config failing, a `success` one as it applied). With `pending` written
+in the same patch, every `success` or `failed` read afterwards is the MIG
+manager's answer to this config.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from gpupolicy.catalog import MIG_CONFIG_LABEL, MIG_STATE_LABEL, PLUGIN_CONFIG_L
 
 CORDONED, LABELLED, ROLLBACK, STUCK = "cordoned", "labelled", "rollback", "stuck"
 DEFAULT_TIMEOUT_SECONDS = 900.0
+PENDING = "pending"  # the MIG manager's state while it applies a config
 
 
 @dataclass(frozen=True)
@@ -106,7 +115,8 @@ def advance(node: str, record: Record, labels: Mapping[str, str], allocatable: M
             return Step(_patch(record=None, unschedulable=uncordon), "aborted",
                         f"node {node}: a GPU pod arrived before the layout changed; left as {record.previous}")
         nxt = Record(**{**record.__dict__, "step": LABELLED, "since": now})
-        return Step(_patch({MIG_CONFIG_LABEL: record.target, PLUGIN_CONFIG_LABEL: None}, nxt), "labelled",
+        return Step(_patch({MIG_CONFIG_LABEL: record.target, MIG_STATE_LABEL: PENDING, PLUGIN_CONFIG_LABEL: None},
+                           nxt), "labelled",
                     f"node {node}: {MIG_CONFIG_LABEL}={record.target}, waiting for the MIG manager")
     if record.step == LABELLED:
         layout = product.mig_layout(record.target) if product else None
@@ -119,7 +129,7 @@ def advance(node: str, record: Record, labels: Mapping[str, str], allocatable: M
             why = ("the MIG manager reported failed" if state == "failed"
                    else f"no success after {waited:.0f}s (state {state or 'unset'})")
             nxt = Record(**{**record.__dict__, "step": ROLLBACK, "since": now, "failure": why})
-            return Step(_patch({MIG_CONFIG_LABEL: record.previous}, nxt), "rolling-back",
+            return Step(_patch({MIG_CONFIG_LABEL: record.previous, MIG_STATE_LABEL: PENDING}, nxt), "rolling-back",
                         f"node {node}: MIG {record.target} failed: {why}; restoring {record.previous}")
         return Step(message=f"node {node}: waiting for MIG {record.target} (state {state or 'unset'})")
     if record.step == ROLLBACK:

@@ -58,8 +58,8 @@ from gpupolicy.catalog import (
     normalise_product_label,
 )
 from gpupolicy.matching import pod_allowed_products as allowed_products
-from gpupolicy.packing.migslices import pick
-from gpupolicy.packing.nodemodel import MILLI, NodeSpec, NodeState, PodDemand
+from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU, pick
+from gpupolicy.packing.nodemodel import MAX_AMOUNT, MILLI, NodeSpec, NodeState, PodDemand
 from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity, shown
 
 DRAINING_KEY = "gpu.kubeon.io/draining"
@@ -72,10 +72,38 @@ GPU_COUNT_LABEL = "nvidia.com/gpu.count"
 FINISHED_PHASES = ("Succeeded", "Failed")
 
 Obj = Mapping[str, Any]
+MALFORMED = "malformed"  # a missing field, a value of the wrong type, not a quantity
+OUT_OF_RANGE = "out-of-range"  # a negative amount, more GPU rows than a node may have (nodemodel's bounds)
 
 
 class ObjectError(ValueError):
-    """A Node or Pod dict the model cannot use; the message names the field."""
+    """A Node or Pod dict the model cannot use; the message names the field, `reason` is MALFORMED or
+    OUT_OF_RANGE (what a watch-fed state counts when it leaves the object out)."""
+
+    def __init__(self, message: str, reason: str = MALFORMED) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+def saturated(amount: int) -> int:
+    """An amount read from an object, at most `nodemodel.MAX_AMOUNT`: a pod asking more fits nowhere
+    either way, and a node offering more offers more than any pod can ask (the one saturation rule)."""
+    return amount if amount <= MAX_AMOUNT else MAX_AMOUNT
+
+
+def _mapping(value: Any, field: str) -> Mapping[str, Any]:
+    """An optional object field ({} when absent); ObjectError naming it when it is not an object."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ObjectError(f"{field}: expected an object, got {shown(value)}")
+    return value
+
+
+def _label_count(labels: Mapping[str, Any], key: str) -> int | None:
+    """A label holding a count (ASCII digits only: `int` refuses other Unicode digits), else None."""
+    text = str(labels.get(key, ""))
+    return int(text) if text.isascii() and text.isdigit() and len(text) < 20 else None
 
 
 def _get(obj: Obj, *path: str) -> Any:
@@ -95,38 +123,53 @@ def _quantity(value: Any, field: str) -> Decimal:
 
 
 def _milli(value: Any, field: str) -> int:
-    return int(_quantity(value, field) * 1000)
+    return saturated(int(_quantity(value, field) * 1000))
 
 
 def _mib(value: Any, field: str) -> int:
     try:
-        return int(parse_bytes_mib(value))
+        return saturated(int(parse_bytes_mib(value)))
     except (QuantityError, ValueError, TypeError) as exc:
         raise ObjectError(f"{field}: not a memory quantity: {shown(value)}") from exc
 
 
 def _count(value: Any, field: str) -> int:
-    return int(_quantity(value, field))
+    return _whole(_quantity(value, field), field)
 
 
-def _container_requests(container: Obj, where: str) -> dict[str, Any]:
+def _whole(amount: Decimal, field: str) -> int:
+    """A device count: a whole number (the API server refuses a fraction of an extended resource, and
+    truncating one would misstate the object), saturated."""
+    if amount != amount.to_integral_value():
+        raise ObjectError(f"{field}: {amount} is not a whole number of devices")
+    return saturated(int(amount))
+
+
+def _container_requests(container: Any, where: str) -> dict[str, Any]:
     """Requests, with limits standing in for extended resources that only set limits."""
-    resources = container.get("resources") or {}
-    requests = dict(resources.get("requests") or {})
-    for name, value in (resources.get("limits") or {}).items():
+    resources = _mapping(_mapping(container, where).get("resources"), f"{where}.resources")
+    requests = dict(_mapping(resources.get("requests"), f"{where}.resources.requests"))
+    for name, value in _mapping(resources.get("limits"), f"{where}.resources.limits").items():
         if name not in requests and (name.startswith("nvidia.com/") or name in ("cpu", "memory")):
             requests[name] = value
     return requests
 
 
+def _containers(spec: Obj, field: str) -> list[Any]:
+    value = spec.get(field)
+    if value is not None and not isinstance(value, list):
+        raise ObjectError(f"spec.{field}: expected a list, got {shown(value)}")
+    return value or []
+
+
 def pod_requests(pod: Obj) -> dict[str, Decimal]:
     """Effective requests: sum over containers, at least the largest init container (per resource)."""
-    spec = pod.get("spec") or {}
+    spec = _mapping(pod.get("spec"), "spec")
     total: dict[str, Decimal] = {}
-    for i, c in enumerate(spec.get("containers") or []):
+    for i, c in enumerate(_containers(spec, "containers")):
         for name, value in _container_requests(c, f"spec.containers[{i}]").items():
             total[name] = total.get(name, Decimal(0)) + _quantity(value, f"spec.containers[{i}].resources.{name}")
-    for i, c in enumerate(spec.get("initContainers") or []):
+    for i, c in enumerate(_containers(spec, "initContainers")):
         for name, value in _container_requests(c, f"spec.initContainers[{i}]").items():
             q = _quantity(value, f"spec.initContainers[{i}].resources.{name}")
             total[name] = max(total.get(name, Decimal(0)), q)
@@ -156,18 +199,19 @@ def demand_from_pod(pod: Obj) -> PodDemand:
     """
     if not isinstance(pod, Mapping) or not isinstance(pod.get("spec"), Mapping):
         raise ObjectError("pod: missing spec")
+    meta = _mapping(pod.get("metadata"), "metadata")
     req = pod_requests(pod)
-    gpus = int(req.get(GPU_RESOURCE, 0))
-    mig = {name: int(v) for name, v in req.items() if name.startswith(MIG_RESOURCE_PREFIX) and v > 0}
-    annotations = _get(pod, "metadata", "annotations") or {}
+    gpus = _whole(req.get(GPU_RESOURCE, Decimal(0)), f"resources.{GPU_RESOURCE}")
+    mig = {name: _whole(v, f"resources.{name}") for name, v in req.items()
+           if name.startswith(MIG_RESOURCE_PREFIX) and v > 0}
+    annotations = _mapping(meta.get("annotations"), "metadata.annotations")
     gpu_mem = annotations.get(GPU_MEMORY_ANNOTATION)
-    shared = int(req.get(SHARED_GPU_RESOURCE, 0))
+    shared = _whole(req.get(SHARED_GPU_RESOURCE, Decimal(0)), f"resources.{SHARED_GPU_RESOURCE}")
     share = _explicit_share(annotations) if shared == 1 and not gpus else 0
-    meta = pod.get("metadata") or {}
     try:
         return PodDemand(
-            cpu_milli=int(req.get("cpu", Decimal(0)) * 1000),
-            memory_mib=int(req.get("memory", Decimal(0)) / (1024 * 1024)),
+            cpu_milli=saturated(int(req.get("cpu", Decimal(0)) * 1000)),
+            memory_mib=saturated(int(req.get("memory", Decimal(0)) / (1024 * 1024))),
             num_gpu=gpus or (1 if share else 0),
             gpu_milli=MILLI if gpus else share,
             allowed_models=allowed_products(pod),
@@ -176,8 +220,8 @@ def demand_from_pod(pod: Obj) -> PodDemand:
             gpu_memory_mib=_mib(gpu_mem, f"metadata.annotations.{GPU_MEMORY_ANNOTATION}") if gpu_mem else 0,
             name=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
         )
-    except ValueError as exc:
-        raise ObjectError(f"pod: {exc}") from exc
+    except ValueError as exc:  # a negative request (PodDemand's bounds)
+        raise ObjectError(f"pod: {exc}", OUT_OF_RANGE) from exc
 
 
 def share_milli(demand: PodDemand, gpu_memory_mib: int, replicas: int) -> int:
@@ -232,7 +276,8 @@ def _cluster_share_basis(state: NodeState) -> tuple[int, int]:
 
 def gpu_indices_from_pod(pod: Obj) -> tuple[int, ...]:
     """GPU indices recorded on a bound pod (`gpu.kubeon.io/gpu-index`); () when absent or unreadable."""
-    text = (_get(pod, "metadata", "annotations") or {}).get(GPU_INDEX_ANNOTATION)
+    annotations = _get(pod, "metadata", "annotations")
+    text = annotations.get(GPU_INDEX_ANNOTATION) if isinstance(annotations, Mapping) else None
     if not text:
         return ()
     try:
@@ -251,40 +296,42 @@ def node_spec(node: Obj, catalog: Catalog = DEFAULT_CATALOG) -> NodeSpec:
     (`mig_rows`): its GPUs are rows cut by its MIG layout.
     """
     name = _get(node, "metadata", "name")
-    if not name:
+    if not name or not isinstance(name, str):
         raise ObjectError("node: missing metadata.name")
-    alloc = _get(node, "status", "allocatable") or {}
-    labels = _get(node, "metadata", "labels") or {}
+    alloc = _mapping(_get(node, "status", "allocatable"), "status.allocatable")
+    labels = _mapping(_get(node, "metadata", "labels"), "metadata.labels")
     mig = {k: _count(v, f"status.allocatable.{k}") for k, v in alloc.items() if k.startswith(MIG_RESOURCE_PREFIX)}
-    gpu_mem = labels.get(GPU_MEMORY_LABEL)
     whole = _count(alloc.get(GPU_RESOURCE, 0), f"status.allocatable.{GPU_RESOURCE}")
     shared = _count(alloc.get(SHARED_GPU_RESOURCE, 0), f"status.allocatable.{SHARED_GPU_RESOURCE}")
     mig = {k: v for k, v in mig.items() if v > 0}
     gpus = whole
     per_gpu: dict[str, int] = {}
-    memory = int(gpu_mem) if gpu_mem and str(gpu_mem).isdigit() else 0
+    memory = saturated(_label_count(labels, GPU_MEMORY_LABEL) or 0)
     if not whole and shared:
-        count, replicas = str(labels.get(GPU_COUNT_LABEL, "")), str(labels.get(GPU_REPLICAS_LABEL, ""))
-        if count.isdigit():
-            gpus = int(count)
-        elif replicas.isdigit() and int(replicas) > 0:
-            gpus = shared // int(replicas)
+        count, replicas = _label_count(labels, GPU_COUNT_LABEL), _label_count(labels, GPU_REPLICAS_LABEL)
+        if count is not None:
+            gpus = count
+        elif replicas:
+            gpus = shared // replicas
     elif not whole and mig:
         product = catalog.product(str(labels.get(PRODUCT_LABEL, "")))
         per_gpu, gpus = mig_rows(labels, mig, catalog)
         memory = memory or (product.memory_mib if product is not None else 0)
-    return NodeSpec(
-        name=str(name),
-        cpu_milli=_milli(alloc.get("cpu", 0), "status.allocatable.cpu"),
-        memory_mib=_mib(alloc.get("memory", 0), "status.allocatable.memory"),
-        gpu_count=gpus,
-        model=normalise_product_label(labels.get(PRODUCT_LABEL, "")),
-        gpu_memory_mib=memory,
-        mig=mig,
-        shared=shared,
-        exclusive=bool(whole) or not (shared or mig),
-        mig_per_gpu=per_gpu,
-    )
+    try:
+        return NodeSpec(
+            name=name,
+            cpu_milli=_milli(alloc.get("cpu", 0), "status.allocatable.cpu"),
+            memory_mib=_mib(alloc.get("memory", 0), "status.allocatable.memory"),
+            gpu_count=gpus,
+            model=normalise_product_label(str(labels.get(PRODUCT_LABEL, ""))),
+            gpu_memory_mib=memory,
+            mig=mig,
+            shared=shared,
+            exclusive=bool(whole) or not (shared or mig),
+            mig_per_gpu=per_gpu,
+        )
+    except ValueError as exc:  # negative allocatable, more GPU rows than a node may have (NodeSpec's bounds)
+        raise ObjectError(str(exc), OUT_OF_RANGE) from exc
 
 
 def mig_rows(labels: Mapping[str, Any], mig: Mapping[str, int], catalog: Catalog = DEFAULT_CATALOG
@@ -298,8 +345,7 @@ def mig_rows(labels: Mapping[str, Any], mig: Mapping[str, int], catalog: Catalog
     the advertised devices spread evenly over the GPUs. ({}, 0) when the GPU count is
     unknown either way: MIG devices by count only.
     """
-    text = str(labels.get(GPU_COUNT_LABEL, ""))
-    count = int(text) if text.isdigit() else 0
+    count = _label_count(labels, GPU_COUNT_LABEL) or 0
     product = catalog.product(str(labels.get(PRODUCT_LABEL, "")))
     layout = mig_layout_per_gpu(product, str(labels.get(MIG_CONFIG_LABEL, "")))
     if layout is not None and set(mig) <= set(layout):
@@ -308,17 +354,22 @@ def mig_rows(labels: Mapping[str, Any], mig: Mapping[str, int], catalog: Catalog
             return layout, count or need
     if count <= 0:
         return {}, 0
-    return {r: -(-c // count) for r, c in mig.items()}, count
+    spread = {r: -(-c // count) for r, c in mig.items()}
+    if max(spread.values(), default=0) > MAX_DEVICES_PER_GPU:  # more devices than GPUs can be cut into: by count only
+        return {}, 0
+    return spread, count
 
 
 def node_schedulable(node: Obj) -> bool:
     """False when cordoned or marked for consolidation (label or taint gpu.kubeon.io/draining)."""
     if _get(node, "spec", "unschedulable"):
         return False
-    labels = _get(node, "metadata", "labels") or {}
+    labels = _mapping(_get(node, "metadata", "labels"), "metadata.labels")
     if str(labels.get(DRAINING_KEY, "")).lower() in ("true", "1", "yes"):
         return False
-    return not any((t or {}).get("key") == DRAINING_KEY for t in _get(node, "spec", "taints") or [])
+    taints = _get(node, "spec", "taints")
+    return not any(isinstance(t, Mapping) and t.get("key") == DRAINING_KEY
+                   for t in (taints if isinstance(taints, list) else []))
 
 
 def occupy(state: NodeState, node: int, demand: PodDemand, gpu_indices: tuple[int, ...] = ()) -> None:
@@ -374,24 +425,44 @@ def _hold_mig(state: NodeState, node: int, devices: list[int], recorded: tuple[i
             held = state.mig_held[node].copy()
 
 
-def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj]) -> NodeState:
+def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj],
+                          unreadable: dict[str, str] | None = None) -> NodeState:
     """A NodeState from Node dicts and the Pod dicts bound to them (others are ignored). Pure.
 
     Pods with recorded GPU indices are counted first, so pods without them
-    fill around what is known.
+    fill around what is known. One object the model cannot read never stops
+    the rest (issue 37): such a node is left out with its pods, and the node
+    of such a pod is unschedulable (nothing is planned onto a node whose load
+    is not known). Each is named in `unreadable` (`Node/name`, `Pod/ns/name`
+    -> the problem) when the caller passes a dict.
     """
-    node_list = list(nodes)
-    state = NodeState.build(node_spec(n) for n in node_list)
-    for i, n in enumerate(node_list):
-        state.schedulable[i] = node_schedulable(n)
+    unreadable = {} if unreadable is None else unreadable
+    specs: list[NodeSpec] = []
+    schedulable: list[bool] = []
+    for n in nodes:
+        try:
+            spec, ok = node_spec(n), node_schedulable(n)
+        except ObjectError as exc:
+            unreadable[f"Node/{_get(n, 'metadata', 'name')}"] = str(exc)
+            continue
+        specs.append(spec)
+        schedulable.append(ok)
+    state = NodeState.build(specs)
+    state.schedulable[:] = schedulable
     bound = []
     for pod in pods:
         node_name = _get(pod, "spec", "nodeName")
-        if not node_name or node_name not in state.index:
+        if not isinstance(node_name, str) or node_name not in state.index:
             continue
         if _get(pod, "status", "phase") in FINISHED_PHASES:
             continue
-        bound.append((state.index[node_name], demand_from_pod(pod), gpu_indices_from_pod(pod)))
+        try:
+            demand = demand_from_pod(pod)
+        except ObjectError as exc:
+            unreadable[f"Pod/{_get(pod, 'metadata', 'namespace')}/{_get(pod, 'metadata', 'name')}"] = str(exc)
+            state.schedulable[state.index[node_name]] = False
+            continue
+        bound.append((state.index[node_name], demand, gpu_indices_from_pod(pod)))
     for index, demand, gpus in sorted(bound, key=lambda b: not b[2]):
         occupy(state, index, demand, gpus)
     return state

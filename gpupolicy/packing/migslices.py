@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     from gpupolicy.packing.nodemodel import NodeState, PodDemand
 
 MILLI = 1000
+MAX_DEVICES_PER_GPU = 7  # a GPU has 7 compute slices: no MIG layout cuts it into more devices
 IntArray = npt.NDArray[np.int64]
 
 
@@ -61,11 +62,14 @@ def free_milli(used: IntArray | int, layout: IntArray | int) -> IntArray:
 
 def device_list(state: NodeState, mig: Mapping[str, int]) -> list[int]:
     """The state's resource index of every MIG device a demand asks for, in resource order;
-    resources the state does not know are left out (they fit nowhere)."""
+    resources the state does not know are left out (they fit nowhere). A count above what the widest
+    node's GPU rows can hold is cut to one more than that: it still fits nowhere, and the lists built
+    from it stay short (a pod asking a billion devices)."""
+    most = state.gpu_free.shape[1] * MAX_DEVICES_PER_GPU + 1
     out: list[int] = []
     for resource in sorted(mig):
         if resource in state.mig_resources:
-            out += [state.mig_resources.index(resource)] * int(mig[resource])
+            out += [state.mig_resources.index(resource)] * min(int(mig[resource]), most)
     return out
 
 

@@ -35,10 +35,16 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupolicy.packing import migslices
-from gpupolicy.packing.migslices import device_list, free_milli, resource_slices
+from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU, device_list, free_milli, resource_slices
 
 MILLI = migslices.MILLI  # milli-GPU in one whole GPU
-  # milli-GPU in one whole GPU
+# The largest amount the model holds: CPU milli, memory MiB, GPU, device and replica counts (2^32: four
+# million cores, four pebibytes). Readers of API objects saturate a larger amount at it (kubemodel.saturated:
+# a pod asking more fits nowhere, the truth), so the model's int64 arrays never overflow, whatever is summed.
+MAX_AMOUNT = 2**32
+# The most GPU rows one node may have (16 GPUs cut into 7 MIG devices each under the single strategy is
+# 112): the row width of every node's arrays is the widest node's, so a node claiming more is refused.
+MAX_GPUS_PER_NODE = 128
 _next_version = [1]  # row versions, unique across every NodeState of the process
 
 
@@ -76,12 +82,22 @@ class PodDemand:
     name: str = ""
 
     def __post_init__(self) -> None:
-        if self.num_gpu < 0 or self.gpu_milli < 0 or self.cpu_milli < 0 or self.memory_mib < 0:
+        amounts = (self.num_gpu, self.gpu_milli, self.cpu_milli, self.memory_mib, self.shared, self.gpu_memory_mib,
+                   *self.mig.values())
+        if min(amounts) < 0:
             raise ValueError(f"negative demand in pod {self.name!r}")
+        if max(amounts) > MAX_AMOUNT:
+            raise ValueError(f"pod {self.name!r}: a demand above {MAX_AMOUNT} (readers saturate at it)")
         if self.gpu_milli > MILLI:
             raise ValueError(f"gpu_milli {self.gpu_milli} > {MILLI} in pod {self.name!r}")
         if self.num_gpu > 1 and 0 < self.gpu_milli < MILLI:
             raise ValueError(f"pod {self.name!r}: a sharing pod (gpu_milli < 1000) takes one GPU")
+
+    @property
+    def saturated(self) -> bool:
+        """Some amount is at the model's bound: the pod asked for more than any node has (it fits nowhere)."""
+        return max(self.cpu_milli, self.memory_mib, self.num_gpu, self.shared, self.gpu_memory_mib,
+                   *self.mig.values()) >= MAX_AMOUNT
 
     @property
     def gpu_total_milli(self) -> int:
@@ -113,6 +129,16 @@ class NodeSpec:
     # MIG devices of each resource on one GPU (the node's MIG layout, every GPU alike): with `gpu_count`,
     # the GPUs are rows MIG devices are placed on (migslices.py); empty: MIG devices by count only
     mig_per_gpu: Mapping[str, int] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        amounts = (self.cpu_milli, self.memory_mib, self.gpu_count, self.gpu_memory_mib, self.shared,
+                   *self.mig.values(), *self.mig_per_gpu.values())
+        if min(amounts) < 0 or max(amounts) > MAX_AMOUNT:
+            raise ValueError(f"node {self.name}: an amount below 0 or above {MAX_AMOUNT}")
+        if self.gpu_count > MAX_GPUS_PER_NODE:
+            raise ValueError(f"node {self.name}: {self.gpu_count} GPUs, more than {MAX_GPUS_PER_NODE}")
+        if max(self.mig_per_gpu.values(), default=0) > MAX_DEVICES_PER_GPU:
+            raise ValueError(f"node {self.name}: more than {MAX_DEVICES_PER_GPU} MIG devices on one GPU")
 
 
 class NodeState:

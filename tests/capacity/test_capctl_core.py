@@ -1,7 +1,9 @@
 """The controller side's pure parts: the drain steps, the NodePool/NodeClaim shapes, shared-GPU demand, modes.
 
-Real: the functions themselves and Karpenter's own CRD schemas (vendor/crds), made strict so an unknown
-field fails. Nothing is faked.
+Real: the functions themselves, and for the NodePool and NodeClaim bodies a real kube-apiserver with
+Karpenter v1.9.0's own CRDs (tests/cluster, `karpenter=True`): a server-side dry-run create with strict
+field validation, so an unknown field is refused (400) where a plain create would silently prune it, and
+the CRDs' schema and CEL rules answer 422. Nothing is faked.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kubernetes.client.rest import ApiException
 
 from controller.capacity_usage import covered, node_usage_query
 from gpupolicy.capacity import drain
@@ -19,7 +22,8 @@ from gpupolicy.capacity.instances import load_instances
 from gpupolicy.capacity.nodepool import allowed_types, claim_name, desired_nodeclaim, desired_nodepool
 from gpupolicy.model import CapacitySpec, Mode, PolicyKind, parse_policy
 from gpupolicy.modes import disruption_mode, handling
-from tests.kubeapi.karpenter import check_against_crd
+from kube.karpenter import contains
+from tests.cluster.cluster import Cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CATALOG = ROOT / "gpupolicy" / "capacity" / "data" / "aws-gpu-instances.csv"
@@ -29,14 +33,32 @@ SPEC = CapacitySpec.model_validate({
     "consolidation": {"underusedBelowPercent": 10, "for": "2h", "maxDisruptedNodes": 1}})
 
 
+# Karpenter's CRDs on a real API server (the cluster starts only for the tests that ask for it).
+CLUSTER = {"karpenter": True, "gpu_operator": False}
+
+
+def karpenter_accepts(cluster: Cluster, obj: dict[str, Any], plural: str) -> dict[str, Any]:
+    """The object as the API server would store it: a dry-run create with strict field validation, so a
+    field Karpenter's CRD does not have fails (400) instead of being pruned; schema and CEL errors are 422."""
+    return dict(cluster.custom.create_cluster_custom_object("karpenter.sh", "v1", plural, obj, dry_run="All",
+                                                            field_validation="Strict"))
+
+
+def refusal(cluster: Cluster, obj: dict[str, Any], plural: str) -> tuple[int, str]:
+    with pytest.raises(ApiException) as refused:
+        karpenter_accepts(cluster, obj, plural)
+    return refused.value.status, str(refused.value.body)
+
+
 def products() -> dict[str, str]:
     return {t.name: t.model for t in load_instances(CATALOG)}
 
 
 # -- NodePool and NodeClaim ------------------------------------------------------------------
-def test_the_nodepool_is_the_declared_shape_and_valid_for_karpenter() -> None:
+def test_the_nodepool_is_the_declared_shape_and_valid_for_karpenter(kube_cluster: Cluster) -> None:
     pool = desired_nodepool("p", SPEC, products())
-    check_against_crd(pool, "nodepools")
+    stored = karpenter_accepts(kube_cluster, pool, "nodepools")
+    assert contains(stored, pool)  # every field we sent stored as sent (defaults such as expireAfter added)
     template = pool["spec"]["template"]["spec"]
     assert template["requirements"][0]["values"] == ["g5.12xlarge", "g5.xlarge", "g6.xlarge", "p4de.24xlarge"]
     assert template["taints"] == [{"key": "nvidia.com/gpu", "effect": "NoSchedule"}]
@@ -46,17 +68,17 @@ def test_the_nodepool_is_the_declared_shape_and_valid_for_karpenter() -> None:
     assert "limits" not in desired_nodepool("p", SPEC.model_copy(update={"max_gpus": None}), products())["spec"]
 
 
-def test_the_crd_check_refuses_what_karpenter_would_prune_or_refuse() -> None:
-    import jsonschema
-
+def test_karpenters_crds_on_the_api_server_refuse_an_unknown_field_and_a_bad_budget(kube_cluster: Cluster) -> None:
+    """What the check above stands on: a field the NodePool does not have is refused, not pruned (strict
+    field validation), and a budget that is not a count or a percentage fails the CRD's pattern."""
     pool = desired_nodepool("p", SPEC, products())
     pool["spec"]["template"]["spec"]["gpuTaints"] = []  # not a NodePool field
-    with pytest.raises(jsonschema.ValidationError, match="gpuTaints"):
-        check_against_crd(pool, "nodepools")
+    status, body = refusal(kube_cluster, pool, "nodepools")
+    assert status == 400 and 'unknown field \\"spec.template.spec.gpuTaints\\"' in body, body
     pool = desired_nodepool("p", SPEC, products())
     pool["spec"]["disruption"]["budgets"] = [{"nodes": "ten"}]
-    with pytest.raises(jsonschema.ValidationError, match="does not match"):
-        check_against_crd(pool, "nodepools")
+    status, body = refusal(kube_cluster, pool, "nodepools")
+    assert status == 422 and "spec.disruption.budgets[0].nodes" in body and "should match" in body, body
 
 
 def test_no_gpu_model_of_the_catalog_is_a_clear_error() -> None:
@@ -66,14 +88,15 @@ def test_no_gpu_model_of_the_catalog_is_a_clear_error() -> None:
         desired_nodepool("p", spec, products())
 
 
-def test_a_nodeclaim_is_valid_named_stably_and_boots_the_layout() -> None:
+def test_a_nodeclaim_is_valid_named_stably_and_boots_the_layout(kube_cluster: Cluster) -> None:
     pods = [f"ml/p{i}" for i in range(30)]
     name = claim_name("gpu", "p4de.24xlarge", pods, 0)
     assert name == claim_name("gpu", "p4de.24xlarge", list(reversed(pods)), 0) != claim_name("gpu", "p4de.24xlarge",
                                                                                              pods, 1)
     claim = desired_nodeclaim(name, "p", SPEC, "p4de.24xlarge", boot_labels("nvidia.com/mig-1g.10gb", "all-1g.10gb"),
                               pods)
-    check_against_crd(claim, "nodeclaims")
+    stored = karpenter_accepts(kube_cluster, claim, "nodeclaims")
+    assert contains(stored, claim)  # every field we sent stored as sent
     assert claim["metadata"]["labels"]["nvidia.com/mig.config"] == "all-1g.10gb"
     assert claim["metadata"]["labels"]["karpenter.sh/nodepool"] == "gpu"
     assert claim["metadata"]["annotations"]["gpu.kubeon.io/launched-for"].endswith(",+10")

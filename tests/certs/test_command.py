@@ -1,33 +1,40 @@
 """`kubeon-gpu certs` through the real CLI dispatcher (cli.main.main).
 
 Real: argument parsing, certificate generation, the kubernetes client's
-AdmissionregistrationV1Api over HTTP on loopback, and the wire-level test API
-server (tests/kubeapi) storing the webhook configurations and JSON-patching them,
-a failed resourceVersion `test` answered 422 as kube-apiserver answers it. Its
-`hooks.race_reads` makes another writer come first after a read, to force conflicts.
+AdmissionregistrationV1Api, and kube-apiserver v1.35 (tests/cluster) storing the webhook
+configurations and applying the CLI's JSON patch, a failed resourceVersion `test` op answered 422
+by the real server. The conflicts are real too: a proxy in front of the API server
+(tests/certs/apiproxy.py) lets another writer change the configuration right after the CLI has
+read it, so the CLI's patch meets a newer resourceVersion.
 """
 
 from __future__ import annotations
 
 import base64
+import copy
 import json
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
-import requests
+import yaml
+from kubernetes import client
 
 from cli.main import main
-from tests.kubeapi import ApiServer
+from tests.certs.apiproxy import ApiProxy
+from tests.cluster.cluster import Cluster
+from tests.loopback import free_port
 
-MWC = "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations/kubeon-gpu-optimizer"
-VWC = "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations/kubeon-gpu-optimizer"
+CLUSTER = {"gpu_operator": False}
+GROUP = "/apis/admissionregistration.k8s.io/v1"
 
 
-def webhook_config(kind: str, hooks: list[str]) -> dict:
+def webhook_config(kind: str, name: str, hooks: list[str]) -> dict[str, Any]:
     return {
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-        "metadata": {"name": "kubeon-gpu-optimizer"},
+        "metadata": {"name": name},
         "webhooks": [{
             "name": h, "admissionReviewVersions": ["v1"], "sideEffects": "None",
             "clientConfig": {"service": {"name": "kubeon-gpu-optimizer-webhook", "namespace": "kubeon-gpu",
@@ -36,26 +43,23 @@ def webhook_config(kind: str, hooks: list[str]) -> dict:
     }
 
 
-def stored(server: ApiServer, path: str) -> dict:
-    """The configuration at `path` as the server stores it (read in-process: a GET would count as a read)."""
-    plural, name = path.split("/")[-2:]
-    res = server.catalog.lookup("admissionregistration.k8s.io", "v1", plural)
-    assert res is not None
-    obj = server.store.get(res.key, "", name)
-    assert obj is not None, path
-    return obj
+def stored(cluster: Cluster, kind: str, name: str) -> dict[str, Any]:
+    """The configuration as kube-apiserver stores it (read with the admin client, not through the proxy)."""
+    api = client.AdmissionregistrationV1Api(cluster.api_client)
+    read = (api.read_mutating_webhook_configuration if kind == "MutatingWebhookConfiguration"
+            else api.read_validating_webhook_configuration)
+    return dict(json.loads(read(name, _preload_content=False).data))
 
 
 @pytest.fixture
-def server() -> Iterator[ApiServer]:
-    with ApiServer.start() as api:
-        for path, config in [
-            (MWC, webhook_config("MutatingWebhookConfiguration", ["a.gpu.kubeon.io", "b.gpu.kubeon.io"])),
-            (VWC, webhook_config("ValidatingWebhookConfiguration", ["v.gpu.kubeon.io"])),
-        ]:
-            created = requests.post(api.url + path.rsplit("/", 1)[0], json=config, timeout=10)
-            assert created.status_code == 201, created.text
-        yield api
+def configs(kube_cluster: Cluster) -> Iterator[str]:
+    """A Mutating (2 webhooks) and a Validating (1) configuration, both named after this test."""
+    name = f"kubeon-gpu-optimizer-{uuid.uuid4().hex[:6]}"
+    kube_cluster.create(webhook_config("MutatingWebhookConfiguration", name, ["a.gpu.kubeon.io", "b.gpu.kubeon.io"]))
+    kube_cluster.create(webhook_config("ValidatingWebhookConfiguration", name, ["v.gpu.kubeon.io"]))
+    yield name
+    kube_cluster.kubectl("delete", "mutatingwebhookconfiguration,validatingwebhookconfiguration", name,
+                         "--ignore-not-found")
 
 
 @pytest.fixture
@@ -77,21 +81,67 @@ def test_generate_writes_the_four_files(ca_dir: Path) -> None:
 
 
 def test_patch_cabundle_sets_every_webhook_and_retries_conflicts(
-    server: ApiServer, ca_dir: Path, capsys: pytest.CaptureFixture[str]
+    kube_cluster: Cluster, configs: str, ca_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    server.hooks.race_reads(2)  # the first two read-then-patch rounds lose the race
-    rc = main(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--mutating",
-               "kubeon-gpu-optimizer", "--validating", "kubeon-gpu-optimizer", "--kubeconfig", server.kubeconfig])
+    mutating = f"{GROUP}/mutatingwebhookconfigurations/{configs}"
+    races = [2]
+
+    def another_writer_first(method: str, path: str) -> None:
+        """The first two reads of the configuration lose the race: someone writes it right after."""
+        if method == "GET" and path == mutating and races[0] > 0:
+            races[0] -= 1
+            kube_cluster.kubectl("annotate", "--overwrite", "mutatingwebhookconfiguration", configs,
+                                 f"other-writer=round-{races[0]}")
+
+    proxy = ApiProxy(kube_cluster, another_writer_first)
+    try:
+        rc = main(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--mutating", configs,
+                   "--validating", configs, "--kubeconfig", str(proxy.kubeconfig(tmp_path / "kubeconfig"))])
+    finally:
+        proxy.close()
     assert rc == 0, capsys.readouterr().err
     expected = base64.b64encode((ca_dir / "ca.crt").read_bytes()).decode()
-    for path, count in [(MWC, 2), (VWC, 1)]:
-        hooks = stored(server, path)["webhooks"]
+    for kind, count in [("MutatingWebhookConfiguration", 2), ("ValidatingWebhookConfiguration", 1)]:
+        hooks = stored(kube_cluster, kind, configs)["webhooks"]
         assert [h["clientConfig"]["caBundle"] for h in hooks] == [expected] * count
         assert hooks[0]["clientConfig"]["service"]["path"] == "/mutate", "other fields are kept"
-    # two conflicts, then one PATCH per configuration
-    assert len([w for w in server.writes if w[0] in ("PUT", "PATCH") and w[1] in (MWC, VWC)]) == 4
+    # two patches refused by the real server's resourceVersion test (422), then one PATCH per configuration
+    patches = [(path.rsplit("/", 2)[-2], status) for method, path, status in proxy.seen if method == "PATCH"]
+    assert patches == [("mutatingwebhookconfigurations", 422), ("mutatingwebhookconfigurations", 422),
+                       ("mutatingwebhookconfigurations", 200), ("validatingwebhookconfigurations", 200)], patches
     assert "patched caBundle into 2 webhook(s)" in capsys.readouterr().out
-    json.dumps([stored(server, MWC), stored(server, VWC)])  # stored objects are plain JSON
+
+
+def test_patch_changes_nothing_but_the_ca_bundle(kube_cluster: Cluster, ca_dir: Path) -> None:
+    """Only the caBundle paths travel: every other field kube-apiserver holds (annotations,
+    selectors, matchConditions, timeouts) is exactly as before."""
+    name = f"kubeon-gpu-optimizer-{uuid.uuid4().hex[:6]}"
+    body = webhook_config("MutatingWebhookConfiguration", name, ["pods.gpu.kubeon.io"])
+    body["metadata"]["annotations"] = {"keep": "me"}
+    body["webhooks"][0].update({
+        "clientConfig": {"url": "https://127.0.0.1:1/mutate"}, "timeoutSeconds": 7, "reinvocationPolicy": "IfNeeded",
+        "namespaceSelector": {"matchExpressions": [{"key": "team", "operator": "In", "values": ["ml"]}]},
+        "matchConditions": [{"name": "gpu-only", "expression": "has(object.spec)"}]})
+    kube_cluster.create(body)
+    try:
+        before = stored(kube_cluster, "MutatingWebhookConfiguration", name)
+        assert main(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"),
+                     "--mutating", name, "--kubeconfig", str(kube_cluster.kubeconfig)]) == 0
+        after = stored(kube_cluster, "MutatingWebhookConfiguration", name)
+    finally:
+        kube_cluster.kubectl("delete", "mutatingwebhookconfiguration", name)
+    hook = after["webhooks"][0]
+    assert base64.b64decode(hook["clientConfig"].pop("caBundle")) == (ca_dir / "ca.crt").read_bytes()
+    assert after["webhooks"] == before["webhooks"]
+    assert after["metadata"]["annotations"] == {"keep": "me"}
+    assert _metadata_without_versions(after) == _metadata_without_versions(before)
+
+
+def _metadata_without_versions(obj: dict[str, Any]) -> dict[str, Any]:
+    meta = copy.deepcopy(obj["metadata"])
+    for key in ("resourceVersion", "generation", "managedFields"):
+        meta.pop(key, None)
+    return meta
 
 
 @pytest.mark.parametrize(
@@ -133,17 +183,22 @@ def test_errors_are_one_line_exit_2(
 
 
 def test_patch_names_a_missing_configuration(
-    server: ApiServer, ca_dir: Path, capsys: pytest.CaptureFixture[str]
+    kube_cluster: Cluster, ca_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     err = run_err(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--mutating", "other",
-                   "--kubeconfig", server.kubeconfig], capsys)
+                   "--kubeconfig", str(kube_cluster.kubeconfig)], capsys)
     assert "MutatingWebhookConfiguration other not found" in err
 
 
 def test_patch_names_an_unreachable_server(ca_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A kubeconfig whose server is a closed port on 127.0.0.1 (an API server that has gone away)."""
     kubeconfig = tmp_path / "kc"
-    with ApiServer.start() as gone:
-        kubeconfig.write_text(Path(gone.kubeconfig).read_text())  # the server stops: its port is closed
+    kubeconfig.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gone",
+        "clusters": [{"name": "gone", "cluster": {"server": f"https://127.0.0.1:{free_port()}",
+                                                  "insecure-skip-tls-verify": True}}],
+        "users": [{"name": "gone", "user": {"token": "t"}}],
+        "contexts": [{"name": "gone", "context": {"cluster": "gone", "user": "gone"}}]}))
     err = run_err(["certs", "patch-cabundle", "--ca-file", str(ca_dir / "ca.crt"), "--validating", "v",
                    "--kubeconfig", str(kubeconfig)], capsys)
     assert "ValidatingWebhookConfiguration v" in err

@@ -30,6 +30,28 @@ class Run:
         return [line for line in self.err.splitlines() if line.startswith(PROG + "note:")]
 
 
+WITHOUT_METRICS = ("needs GPU metrics and no --prometheus-url is configured; --metrics (or --prometheus-url URL) "
+                   "evaluates it as an install with prometheus.url set")
+# The example policies a dry-run without --metrics enforces below the mode they request, as each entry says.
+LOWERED = {
+    "share-inference": {"policy": "share-inference", "requested": "Automatic", "enforced": "Recommend",
+                        "reason": f"sharing {WITHOUT_METRICS}"},
+    "share-batch": {"policy": "share-batch", "requested": "Approve", "enforced": "Recommend",
+                    "reason": f"sharing {WITHOUT_METRICS}"},
+}
+
+
+def with_lowered(answers: list[dict]) -> list[dict]:
+    """The core's answers for the example policies, each with the policies of its decisions that a dry-run
+    without --metrics enforces below their mode (LOWERED), as `kubeon-gpu dry-run` writes them."""
+    for answer in answers:
+        names = dict.fromkeys(d["policy"] for d in answer["decisions"])
+        lowered = [LOWERED[name] for name in names if name in LOWERED]
+        if lowered:
+            answer["enforcedBelowRequested"] = lowered
+    return answers
+
+
 def dry_run(capsys: pytest.CaptureFixture[str], *args: str) -> Run:
     code = main(["dry-run", *args])
     captured = capsys.readouterr()

@@ -24,21 +24,22 @@ from gpupolicy.admission.dryrun import dry_run as core_dry_run
 from gpupolicy.admission.validation import check_policy
 from gpupolicy.catalog import DEFAULT_CATALOG
 from gpupolicy.cluster import ClusterView, node_from_object
-from tests.cli.helpers import EXAMPLES, PROG, ROOT, dry_run
+from tests.cli.helpers import EXAMPLES, LOWERED, PROG, ROOT, WITHOUT_METRICS, dry_run, with_lowered
 
 FILES = ("-f", str(EXAMPLES / "workloads.yaml"), "--policies", str(EXAMPLES / "policies.yaml"),
          "--nodes", str(EXAMPLES / "nodes.yaml"))
 
 
 def reference() -> list[dict]:
-    """Each workload's answer from the core, with the example policies and nodes, in file order."""
+    """Each workload's answer from the core, with the example policies and nodes, in file order, and the
+    policies of its decisions that are enforced below the mode they request (LOWERED)."""
     load = lambda name: [d for d in yaml.safe_load_all((EXAMPLES / name).read_text()) if d]  # noqa: E731
     policies = [check_policy(d, DEFAULT_CATALOG)[0] for d in load("policies.yaml") if d["kind"] == "GpuPolicy"]
     namespaces = {d["metadata"]["name"]: d["metadata"].get("labels", {})
                   for d in load("policies.yaml") if d["kind"] == "Namespace"}
     view = ClusterView(policies=tuple(policies), namespace_labels=namespaces,
                        nodes=tuple(node_from_object(n) for n in load("nodes.yaml")))
-    return [core_dry_run(d, view).to_wire() for d in load("workloads.yaml")]
+    return with_lowered([core_dry_run(d, view).to_wire() for d in load("workloads.yaml")])
 
 
 def test_json_yaml_jsonl_are_one_shape_a_list_of_answers(capsys) -> None:
@@ -53,6 +54,37 @@ def test_json_yaml_jsonl_are_one_shape_a_list_of_answers(capsys) -> None:
     assert [json.loads(line) for line in as_jsonl.out.splitlines()] == expected
     assert default.out == as_yaml.out  # yaml is the default with -f
     assert set(expected[0]) >= {"allowed", "object", "patch", "warnings", "decisions"}
+
+
+@pytest.mark.parametrize("output", ["text", "yaml", "json", "jsonl"])
+def test_a_policy_enforced_below_its_mode_says_why_in_every_format(capsys, output: str) -> None:
+    """The same files as `--example`, whose sharing policies apply there (it implies --metrics), stay
+    Recommend with -f alone: each entry says so, with the reason and the flag that changes it."""
+    run = dry_run(capsys, *FILES, "-o", output)
+    assert run.code == 0, run.err
+    if output == "text":
+        first = next(line for line in run.out.splitlines() if line.startswith("Deployment inference/llm-small:"))
+        assert first == ("Deployment inference/llm-small: allowed, unchanged; share-inference enforced Recommend, "
+                         f"not Automatic as requested: sharing {WITHOUT_METRICS}")
+        job = next(line for line in run.out.splitlines() if line.startswith("Job batch/embed-docs:"))
+        assert "share-batch enforced Recommend, not Approve as requested: sharing needs GPU metrics" in job
+        assert not [line for line in run.out.splitlines() if line.startswith("Pod research/notebook-ana:")
+                    and "enforced" in line], "a policy enforced as requested has no such note"
+    else:
+        entries = (json.loads(run.out) if output == "json" else list(yaml.safe_load_all(run.out)) if output == "yaml"
+                   else [json.loads(line) for line in run.out.splitlines()])
+        assert entries[0]["enforcedBelowRequested"] == [LOWERED["share-inference"]]
+        assert [e.get("enforcedBelowRequested") for e in entries[1:3]] == [None, [LOWERED["share-batch"]]]
+    with_metrics = dry_run(capsys, *FILES, "-o", output, "--metrics")
+    assert with_metrics.code == 0 and with_metrics.out, with_metrics.err
+    assert "enforcedBelowRequested" not in with_metrics.out and "as requested" not in with_metrics.out
+
+
+def test_a_scale_to_zero_offer_says_its_policy_is_enforced_below_its_mode(capsys) -> None:
+    run = dry_run(capsys, "-f", str(EXAMPLES / "scale-to-zero.yaml"), "-o", "text")
+    first = next(line for line in run.out.splitlines() if line.startswith("Deployment research/llm-chat:"))
+    assert first.endswith("idle-research enforced Recommend, not Automatic as requested: "
+                          f"scaleToZero {WITHOUT_METRICS}"), first
 
 
 def test_json_is_a_list_even_for_one_object(capsys) -> None:

@@ -5,7 +5,8 @@ objects against the C-loader parse). Real: the CLI as a subprocess on a file
 from bench/dryrun.py's generator (70% Pods, 30% Deployments, a third asking
 for GPUs), the example policies and nodes; the reference is the previous
 implementation's algorithm run here: load every document, decide every one
-with the core, `json.dumps(answers, indent=2)`. Faked: nothing.
+with the core (plus the policies each entry's decisions enforce below their mode:
+tests/cli/helpers.py `with_lowered`), `json.dumps(answers, indent=2)`. Faked: nothing.
 
 Bound: peak RSS under 150 MiB at 20,000 objects (the in-memory
 implementation needed ~320 MiB; measured streamed: ~40 MiB), and at most
@@ -27,7 +28,7 @@ from gpupolicy.admission.dryrun import dry_run
 from gpupolicy.admission.validation import check_policy
 from gpupolicy.catalog import DEFAULT_CATALOG
 from gpupolicy.cluster import ClusterView, node_from_object
-from tests.cli.helpers import EXAMPLES, ROOT
+from tests.cli.helpers import EXAMPLES, ROOT, with_lowered
 
 PEAK_MIB = 150
 GROWTH_MIB = 20
@@ -59,7 +60,7 @@ def in_memory_answers(path: Path) -> list:
                   if d["kind"] == "Namespace"}
     view = ClusterView(policies=tuple(policies), namespace_labels=namespaces,
                        nodes=tuple(node_from_object(n) for n in load(EXAMPLES / "nodes.yaml")))
-    return [dry_run(d, view).to_wire() for d in load(path)]
+    return with_lowered([dry_run(d, view).to_wire() for d in load(path)])
 
 
 def test_20000_objects_same_answer_in_flat_memory(tmp_path: Path) -> None:

@@ -72,6 +72,22 @@ def test_server_flags_out_of_range_are_usage_errors(command: str, args: list[str
     _check(subprocess_run(*base, *args, timeout=30), needle)
 
 
+@pytest.mark.parametrize(("args", "line"), [
+    (["webhook", "--port", "70000"],
+     "kubeon-gpu webhook: error: argument --port: 70000 is not a port number (1-65535)"),
+    (["webhook", "--port", "8443"], "kubeon-gpu webhook: error: the following arguments are required: --cert-dir"),
+    (["extender", "--standalone", "--workers", "0"], "kubeon-gpu extender: error: argument --workers: 0 is below 1"),
+    (["hub", "serve", "--threads", "0"], "kubeon-gpu hub serve: error: argument --threads: 0 is below 1"),
+    (["dry-run", "--example", "-o", "xml"], "kubeon-gpu dry-run: error: argument -o/--output: invalid choice: 'xml'"),
+    (["layout", "--bogus"], "kubeon-gpu layout: error: unrecognized arguments: --bogus"),
+], ids=lambda value: " ".join(value) if isinstance(value, list) else "")
+def test_a_refused_flag_is_one_line_naming_it_not_the_usage(args: list[str], line: str) -> None:
+    """docs/cli.md: one line on stderr naming the flag, exit code 2 (argparse printed its usage block first)."""
+    run = subprocess_run(*args, timeout=30)
+    assert run.code == 2, (run.code, run.err)
+    assert run.err.count("\n") == 1 and run.err.startswith(line), run.err
+
+
 @pytest.mark.parametrize("value", ["0", "nan", "inf", "-1", "soon"])
 def test_extender_assume_seconds_is_a_finite_positive_period(value: str) -> None:
     _check(subprocess_run("extender", "--standalone", "--assume-seconds", value, timeout=30),

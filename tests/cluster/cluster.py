@@ -21,8 +21,8 @@ from kubernetes import client, config, dynamic
 from kubernetes.client.rest import ApiException
 
 from tests.cluster.control_plane import KWOK_ANNOTATION, ControlPlane, remove_state, scratch_dir
-from tests.cluster.gpu_operator import GpuOperator
-from tests.cluster.karpenter import start_karpenter
+from tests.cluster.gpu_operator import GpuOperator, instances_from_csv
+from tests.cluster.karpenter import INSTANCES, start_karpenter
 from tests.cluster.kubeon import GPU_OPERATOR_NAMESPACE, REPO, Kubeon, ensure_namespace
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -31,17 +31,23 @@ MERGE_PATCH = "application/merge-patch+json"
 class Cluster:
     def __init__(self, root: Path | None = None, *, kubeon: bool = False, karpenter: bool = False,
                  gpu_operator: bool = True, kubeon_sets: tuple[str, ...] = (),
-                 kubeon_components: tuple[str, ...] = Kubeon.COMPONENTS, kubeon_args: dict[str, list[str]] | None = None,
-                 node_registration_delay: str = "1s", keep_state: bool = False) -> None:
+                 kubeon_components: tuple[str, ...] = Kubeon.COMPONENTS,
+                 kubeon_args: dict[str, list[str]] | None = None,
+                 node_registration_delay: str = "1s", karpenter_instances: Path = INSTANCES,
+                 keep_state: bool = False, apiserver_env: Mapping[str, str] | None = None) -> None:
         """`kubeon`: the optimizer as the chart renders it (`kubeon_sets` helm values, `kubeon_components`
         which parts run, `kubeon_args` extra flags per part); `karpenter`: real Karpenter with its KWOK
-        provider (`node_registration_delay` on its KWOKNodeClass); `gpu_operator`: the GPU Operator shim."""
+        provider (`node_registration_delay` on its KWOKNodeClass, instance types from the catalog CSV
+        `karpenter_instances`); `gpu_operator`: the GPU Operator shim; `apiserver_env`: extra
+        environment of kube-apiserver (e.g. HTTPS_PROXY to reach Services)."""
         self._own_root = root is None
         self.root = root or scratch_dir()
         self.keep_state = keep_state
         self.plane = ControlPlane(self.root)
+        self.plane.apiserver_env = dict(apiserver_env or {})
         self.kubeon = Kubeon(self.plane, kubeon_sets, kubeon_components, kubeon_args) if kubeon else None
         self.node_registration_delay = node_registration_delay
+        self.karpenter_instances = karpenter_instances
         self.with_karpenter = karpenter
         self.with_gpu_operator = gpu_operator
         self.gpu_operator: Any = None
@@ -60,12 +66,13 @@ class Cluster:
             self.plane.start()
             self.api = config.new_client_from_config(str(self.kubeconfig))
             if self.with_karpenter:
-                start_karpenter(self.plane, self.api, self.node_registration_delay)
+                start_karpenter(self.plane, self.api, self.node_registration_delay, self.karpenter_instances)
             if self.kubeon:
                 self.kubeon.start(self.api)
             if self.with_gpu_operator:
                 ensure_namespace(self.api, GPU_OPERATOR_NAMESPACE)
-                self.gpu_operator = GpuOperator(self.api)
+                self.gpu_operator = GpuOperator(self.api, instances=instances_from_csv(self.karpenter_instances)
+                                                if self.with_karpenter else None)
                 self.gpu_operator.start()
         except BaseException:
             self.stop()

@@ -8,10 +8,13 @@ Differences from kwokctl, each on purpose:
 - no `--admission-control=` on kube-apiserver: that flag empties the admission chain, and the
   webhooks under test must be called.
 - `leaderElect: false` on every scheduler: two schedulers must not wait on one Lease.
+- an audit log (`--audit-log-path`) of the writes ServiceAccounts make (AUDIT_POLICY): tests ask the
+  real API server which requests the optimizer sent (`ControlPlane.audit_events`).
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import ssl
 import tempfile
@@ -29,12 +32,26 @@ from tests.cluster.upstream import upstream_dir
 from tests.loopback import free_port
 
 START_TIMEOUT = 120.0
+# kube-apiserver dials webhooks, Services and aggregated APIs; with no kube-proxy a Service's
+# ClusterIP (10.96.0.0/16 here) would be dialled on the host's network. Every dial but loopback goes
+# through a proxy on a closed loopback port instead: refused at once, never off the machine. A test
+# that routes Services on purpose sets its own HTTPS_PROXY (tests/e2e/egress.py).
+NO_EGRESS = {"HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9",
+             "NO_PROXY": "127.0.0.1,localhost,::1"}
 KWOK_ANNOTATION = "kwok.x-k8s.io/node"
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+# Metadata (who, verb, URI, response code) of every write a ServiceAccount makes (the optimizer's
+# components authenticate as the chart's); nothing else, so the log stays small.
+AUDIT_POLICY = {
+    "apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+    "rules": [{"level": "Metadata", "userGroups": ["system:serviceaccounts"],
+               "verbs": ["create", "update", "patch", "delete", "deletecollection"]},
+              {"level": "None"}],
+}
 
 
 def _https_ok(url: str, context: ssl.SSLContext) -> bool:
-    with urllib.request.urlopen(url, context=context, timeout=2) as response:  # noqa: S310 - loopback only
+    with urllib.request.urlopen(url, context=context, timeout=2) as response:
         return bool(response.status == 200)
 
 
@@ -46,6 +63,9 @@ class ControlPlane:
     upstream: Path = field(default_factory=upstream_dir)
     children: Children = field(init=False)
     ports: dict[str, int] = field(default_factory=dict)
+    # extra environment of kube-apiserver, e.g. HTTPS_PROXY: where it dials a webhook's Service
+    # (clientConfig.service) through a test's stand-in for the Service network (loopback never proxied)
+    apiserver_env: dict[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -103,7 +123,7 @@ class ControlPlane:
             f"--listen-client-urls=http://127.0.0.1:{client}", f"--advertise-client-urls=http://127.0.0.1:{client}",
             f"--listen-peer-urls=http://127.0.0.1:{peer}", f"--initial-advertise-peer-urls=http://127.0.0.1:{peer}",
             f"--initial-cluster=node0=http://127.0.0.1:{peer}", "--log-level=warn"])
-        self.children.wait_until(child, lambda: urllib.request.urlopen(  # noqa: S310 - loopback only
+        self.children.wait_until(child, lambda: urllib.request.urlopen(
             f"http://127.0.0.1:{client}/health", timeout=2).status == 200, START_TIMEOUT, "healthy etcd")
 
     def apiserver_argv(self) -> list[str]:
@@ -121,12 +141,40 @@ class ControlPlane:
             f"--requestheader-client-ca-file={pki['ca_crt']}", "--requestheader-allowed-names=kubeon-test-admin",
             "--requestheader-username-headers=X-Remote-User", "--requestheader-group-headers=X-Remote-Group",
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+            f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json", "--audit-log-maxbackup=1",
         ]
+
+    @property
+    def audit_log(self) -> Path:
+        return self.root / "logs" / "audit.log"
+
+    def _audit_policy(self) -> Path:
+        path = self.root / "audit-policy.yaml"
+        path.write_text(yaml.safe_dump(AUDIT_POLICY))
+        return path
+
+    def audit_events(self, user: str | None = None) -> list[dict[str, Any]]:
+        """The audit log's finished requests (stage ResponseComplete), oldest first; `user` keeps one
+        user's (e.g. `system:serviceaccount:kubeon-gpu:kubeon-gpu-optimizer`). kube-apiserver writes an
+        event as its response goes out: a caller that must see a request just answered waits for it."""
+        try:
+            lines = self.audit_log.read_text().splitlines()
+        except FileNotFoundError:
+            return []
+        events = []
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except ValueError:  # the line kube-apiserver is writing right now
+                break
+        return [e for e in events if e.get("stage") == "ResponseComplete"
+                and (user is None or (e.get("user") or {}).get("username") == user)]
 
     def start_apiserver(self) -> None:
         """Start (or restart, on the same port and etcd) kube-apiserver and wait for /readyz."""
         self.ports.setdefault("apiserver", free_port())
-        child = self.children.start("kube-apiserver", self.apiserver_argv())
+        child = self.children.start("kube-apiserver", self.apiserver_argv(), env={**NO_EGRESS, **self.apiserver_env})
         context = self.ssl_context()
         self.children.wait_until(child, lambda: _https_ok(self.url + "/readyz", context), START_TIMEOUT,
                                  "ready kube-apiserver")
@@ -168,7 +216,7 @@ class ControlPlane:
             "--manage-all-nodes=false", f"--manage-nodes-with-annotation-selector={KWOK_ANNOTATION}=fake",
             "--cidr=10.0.0.0/16", "--node-ip=10.0.0.1", "--node-lease-duration-seconds=40",
             f"--server-address=127.0.0.1:{port}"])
-        self.children.wait_until(child, lambda: urllib.request.urlopen(  # noqa: S310 - loopback only
+        self.children.wait_until(child, lambda: urllib.request.urlopen(
             f"http://127.0.0.1:{port}/healthz", timeout=2).status == 200, START_TIMEOUT, "healthy kwok")
 
     def _api_ready_for_work(self) -> bool:
@@ -232,4 +280,4 @@ def remove_state(root: Path) -> None:
     shutil.rmtree(root, ignore_errors=True)
 
 
-__all__ = ["ControlPlane", "StartError", "scratch_dir", "remove_state", "KWOK_ANNOTATION"]
+__all__ = ["KWOK_ANNOTATION", "ControlPlane", "StartError", "remove_state", "scratch_dir"]

@@ -30,10 +30,15 @@ def start_cluster(**options: object) -> Cluster:
         upstream_dir()
     except UpstreamMissing as error:
         missing(str(error))
-    try:
-        return Cluster(**options).start()  # type: ignore[arg-type]
-    except StartError as error:
-        pytest.fail(f"the loopback cluster did not start: {error}", pytrace=False)
+    for attempt in range(3):
+        try:
+            return Cluster(**options).start()  # type: ignore[arg-type]
+        except StartError as error:
+            # A free port is chosen before the component binds it: another worker's process may take
+            # it in between. That, and only that, is worth a second try.
+            if "address already in use" not in str(error).lower() or attempt == 2:
+                pytest.fail(f"the loopback cluster did not start: {error}", pytrace=False)
+    raise AssertionError("unreachable")
 
 
 @pytest.fixture(scope="module")

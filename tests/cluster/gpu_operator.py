@@ -1,7 +1,15 @@
-"""The GPU Operator shim: the device plugin and the MIG manager, reacting to node labels as the real ones do.
+"""The GPU Operator shim: GPU Feature Discovery, the device plugin and the MIG manager, reacting to node
+labels as the real ones do.
 
 A stand-in for hardware we do not have (no GPUs, so no node agents): it writes what they would
 publish on a node (labels and extended resources in its status) through the real API server.
+
+- GPU Feature Discovery (nodes Karpenter launches): given `instances` (instance type -> (GPU product,
+  GPUs), the hardware a cloud's instance type carries), a node labelled
+  `node.kubernetes.io/instance-type` with GPUs and no `nvidia.com/gpu.present` yet gets the labels
+  GFD prints for them and the device plugin's `nvidia.com/gpu` (tests/cluster/objects.py gfd_labels);
+  the two passes below then treat it like any GPU node. `hold(node)` keeps the device plugin from
+  registering a node's GPUs (its pod not running yet) until `release(node)`.
 
 - Device plugin (time-slicing): a node labelled `nvidia.com/device-plugin.config=<key>`
   runs with that key of the time-slicing ConfigMap. The key's text is parsed
@@ -40,12 +48,14 @@ from kubernetes.client.rest import ApiException
 
 from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, MIG_RESOURCE_PREFIX, SHARED_GPU_RESOURCE
 from tests.cluster.loops import MERGE_PATCH, InBackground, PassLoop, read_items
+from tests.cluster.objects import OPENB_PRODUCTS, gfd_labels
 
 MIG_PARTED_CONFIG = Path(__file__).resolve().parents[2] / "vendor" / "crds" / \
     "gpu-operator_default-mig-parted-config.yaml"
 PLUGIN_LABEL = "nvidia.com/device-plugin.config"
 MIG_LABEL = "nvidia.com/mig.config"
 STATE_LABEL = "nvidia.com/mig.config.state"
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 _REPLICATED = {"type": "object", "additionalProperties": False, "required": ["name", "replicas"], "properties": {
     "name": {"type": "string"}, "rename": {"type": "string"}, "replicas": {"type": "integer", "minimum": 1},
@@ -99,13 +109,26 @@ def mig_layouts(pci_id: str) -> dict[str, dict[str, int]]:
     return found
 
 
+def instances_from_csv(path: Path) -> dict[str, tuple[str, int]]:
+    """Instance type -> (GPU product as GFD prints it, GPUs) from a catalog CSV (instance_type, model, gpus):
+    the controller's catalog names GFD products, openb's model codes are mapped (objects.OPENB_PRODUCTS)."""
+    import csv
+
+    with open(path, newline="") as fh:
+        return {row["instance_type"]: (OPENB_PRODUCTS.get(row["model"], (row["model"], 0))[0], int(row["gpus"]))
+                for row in csv.DictReader(fh)}
+
+
 class GpuOperator(InBackground):
     """Reacts to device-plugin and MIG labels; `reconcile_once()` is one pass, `start()` runs passes."""
 
     def __init__(self, api_client: client.ApiClient, *, namespace: str = "gpu-operator",
                  configmap: str = "time-slicing-config", delay: float = 0.0,
-                 clock: Callable[[], float] = time.monotonic, interval: float = 0.5) -> None:
+                 clock: Callable[[], float] = time.monotonic, interval: float = 0.5,
+                 instances: Mapping[str, tuple[str, int]] | None = None) -> None:
         self.core = client.CoreV1Api(api_client)
+        self.instances = dict(instances or {})
+        self._held: set[str] = set()
         self.namespace, self.configmap = namespace, configmap
         self.delay, self.clock = delay, clock
         self.errors: list[str] = []
@@ -119,16 +142,44 @@ class GpuOperator(InBackground):
         """Make the MIG manager report `failed` for this layout on this node."""
         self._failing.add((node, layout))
 
+    def hold(self, node: str) -> None:
+        """Keep the device plugin from (re)registering this node's GPUs, as before its pod runs (a pass under
+        way finishes first)."""
+        with self._lock:
+            self._held.add(node)
+
+    def release(self, node: str) -> None:
+        self._held.discard(node)
+
     def reconcile_once(self) -> int:
         with self._lock:
             nodes = read_items(self.core.list_node(_preload_content=False))
             pods = read_items(self.core.list_pod_for_all_namespaces(_preload_content=False))
             writes = 0
             for node in nodes:
-                if (node["metadata"].get("labels") or {}).get("nvidia.com/gpu.present") != "true":
+                if node["metadata"]["name"] in self._held:
                     continue
-                writes += self._mig(node, pods) or self._plugin(node)
+                try:
+                    writes += self._node(node, pods)
+                except ApiException as exc:
+                    if exc.status != 404:  # a node deleted since the list (Karpenter terminating it): no agent left
+                        raise
             return writes
+
+    def _node(self, node: dict[str, Any], pods: list[dict[str, Any]]) -> int:
+        if (node["metadata"].get("labels") or {}).get("nvidia.com/gpu.present") != "true":
+            return self._discover(node)
+        return self._mig(node, pods) or self._plugin(node)
+
+    # -- GPU Feature Discovery
+    def _discover(self, node: dict[str, Any]) -> int:
+        """GFD's labels and the device plugin's GPUs on a node of a GPU instance type."""
+        product, gpus = self.instances.get((node["metadata"].get("labels") or {}).get(INSTANCE_TYPE_LABEL, ""),
+                                           ("", 0))
+        if not gpus:
+            return 0
+        labels, resources = gfd_labels(product, gpus)
+        return self._publish(node, labels, resources)
 
     # -- device plugin
     def _plugin(self, node: dict[str, Any]) -> int:

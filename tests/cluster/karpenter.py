@@ -4,9 +4,10 @@
   built from (scripts/upstream.sh copies them; the KWOKNodeClass file is a symlink in the chart,
   which module zips drop, so it comes from kwok/apis/crds). The KWOKNodeClass CRD defaults its
   Ready condition, which is what makes a NodePool Ready (no controller sets it).
-- Instance types: one per row of vendor/openb/instances.csv, with its GPUs as `nvidia.com/gpu`,
-  its CPU, memory and on-demand price, in one zone; the provider turns them into NodeClaims and
-  KWOK nodes whose allocatable carries the GPUs.
+- Instance types: one per row of vendor/openb/instances.csv (or another catalog of the same columns,
+  e.g. the controller's gpupolicy/capacity/data/aws-gpu-instances.csv: `Cluster(karpenter_instances=...)`),
+  with its GPUs as `nvidia.com/gpu`, its CPU, memory and on-demand price, in one zone; the provider
+  turns them into NodeClaims and KWOK nodes whose allocatable carries the GPUs.
 - Settings by environment, as its chart sets them (pkg/operator/options): no leader election,
   metrics and health on free loopback-chosen ports, short batching windows for tests.
 """
@@ -58,13 +59,14 @@ def node_class_ref() -> dict[str, str]:
     return {"group": "karpenter.kwok.sh", "kind": "KWOKNodeClass", "name": NODE_CLASS}
 
 
-def start_karpenter(plane: ControlPlane, api: client.ApiClient, registration_delay: str = "1s") -> None:
+def start_karpenter(plane: ControlPlane, api: client.ApiClient, registration_delay: str = "1s",
+                    instances: Path = INSTANCES) -> None:
     crds = sorted((plane.upstream / "share" / "karpenter-crds").glob("*.yaml"))
     apply_objects(api, [yaml.safe_load(p.read_text()) for p in crds])
     _wait_established(api, [yaml.safe_load(p.read_text())["metadata"]["name"] for p in crds])
     apply_objects(api, [node_class(registration_delay)])
     types = plane.root / "karpenter-instance-types.json"
-    types.write_text(json.dumps(instance_types(), indent=1))
+    types.write_text(json.dumps(instance_types(instances), indent=1))
     metrics, health = free_port(), free_port()
     plane.ports["karpenter-health"] = health
     child = plane.children.start("karpenter", [plane.bin("karpenter-kwok")], env={
@@ -72,7 +74,7 @@ def start_karpenter(plane: ControlPlane, api: client.ApiClient, registration_del
         "INSTANCE_TYPES_FILE_PATH": str(types), "METRICS_PORT": str(metrics), "HEALTH_PROBE_PORT": str(health),
         "SYSTEM_NAMESPACE": "kube-system", "BATCH_MAX_DURATION": "2s", "BATCH_IDLE_DURATION": "500ms",
         "LOG_LEVEL": "info"})
-    plane.children.wait_until(child, lambda: urllib.request.urlopen(  # noqa: S310 - loopback only
+    plane.children.wait_until(child, lambda: urllib.request.urlopen(
         f"http://127.0.0.1:{health}/readyz", timeout=2).status == 200, START_TIMEOUT, "ready Karpenter")
 
 

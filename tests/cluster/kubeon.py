@@ -180,7 +180,7 @@ class Kubeon:
         context = ssl.create_default_context(cafile=verify) if verify else None
         child = self.plane.children.start(name, [sys.executable, "-m", "cli.main", *argv], cwd=REPO,
                                           env={"PYTHONUNBUFFERED": "1", **(env or {})})
-        self.plane.children.wait_until(child, lambda: urllib.request.urlopen(  # noqa: S310 - loopback only
+        self.plane.children.wait_until(child, lambda: urllib.request.urlopen(
             health, timeout=2, context=context).status == 200, START_TIMEOUT, f"healthy {name}")
 
     def setup(self, api: client.ApiClient) -> None:
@@ -234,8 +234,10 @@ class Kubeon:
             "--kubeconfig": str(self.kubeconfig_of(api, f"{RELEASE}-extender")), **self._extra("extender")})
         self._serve("extender", args, f"{self.extender_url}/readyz")
 
-    def start_scheduler(self, api: client.ApiClient) -> None:
-        config = scheduler_configuration(self.docs, self.extender_url)
+    def start_scheduler(self, api: client.ApiClient, extender_url: str | None = None) -> None:
+        """`extender_url`: where the scheduler calls the extender (default: the extender itself;
+        a test may put a recording proxy in between)."""
+        config = scheduler_configuration(self.docs, extender_url or self.extender_url)
         config["clientConnection"] = {"kubeconfig": str(self.kubeconfig_of(api, "kubeon-gpu-scheduler"))}
         config["leaderElection"] = {"leaderElect": False}
         path = self.root / "kubeon-gpu-scheduler.yaml"
@@ -244,8 +246,11 @@ class Kubeon:
 
     def start_controller(self, api: client.ApiClient, identity: str = "kubeon-test-controller") -> None:
         port = self.ports["controller"] = free_port()
-        args = _localised(_container_args(self.docs, RELEASE), {
-            "--health-port": str(port), "--health-bind": "127.0.0.1", "--identity": identity,
+        chart_args = _container_args(self.docs, RELEASE)
+        local = {"--extender-url": self.extender_url} if any(a.startswith("--extender-url") for a in chart_args) \
+            and "extender" in self.ports else {}
+        args = _localised(chart_args, {
+            **local, "--health-port": str(port), "--health-bind": "127.0.0.1", "--identity": identity,
             "--kubeconfig": str(self.kubeconfig_of(api, RELEASE)), **self._extra("controller")})
         env = {**_container_env(self.docs, RELEASE), "POD_NAME": identity}
         self._serve("controller", args, f"http://127.0.0.1:{port}/healthz", env=env)
@@ -253,6 +258,6 @@ class Kubeon:
     def health(self, name: str) -> bool:
         try:
             url = {"extender": f"{self.extender_url}/readyz"}.get(name, "")
-            return bool(url) and urllib.request.urlopen(url, timeout=2).status == 200  # noqa: S310
+            return bool(url) and urllib.request.urlopen(url, timeout=2).status == 200
         except OSError:
             return False

@@ -2,6 +2,8 @@
 
 Every child asks the kernel to kill it when the harness dies (PR_SET_PDEATHSIG), so a pytest worker
 killed by a timeout leaves no etcd or kube-apiserver behind; `stop` ends them newest first.
+The signal follows the *thread* that started the child (prctl(2)): start components from a thread
+that outlives them (the test's main thread), never from a short-lived worker thread.
 """
 
 from __future__ import annotations
@@ -74,7 +76,7 @@ class Children:
             try:
                 if ready():
                     return
-            except Exception:  # noqa: BLE001 - not ready yet, whatever the probe raised
+            except Exception:
                 pass
             time.sleep(0.1)
         raise StartError(f"{child.name}: no {what} after {timeout:.0f}s:\n{child.tail()}")

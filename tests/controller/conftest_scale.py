@@ -3,6 +3,7 @@
 Real: Prometheus (/usr/bin/prometheus, started per test on a free loopback
 port, history backfilled with promtool) scraping a scripted DCGM exporter
 (tests/promharness). Skipped with the reason when the binary is absent.
+`scale_context` is the frame's context on a real API server (tests/cluster).
 """
 
 from __future__ import annotations
@@ -42,30 +43,36 @@ def prometheus_factory(dcgm_exporter: DcgmExporter) -> Iterator[Callable[..., Pr
         server.stop()
 
 
-# -- the test API server with the GpuPolicy and KEDA CRDs, and a frame context on it ------------
+# -- a real cluster with the GpuPolicy and KEDA CRDs, and a frame context on it ----------------------
 _REPO = Path(__file__).resolve().parents[2]
-POLICY_CRD = _REPO / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
-KEDA_CRD = Path(__file__).resolve().parents[2] / "vendor" / "crds" / "keda.sh_scaledobjects.yaml"
-SCALE_NAMESPACES = ("kubeon-gpu", "research", "ml")
+KEDA_CRD = _REPO / "vendor" / "crds" / "keda.sh_scaledobjects.yaml"
+SCALE_NAMESPACES = ("research", "ml")
 
 
 @pytest.fixture
 def scale_api() -> Iterator[Any]:
-    """A fresh test API server (GpuPolicy + KEDA ScaledObject CRDs) with the namespaces tests use."""
-    from tests import kubeapi
+    """A fresh real cluster (the chart's CRDs and RBAC, the KEDA CRD) with namespaces research and ml."""
+    from tests.controller.conftest import _fresh_cluster
 
-    server = kubeapi.ApiServer.start(crd_files=[str(POLICY_CRD), str(KEDA_CRD)])
-    try:
-        api = server.api_client()
-        from kubernetes import client
+    yield from _fresh_cluster(SCALE_NAMESPACES, (KEDA_CRD,))
 
-        core = client.CoreV1Api(api)
-        for ns in SCALE_NAMESPACES:
-            core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-        server.api = api
-        yield server
-    finally:
-        server.stop()
+
+@pytest.fixture
+def keda_scale_api() -> Iterator[Any]:
+    """As `scale_api`, the chart rendered with keda.enabled=true (its ScaledObject rules), and
+    `.controller_api`: a client as the chart's controller ServiceAccount."""
+    from kubernetes import config
+
+    from tests.cluster.kubeon import RELEASE
+    from tests.controller.conftest import _fresh_cluster
+
+    for fresh in _fresh_cluster(SCALE_NAMESPACES, (KEDA_CRD,), ("keda.enabled=true",)):
+        kubeon = fresh.cluster.kubeon
+        fresh.controller_api = config.new_client_from_config(str(kubeon.kubeconfig_of(fresh.api, RELEASE)))
+        try:
+            yield fresh
+        finally:
+            fresh.controller_api.close()
 
 
 def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None, keda: bool = True) -> Any:

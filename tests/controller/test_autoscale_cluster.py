@@ -17,6 +17,7 @@ from kubernetes import client
 from controller.autoscale import AutoscaleReconciler
 from controller.loop import ReconcileRunner
 from controller.policysync import PolicySync
+from controller.scaletozero import ScaleToZeroReconciler
 from gpupolicy.scaling import autoscale as core
 from kube import scale as kscale
 from tests.controller.conftest import make_deployment
@@ -33,7 +34,9 @@ def policy(mode: str, maximum: int = 4) -> dict[str, Any]:
                 "autoscale": {"targetUtilizationPercent": 60, "min": 1, "max": maximum}}}}
 
 
-def setup(api: client.ApiClient, mode: str, keda: bool = True) -> ReconcileRunner:
+def setup(api: client.ApiClient, mode: str, keda: bool = True,
+          controller_api: client.ApiClient | None = None) -> ReconcileRunner:
+    """Workloads and the policy made by `api` (admin); the controller acts through `controller_api`."""
     apps = client.AppsV1Api(api)
     for name, tier in (("llm", "inference"), ("batch", "batch")):
         obj: dict[str, Any] = make_deployment(name, NS)
@@ -41,8 +44,11 @@ def setup(api: client.ApiClient, mode: str, keda: bool = True) -> ReconcileRunne
         apps.create_namespaced_deployment(NS, obj)
     client.CustomObjectsApi(api).create_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies",
                                                               policy(mode))
-    ctx = scale_context(api, PROM, keda=keda)  # a configured source (never queried here): Automatic may act
-    return ReconcileRunner(ctx, [PolicySync(), AutoscaleReconciler()])
+    # a configured source (never queried here): Automatic may act
+    ctx = scale_context(controller_api or api, PROM, keda=keda)
+    # in the registry's order: scale to zero binds the chart's scaler role in the policy's namespaces
+    # (the ScaledObject rules are in it), then autoscale writes there
+    return ReconcileRunner(ctx, [PolicySync(), ScaleToZeroReconciler(), AutoscaleReconciler()])
 
 
 def status(api: client.ApiClient) -> dict[str, Any]:
@@ -76,9 +82,11 @@ def test_recommend_shows_the_scaled_object_and_writes_nothing(scale_api: Any) ->
     assert "DCGM_FI_DEV_GPU_UTIL" in proposals[0]["reason"] and PROM in proposals[0]["reason"]
 
 
-def test_automatic_creates_updates_and_removes_its_scaled_object(scale_api: Any) -> None:
-    api = scale_api.api
-    runner = setup(api, "Automatic")
+def test_automatic_creates_updates_and_removes_its_scaled_object(keda_scale_api: Any) -> None:
+    """As the chart's controller ServiceAccount with keda.enabled=true: every ScaledObject verb it uses
+    (create, get, list, update, delete) is one the chart grants."""
+    api = keda_scale_api.api
+    runner = setup(api, "Automatic", controller_api=keda_scale_api.controller_api)
     runner.run_all()
     made = kscale.list_scaled_objects(api, NS)
     assert [o["metadata"]["name"] for o in made] == ["kubeon-gpu-llm"]  # batch is not selected
@@ -101,4 +109,6 @@ def test_automatic_creates_updates_and_removes_its_scaled_object(scale_api: Any)
     client.CustomObjectsApi(api).delete_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies",
                                                               "gpu-autoscale")
     runner.run_all()
-    assert kscale.list_scaled_objects(api, NS) == []
+    assert kscale.list_scaled_objects(api, NS) == []  # the scaler binding outlived the policy until then
+    runner.run_all()
+    assert NS not in kscale.list_scaler_bindings(api)  # and goes once nothing of ours is left there

@@ -2,8 +2,9 @@
 finishes the drain.
 
 Real: the controller command (`python -m cli.main controller`) in subprocesses with its Lease (2 s, renew every
-0.4 s), policy sync and every reconciler; the test API server with the GpuPolicy and Karpenter CRDs and its
-scheduler, workload, kubelet and Karpenter stand-ins running in the background. The kill is real: the test hook
+0.4 s), policy sync and every reconciler, authenticated as the chart's ServiceAccount; the real control plane
+with real Karpenter, the chart's second kube-scheduler and extender, KWOK (tests/cluster, the cluster of
+tests/controller/test_capacity_cluster.py). The kill is real: the test hook
 `KUBEON_GPU_CAPACITY_CRASH_AT=evicted` makes the process `os._exit(137)` right after the eviction, before the
 drain record notes it (and before the eviction is counted in status.evictions), the Events and the policy status;
 the dead process never releases its lease. Faked: nothing else (no Prometheus: request-based consolidation).
@@ -22,12 +23,14 @@ import pytest
 from controller.capacity import CRASH_ENV
 from controller.crashpoints import CRASH_EXIT_CODE
 from gpupolicy.capacity.drain import DRAINING_ANNOTATION
-from tests.controller.test_capacity_cluster import (  # noqa: F401 (make_world is a fixture)
-    NS,
+from tests.cluster.kubeon import RELEASE
+from tests.controller.test_capacity_cluster import (  # noqa: F401 (make_world, time_slicing_config: fixtures)
+    CLUSTER,
     World,
     annotations,
     capacity_policy,
     make_world,
+    time_slicing_config,
     two_nodes_one_pod_each,
 )
 from tests.loopback import wait_for
@@ -43,6 +46,7 @@ def controller(kubeconfig: str, identity: str, tmp: Path, crash_at: str | None =
         env[CRASH_ENV] = crash_at
     return subprocess.Popen(
         [sys.executable, "-m", "cli.main", "controller", "--kubeconfig", kubeconfig, "--identity", identity,
+         "--namespace", "kubeon-gpu", "--capacity-provider", "karpenter",
          "--health-port", "0", "--health-bind", "127.0.0.1", "--lease-duration-seconds", "2",
          "--renew-seconds", "0.4", "--resync-seconds", "1"],
         cwd=REPO, env=env, stdout=(tmp / f"{identity}.log").open("w"), stderr=subprocess.STDOUT)
@@ -53,9 +57,10 @@ def test_kill_after_an_eviction_then_a_fresh_controller_finishes_the_drain(
     world: World = make_world()
     world.create_policy(capacity_policy())
     two_nodes_one_pod_each(world)
-    originals = {p["metadata"]["uid"] for p in world.cluster.pods(NS)}
-    world.cluster.start_loops()
-    first = controller(world.cluster.kubeconfig, "first", tmp_path, crash_at="evicted")
+    originals = {p["metadata"]["uid"] for p in world.cluster.pods(world.ns)}
+    assert world.cluster.kubeon is not None
+    kubeconfig = str(world.cluster.kubeon.kubeconfig_of(world.cluster.api_client, RELEASE))  # the chart's identity
+    first = controller(kubeconfig, "first", tmp_path, crash_at="evicted")
     try:
         code = first.wait(timeout=60)
     finally:
@@ -66,17 +71,17 @@ def test_kill_after_an_eviction_then_a_fresh_controller_finishes_the_drain(
     assert len(cordoned) == 1
     [victim] = cordoned
     assert DRAINING_ANNOTATION in annotations(world.nodes()[victim])
-    second = controller(world.cluster.kubeconfig, "second", tmp_path)
+    second = controller(kubeconfig, "second", tmp_path)
     try:
         wait_for(lambda: victim not in world.claims() and victim not in world.nodes(), timeout=60,
                  what="the next controller to finish the drain")
-        wait_for(lambda: len(world.cluster.pods(NS)) == 2 and all(p["spec"].get("nodeName")
-                                                                  for p in world.cluster.pods(NS)),
+        wait_for(lambda: len(world.cluster.pods(world.ns)) == 2 and all(p["spec"].get("nodeName")
+                                                                  for p in world.cluster.pods(world.ns)),
                  what="both pods running")
     finally:
         second.terminate()
         second.wait(timeout=20)
-    replaced = [p for p in world.cluster.pods(NS) if p["metadata"]["uid"] not in originals]
+    replaced = [p for p in world.cluster.pods(world.ns) if p["metadata"]["uid"] not in originals]
     assert len(replaced) == 1  # evicted once for the plan, replaced once
     assert not any(v["spec"].get("unschedulable") for v in world.nodes().values())
     # the kill came between the eviction and its count: the next leader counted it, once

@@ -1,21 +1,25 @@
-"""The controller frame against the test API server: lease election, policy sync and status, mode gating.
+"""The controller frame against the real API server: lease election, policy sync and status, mode gating.
 
-Real: the test API server (tests/kubeapi) with the generated GpuPolicy CRD, the
-kubernetes client, the controller's Lease loop, policy store, status writer,
-recorder (Events) and the right-sizing reconciler. Faked: the clock
-(`FakeClock`, so lease expiry is exact) and the metrics source
-(`ScriptedMetrics`, scripted DCGM series; the real Prometheus path is covered
-by the scale-to-zero tests with tests/promharness).
+Real: the control plane (tests/cluster): kube-apiserver with the chart's GpuPolicy CRD (its CEL rules
+enforced), ServiceAccounts and RBAC; kube-controller-manager's ReplicaSets making the Deployments' pods;
+the default scheduler and KWOK running them on a GPU node; the Eviction API. The controller's Lease
+loop, policy store, status writer, recorder (Events) and the right-sizing reconciler run in this
+process, authenticated as the chart's controller ServiceAccount; the API server's audit log says
+which writes it sent. Faked: the clock (`FakeClock`, so lease expiry is exact) and the metrics source
+(`ScriptedMetrics`, scripted DCGM series; the real Prometheus path is covered by the scale-to-zero
+tests with tests/promharness).
 """
 
 from __future__ import annotations
 
+import copy
 import logging
 import time
 from typing import Any
 
 import pytest
 from kubernetes import client
+from kubernetes.client.rest import ApiException
 
 from controller.command import ControllerProcess, build
 from controller.leader import LeaderElector
@@ -24,60 +28,85 @@ from controller.rightsizing import RightSizingReconciler
 from gpupolicy.model import Mode
 from gpupolicy.modes import parse_components
 from kube.leases import LeaseConflict, get_lease, replace_lease
-from tests.controller.conftest import FakeClock, ScriptedMetrics, make_deployment, make_node, make_policy
+from tests.cluster.objects import make_pdb
+from tests.controller.conftest import (
+    CONTROLLER_CLUSTER,
+    POLICY_CRD,
+    FakeClock,
+    Scene,
+    ScriptedMetrics,
+    make_deployment,
+    make_policy,
+)
 
+CLUSTER = CONTROLLER_CLUSTER
 DAY = 86400.0
 GIB = 1024.0
 LEASE = "kubeon-gpu-optimizer"
+EVENTS = "default"  # Events about GpuPolicies (cluster-scoped) live here, where the API server keeps them
+CRD_NAME = POLICY_CRD.name.removesuffix(".yaml")
 
 
 # -- helpers ------------------------------------------------------------------------
-def create(api: client.ApiClient, obj: dict[str, Any]) -> dict[str, Any]:
-    kind = obj["kind"]
-    if kind == "GpuPolicy":
-        return client.CustomObjectsApi(api).create_cluster_custom_object(  # type: ignore[no-any-return]
-            "gpu.kubeon.io", "v1alpha1", "gpupolicies", obj)
-    if kind == "Node":
-        return api.sanitize_for_serialization(client.CoreV1Api(api).create_node(obj))  # type: ignore[no-any-return]
-    ns = obj["metadata"]["namespace"]
-    apps = client.AppsV1Api(api)
-    made = (apps.create_namespaced_deployment(ns, obj) if kind == "Deployment"
-            else apps.create_namespaced_stateful_set(ns, obj))
-    return api.sanitize_for_serialization(made)  # type: ignore[no-any-return]
+def policy(scene: Scene, name: str, body: dict[str, Any], mode: str | None = None,
+           approvals: list[str] | None = None) -> dict[str, Any]:
+    """A GpuPolicy selecting only the test's namespace, created."""
+    return scene.create(make_policy(name, body, mode=mode, approvals=approvals,
+                                    selector={"namespaces": [scene.namespace]}))
 
 
-def policy_status(api: client.ApiClient, name: str) -> dict[str, Any]:
-    obj = client.CustomObjectsApi(api).get_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", name)
-    return obj.get("status") or {}
+def deploy(scene: Scene, name: str, replicas: int = 1) -> dict[str, Any]:
+    return scene.create(make_deployment(name, scene.namespace, replicas=replicas))
 
 
-def invalid_events(api: client.ApiClient) -> list[client.CoreV1Event]:
-    return [e for e in client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items
-            if e.reason == "InvalidSpec" and e.involved_object.name == "broken" and e.type == "Warning"]
+def policy_object(scene: Scene, name: str) -> dict[str, Any]:
+    return dict(client.CustomObjectsApi(scene.admin).get_cluster_custom_object(
+        "gpu.kubeon.io", "v1alpha1", "gpupolicies", name))
 
 
-def deployment(api: client.ApiClient, name: str, ns: str = "inference") -> dict[str, Any]:
-    return api.sanitize_for_serialization(  # type: ignore[no-any-return]
-        client.AppsV1Api(api).read_namespaced_deployment(name, ns))
+def policy_status(scene: Scene, name: str) -> dict[str, Any]:
+    return dict(policy_object(scene, name).get("status") or {})
 
 
-def pod_of(api: client.ApiClient, deployment_name: str, suffix: str = "a1b2c", ns: str = "inference") -> str:
-    """A running pod of the Deployment (its selector's labels, whole GPU), as its ReplicaSet would make."""
-    name = f"{deployment_name}-7d9f6c8b5-{suffix}"
-    client.CoreV1Api(api).create_namespaced_pod(ns, {
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": {"app": deployment_name}},
-        "spec": {"containers": [{"name": "main", "image": "vllm/vllm-openai:latest",
-                                 "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}})
-    return name
+def policy_events(scene: Scene, name: str, reason: str | None = None) -> list[dict[str, Any]]:
+    """Events about this test's GpuPolicy `name` (by uid: an earlier test's policy may have had its name)."""
+    uid = policy_object(scene, name)["metadata"]["uid"]
+    return [e for e in scene.cluster.events(EVENTS, reason)
+            if e["involvedObject"].get("kind") == "GpuPolicy" and e["involvedObject"].get("uid") == uid]
 
 
-def pod_names(api: client.ApiClient, deployment_name: str, ns: str = "inference") -> set[str]:
-    pods = client.CoreV1Api(api).list_namespaced_pod(ns, label_selector=f"app={deployment_name}").items
-    return {p.metadata.name for p in pods}
+def invalid_events(scene: Scene) -> list[dict[str, Any]]:
+    return [e for e in policy_events(scene, "broken", "InvalidSpec") if e["type"] == "Warning"]
 
 
-def scaler_binding_namespaces(api: client.ApiClient) -> set[str]:
-    bindings = client.RbacAuthorizationV1Api(api).list_role_binding_for_all_namespaces().items
+def generations(scene: Scene, names: Any) -> dict[str, int]:
+    """metadata.generation of the scene's Deployments: it moves only when something writes their spec
+    (their status, which kube-controller-manager keeps writing, does not move it)."""
+    apps = client.AppsV1Api(scene.admin)
+    return {n: apps.read_namespaced_deployment(n, scene.namespace).metadata.generation for n in names}
+
+
+def workload_writes(scene: Scene) -> list[tuple[str, str]]:
+    """The controller's writes to Deployments/StatefulSets (and their subresources), from the audit log."""
+    return [w for w in scene.writes() if w[1].startswith("/apis/apps/")]
+
+
+def pods(scene: Scene, app: str) -> set[str]:
+    """Names of the app's pods not being deleted."""
+    return {p["metadata"]["name"] for p in scene.cluster.pods(scene.namespace, f"app={app}")}
+
+
+def running(scene: Scene, app: str, count: int) -> set[str]:
+    """Wait until `count` pods of the app run (its ReplicaSet made them, KWOK runs them); their names."""
+    def ready() -> set[str] | None:
+        names = {p["metadata"]["name"] for p in scene.cluster.pods(scene.namespace, f"app={app}", ready=True)}
+        return names if len(names) == count and len(pods(scene, app)) == count else None
+
+    return set(scene.cluster.wait_for(ready, timeout=60, message=f"{count} running pod(s) of {app}"))
+
+
+def scaler_binding_namespaces(scene: Scene) -> set[str]:
+    bindings = client.RbacAuthorizationV1Api(scene.admin).list_role_binding_for_all_namespaces().items
     return {b.metadata.namespace for b in bindings if b.metadata.name == "kubeon-gpu-optimizer-scaler"}
 
 
@@ -85,12 +114,12 @@ def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
     return next(c for c in status.get("conditions", []) if c["type"] == kind)
 
 
-def script_usage(metrics: ScriptedMetrics, clock: FakeClock, deploy: str, peak_mib: float,
-                 days: float = 7.0, util: float = 12.0) -> None:
-    """A week of DCGM series for one pod of `deploy` on node gpu-1, with one memory peak."""
+def script_usage(metrics: ScriptedMetrics, clock: FakeClock, namespace: str, deploy_name: str, peak_mib: float,
+                 host: str, days: float = 7.0, util: float = 12.0) -> None:
+    """A week of DCGM series for one pod of `deploy_name` on node `host`, with one memory peak."""
     end = clock.now()
     start = end - days * DAY
-    labels = {"namespace": "inference", "pod": f"{deploy}-7f9c5d-x2k4q", "Hostname": "gpu-1",
+    labels = {"namespace": namespace, "pod": f"{deploy_name}-7f9c5d-x2k4q", "Hostname": host,
               "modelName": "NVIDIA A100-SXM4-80GB"}
     peak_at = end - 2 * DAY
     metrics.add("DCGM_FI_DEV_FB_USED", labels,
@@ -106,19 +135,54 @@ def run_passes(r: ControllerProcess, clock: FakeClock, passes: int, seconds: flo
         clock.advance(seconds)
 
 
-def replica(api: client.ApiClient, clock: FakeClock, metrics: ScriptedMetrics | None, identity: str,
+def replica(scene: Scene, clock: FakeClock, metrics: ScriptedMetrics | None, identity: str,
             lost: list[str] | None = None, mode: Mode = Mode.RECOMMEND) -> ControllerProcess:
+    """One controller replica in this process, as the chart's ServiceAccount."""
     return build(
-        api, identity=identity, clock=clock, metrics=metrics, default_mode=mode,
+        scene.controller, identity=identity, clock=clock, metrics=metrics, default_mode=mode,
         prometheus_url="http://prometheus.test" if metrics is not None else None,
         on_lost=(lambda reason: (lost.append(reason) if lost is not None else None)),
         reconcilers=[PolicySync(), RightSizingReconciler()],
     )
 
 
-@pytest.fixture
-def api(frame_api: Any) -> client.ApiClient:
-    return frame_api.api  # type: ignore[no-any-return]
+def stored_before_the_rule(scene: Scene, obj: dict[str, Any]) -> None:
+    """Store a policy the CRD's CEL rule on spec refuses, as one stored before that rule existed: the
+    CRD without the rule, the policy created, the CRD as the chart ships it again (the API server keeps
+    what it stored; it checks rules on writes only)."""
+    ext = client.ApiextensionsV1Api(scene.admin)
+    shipped = scene.admin.sanitize_for_serialization(ext.read_custom_resource_definition(CRD_NAME))
+    older = copy.deepcopy(shipped)
+    spec_schema = older["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
+    del spec_schema["x-kubernetes-validations"]
+    ext.replace_custom_resource_definition(CRD_NAME, older)
+    custom = client.CustomObjectsApi(scene.admin)
+
+    def created() -> bool:
+        try:
+            custom.create_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", obj)
+            return True
+        except ApiException as error:
+            if error.status != 422:  # the API server may still serve the old schema for a moment
+                raise
+            return False
+
+    try:
+        scene.cluster.wait_for(created, timeout=30, message="the policy stored without the rule")
+    finally:
+        current = ext.read_custom_resource_definition(CRD_NAME)
+        shipped["metadata"] = {"name": CRD_NAME, "resourceVersion": current.metadata.resource_version}
+        ext.replace_custom_resource_definition(CRD_NAME, shipped)
+
+    def refused_again() -> bool:
+        probe = {**obj, "metadata": {"name": f"{obj['metadata']['name']}-probe"}}
+        try:
+            custom.create_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies", probe, dry_run="All")
+            return False
+        except ApiException as error:
+            return error.status == 422
+
+    scene.cluster.wait_for(refused_again, timeout=30, message="the CRD's rule back")
 
 
 @pytest.fixture
@@ -127,28 +191,28 @@ def clock() -> FakeClock:
 
 
 # -- leader election ---------------------------------------------------------------
-def elector(api: client.ApiClient, clock: FakeClock, identity: str, lost: list[str]) -> LeaderElector:
-    return LeaderElector(api, "kubeon-gpu", LEASE, identity, clock, lease_duration=15, renew_interval=5,
+def elector(scene: Scene, clock: FakeClock, identity: str, lost: list[str]) -> LeaderElector:
+    return LeaderElector(scene.controller, "kubeon-gpu", LEASE, identity, clock, lease_duration=15, renew_interval=5,
                          on_lost=lost.append)
 
 
-def test_two_replicas_exactly_one_leads(api: client.ApiClient, clock: FakeClock) -> None:
+def test_two_replicas_exactly_one_leads(scene: Scene, clock: FakeClock) -> None:
     lost: list[str] = []
-    a, b = elector(api, clock, "a", lost), elector(api, clock, "b", lost)
+    a, b = elector(scene, clock, "a", lost), elector(scene, clock, "b", lost)
     assert a.step() is True
     assert b.step() is False
     clock.advance(5)
     assert a.step() is True and b.step() is False
-    lease = get_lease(api, "kubeon-gpu", LEASE)
+    lease = get_lease(scene.admin, "kubeon-gpu", LEASE)
     assert lease is not None and lease.holder == "a" and lease.transitions == 0
     assert lease.lease_duration_seconds == 15
     assert lease.renew_time == pytest.approx(clock.now(), abs=1e-3)
     assert [a.is_leader(), b.is_leader()] == [True, False] and not lost
 
 
-def test_expired_lease_is_taken_over_and_the_old_holder_stops(api: client.ApiClient, clock: FakeClock) -> None:
+def test_expired_lease_is_taken_over_and_the_old_holder_stops(scene: Scene, clock: FakeClock) -> None:
     lost: list[str] = []
-    a, b = elector(api, clock, "a", lost), elector(api, clock, "b", lost)
+    a, b = elector(scene, clock, "a", lost), elector(scene, clock, "b", lost)
     assert a.step()
     clock.advance(10)
     assert not b.step(), "a lease renewed 10 s ago (duration 15 s) is not free"
@@ -156,45 +220,45 @@ def test_expired_lease_is_taken_over_and_the_old_holder_stops(api: client.ApiCli
     assert a.is_leader() is False, "a must stop acting once its own lease has expired"
     assert lost and "expired" in lost[0]
     assert b.step() is True
-    lease = get_lease(api, "kubeon-gpu", LEASE)
+    lease = get_lease(scene.admin, "kubeon-gpu", LEASE)
     assert lease is not None and lease.holder == "b" and lease.transitions == 1
     assert lease.acquire_time == pytest.approx(clock.now(), abs=1e-3)
     assert a.step() is False, "a replica that lost the lease does not quietly resume"
 
 
-def test_a_replica_whose_lease_is_stolen_stops(api: client.ApiClient, clock: FakeClock) -> None:
+def test_a_replica_whose_lease_is_stolen_stops(scene: Scene, clock: FakeClock) -> None:
     lost: list[str] = []
-    a = elector(api, clock, "a", lost)
+    a = elector(scene, clock, "a", lost)
     assert a.step()
-    current = get_lease(api, "kubeon-gpu", LEASE)
+    current = get_lease(scene.admin, "kubeon-gpu", LEASE)
     assert current is not None
-    replace_lease(api, current, "intruder", 15, clock.now(), clock.now(), current.transitions + 1)
+    replace_lease(scene.admin, current, "intruder", 15, clock.now(), clock.now(), current.transitions + 1)
     clock.advance(5)
     assert a.step() is False
     assert a.is_leader() is False
     assert lost == ["lease now held by intruder"]
 
 
-def test_lease_writes_are_conditional_on_resource_version(api: client.ApiClient, clock: FakeClock) -> None:
+def test_lease_writes_are_conditional_on_resource_version(scene: Scene, clock: FakeClock) -> None:
     lost: list[str] = []
-    assert elector(api, clock, "a", lost).step()
-    stale = get_lease(api, "kubeon-gpu", LEASE)
+    assert elector(scene, clock, "a", lost).step()
+    stale = get_lease(scene.controller, "kubeon-gpu", LEASE)
     assert stale is not None
-    replace_lease(api, stale, "a", 15, clock.now(), clock.now() + 1, 0)
+    replace_lease(scene.controller, stale, "a", 15, clock.now(), clock.now() + 1, 0)
     with pytest.raises(LeaseConflict):
-        replace_lease(api, stale, "b", 15, clock.now(), clock.now() + 2, 1)
+        replace_lease(scene.controller, stale, "b", 15, clock.now(), clock.now() + 2, 1)
 
 
-def test_only_the_leader_reconciles(api: client.ApiClient, clock: FakeClock) -> None:
+def test_only_the_leader_reconciles(scene: Scene, clock: FakeClock) -> None:
     metrics = ScriptedMetrics()
-    create(api, make_node("gpu-1"))
-    create(api, make_deployment("llm"))
-    create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Automatic"))
-    script_usage(metrics, clock, "llm", 7.1 * GIB)
-    old_pod = pod_of(api, "llm")
-    version = deployment(api, "llm")["metadata"]["resourceVersion"]
+    node = scene.node("gpu-1")
+    deploy(scene, "llm")
+    policy(scene, "share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Automatic")
+    script_usage(metrics, clock, scene.namespace, "llm", 7.1 * GIB, node)
+    (old_pod,) = running(scene, "llm", 1)
+    before = generations(scene, ["llm"])
     lost: list[str] = []
-    one, two = replica(api, clock, metrics, "one", lost), replica(api, clock, metrics, "two", lost)
+    one, two = replica(scene, clock, metrics, "one", lost), replica(scene, clock, metrics, "two", lost)
     for _ in range(3):
         for r in (one, two):
             r.elector.step()
@@ -207,48 +271,50 @@ def test_only_the_leader_reconciles(api: client.ApiClient, clock: FakeClock) -> 
     assert [a["action"] for a in one.ctx.recorder.applied_log] == [
         "nvidia.com/gpu=1 → nvidia.com/mig-1g.10gb", "restart for nvidia.com/gpu=1 → nvidia.com/mig-1g.10gb"]
     assert not two.ctx.recorder.applied_log
-    assert old_pod not in pod_names(api, "llm"), "the restart evicts the running pod (Eviction API)"
-    assert deployment(api, "llm")["metadata"]["resourceVersion"] == version, "the workload is never written"
-    record = policy_status(api, "share")["restarts"]["Deployment/inference/llm"]
-    assert record["pods"] and record["proposal"] == policy_status(api, "share")["proposals"][0]["id"]
+    scene.cluster.wait_for(lambda: old_pod not in pods(scene, "llm"), timeout=30,
+                           message="the restart evicting the running pod (Eviction API)")
+    assert generations(scene, ["llm"]) == before and workload_writes(scene) == [], "the workload is never written"
+    record = policy_status(scene, "share")["restarts"][f"Deployment/{scene.namespace}/llm"]
+    assert record["pods"] and record["proposal"] == policy_status(scene, "share")["proposals"][0]["id"]
 
 
 # -- policy sync and status ----------------------------------------------------------
 def test_status_has_stable_proposals_and_is_written_only_on_change(
-    api: client.ApiClient, clock: FakeClock, caplog: pytest.LogCaptureFixture,
+    scene: Scene, clock: FakeClock, caplog: pytest.LogCaptureFixture,
 ) -> None:
     metrics = ScriptedMetrics()
-    create(api, make_node("gpu-1"))
-    create(api, make_deployment("llm", replicas=2))
-    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}))
-    create(api, make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
-    # Two bodies: a CEL rule of the CRD refuses it, which the test API server does not evaluate
-    # (a policy stored before the rule, or past a webhook that was down).
-    create(api, make_policy("broken", {"guardrail": {}, "packing": {}}))
-    script_usage(metrics, clock, "llm", 7.1 * GIB)
-    r = replica(api, clock, metrics, "one")
+    node = scene.node("gpu-1")
+    deploy(scene, "llm", replicas=2)
+    policy(scene, "share", {"sharing": {"strategy": "MIG"}})
+    policy(scene, "guard", {"guardrail": {"maxGpusPerPod": 4}})
+    # Two bodies: the CRD's CEL rule refuses it today; one stored before the rule (an upgrade from a
+    # version without it) is still there, and the controller must say so rather than act on it.
+    stored_before_the_rule(scene, make_policy("broken", {"guardrail": {}, "packing": {}},
+                                              selector={"namespaces": [scene.namespace]}))
+    script_usage(metrics, clock, scene.namespace, "llm", 7.1 * GIB, node)
+    r = replica(scene, clock, metrics, "one")
     assert r.elector.step()
     with caplog.at_level(logging.INFO, logger="controller.policysync"):
         r.runner.run_all()
     assert "policies read count=3" in caplog.text and "source of truth" in caplog.text
     assert "policies synced" not in caplog.text, "nothing was pulled from a hub"
-    status = policy_status(api, "share")
+    status = policy_status(scene, "share")
     assert status["effectiveMode"] == "Recommend"
     assert status["observedGeneration"] == 1
     assert condition(status, "Valid")["status"] == "True"
     assert condition(status, "Ready")["status"] == "True"
     assert condition(status, "Degraded")["status"] == "False"
     [proposal] = status["proposals"]
-    assert proposal["target"] == "Deployment/inference/llm"
+    assert proposal["target"] == f"Deployment/{scene.namespace}/llm"
     assert proposal["action"] == "nvidia.com/gpu=1 → nvidia.com/mig-1g.10gb"
     assert "(A100-80GB, peak 7.1 GiB, p95 util 12%)" in proposal["reason"]
     assert proposal["estimatedGpuHoursPerMonth"] == pytest.approx(round(2 * 6 / 7 * 730, 1))
     assert proposal["state"] == "Proposed"
-    broken = policy_status(api, "broken")
+    broken = policy_status(scene, "broken")
     assert condition(broken, "Valid")["status"] == "False"
     assert "exactly one of" in condition(broken, "Valid")["message"]
     assert condition(status, "Valid")["status"] == "True", "only the broken policy is reported"
-    assert [e.message for e in invalid_events(api)] == [
+    assert [e["message"] for e in invalid_events(scene)] == [
         "policy skipped, fix the spec: spec: Value error, exactly one of sharing, scaleToZero, packing, "
         "typeFit, capacity, guardrail must be set (found: packing, guardrail)"]
     writes = r.metrics.status_writes._value.get()
@@ -257,87 +323,89 @@ def test_status_has_stable_proposals_and_is_written_only_on_change(
     r.elector.step()
     r.runner.run_all()
     assert r.metrics.status_writes._value.get() == writes, "an unchanged status must not be rewritten"
-    assert len(invalid_events(api)) == 1, "one Event per error, not one per resync"
+    assert len(invalid_events(scene)) == 1, "one Event per error, not one per resync"
 
-    restarted = replica(api, clock, metrics, "one")  # a new process, same identity: ids survive
+    restarted = replica(scene, clock, metrics, "one")  # a new process, same identity: ids survive
     restarted.elector.step()
     restarted.runner.run_all()
-    assert policy_status(api, "share")["proposals"][0]["id"] == proposal["id"]
+    assert policy_status(scene, "share")["proposals"][0]["id"] == proposal["id"]
 
 
-def test_without_prometheus_metric_policies_stay_recommend(api: client.ApiClient, clock: FakeClock) -> None:
-    create(api, make_deployment("llm"))
-    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}, mode="Automatic"))
-    before = deployment(api, "llm")["metadata"]["resourceVersion"]
-    r = replica(api, clock, None, "one")
+def test_without_prometheus_metric_policies_stay_recommend(scene: Scene, clock: FakeClock) -> None:
+    deploy(scene, "llm")
+    policy(scene, "share", {"sharing": {"strategy": "MIG"}}, mode="Automatic")
+    before = generations(scene, ["llm"])
+    r = replica(scene, clock, None, "one")
     r.elector.step()
     r.runner.run_all()
-    status = policy_status(api, "share")
+    status = policy_status(scene, "share")
     assert status["effectiveMode"] == "Recommend"
     degraded = condition(status, "Degraded")
     assert degraded["status"] == "True" and "--prometheus-url" in degraded["message"]
-    assert deployment(api, "llm")["metadata"]["resourceVersion"] == before
+    assert generations(scene, ["llm"]) == before and workload_writes(scene) == []
 
 
-def test_status_shows_requested_and_effective_mode(api: client.ApiClient, clock: FakeClock) -> None:
+def test_status_shows_requested_and_effective_mode(scene: Scene, clock: FakeClock) -> None:
     """`kubectl get gpupolicies` MODE is status.effectiveMode, REQUESTED status.requestedMode."""
-    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}, mode="Automatic"))
-    create(api, make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
-    r = replica(api, clock, None, "one", mode=Mode.APPROVE)
+    policy(scene, "share", {"sharing": {"strategy": "MIG"}}, mode="Automatic")
+    policy(scene, "guard", {"guardrail": {"maxGpusPerPod": 4}})
+    r = replica(scene, clock, None, "one", mode=Mode.APPROVE)
     r.elector.step()
     r.runner.run_all()
-    share = policy_status(api, "share")
+    share = policy_status(scene, "share")
     assert (share["requestedMode"], share["effectiveMode"]) == ("Automatic", "Recommend")
     assert condition(share, "Degraded")["reason"] == "PrometheusNotConfigured"
-    guard = policy_status(api, "guard")
+    guard = policy_status(scene, "guard")
     assert (guard["requestedMode"], guard["effectiveMode"]) == ("Approve", "Approve")
     assert condition(guard, "Degraded")["status"] == "False"
+    columns = scene.cluster.kubectl("get", "gpupolicies", "share", "--no-headers").stdout.split()
+    assert columns[:3] == ["share", "Recommend", "Automatic"], columns
 
 
 CAPACITY = {"capacity": {"nodePool": "gpu", "nodeClassRef": {"group": "karpenter.k8s.aws", "kind": "EC2NodeClass",
                                                                "name": "gpu"}}}
 
 
-def test_kinds_nothing_acts_on_are_not_ready(api: client.ApiClient, clock: FakeClock) -> None:
+def test_kinds_nothing_acts_on_are_not_ready(scene: Scene, clock: FakeClock) -> None:
     """A capacity policy under a provider no controller of this version implements (managed node
     groups) and a packing policy without the extender say so: Ready=False with NotImplemented /
     ControllerDisabled, never Reconciled."""
-    create(api, make_policy("grow", CAPACITY))
-    create(api, make_policy("pack", {"packing": {"strategy": "bestfit"}}))
-    create(api, make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
-    r = build(api, identity="one", clock=clock, reconcilers=[PolicySync()],
+    policy(scene, "grow", CAPACITY)
+    policy(scene, "pack", {"packing": {"strategy": "bestfit"}})
+    policy(scene, "guard", {"guardrail": {"maxGpusPerPod": 4}})
+    r = build(scene.controller, identity="one", clock=clock, reconcilers=[PolicySync()],
               components=parse_components("webhook"), capacity_provider="eks-nodegroups")
     r.elector.step()
     r.runner.run_all()
-    grow = condition(policy_status(api, "grow"), "Ready")
+    grow = condition(policy_status(scene, "grow"), "Ready")
     assert (grow["status"], grow["reason"]) == ("False", "NotImplemented")
     assert "capacity.provider=eks-nodegroups is accepted but not implemented" in grow["message"]
-    pack = condition(policy_status(api, "pack"), "Ready")
+    pack = condition(policy_status(scene, "pack"), "Ready")
     assert (pack["status"], pack["reason"]) == ("False", "ControllerDisabled") and "extender" in pack["message"]
-    guard = condition(policy_status(api, "guard"), "Ready")
+    guard = condition(policy_status(scene, "guard"), "Ready")
     assert (guard["status"], guard["reason"]) == ("True", "Reconciled") and "webhook" in guard["message"]
 
 
-def test_a_capacity_policy_under_karpenter_is_handled_by_the_controller(api: client.ApiClient,
-                                                                       clock: FakeClock) -> None:
-    create(api, make_policy("grow", CAPACITY))
-    r = build(api, identity="one", clock=clock, reconcilers=[PolicySync()], components=parse_components("webhook"))
+def test_a_capacity_policy_under_karpenter_is_handled_by_the_controller(scene: Scene, clock: FakeClock) -> None:
+    policy(scene, "grow", CAPACITY)
+    r = build(scene.controller, identity="one", clock=clock, reconcilers=[PolicySync()],
+              components=parse_components("webhook"))
     r.elector.step()
     r.runner.run_all()
-    grow = condition(policy_status(api, "grow"), "Ready")
+    grow = condition(policy_status(scene, "grow"), "Ready")
     assert (grow["status"], grow["reason"]) == ("True", "Reconciled") and "controller" in grow["message"]
 
 
-def test_no_data_for_the_whole_window_means_no_proposal(api: client.ApiClient, clock: FakeClock) -> None:
+def test_no_data_for_the_whole_window_means_no_proposal(scene: Scene, clock: FakeClock) -> None:
     metrics = ScriptedMetrics()
-    create(api, make_node("gpu-1"))
-    create(api, make_deployment("llm"))
-    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}, mode="Automatic"))
-    script_usage(metrics, clock, "llm", 7.1 * GIB, days=2)
-    r = replica(api, clock, metrics, "one")
+    node = scene.node("gpu-1")
+    deploy(scene, "llm")
+    policy(scene, "share", {"sharing": {"strategy": "MIG"}}, mode="Automatic")
+    script_usage(metrics, clock, scene.namespace, "llm", 7.1 * GIB, node, days=2)
+    r = replica(scene, clock, metrics, "one")
     r.elector.step()
     r.runner.run_all()
-    status = policy_status(api, "share")
+    status = policy_status(scene, "share")
     assert status.get("proposals", []) == []
     rs = condition(status, "RightSizing")
     assert rs["status"] == "False" and rs["reason"] == "InsufficientData"
@@ -346,106 +414,179 @@ def test_no_data_for_the_whole_window_means_no_proposal(api: client.ApiClient, c
 
 
 # -- mode gating -----------------------------------------------------------------------
-def _three_workloads(api: client.ApiClient, metrics: ScriptedMetrics, clock: FakeClock) -> dict[str, str]:
-    create(api, make_node("gpu-1"))
-    for name in ("llm", "embed", "rerank"):
-        create(api, make_deployment(name))
-        script_usage(metrics, clock, name, 7.1 * GIB)
-    return {n: deployment(api, n)["metadata"]["resourceVersion"] for n in ("llm", "embed", "rerank")}
+WORKLOADS = ("llm", "embed", "rerank")
 
 
-def test_recommend_writes_nothing_to_any_workload(api: client.ApiClient, clock: FakeClock) -> None:
+def _three_workloads(scene: Scene, metrics: ScriptedMetrics, clock: FakeClock) -> dict[str, int]:
+    node = scene.node("gpu-1")
+    for name in WORKLOADS:
+        deploy(scene, name)
+        script_usage(metrics, clock, scene.namespace, name, 7.1 * GIB, node)
+    return generations(scene, WORKLOADS)
+
+
+def test_recommend_writes_nothing_to_any_workload(scene: Scene, clock: FakeClock) -> None:
     metrics = ScriptedMetrics()
-    versions = _three_workloads(api, metrics, clock)
-    create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Recommend",
-                            approvals=["Deployment/inference/llm"]))
-    r = replica(api, clock, metrics, "one")
+    versions = _three_workloads(scene, metrics, clock)
+    ns = scene.namespace
+    policy(scene, "share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Recommend",
+           approvals=[f"Deployment/{ns}/llm"])
+    r = replica(scene, clock, metrics, "one")
     run_passes(r, clock, passes=2, seconds=60)
-    assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
-    states = {p["target"]: p["state"] for p in policy_status(api, "share")["proposals"]}
-    assert states == {"Deployment/inference/llm": "Approved", "Deployment/inference/embed": "Proposed",
-                      "Deployment/inference/rerank": "Proposed"}
+    assert generations(scene, WORKLOADS) == versions and workload_writes(scene) == []
+    states = {p["target"]: p["state"] for p in policy_status(scene, "share")["proposals"]}
+    assert states == {f"Deployment/{ns}/llm": "Approved", f"Deployment/{ns}/embed": "Proposed",
+                      f"Deployment/{ns}/rerank": "Proposed"}
     assert not r.ctx.recorder.applied_log
-    assert scaler_binding_namespaces(api) == set(), "Recommend never writes, so it is granted nothing"
+    assert scaler_binding_namespaces(scene) == set(), "Recommend never writes, so it is granted nothing"
+    assert [w for w in scene.writes() if "/eviction" in w[1]] == []
 
 
-def test_automatic_without_restart_never_writes_the_workload(api: client.ApiClient, clock: FakeClock) -> None:
+def test_automatic_without_restart_never_writes_the_workload(scene: Scene, clock: FakeClock) -> None:
     """Without rollout: Restart the webhook does the change on new pods; the controller only records it."""
     metrics = ScriptedMetrics()
-    versions = _three_workloads(api, metrics, clock)
-    create(api, make_policy("share", {"sharing": {"strategy": "MIG"}}, mode="Automatic"))
-    r = replica(api, clock, metrics, "one")
+    versions = _three_workloads(scene, metrics, clock)
+    policy(scene, "share", {"sharing": {"strategy": "MIG"}}, mode="Automatic")
+    r = replica(scene, clock, metrics, "one")
     run_passes(r, clock, passes=3, seconds=600)
-    assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
-    proposals = policy_status(api, "share")["proposals"]
+    assert generations(scene, WORKLOADS) == versions and workload_writes(scene) == []
+    proposals = policy_status(scene, "share")["proposals"]
     assert {(p["state"], p["resource"]) for p in proposals} == {("Applied", "nvidia.com/mig-1g.10gb")}
-    assert scaler_binding_namespaces(api) == set(), "no Restart: no workload write access needed"
+    assert scaler_binding_namespaces(scene) == set(), "no Restart: no workload write access needed"
     assert len(r.ctx.recorder.applied_log) == 3, "one applied action per workload, never repeated"
-    events = client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items
-    assert {e.message.split(":")[0] for e in events if e.reason == "GpuPolicyApplied"} == {
-        f"Deployment/inference/{n}" for n in versions}
+    applied = policy_events(scene, "share", "GpuPolicyApplied")
+    assert sorted(e["message"].split(":")[0] for e in applied) == sorted(
+        f"Deployment/{scene.namespace}/{n}" for n in versions), "one Event per applied action"
 
 
-def test_approve_applies_only_approved_targets_once(api: client.ApiClient, clock: FakeClock, frame_api: Any) -> None:
+def test_approve_applies_only_approved_targets_once(scene: Scene, clock: FakeClock) -> None:
     metrics = ScriptedMetrics()
-    versions = _three_workloads(api, metrics, clock)
-    create(api, make_policy("share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Approve",
-                            approvals=["Deployment/inference/llm"]))
-    old_pods = {pod_of(api, "llm", "aaaaa"), pod_of(api, "llm", "bbbbb")}
-    other_pod = pod_of(api, "embed")
-    setup_writes = len(frame_api.writes)  # the test's own creates
-    r = replica(api, clock, metrics, "one")
+    ns = scene.namespace
+    node = scene.node("gpu-1")
+    for name, replicas in (("llm", 2), ("embed", 1), ("rerank", 1)):
+        deploy(scene, name, replicas)
+        script_usage(metrics, clock, ns, name, 7.1 * GIB, node)
+    versions = generations(scene, WORKLOADS)
+    policy(scene, "share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Approve",
+           approvals=[f"Deployment/{ns}/llm"])
+    old_pods = running(scene, "llm", 2)
+    (other_pod,) = running(scene, "embed", 1)
+    r = replica(scene, clock, metrics, "one")
     r.elector.step()
     r.runner.run_all()
     # pass 1: status first (Applied, with the resource the webhook will use); no workload written yet
-    assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
-    first = {p["target"]: p for p in policy_status(api, "share")["proposals"]}
-    assert first["Deployment/inference/llm"]["state"] == "Applied"
-    assert first["Deployment/inference/llm"]["resource"] == "nvidia.com/mig-1g.10gb"
-    assert first["Deployment/inference/embed"]["resource"] == "nvidia.com/mig-1g.10gb"
-    assert pod_names(api, "llm") == old_pods, "nothing evicted before the status was read back Applied"
-    assert scaler_binding_namespaces(api) == set(), "Restart evicts through the Eviction API: no workload write"
-    # pass 2: the status was read back Applied: now the one restart (replicas 1: one eviction per pass)
+    first = {p["target"]: p for p in policy_status(scene, "share")["proposals"]}
+    assert first[f"Deployment/{ns}/llm"]["state"] == "Applied"
+    assert first[f"Deployment/{ns}/llm"]["resource"] == "nvidia.com/mig-1g.10gb"
+    assert first[f"Deployment/{ns}/embed"]["resource"] == "nvidia.com/mig-1g.10gb"
+    assert [w for w in scene.writes() if "/eviction" in w[1]] == [], "nothing evicted before the status was read back"
+    assert pods(scene, "llm") == old_pods
+    assert scaler_binding_namespaces(scene) == set(), "Restart evicts through the Eviction API: no workload write"
+    # pass 2: the status was read back Applied: now the one restart (2 replicas: one eviction per pass)
     clock.advance(600)
     r.elector.step()
     r.runner.run_all()
-    after = {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions}
-    assert after == versions, "the restart never writes a workload"
-    assert len(pod_names(api, "llm") & old_pods) == 1 and other_pod in pod_names(api, "embed")
-    record = policy_status(api, "share")["restarts"]["Deployment/inference/llm"]
+    assert generations(scene, WORKLOADS) == versions, "the restart never writes a workload"
+    scene.cluster.wait_for(lambda: len(pods(scene, "llm") & old_pods) == 1, timeout=30, message="one old pod gone")
+    assert other_pod in pods(scene, "embed")
+    record = policy_status(scene, "share")["restarts"][f"Deployment/{ns}/llm"]
     assert record["undo"]["restartedAt"] == record["startedAt"]
-    restarting = next(c for c in policy_status(api, "share")["conditions"] if c["type"] == "RightSizing")
+    restarting = condition(policy_status(scene, "share"), "RightSizing")
     assert "restart in progress, 1 pod(s)" in restarting["message"]
-    new_pod = pod_of(api, "llm", "ccccc")  # the ReplicaSet's replacement (sized by the webhook)
-    states = {p["target"]: p["state"] for p in policy_status(api, "share")["proposals"]}
-    assert states["Deployment/inference/llm"] == "Applied"
-    assert states["Deployment/inference/embed"] == "Proposed"
+    states = {p["target"]: p["state"] for p in policy_status(scene, "share")["proposals"]}
+    assert states[f"Deployment/{ns}/llm"] == "Applied"
+    assert states[f"Deployment/{ns}/embed"] == "Proposed"
+    replacement = running(scene, "llm", 2) - old_pods  # the ReplicaSet's (the webhook would size it)
+    assert len(replacement) == 1
 
     # a new process (crash after the record, before anything else) finishes the same restart, never a second
     clock.advance(3600)
-    again = replica(api, clock, metrics, "one")
+    again = replica(scene, clock, metrics, "one")
     again.elector.step()
     again.runner.run_all()
-    assert pod_names(api, "llm") == {new_pod}, "the last old pod goes; the replacement stays"
-    assert policy_status(api, "share")["restarts"]["Deployment/inference/llm"] == record
+    scene.cluster.wait_for(lambda: not pods(scene, "llm") & old_pods, timeout=30, message="the last old pod gone")
+    assert replacement <= pods(scene, "llm"), "the replacement stays"
+    assert policy_status(scene, "share")["restarts"][f"Deployment/{ns}/llm"] == record
     assert not again.ctx.recorder.applied_log
+    settled = running(scene, "llm", 2)
     clock.advance(3600)
     again.elector.step()
     again.runner.run_all()
-    assert pod_names(api, "llm") == {new_pod}
-    assert {n: deployment(api, n)["metadata"]["resourceVersion"] for n in versions} == versions
-    writes = [w for w in frame_api.writes[setup_writes:] if "/pods/llm-7d9f6c8b5-ccccc" not in w[1]
-              and not w[1].endswith("/inference/pods")]  # less the test's stand-in for the ReplicaSet
-    assert [w for w in writes if w[1].startswith("/apis/apps/")] == [], "no write on any workload"
-    evictions = [p for m, p in writes if p.endswith("/eviction")]
-    assert [(m, p) for m, p in writes if p.endswith("/eviction")] == [("POST", p) for p in evictions]
-    assert sorted(p.split("/")[-2] for p in evictions) == sorted(old_pods), "each old pod evicted once"
+    assert pods(scene, "llm") == settled, "no pod made after the restart began is evicted"
+    assert generations(scene, WORKLOADS) == versions
+    assert workload_writes(scene) == [], "no write on any workload"
+    evictions = [(m, p) for m, p in scene.writes() if p.endswith("/eviction")]
+    assert {m for m, _ in evictions} == {"POST"}
+    assert sorted(p.split("/")[-2] for _, p in evictions) == sorted(old_pods), "each old pod evicted once"
 
-    assert client.CoreV1Api(api).list_namespaced_event("inference").items == [], "no Event RBAC there"
-    policy_events = client.CoreV1Api(api).list_namespaced_event("kubeon-gpu").items
-    assert any(e.involved_object.kind == "GpuPolicy" and e.involved_object.name == "share"
-               and e.message.startswith("Deployment/inference/llm: ") for e in policy_events)
+    assert [w for w in scene.writes() if w[1].startswith(f"/api/v1/namespaces/{ns}/events")] == [], (
+        "no Event written in the workload's namespace (no Event RBAC there)")
+    assert any(e["message"].startswith(f"Deployment/{ns}/llm: ")
+               for e in policy_events(scene, "share", "GpuPolicyApplied"))
     assert r.metrics.actions.labels(policy="share", action="rightsize")._value.get() == 1
+
+
+def evictions(scene: Scene, at_least: int = 0) -> list[tuple[str, int]]:
+    """(pod, status code) of each eviction the controller asked for, from the audit log (kube-apiserver
+    writes a request's line as its answer goes out: wait for `at_least` of them)."""
+    def found() -> tuple[list[tuple[str, int]]] | None:
+        asked = [(path.split("/")[-2], code) for verb, path, code in scene.answered()
+                 if verb == "POST" and path.endswith("/eviction")]
+        return (asked,) if len(asked) >= at_least else None
+
+    return list(scene.cluster.wait_for(found, timeout=10, message=f"{at_least} eviction(s) in the audit log")[0])
+
+
+def pdb_allows(scene: Scene, name: str, allowed: int) -> None:
+    """Wait until the disruption controller has computed the budget (status at the PDB's generation)."""
+    def computed() -> bool:
+        pdb = scene.admin.sanitize_for_serialization(
+            client.PolicyV1Api(scene.admin).read_namespaced_pod_disruption_budget(name, scene.namespace))
+        status = pdb.get("status") or {}
+        return (status.get("observedGeneration") == pdb["metadata"]["generation"]
+                and status.get("disruptionsAllowed") == allowed)
+    scene.cluster.wait_for(computed, timeout=60, message=f"PDB {name} allowing {allowed} disruption(s)")
+
+
+def test_a_restart_a_pdb_blocks_waits_on_its_429s_and_finishes_once_the_budget_allows(
+    scene: Scene, clock: FakeClock,
+) -> None:
+    """rollout: Restart through the Eviction API against the real disruption controller: while the budget
+    allows nothing, each pass asks once, gets 429 and stops (never a second ask in the same pass, never a
+    pod deleted around the budget); once it allows one disruption at a time, one old pod goes per pass, the
+    next only when the ReplicaSet's replacement is Ready again, until none of them is left."""
+    metrics = ScriptedMetrics()
+    ns = scene.namespace
+    node = scene.node("gpu-1")
+    deploy(scene, "llm", 2)
+    script_usage(metrics, clock, ns, "llm", 7.1 * GIB, node)
+    scene.create(make_pdb("llm", ns, match_labels={"app": "llm"}, max_unavailable=0))
+    policy(scene, "share", {"sharing": {"strategy": "MIG", "rollout": "Restart"}}, mode="Automatic")
+    old = running(scene, "llm", 2)
+    pdb_allows(scene, "llm", 0)
+    r = replica(scene, clock, metrics, "one")
+    for passes in range(1, 4):  # 1: Applied; 2: the record, then the first ask; 3: the second ask
+        run_passes(r, clock, passes=1, seconds=600)
+        asked = evictions(scene, at_least=passes - 1)
+        assert len(asked) == passes - 1, f"one ask per pass, stopped by the first refusal: {asked}"
+    assert evictions(scene) == [(sorted(old)[0], 429)] * 2
+    assert pods(scene, "llm") == old, "nothing evicted around the budget"
+    assert "restart in progress, 2 pod(s)" in condition(policy_status(scene, "share"), "RightSizing")["message"]
+
+    client.PolicyV1Api(scene.admin).patch_namespaced_pod_disruption_budget(
+        "llm", ns, {"spec": {"maxUnavailable": 1}}, _content_type="application/merge-patch+json")
+    pdb_allows(scene, "llm", 1)
+
+    def restarted() -> bool:
+        run_passes(r, clock, passes=1, seconds=600)
+        ready = {p["metadata"]["name"] for p in scene.cluster.pods(ns, "app=llm", ready=True)}
+        return not pods(scene, "llm") & old and len(ready) == 2
+
+    scene.cluster.wait_for(restarted, timeout=120, message="every old pod replaced")
+    accepted = [pod for pod, code in evictions(scene, at_least=4) if code == 201]
+    assert sorted(accepted) == sorted(old), "each old pod evicted once, when the budget allowed it"
+    assert {code for _, code in evictions(scene)} <= {201, 429}
+    assert workload_writes(scene) == [], "the restart never writes the workload"
 
 
 # -- prompt, safe stop (SIGTERM) ------------------------------------------------------
@@ -489,25 +630,25 @@ class _Records:
         self.ran = True
 
 
-def test_the_lease_is_renewed_until_the_last_pass_ends(api: client.ApiClient) -> None:
+def test_the_lease_is_renewed_until_the_last_pass_ends(scene: Scene) -> None:
     """Stop during a pass longer than the lease: the lease loop keeps renewing until the reconcile loop
     has ended (before: it stopped at once, the pass found the lease expired and the process exited 1)."""
     slow = _Slow(seconds=2.5)
     lost: list[str] = []
-    process = build(api, identity="stopper", lease_duration=2, renew_interval=0.2, on_lost=lost.append,
+    process = build(scene.controller, identity="stopper", lease_duration=2, renew_interval=0.2, on_lost=lost.append,
                     reconcilers=[slow])
     process.start(watch_policies=False)
     process.run_in_thread()
     assert slow.started.wait(20)
     process.stop(release=True)
     assert lost == [] and slow.leader_after is True
-    lease = get_lease(api, "kubeon-gpu", "kubeon-gpu-optimizer")
+    lease = get_lease(scene.admin, "kubeon-gpu", "kubeon-gpu-optimizer")
     assert lease is not None and not lease.holder, "released after the pass"
 
 
-def test_a_stop_during_a_pass_runs_no_further_reconciler(api: client.ApiClient) -> None:
+def test_a_stop_during_a_pass_runs_no_further_reconciler(scene: Scene) -> None:
     first, second = _StopsTheProcess(), _Records()
-    process = build(api, identity="stopper", reconcilers=[first, second], on_lost=lambda _: None)
+    process = build(scene.controller, identity="stopper", reconcilers=[first, second], on_lost=lambda _: None)
     first.process = process
     process.start(watch_policies=False)
     wait_until = time.monotonic() + 20

@@ -3,9 +3,10 @@
 Real: the controller command (`python -m cli.main controller`) in subprocesses,
 its Lease loop on the real clock (short lease: 2 s, renew every 0.4 s; the
 SIGTERM test uses a 30 s lease so only a release explains a quick takeover), the
-health server, the test API server (tests/kubeapi). Faked: nothing; no
-Prometheus is configured (policies stay Recommend, which these tests do not
-depend on).
+health server, the real control plane (tests/cluster) with the chart's CRDs and
+RBAC, each process authenticated as the chart's controller ServiceAccount.
+Faked: nothing; no Prometheus is configured (policies stay Recommend, which
+these tests do not depend on).
 """
 
 from __future__ import annotations
@@ -18,15 +19,15 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from kubernetes import client
 
 from kube.leases import LeaseConflict, get_lease, replace_lease
-from tests.controller.conftest import make_policy
+from tests.controller.conftest import CONTROLLER_CLUSTER, Scene, make_policy
 from tests.loopback import free_port, wait_for
 
+CLUSTER = CONTROLLER_CLUSTER
 REPO = Path(__file__).resolve().parents[2]
 LEASE = "kubeon-gpu-optimizer"
 
@@ -69,10 +70,9 @@ class Replica:
 
 
 @pytest.fixture
-def replicas(frame_api: Any, tmp_path: Path) -> Iterator[list[Replica]]:
-    client.CustomObjectsApi(frame_api.api).create_cluster_custom_object(
-        "gpu.kubeon.io", "v1alpha1", "gpupolicies", make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}))
-    started = [Replica(frame_api.kubeconfig, name, tmp_path) for name in ("alpha", "beta")]
+def replicas(scene: Scene, tmp_path: Path) -> Iterator[list[Replica]]:
+    scene.create(make_policy("guard", {"guardrail": {"maxGpusPerPod": 4}}, selector={"namespaces": [scene.namespace]}))
+    started = [Replica(scene.kubeconfig, name, tmp_path) for name in ("alpha", "beta")]
     yield started
     for r in started:
         r.stop()
@@ -83,8 +83,8 @@ def holder(api: client.ApiClient) -> str | None:
     return lease.holder if lease else None
 
 
-def test_one_of_two_processes_leads_and_the_other_takes_over(frame_api: Any, replicas: list[Replica]) -> None:
-    api = frame_api.api
+def test_one_of_two_processes_leads_and_the_other_takes_over(scene: Scene, replicas: list[Replica]) -> None:
+    api = scene.admin
     leader_name = wait_for(lambda: holder(api), what="a lease holder")
     leader = next(r for r in replicas if r.identity == leader_name)
     standby = next(r for r in replicas if r is not leader)
@@ -120,8 +120,8 @@ def test_one_of_two_processes_leads_and_the_other_takes_over(frame_api: Any, rep
     wait_for(lambda: "policies read" in standby.log, what="new leader syncing")
 
 
-def test_a_process_whose_lease_is_stolen_exits(frame_api: Any, replicas: list[Replica]) -> None:
-    api = frame_api.api
+def test_a_process_whose_lease_is_stolen_exits(scene: Scene, replicas: list[Replica]) -> None:
+    api = scene.admin
     leader_name = wait_for(lambda: holder(api), what="a lease holder")
     leader = next(r for r in replicas if r.identity == leader_name)
     for r in replicas:
@@ -145,15 +145,15 @@ def test_a_process_whose_lease_is_stolen_exits(frame_api: Any, replicas: list[Re
     assert holder(api) == "intruder"
 
 
-def test_sigterm_exits_promptly_and_releases_the_lease(frame_api: Any, tmp_path: Path) -> None:
+def test_sigterm_exits_promptly_and_releases_the_lease(scene: Scene, tmp_path: Path) -> None:
     """A SIGTERM'd leader exits at once (not after a reconcile period) and gives the lease up; the standby
     takes over at once.
 
     The lease lasts 30 s here: without the release the standby would wait for expiry, so a takeover
     within 15 s shows the release without timing anything finer.
     """
-    api = frame_api.api
-    started = [Replica(frame_api.kubeconfig, name, tmp_path, lease_duration=30) for name in ("gamma", "delta")]
+    api = scene.admin
+    started = [Replica(scene.kubeconfig, name, tmp_path, lease_duration=30) for name in ("gamma", "delta")]
     try:
         leader_name = wait_for(lambda: holder(api), what="a lease holder")
         leader = next(r for r in started if r.identity == leader_name)
@@ -195,14 +195,14 @@ def _signal_thread(pid: int, tid: int, signum: int) -> None:
         raise OSError(ctypes.get_errno(), f"tgkill {pid} {tid}")
 
 
-def test_sigterm_taken_by_any_thread_still_stops_cleanly(frame_api: Any, tmp_path: Path) -> None:
+def test_sigterm_taken_by_any_thread_still_stops_cleanly(scene: Scene, tmp_path: Path) -> None:
     """Every thread of the process, native ones included (numpy's OpenBLAS starts its own at import),
     must turn a SIGTERM into the clean stop: exit 0 and the lease released. With the signal blocked on
     the main thread and taken by sigtimedwait, a SIGTERM that landed on another thread while the main
     one was between two waits killed the process with the default action (exit -15): seen once in a
     full-suite run under load."""
-    api = frame_api.api
-    replica = Replica(frame_api.kubeconfig, "epsilon", tmp_path, lease_duration=30)
+    api = scene.admin
+    replica = Replica(scene.kubeconfig, "epsilon", tmp_path, lease_duration=30)
     try:
         wait_for(lambda: holder(api) == "epsilon", what="the lease held")
         wait_for(lambda: "policies read" in replica.log, what="the first sync")

@@ -18,8 +18,8 @@ from gpupolicy.capacity.layout import (
 )
 from gpupolicy.capacity.timeslicing import config_key, config_text, key_replicas, plan_configmap, replicas_of
 from gpupolicy.catalog import DEFAULT_CATALOG
-from tests.core.builders import make_policy
 from tests.cluster.objects import make_node, make_pod
+from tests.core.builders import make_policy
 
 VENDORED = Path(__file__).resolve().parents[2] / "vendor" / "crds" / "gpu-operator_default-mig-parted-config.yaml"
 

@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from cli.main import main
-from tests.cluster.objects import make_node, make_pod
 from tests.cluster.gpu_operator import parse_plugin_config, shared_replicas
+from tests.cluster.objects import make_node, make_pod
 
 
 def test_example_plans_a_new_key_and_a_mig_layout(capsys) -> None:
@@ -114,3 +114,98 @@ def test_a_configmap_in_another_namespace_is_planned_there(capsys) -> None:
     assert main(["layout", "--example", "--configmap", "nvidia/plugin.config-1"]) == 0
     configmap = yaml.safe_load(capsys.readouterr().out)["configMap"]
     assert (configmap["namespace"], configmap["name"]) == ("nvidia", "plugin.config-1")
+
+
+def _objects(out: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(out) if d]
+
+
+def test_example_as_kubernetes_objects(capsys) -> None:
+    """-o kubernetes: the plan's ConfigMap key and node labels as objects kubectl applies, each said in comments."""
+    assert main(["layout", "--example"]) == 0
+    plan = yaml.safe_load(capsys.readouterr().out)
+    assert main(["layout", "--example", "-o", "kubernetes"]) == 0
+    out = capsys.readouterr().out
+    configmap, *nodes = _objects(out)
+    assert configmap == {"apiVersion": "v1", "kind": "ConfigMap",
+                         "metadata": {"name": "time-slicing-config", "namespace": "gpu-operator"},
+                         "data": plan["configMap"]["add"]}
+    assert {n["metadata"]["name"]: n for n in nodes} == {
+        n["name"]: {"apiVersion": "v1", "kind": "Node", "metadata": {"name": n["name"], "labels": n["labels"]}}
+        for n in plan["nodes"]}
+    assert out.startswith("# kubeon-gpu layout: the plan as objects")
+    assert "kubectl apply --server-side --force-conflicts --field-manager=kubeon-gpu-layout -f FILE" in out
+    assert ("# MIG, as the controller does it: kubectl cordon gpu-a100-2; apply; wait until its label "
+            "nvidia.com/mig.config.state is success; kubectl uncordon gpu-a100-2\n") in out
+
+
+LIVE_CONFIGMAP = {
+    "apiVersion": "v1", "kind": "ConfigMap",
+    "metadata": {"name": "plugin-config", "namespace": "nvidia", "uid": "u-1", "resourceVersion": "42",
+                 "creationTimestamp": "2026-01-01T00:00:00Z", "labels": {"team": "gpu"},
+                 "managedFields": [{"manager": "kubectl-create", "operation": "Update"}],
+                 "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "note": "keep"}},
+    "data": {"any": "version: v1\n"},
+}
+
+
+def test_the_configmap_file_is_written_whole_with_the_keys_merged_in(tmp_path: Path, capsys) -> None:
+    (tmp_path / "cm.yaml").write_text(yaml.safe_dump(LIVE_CONFIGMAP))
+    assert main(["layout", "--example", "--configmap-file", str(tmp_path / "cm.yaml"), "-o", "kubernetes"]) == 0
+    configmap = _objects(capsys.readouterr().out)[0]
+    (key,) = set(configmap["data"]) - {"any"}
+    assert configmap["metadata"] == {"name": "plugin-config", "namespace": "nvidia", "labels": {"team": "gpu"},
+                                     "annotations": {"note": "keep"}}  # the server's fields dropped
+    assert configmap["data"]["any"] == "version: v1\n" and key.startswith("kubeon-ts-r2-")
+
+    # a key the ConfigMap holds already is not added again: nothing to write to it
+    held = {**LIVE_CONFIGMAP, "data": {**LIVE_CONFIGMAP["data"], key: configmap["data"][key]}}
+    (tmp_path / "cm.yaml").write_text(yaml.safe_dump(held))
+    assert main(["layout", "--example", "--configmap-file", str(tmp_path / "cm.yaml")]) == 0
+    assert yaml.safe_load(capsys.readouterr().out)["configMap"] == {"namespace": "nvidia", "name": "plugin-config",
+                                                                    "add": {}}
+    assert main(["layout", "--example", "--configmap-file", str(tmp_path / "cm.yaml"), "-o", "kubernetes"]) == 0
+    assert [o["kind"] for o in _objects(capsys.readouterr().out)] == ["Node", "Node"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"kind": "Secret"}, "document 1: kind: Secret: --configmap-file holds the time-slicing ConfigMap"),
+    ({"data": {"x": 5}}, "document 1: data.x: must be a string, not int"),
+    ({"data": ["x"]}, "document 1: data: must be a map of strings"),
+    ({"metadata": {"name": "plugin-config"}}, "document 1: metadata.namespace: missing"),
+])
+def test_a_configmap_file_it_cannot_use_is_one_line_naming_the_field(tmp_path: Path, capsys, change: dict,
+                                                                     message: str) -> None:
+    (tmp_path / "cm.yaml").write_text(yaml.safe_dump({**LIVE_CONFIGMAP, **change}))
+    assert main(["layout", "--example", "--configmap-file", str(tmp_path / "cm.yaml"), "-o", "kubernetes"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith(f"kubeon-gpu layout: {tmp_path / 'cm.yaml'}, {message}"), line
+
+
+def test_a_configmap_file_of_another_configmap_than_named_is_refused(tmp_path: Path, capsys) -> None:
+    (tmp_path / "cm.yaml").write_text(yaml.safe_dump(LIVE_CONFIGMAP))
+    assert main(["layout", "--example", "--configmap-file", str(tmp_path / "cm.yaml"),
+                 "--configmap", "gpu-operator/time-slicing-config"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (f"kubeon-gpu layout: {tmp_path / 'cm.yaml'}, document 1: metadata: ConfigMap "
+                    "nvidia/plugin-config is not the one --configmap names (gpu-operator/time-slicing-config)")
+
+
+def test_a_label_apply_cannot_remove_is_a_command_in_the_comments(tmp_path: Path, capsys) -> None:
+    """A time-sliced node going MIG drops its device-plugin.config label: server-side apply cannot (a null
+    label becomes ""), so the header names the `kubectl label` that does; the Node sets the MIG label."""
+    node = make_node("gpu-7", gpus=1, labels={"nvidia.com/device-plugin.config": "kubeon-ts-r4-dd8dd6f8",
+                                              "nvidia.com/gpu.replicas": "4",
+                                              "nvidia.com/mig.strategy": "mixed"})
+    pods = [make_pod(f"p{i}", "ml", gpus=1, gpu_resource="nvidia.com/mig-1g.10gb") for i in range(3)]
+    policy = {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "mig"},
+              "spec": {"mode": "Automatic", "sharing": {"strategy": "MIG", "migProfile": "1g.10gb"}}}
+    (tmp_path / "n.yaml").write_text(yaml.safe_dump(node))
+    (tmp_path / "p.yaml").write_text(yaml.safe_dump_all(pods))
+    (tmp_path / "pol.yaml").write_text(yaml.safe_dump(policy))
+    assert main(["layout", "--nodes", str(tmp_path / "n.yaml"), "--pods", str(tmp_path / "p.yaml"),
+                 "--policies", str(tmp_path / "pol.yaml"), "-o", "kubernetes"]) == 0
+    out = capsys.readouterr().out
+    assert "#   kubectl label node gpu-7 nvidia.com/device-plugin.config-\n" in out, out
+    assert _objects(out) == [{"apiVersion": "v1", "kind": "Node", "metadata": {
+        "name": "gpu-7", "labels": {"nvidia.com/mig.config": "all-1g.10gb"}}}]

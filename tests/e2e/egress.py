@@ -1,5 +1,6 @@
-"""The cluster's way out to the internet, for processes run in place of pods: an HTTP CONNECT
-proxy that sends named hosts (`acme.kubeon.io:443`) to local servers.
+"""The cluster's way out to the internet, for processes run in place of pods, and its Service
+network, for kube-apiserver: an HTTP CONNECT proxy that sends named hosts (`acme.kubeon.io:443`,
+`kubeon-gpu-optimizer-webhook.kubeon-gpu.svc:443`) to local servers.
 
 Processes get it as HTTPS_PROXY (requests honours it; NO_PROXY keeps 127.0.0.1 direct), so a
 component configured with the README's public URL reaches a local stand-in over TLS end to end:

@@ -21,8 +21,8 @@ from extender.answers import (
 )
 from extender.nodenames import UNKNOWN_ROW, NodeNameRows
 from gpupolicy.packing.nodemodel import NodeSpec, NodeState
-from tests.extender.payloads import Harness, args, bound, wire_pod
 from tests.cluster.objects import make_node
+from tests.extender.payloads import Harness, args, bound, wire_pod
 
 STATE_NAMES = ("n-a", 'n-"quoted"', "n-ü", "n-d")
 

@@ -12,8 +12,8 @@ import time
 
 import pytest
 
-from tests.extender.payloads import Harness, args, wire_pod
 from tests.cluster.objects import make_node
+from tests.extender.payloads import Harness, args, wire_pod
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 

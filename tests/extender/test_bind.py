@@ -1,15 +1,19 @@
 """The bind verb: the GPU index recorded on the pod, the binding made, the assumption where kube-scheduler put it.
 
 Real: the extender's Flask app and node model, `kube.binding.ApiBinder` over
-the `kubernetes` client against the test API server (tests/kubeapi), which
-stores the annotation and performs the binding subresource. Faked: the watch
-(the test feeds the cache the pod as the API now holds it).
+the `kubernetes` client against the real kube-apiserver (tests/cluster),
+authenticated as the chart's extender ServiceAccount (so the chart's RBAC is
+what lets it patch the pod and create the binding), KWOK nodes running what
+is bound. Faked: the watch (the test feeds the cache the pod as the API now
+holds it). Nothing else schedules the pods: they name the optimizer's
+scheduler, which this cluster does not run.
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -19,118 +23,137 @@ from extender.app import create_app
 from extender.cache import ClusterCache
 from extender.service import ExtenderService
 from kube.binding import ApiBinder
+from kube.config import load_api_client
 from kube.views import StaticView
-from tests.extender.payloads import args
+from tests.cluster.cluster import Cluster
+from tests.cluster.kubeon import RELEASE
 from tests.cluster.objects import make_node, make_pod
-from tests.kubeapi.server import ApiServer
+from tests.extender.payloads import args
 
+# the chart's CRDs, ServiceAccounts and RBAC; none of the optimizer's processes (the test plays them)
+CLUSTER = {"kubeon": True, "kubeon_components": ()}
 A100 = "NVIDIA-A100-SXM4-80GB"
 
 
+@dataclass
+class Bed:
+    """The extender's app and cache, the admin's client, the test's namespace and node names."""
+
+    http: Any
+    cache: ClusterCache
+    core: client.CoreV1Api
+    namespace: str
+    a: str = ""
+    b: str = ""
+
+
+def binder(cluster: Cluster) -> ApiBinder:
+    """The binder as the extender runs it: with the chart's extender ServiceAccount."""
+    assert cluster.kubeon is not None
+    return ApiBinder(load_api_client(str(cluster.kubeon.kubeconfig_of(cluster.api_client, f"{RELEASE}-extender"))))
+
+
 @pytest.fixture
-def api() -> Iterator[ApiServer]:
-    with ApiServer.start() as server:
-        yield server
-
-
-def setup(api: ApiServer) -> tuple[Any, ClusterCache, client.CoreV1Api]:
-    core = client.CoreV1Api(api.api_client())
+def bed(kube_cluster: Cluster, namespace: str) -> Iterator[Bed]:
     cache = ClusterCache(clock=lambda: 0.0)
-    for node in (make_node("a", A100, 2, shared_replicas=4), make_node("b", A100, 2, shared_replicas=4)):
-        core.create_node(node, _preload_content=False)
-        cache.on_node("ADDED", node)
-    service = ExtenderService(cache, StaticView(), binder=ApiBinder(api.api_client()))
-    return create_app(service).test_client(), cache, core
+    a, b = f"{namespace}-a", f"{namespace}-b"
+    for name in (a, b):
+        cache.on_node("ADDED", kube_cluster.create_node(make_node(name, A100, 2, shared_replicas=4)))
+    service = ExtenderService(cache, StaticView(), binder=binder(kube_cluster))
+    yield Bed(create_app(service).test_client(), cache, kube_cluster.core, namespace, a, b)
+    for name in (a, b):
+        kube_cluster.core.delete_node(name)
 
 
-def share_pod(core: client.CoreV1Api, name: str) -> dict[str, Any]:
-    pod = make_pod(name, "default", annotations={"gpu.kubeon.io/gpu-share": "400"}, gpus=1,
+def share_pod(bed: Bed, name: str) -> dict[str, Any]:
+    pod = make_pod(name, bed.namespace, annotations={"gpu.kubeon.io/gpu-share": "400"}, gpus=1,
                    gpu_resource="nvidia.com/gpu.shared")
-    return json.loads(core.create_namespaced_pod("default", pod, _preload_content=False).data)
+    return json.loads(bed.core.create_namespaced_pod(bed.namespace, pod, _preload_content=False).data)
 
 
-def test_bind_records_the_gpu_index_and_binds_through_the_api(api: ApiServer) -> None:
-    http, cache, core = setup(api)
-    pod = share_pod(core, "s1")
-    scores = {e["Host"]: e["Score"] for e in http.post("/prioritize", json=args(pod, ["a", "b"])).get_json()}
+def bind(bed: Bed, pod: dict[str, Any], node: str) -> dict[str, Any]:
+    return bed.http.post("/bind", json={"PodName": pod["metadata"]["name"], "PodNamespace": bed.namespace,
+                                        "PodUID": pod["metadata"]["uid"], "Node": node}).get_json()
+
+
+def stored(bed: Bed, name: str) -> dict[str, Any]:
+    return json.loads(bed.core.read_namespaced_pod(name, bed.namespace, _preload_content=False).data)
+
+
+def test_bind_records_the_gpu_index_and_binds_through_the_api(bed: Bed) -> None:
+    pod = share_pod(bed, "s1")
+    scores = {e["Host"]: e["Score"] for e in bed.http.post("/prioritize", json=args(pod, [bed.a, bed.b])).get_json()}
     assert max(scores.values()) == 10
-    answer = http.post("/bind", json={"PodName": "s1", "PodNamespace": "default",
-                                      "PodUID": pod["metadata"]["uid"], "Node": "b"}).get_json()
-    assert answer == {"Error": ""}
-    stored = json.loads(core.read_namespaced_pod("s1", "default", _preload_content=False).data)
-    assert stored["spec"]["nodeName"] == "b"
-    assert stored["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] in ("0", "1")
-    cache.on_pod("ADDED", stored)  # the watch event of the binding: the model reads the index back
-    with cache.lock:
-        state = cache.fresh_state()
-        row = state.gpu_free[state.index["b"]]
+    assert bind(bed, pod, bed.b) == {"Error": ""}
+    held = stored(bed, "s1")
+    assert held["spec"]["nodeName"] == bed.b
+    assert held["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] in ("0", "1")
+    bed.cache.on_pod("ADDED", held)  # the watch event of the binding: the model reads the index back
+    with bed.cache.lock:
+        state = bed.cache.fresh_state()
+        row = state.gpu_free[state.index[bed.b]]
     assert sorted(row.tolist()[:2]) == [600, 1000]
 
 
-def test_an_assumption_kube_scheduler_did_not_follow_is_dropped_at_bind(api: ApiServer) -> None:
-    http, cache, core = setup(api)
-    pod = share_pod(core, "s2")
-    http.post("/prioritize", json=args(pod, ["a", "b"]))
-    picked = cache.assumed["default/s2"]
-    other = "b" if picked == "a" else "a"
-    http.post("/bind", json={"PodName": "s2", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"],
-                             "Node": other})
-    assert cache.assumed["default/s2"] == other  # moved at once, not left on the engine's pick
-    with cache.lock:
-        state = cache.fresh_state()
+def test_an_assumption_kube_scheduler_did_not_follow_is_dropped_at_bind(bed: Bed) -> None:
+    pod = share_pod(bed, "s2")
+    bed.http.post("/prioritize", json=args(pod, [bed.a, bed.b]))
+    key = f"{bed.namespace}/s2"
+    picked = bed.cache.assumed[key]
+    other = bed.b if picked == bed.a else bed.a
+    bind(bed, pod, other)
+    assert bed.cache.assumed[key] == other  # moved at once, not left on the engine's pick
+    with bed.cache.lock:
+        state = bed.cache.fresh_state()
         assert int(state.gpu_free_total[state.index[picked]]) == 2000  # the pick is free again
 
 
-def test_a_refused_binding_leaves_no_assumption(api: ApiServer) -> None:
-    http, cache, core = setup(api)
-    pod = share_pod(core, "s3")
-    http.post("/prioritize", json=args(pod, ["a", "b"]))
-    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "s3", "namespace": "default"},
-            "target": {"apiVersion": "v1", "kind": "Node", "name": "a"}}
-    core.create_namespaced_pod_binding("s3", "default", body, _preload_content=False)  # someone else bound it
-    answer = http.post("/bind", json={"PodName": "s3", "PodNamespace": "default", "PodUID": pod["metadata"]["uid"],
-                                      "Node": "b"}).get_json()
+def test_a_refused_binding_leaves_no_assumption(bed: Bed) -> None:
+    pod = share_pod(bed, "s3")
+    bed.http.post("/prioritize", json=args(pod, [bed.a, bed.b]))
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "s3", "namespace": bed.namespace},
+            "target": {"apiVersion": "v1", "kind": "Node", "name": bed.a}}
+    bed.core.create_namespaced_pod_binding("s3", bed.namespace, body, _preload_content=False)  # someone else bound it
+    answer = bind(bed, pod, bed.b)
     assert "409" in answer["Error"]
-    assert "default/s3" not in cache.assumed
+    assert f"{bed.namespace}/s3" not in bed.cache.assumed
 
 
-def test_a_pod_that_passed_the_filter_on_one_node_is_bound_with_its_gpu_index(api: ApiServer) -> None:
+def test_a_pod_that_passed_the_filter_on_one_node_is_bound_with_its_gpu_index(bed: Bed) -> None:
     # One feasible node: kube-scheduler skips /prioritize and binds at once (upstream schedule_one);
     # the bind still records the GPU the share is accounted on, from what /filter read.
-    http, _cache, core = setup(api)
-    pod = share_pod(core, "s3")
-    assert http.post("/filter", json=args(pod, ["b"])).get_json()["NodeNames"] == ["b"]
-    answer = http.post("/bind", json={"PodName": "s3", "PodNamespace": "default",
-                                      "PodUID": pod["metadata"]["uid"], "Node": "b"}).get_json()
-    assert answer == {"Error": ""}
-    stored = json.loads(core.read_namespaced_pod("s3", "default", _preload_content=False).data)
-    assert stored["spec"]["nodeName"] == "b"
-    assert stored["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] in ("0", "1")
+    pod = share_pod(bed, "s3")
+    assert bed.http.post("/filter", json=args(pod, [bed.b])).get_json()["NodeNames"] == [bed.b]
+    assert bind(bed, pod, bed.b) == {"Error": ""}
+    held = stored(bed, "s3")
+    assert held["spec"]["nodeName"] == bed.b
+    assert held["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] in ("0", "1")
 
 
-def test_bind_records_the_gpu_of_a_mig_slice(api: ApiServer) -> None:
+def test_bind_records_the_gpu_of_a_mig_slice(kube_cluster: Cluster, namespace: str) -> None:
     """A MIG pod's slice is accounted on one GPU of the node, as a share is: the bind verb records the
     fullest GPU whose layout has a free device of the profile (GPU 1, which holds a slice already)."""
-    core = client.CoreV1Api(api.api_client())
+    core = kube_cluster.core
     cache = ClusterCache(clock=lambda: 0.0)
-    node = make_node("m", A100, 2, mig={"1g.10gb": 7})
-    core.create_node(node, _preload_content=False)
-    cache.on_node("ADDED", node)
-    slice_ = {"gpus": 1, "gpu_resource": "nvidia.com/mig-1g.10gb"}
-    held = make_pod("held", "default", annotations={"gpu.kubeon.io/gpu-index": "1"}, **slice_)
-    held["spec"]["nodeName"] = "m"
-    cache.on_pod("ADDED", json.loads(core.create_namespaced_pod("default", held, _preload_content=False).data))
-    http = create_app(ExtenderService(cache, StaticView(), binder=ApiBinder(api.api_client()))).test_client()
-    pod = json.loads(core.create_namespaced_pod("default", make_pod("m1", "default", **slice_),
-                                                _preload_content=False).data)
-    assert http.post("/filter", json=args(pod, ["m"])).get_json()["NodeNames"] == ["m"]
-    answer = http.post("/bind", json={"PodName": "m1", "PodNamespace": "default",
-                                      "PodUID": pod["metadata"]["uid"], "Node": "m"}).get_json()
-    assert answer == {"Error": ""}
-    stored = json.loads(core.read_namespaced_pod("m1", "default", _preload_content=False).data)
-    assert stored["spec"]["nodeName"] == "m"
-    assert stored["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] == "1"
-    cache.on_pod("ADDED", stored)
-    with cache.lock:
-        state = cache.fresh_state()
-    assert state.gpu_free[state.index["m"]].tolist()[:2] == [1000, 714]  # two 1g of 7 on GPU 1
+    node = f"{namespace}-m"
+    cache.on_node("ADDED", kube_cluster.create_node(make_node(node, A100, 2, mig={"1g.10gb": 7})))
+    try:
+        slice_ = {"gpus": 1, "gpu_resource": "nvidia.com/mig-1g.10gb"}
+        held = make_pod("held", namespace, annotations={"gpu.kubeon.io/gpu-index": "1"}, **slice_)
+        held["spec"]["nodeName"] = node
+        cache.on_pod("ADDED", json.loads(core.create_namespaced_pod(namespace, held, _preload_content=False).data))
+        bed = Bed(create_app(ExtenderService(cache, StaticView(), binder=binder(kube_cluster))).test_client(),
+                  cache, core, namespace)
+        pod = json.loads(core.create_namespaced_pod(namespace, make_pod("m1", namespace, **slice_),
+                                                    _preload_content=False).data)
+        assert bed.http.post("/filter", json=args(pod, [node])).get_json()["NodeNames"] == [node]
+        assert bind(bed, pod, node) == {"Error": ""}
+        bound = stored(bed, "m1")
+        assert bound["spec"]["nodeName"] == node
+        assert bound["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"] == "1"
+        cache.on_pod("ADDED", bound)
+        with cache.lock:
+            state = cache.fresh_state()
+        assert state.gpu_free[state.index[node]].tolist()[:2] == [1000, 714]  # two 1g of 7 on GPU 1
+    finally:
+        core.delete_node(node)

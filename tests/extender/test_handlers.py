@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.extender.payloads import Harness, args, bound, policy, wire_pod
 from tests.cluster.objects import make_node, required_node_affinity
+from tests.extender.payloads import Harness, args, bound, policy, wire_pod
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 H100 = "NVIDIA-H100-80GB-HBM3"

@@ -13,8 +13,8 @@ from extender.cache import MIN_MIX_PODS, ClusterCache
 from extender.service import ExtenderService
 from gpupolicy.packing.kubemodel import demand_from_pod
 from kube.views import StaticView
-from tests.extender.payloads import args, bound, wire_pod
 from tests.cluster.objects import make_node
+from tests.extender.payloads import args, bound, wire_pod
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 GPU_TYPES = [(1, "4"), (2, "8"), (4, "16"), (8, "32")]  # (GPUs, CPU cores)

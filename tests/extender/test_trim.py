@@ -2,7 +2,7 @@
 trimmed node as from the whole one, for every reader, on generated nodes with real nodes' bulk.
 
 Real: the core's readers (admission's node_from_object; packing's node_spec and node_schedulable, which
-the extender's cache calls); nodes built as tests/kubeapi builds them, plus what kubelets add.
+the extender's cache calls); nodes built as tests/cluster/objects.py builds them, plus what kubelets add.
 """
 
 from __future__ import annotations

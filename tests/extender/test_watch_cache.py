@@ -1,15 +1,19 @@
-"""The extender's node model following the test API server's watches.
+"""The extender's node model following the real kube-apiserver's watches.
 
-Real: the test API server over HTTP (tests/kubeapi), the kubernetes client,
+Real: kube-apiserver and etcd (tests/cluster), the kubernetes client,
 `kube.reflector.Reflector` inside `ClusterWatch` (list, watch from the
-resourceVersion, relist on 410), `ClusterCache` and the engine's NodeState.
-Faked: nothing; bindings are made through the real `binding` subresource.
+resourceVersion, relist on 410) authenticated as the chart's extender
+ServiceAccount, `ClusterCache` and the engine's NodeState; KWOK nodes, pods
+bound through the real `binding` subresource. The watches go through
+tests/cluster/faultproxy.py, which holds them back while changes are made and
+kube-apiserver restarts: its watch cache starts over above what the watch saw,
+and answers it 410 Gone.
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,41 +21,61 @@ import pytest
 from kubernetes import client
 
 from extender.cache import ClusterCache
+from extender.service import ExtenderService
 from extender.watch import ClusterWatch
 from gpupolicy.packing.nodemodel import NodeState
 from gpupolicy.packing.scheduling import pod_key
+from kube.config import load_api_client
+from tests.cluster.cluster import Cluster
+from tests.cluster.faultproxy import FaultProxy
+from tests.cluster.kubeon import RELEASE
 from tests.cluster.objects import make_node, make_pod
-from tests.kubeapi.pytest_fixtures import kube_api  # noqa: F401 - the fixture behind `api`
-from tests.kubeapi.server import ApiServer
 from tests.loopback import wait_for
 
+# the chart's CRDs, ServiceAccounts and RBAC; none of the optimizer's processes (the test runs the watch)
+CLUSTER = {"kubeon": True, "kubeon_components": ()}
 A100 = "NVIDIA-A100-SXM4-80GB"
-CRD = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
+
+
+@dataclass
+class Watched:
+    watch: ClusterWatch
+    cache: ClusterCache
+    core: client.CoreV1Api
+    namespace: str
+    proxy: FaultProxy
+
+    def node(self, suffix: str) -> str:
+        """A node name of this test (nodes are cluster-wide)."""
+        return f"{self.namespace}-{suffix}"
 
 
 @pytest.fixture
-def api(kube_api: ApiServer) -> ApiServer:  # noqa: F811
-    return kube_api
+def watched(kube_cluster: Cluster, namespace: str, tmp_path: Path) -> Iterator[Watched]:
+    assert kube_cluster.kubeon is not None
+    core = kube_cluster.core
+    a = f"{namespace}-a"
+    kube_cluster.create_node(make_node(a, A100, 8))
+    identity = kube_cluster.kubeon.kubeconfig_of(kube_cluster.api_client, f"{RELEASE}-extender")
+    with FaultProxy(kube_cluster.plane, tmp_path, identity=identity) as proxy:
+        api = load_api_client(str(proxy.kubeconfig))
+        cache = ClusterCache()
+        w = ClusterWatch(api, cache, watch_timeout=2).start()
+        try:
+            wait(w.ready, "reflectors synced")
+            # the freeze's own full collection runs on its thread after the sync: a test counting full
+            # collections must start after it (it landed inside one under load: 45 == 44, the old flake)
+            wait(w.frozen.is_set, "synced caches frozen")
+            yield Watched(w, cache, core, namespace, proxy)
+        finally:
+            w.stop()
+            api.close()
+            for node in core.list_node().items:  # this test's nodes
+                if node.metadata.name.startswith(f"{namespace}-"):
+                    core.delete_node(node.metadata.name)
 
 
-@pytest.fixture
-def watched(api: ApiServer) -> Iterator[tuple[ClusterWatch, ClusterCache, client.CoreV1Api]]:
-    api.install_crd(CRD)
-    core = client.CoreV1Api(api.api_client())
-    core.create_node(make_node("a", A100, 8), _preload_content=False)
-    cache = ClusterCache()
-    w = ClusterWatch(api.api_client(), cache, watch_timeout=2).start()
-    try:
-        wait(w.ready, "reflectors synced")
-        # the freeze's own full collection runs on its thread after the sync: a test counting full
-        # collections must start after it (it landed inside one under load: 45 == 44, the old flake)
-        wait(w.frozen.is_set, "synced caches frozen")
-        yield w, cache, core
-    finally:
-        w.stop()
-
-
-def wait(predicate: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
+def wait(predicate: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
     return wait_for(predicate, timeout, what, interval=0.02)  # watch events land within milliseconds
 
 
@@ -65,90 +89,115 @@ def free_gpus(cache: ClusterCache, node: str) -> int:
     return int(st.full_count[st.index[node]]) if node in st.index else -1
 
 
-def bind(core: client.CoreV1Api, name: str, node: str) -> None:
-    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": "default"},
+def bind(w: Watched, name: str, node: str) -> None:
+    body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": name, "namespace": w.namespace},
             "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
-    core.create_namespaced_pod_binding(name, "default", body, _preload_content=False)
+    w.core.create_namespaced_pod_binding(name, w.namespace, body, _preload_content=False)
 
 
-def test_node_added_pod_bound_and_deleted(watched: tuple[ClusterWatch, ClusterCache, client.CoreV1Api]) -> None:
-    _, cache, core = watched
-    assert free_gpus(cache, "a") == 8
-    core.create_node(make_node("b", A100, 4), _preload_content=False)
-    wait(lambda: free_gpus(cache, "b") == 4, "node b in the model")
-    core.create_namespaced_pod("default", make_pod("p", gpus=3), _preload_content=False)
-    marker = make_pod("marker", gpus=1)  # created after p, bound at creation: once it counts, p was seen
-    marker["spec"]["nodeName"] = "a"
-    core.create_namespaced_pod("default", marker, _preload_content=False)
-    wait(lambda: free_gpus(cache, "a") == 7, "the pod created after the pending one counted")
-    assert free_gpus(cache, "b") == 4  # pending pods do not count
-    bind(core, "p", "b")
-    wait(lambda: free_gpus(cache, "b") == 1, "bound pod counted")
-    core.delete_namespaced_pod("p", "default", _preload_content=False)
-    wait(lambda: free_gpus(cache, "b") == 4, "deleted pod given back")
-    core.patch_node("b", {"spec": {"unschedulable": True}}, _preload_content=False)
-    wait(lambda: not state(cache).schedulable[state(cache).index["b"]], "cordon seen")
-    core.delete_node("b", _preload_content=False)
-    wait(lambda: free_gpus(cache, "b") == -1, "node b gone")
+def create_pod(w: Watched, pod: dict[str, Any]) -> None:
+    w.core.create_namespaced_pod(w.namespace, pod, _preload_content=False)
 
 
-def test_bound_pod_ends_its_assumption(watched: tuple[ClusterWatch, ClusterCache, client.CoreV1Api]) -> None:
-    _, cache, core = watched
-    pod = make_pod("q", gpus=2)
-    core.create_namespaced_pod("default", pod, _preload_content=False)
+def test_node_added_pod_bound_and_deleted(kube_cluster: Cluster, watched: Watched) -> None:
+    w, cache, core = watched, watched.cache, watched.core
+    a, b = w.node("a"), w.node("b")
+    assert free_gpus(cache, a) == 8
+    kube_cluster.create_node(make_node(b, A100, 4))
+    wait(lambda: free_gpus(cache, b) == 4, "node b in the model")
+    create_pod(w, make_pod("p", w.namespace, gpus=3))  # the optimizer's scheduler, not run here: pending
+    marker = make_pod("marker", w.namespace, gpus=1)  # created after p, bound at creation: once it counts, p was seen
+    marker["spec"]["nodeName"] = a
+    create_pod(w, marker)
+    wait(lambda: free_gpus(cache, a) == 7, "the pod created after the pending one counted")
+    assert free_gpus(cache, b) == 4  # pending pods do not count
+    bind(w, "p", b)
+    wait(lambda: free_gpus(cache, b) == 1, "bound pod counted")
+    core.delete_namespaced_pod("p", w.namespace, _preload_content=False)
+    wait(lambda: free_gpus(cache, b) == 4, "deleted pod given back")
+    core.patch_node(b, {"spec": {"unschedulable": True}}, _preload_content=False)
+    wait(lambda: not state(cache).schedulable[state(cache).index[b]], "cordon seen")
+    core.delete_node(b, _preload_content=False)
+    wait(lambda: free_gpus(cache, b) == -1, "node b gone")
+
+
+def test_bound_pod_ends_its_assumption(watched: Watched) -> None:
+    w, cache = watched, watched.cache
+    a = w.node("a")
+    pod = make_pod("q", w.namespace, gpus=2)
+    create_pod(w, pod)
     from gpupolicy.packing.kubemodel import demand_from_pod
 
-    cache.assume(pod_key(pod), "a", demand_from_pod(pod))
-    assert free_gpus(cache, "a") == 6 and cache.assumed == {"default/q": "a"}
-    bind(core, "q", "a")
+    cache.assume(pod_key(pod), a, demand_from_pod(pod))
+    assert free_gpus(cache, a) == 6 and cache.assumed == {f"{w.namespace}/q": a}
+    bind(w, "q", a)
     wait(lambda: not cache.assumed, "assumption replaced by the binding")
-    assert free_gpus(cache, "a") == 6  # counted once, not twice
+    assert free_gpus(cache, a) == 6  # counted once, not twice
 
 
-def test_410_relist_catches_up_with_missed_changes(
-        api: ApiServer, watched: tuple[ClusterWatch, ClusterCache, client.CoreV1Api]) -> None:
-    w, cache, core = watched
-    before = w.pods.relists
-    created = []
-    # Write and compact until a watch resumes from a compacted resourceVersion (410 Gone -> relist).
-    # How many rounds that takes depends on when the watch falls behind (100 and more were seen):
-    # 10m pods keep the node's CPU from running out however many it takes (1-CPU pods overflowed
-    # the 96-core node after 96 rounds and the expected free CPU went negative: the old flake).
-    deadline = time.monotonic() + 15
-    i = 0
-    while w.pods.relists == before and time.monotonic() < deadline:
-        name = f"r{i}"
-        core.create_namespaced_pod("default", make_pod(name, gpus=0, cpu="10m"), _preload_content=False)
-        bind(core, name, "a")
-        created.append(name)
-        api.compact()
-        i += 1
-        time.sleep(0.05)
-    assert w.pods.relists > before, "no relist happened"
+def test_issue_37_a_huge_cpu_pod_bound_directly_does_not_poison_the_extender(kube_cluster: Cluster,
+                                                                          watched: Watched) -> None:
+    """The issue's watch reproducer: a GPU pod asking `cpu: 10P`, bound with spec.nodeName (it never reaches
+    /filter), comes in through the Reflector; past the mix refresh, /filter and /prioritize still answer a
+    valid pod on the model the watch keeps. It fills its node's CPU (the truth) and stays out of the mix."""
+    w, cache = watched, watched.cache
+    a, b = w.node("a"), w.node("b")
+    kube_cluster.create_node(make_node(b, A100, 4))
+    huge = make_pod("huge", w.namespace, gpus=1, cpu="10P")
+    huge["spec"]["nodeName"] = a
+    create_pod(w, huge)
+    wait(lambda: a in state(cache).index and int(state(cache).cpu_free[state(cache).index[a]]) == 0
+         and free_gpus(cache, b) == 4, "the huge pod and node b in the model")
+    service = ExtenderService(cache, w.watch)
+    cache.mix_refresh_seconds = 0.0  # every request refreshes the mix, as one does every 30 s
+    valid = make_pod("valid", w.namespace, gpus=1)
+    valid["metadata"]["uid"] = "valid-uid"
+    for _ in range(3):
+        outcome = service.filter(valid, [a, b])
+        assert outcome.passed == [b] and outcome.failed == {a: "kubeon-gpu: insufficient cpu"}
+        assert service.prioritize(valid, [b]).chosen == b
+    assert cache.ignored.current("pod") == {
+        f"{w.namespace}/huge": "asks more than any node has: not learned into the typical mix"}
+
+
+def test_410_relist_catches_up_with_missed_changes(kube_cluster: Cluster, watched: Watched) -> None:
+    """Pods created and bound while no watch sees them, then kube-apiserver restarted: its watch cache
+    starts at the version it lists on start, so the watches resuming from before answer 410 Gone, and
+    the relist brings the missed pods in."""
+    w, cache = watched, watched.cache
+    a = w.node("a")
+    before = w.watch.pods.relists
+    created = [f"r{i}" for i in range(5)]
+    with w.proxy.holding_watches():
+        for name in created:
+            create_pod(w, make_pod(name, w.namespace, gpus=0, cpu="10m"))
+            bind(w, name, a)
+        kube_cluster.plane.restart_apiserver()
+    wait(lambda: w.watch.pods.relists > before, "a relist", timeout=60)
+    wait(lambda: set(cache.node_pods(a)) == {f"{w.namespace}/{n}" for n in created}, "the missed pods")
     # a change after the relist, and the cache matches the API exactly
-    core.delete_namespaced_pod(created[0], "default", _preload_content=False)
+    w.core.delete_namespaced_pod(created[0], w.namespace, _preload_content=False)
     expected_cpu = 96_000 - 10 * (len(created) - 1)
-    wait(lambda: int(state(cache).cpu_free[state(cache).index["a"]]) == expected_cpu,
+    wait(lambda: int(state(cache).cpu_free[state(cache).index[a]]) == expected_cpu,
          f"cpu_free {expected_cpu} after relist")
-    assert set(cache.node_pods("a")) == {f"default/{n}" for n in created[1:]}
+    assert set(cache.node_pods(a)) == {f"{w.namespace}/{n}" for n in created[1:]}
 
 
-def test_objects_the_watch_replaces_are_never_walked_by_a_full_collection(
-        watched: tuple[ClusterWatch, ClusterCache, client.CoreV1Api]) -> None:
+def test_objects_the_watch_replaces_are_never_walked_by_a_full_collection(watched: Watched) -> None:
     """Watch events replace frozen objects with new ones, which age into the oldest generation: while the
     watch runs no automatic full collection walks them (207 ms at 15,000 nodes); the young generations are
     collected, by allocations and at least every YOUNG_SECONDS (events alone would let them grow); stopping
     the watch gives the process its collector settings back."""
     import gc
 
-    w, _, core = watched
+    w, core, a = watched.watch, watched.core, watched.node("a")
     full_before = gc.get_stats()[2]["collections"]
     young_before = gc.get_stats()[0]["collections"]
     for i in range(20):  # status reports: MODIFIED events, each a new object in the reflector's cache
-        version = core.patch_node_status("a", {"status": {"conditions": [{"type": "Ready", "status": "True",
-                                                                           "message": f"heartbeat {i}"}]}}
+        version = core.patch_node_status(a, {"status": {"conditions": [{"type": "Ready", "status": "True",
+                                                                         "message": f"heartbeat {i}"}]}}
                                          ).metadata.resource_version
-    wait(lambda: (w.node_feed.get("a") or {}).get("metadata", {}).get("resourceVersion") == version,
+    wait(lambda: int((w.node_feed.get(a) or {}).get("metadata", {}).get("resourceVersion") or 0) >= int(version),
          "the last report (kept trimmed: kube/trim.py)")
     survivors = [[i] for i in range(400_000)]  # long-lived objects promoted through both young generations
     assert gc.get_stats()[0]["collections"] > young_before

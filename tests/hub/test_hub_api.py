@@ -135,6 +135,27 @@ def test_actions_are_stored_exactly_once(hub_server: HubProcess, cluster: str) -
     assert sorted(a["id"] for a in logged) == ["a1", "a2"]
 
 
+def test_an_action_time_is_unix_seconds_or_an_rfc_3339_date_time(hub_server: HubProcess, cluster: str) -> None:
+    """`time` as unix seconds or as an RFC 3339 date-time with an offset; the list answers unix seconds.
+    A string that is no such date-time is a 400 naming the field."""
+    token = _token(hub_server, "create", cluster)
+    client = hub_server.client()
+    path = f"/api/v1/clusters/{cluster}/actions"
+    action = {"policy": "p", "target": "Deployment/ns/w", "action": "scale to 0", "mode": "Automatic",
+              "result": "applied"}
+    times = {"n": 1_777_636_800.5, "z": "2026-05-01T12:00:00Z", "offset": "2026-05-01T14:00:00.5+02:00"}
+    sent = client.request("POST", path, token=token, headers={"Idempotency-Key": "t1"},
+                          json={"actions": [{**action, "id": name, "time": when} for name, when in times.items()]})
+    assert sent.json() == {"accepted": 3, "duplicate": False}, sent.text
+    logged = {a["id"]: a["time"] for a in client.admin("GET", f"/clusters/{cluster}/actions").json()["actions"]}
+    assert logged == {"n": 1_777_636_800.5, "z": 1_777_636_800.0, "offset": 1_777_636_800.5}
+    for bad in ("2026-05-01T12:00:00", "yesterday", True):
+        refused = client.request("POST", path, token=token, headers={"Idempotency-Key": f"bad-{bad}"},
+                                 json={"actions": [{**action, "id": "x", "time": bad}]})
+        assert refused.status_code == 400 and refused.json()["field"] == "actions.0.time", refused.text
+        assert "actions.0.time: " in refused.json()["error"], refused.text
+
+
 def test_bad_input_gets_400_with_a_json_message(hub_server: HubProcess, cluster: str) -> None:
     token = _token(hub_server, "create", cluster)
     client = hub_server.client()

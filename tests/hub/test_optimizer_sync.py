@@ -1,9 +1,12 @@
-"""The optimizer against a real hub (`kubeon-gpu hub serve`, over HTTP and HTTPS) and the test API server.
+"""The optimizer against a real hub (`kubeon-gpu hub serve`, over HTTP and HTTPS) and the real control plane.
 
 Real: the hub process and its database, the controller frame (`controller.command.build` with its
-HubSync, PolicySync, ScaleToZeroReconciler, leader election), the webhook's watched view and Flask app,
-the test API server. Faked: the clock the reconcilers read (the hub keeps the real one) and the GPU
-metrics (every workload reads idle at 0 %, with no wake demand), so a scale to zero is always due.
+HubSync, PolicySync, ScaleToZeroReconciler, leader election) authenticated as the chart's controller
+ServiceAccount, the webhook's watched view (as the chart's webhook ServiceAccount) and Flask app,
+kube-apiserver with the GpuPolicy CRD (CEL, status subresource), kube-controller-manager running the
+Deployments. Faked: the clock the reconcilers read (the hub keeps the real one) and the GPU metrics
+(every workload reads idle at 0 %, with no wake demand), so a scale to zero is always due.
+Each test has its own namespaces (`Site`); the GpuPolicies and the lease it leaves are deleted after it.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import logging
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,14 +29,26 @@ from controller.policysync import PolicySync
 from controller.scaletozero import ScaleToZeroReconciler
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
 from gpupolicy.scaling.metrics import Sample, Series
+from kube.config import load_api_client
+from tests.cluster.cluster import Cluster
+from tests.cluster.kubeon import NAMESPACE, RELEASE
+from tests.cluster.objects import make_node
 from tests.controller.conftest import FakeClock, make_deployment
 from tests.hub.conftest import HubProcess, start_hub
 from tests.loopback import wait_for
 from tests.webhook.payloads import api_pod, review
 
-SHARE = {"mode": "Automatic", "selector": {"namespaces": ["inference"]}, "sharing": {"strategy": "TimeSlicing"}}
-PARK = {"mode": "Automatic", "scaleToZero": {"namespaces": ["research"], "idleFor": "60s", "idleBelowPercent": 5,
-                                             "wake": {"prometheusQuery": "sum(queue_depth)", "above": 0}}}
+# the chart's CRDs, ServiceAccounts and RBAC; the optimizer's parts run in the test
+CLUSTER = {"kubeon": True, "kubeon_components": ()}
+
+
+def share(namespace: str) -> dict[str, Any]:
+    return {"mode": "Automatic", "selector": {"namespaces": [namespace]}, "sharing": {"strategy": "TimeSlicing"}}
+
+
+def park(namespace: str) -> dict[str, Any]:
+    return {"mode": "Automatic", "scaleToZero": {"namespaces": [namespace], "idleFor": "60s", "idleBelowPercent": 5,
+                                                 "wake": {"prometheusQuery": "sum(queue_depth)", "above": 0}}}
 
 
 class IdleGpus:
@@ -56,22 +72,42 @@ def hub(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[HubProcess]:
     process.stop()
 
 
+@dataclass
+class Site:
+    """The cluster as one test sees it: the admin's client (what kubectl shows), the controller's, the
+    webhook's and the extender's (the chart's ServiceAccounts), the test's namespaces and its T4 node."""
+
+    admin: client.ApiClient
+    controller: client.ApiClient
+    webhook: client.ApiClient
+    extender: client.ApiClient
+    inference: str
+    research: str
+    batch: str
+    node: str
+
+
 @pytest.fixture
-def cluster_api() -> Iterator[Any]:
-    from tests.kubeapi import ApiServer
-
-    crd = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
-    server = ApiServer.start(crd_files=[str(crd)])
-    api = server.api_client()
-    for ns in ("kubeon-gpu", "inference", "research"):
-        client.CoreV1Api(api).create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    from tests.cluster.objects import make_node
-
+def site(kube_cluster: Cluster, namespace: str) -> Iterator[Site]:
+    assert kube_cluster.kubeon is not None
+    names = [kube_cluster.ensure_namespace(f"{namespace}-{suffix}") for suffix in ("inf", "res", "bat")]
     # a node that offers time-sliced shares: the webhook rewrites only to a slice some node offers
-    client.CoreV1Api(api).create_node(make_node("t4-0", "Tesla-T4", 2, shared_replicas=4))
-    server.api = api
-    yield server
-    server.stop()
+    node = f"{namespace}-t4-0"
+    kube_cluster.create_node(make_node(node, "Tesla-T4", 2, shared_replicas=4))
+    kubeon, admin = kube_cluster.kubeon, kube_cluster.api_client
+    controller = load_api_client(str(kubeon.kubeconfig_of(admin, RELEASE)))
+    webhook = load_api_client(str(kubeon.kubeconfig_of(admin, f"{RELEASE}-webhook")))
+    extender = load_api_client(str(kubeon.kubeconfig_of(admin, f"{RELEASE}-extender")))
+    yield Site(admin, controller, webhook, extender, *names, node)
+    for api in (controller, webhook, extender):
+        api.close()
+    objects = client.CustomObjectsApi(admin)
+    for item in objects.list_cluster_custom_object(GROUP, VERSION, PLURAL)["items"]:
+        objects.delete_cluster_custom_object(GROUP, VERSION, PLURAL, item["metadata"]["name"])
+    client.CoordinationV1Api(admin).delete_collection_namespaced_lease(NAMESPACE)
+    kube_cluster.core.delete_node(node)
+    for name in names:
+        kube_cluster.delete_namespace(name)
 
 
 def _token(hub: HubProcess, verb: str, cluster: str = "prod") -> str:
@@ -112,22 +148,22 @@ def _poll(process: ControllerProcess, clock: FakeClock, seconds: float = 70) -> 
     process.runner.run_due()
 
 
-def _replicas(api: client.ApiClient, name: str) -> int:
-    return int(client.AppsV1Api(api).read_namespaced_deployment(name, "research").spec.replicas)
+def _replicas(api: client.ApiClient, namespace: str, name: str) -> int:
+    return int(client.AppsV1Api(api).read_namespaced_deployment(name, namespace).spec.replicas)
 
 
 def _metric(process: ControllerProcess, name: str, **labels: str) -> float:
     return float(process.metrics.registry.get_sample_value(name, labels) or 0.0)
 
 
-def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluster_api: Any, tmp_path: Path,
+def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, site: Site, tmp_path: Path,
                                                          caplog: pytest.LogCaptureFixture) -> None:
-    api = cluster_api.api
+    api = site.admin
     token_file = tmp_path / "token"
     token_file.write_text(_token(hub, "create"))
-    _put(hub, "share-inference", {**SHARE, "mode": "Recommend"})
+    _put(hub, "share-inference", {**share(site.inference), "mode": "Recommend"})
     clock = FakeClock(time.time())
-    process = _controller(api, hub, token_file, clock)
+    process = _controller(site.controller, hub, token_file, clock)
 
     with caplog.at_level(logging.INFO):
         process.runner.run_all()
@@ -139,8 +175,8 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
     assert synced["spec"]["mode"] == "Recommend"
 
     # an edit in the hub reaches the cluster within one poll
-    _put(hub, "share-inference", SHARE)
-    _put(hub, "idle-research", {**PARK, "mode": "Recommend"})
+    _put(hub, "share-inference", share(site.inference))
+    _put(hub, "idle-research", {**park(site.research), "mode": "Recommend"})
     _poll(process, clock)
     assert _policies(api)["share-inference"]["spec"]["mode"] == "Automatic"
     assert set(_policies(api)) == {"share-inference", "idle-research"}
@@ -176,20 +212,21 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
     from kube.views import WatchedView
     from webhook.app import create_app
 
-    _put(hub, "idle-research", PARK)
-    client.AppsV1Api(api).create_namespaced_deployment("research", make_deployment("trainer", "research", replicas=2))
-    view = WatchedView(api, default_mode=Mode.RECOMMEND, own_namespace="kubeon-gpu", with_nodes=True,
+    _put(hub, "idle-research", park(site.research))
+    client.AppsV1Api(api).create_namespaced_deployment(site.research,
+                                                       make_deployment("trainer", site.research, replicas=2))
+    view = WatchedView(site.webhook, default_mode=Mode.RECOMMEND, own_namespace="kubeon-gpu", with_nodes=True,
                        metrics_configured=True).start()  # the webhook run with --prometheus-url
     webhook = create_app(view).test_client()
 
     def mutated() -> bool:
-        answer = webhook.post("/mutate", json=review(api_pod(), namespace="inference")).get_json()["response"]
+        answer = webhook.post("/mutate", json=review(api_pod(), namespace=site.inference)).get_json()["response"]
         return "patch" in answer
 
     wait_for(mutated, what="the webhook to rewrite a pod under the hub's sharing policy")
     assert hub.cli("token", "revoke", "--cluster", "prod").returncode == 0
     _poll(process, clock, 120)  # the scale to zero of `trainer` is due now (idle for the whole window)
-    assert _replicas(api, "trainer") == 2, "a revoked cluster scaled a workload to zero"
+    assert _replicas(api, site.research, "trainer") == 2, "a revoked cluster scaled a workload to zero"
     assert _metric(process, "kubeon_gpu_hub_connected") == 0
     assert {o["metadata"]["labels"]["gpu.kubeon.io/hub"] for o in _policies(api).values()} == {"Disconnected"}
     for obj in _policies(api).values():
@@ -202,11 +239,11 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
     assert {o["status"]["requestedMode"] for o in _policies(api).values()} != {"Recommend"}
     wait_for(lambda: not mutated(), what="the webhook to admit pods unchanged once disconnected")
     pod = api_pod()
-    answer = webhook.post("/mutate", json=review(pod, namespace="inference")).get_json()["response"]
+    answer = webhook.post("/mutate", json=review(pod, namespace=site.inference)).get_json()["response"]
     assert "patch" not in answer and answer["allowed"] is True
     for _ in range(3):
         _poll(process, clock)
-    assert _replicas(api, "trainer") == 2
+    assert _replicas(api, site.research, "trainer") == 2
     clusters = hub.client().admin("GET", "/clusters").json()["clusters"]
     assert clusters[0]["state"] == "disconnected"
 
@@ -220,15 +257,15 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, cluste
     assert {next(c["status"] for c in o["status"]["conditions"] if c["type"] == "HubConnected")
             for o in _policies(api).values()} == {"True"}
     assert all(o["status"]["effectiveMode"] == o["status"]["requestedMode"] for o in _policies(api).values())
-    assert _replicas(api, "trainer") == 0
+    assert _replicas(api, site.research, "trainer") == 0
     wait_for(mutated, what="the webhook to rewrite pods again after reconnecting")
     view.stop()
     actions = hub.client().admin("GET", "/clusters/prod/actions").json()["actions"]
-    assert [a["result"] for a in actions if a["target"] == "Deployment/research/trainer"] == ["applied"]
+    assert [a["result"] for a in actions if a["target"] == f"Deployment/{site.research}/trainer"] == ["applied"]
 
 
-def test_hub_down_for_several_polls(cluster_api: Any, tmp_path: Path) -> None:
-    api = cluster_api.api
+def test_hub_down_for_several_polls(site: Site, tmp_path: Path) -> None:
+    api = site.admin
     from tests.loopback import free_port
 
     port = free_port()
@@ -236,18 +273,19 @@ def test_hub_down_for_several_polls(cluster_api: Any, tmp_path: Path) -> None:
     hub = start_hub(db, port=port)
     token_file = tmp_path / "token"
     token_file.write_text(_token(hub, "create"))
-    _put(hub, "idle-research", PARK)
+    _put(hub, "idle-research", park(site.research))
     clock = FakeClock(time.time())
-    process = _controller(api, hub, token_file, clock)
+    process = _controller(site.controller, hub, token_file, clock)
     process.runner.run_all()
     assert set(_policies(api)) == {"idle-research"}
     hub.stop()
 
-    client.AppsV1Api(api).create_namespaced_deployment("research", make_deployment("trainer", "research", replicas=2))
+    client.AppsV1Api(api).create_namespaced_deployment(site.research,
+                                                       make_deployment("trainer", site.research, replicas=2))
     for _ in range(4):
         _poll(process, clock, 700)
     assert set(_policies(api)) == {"idle-research"}, "an outage leaves the policies in force"
-    assert _replicas(api, "trainer") == 0, "the policies in the cluster keep acting during an outage"
+    assert _replicas(api, site.research, "trainer") == 0, "the policies in the cluster keep acting during an outage"
     assert _metric(process, "kubeon_gpu_hub_polls_total", result="error") >= 3
     assert _metric(process, "kubeon_gpu_hub_actions_queued") >= 1
     assert process.runner.reconcilers[0].period_seconds > 60 * 1.1, "errors back off"
@@ -258,36 +296,36 @@ def test_hub_down_for_several_polls(cluster_api: Any, tmp_path: Path) -> None:
         _poll(process, clock, 700)
         actions = hub.client().admin("GET", "/clusters/prod/actions").json()["actions"]
         applied = [a for a in actions if a["result"] == "applied"]
-        assert len(applied) == 1 and applied[0]["target"] == "Deployment/research/trainer"
+        assert len(applied) == 1 and applied[0]["target"] == f"Deployment/{site.research}/trainer"
         assert _metric(process, "kubeon_gpu_hub_actions_queued") == 0
     finally:
         hub.stop()
 
 
-def test_a_policy_change_wakes_the_reconcilers_but_not_the_hub_poll(cluster_api: Any, tmp_path: Path) -> None:
+def test_a_policy_change_wakes_the_reconcilers_but_not_the_hub_poll(site: Site, tmp_path: Path) -> None:
     """The GpuPolicy watch (controller.command._policy_watch) wakes the reconcilers that read the policies
     when a spec changes. Not the hub poll: the sync's own writes change specs (its overwrite of a direct
     edit, below), and each would set off another poll; the hub is read at its interval."""
     from controller.command import _policy_watch
 
-    api = cluster_api.api
+    api = site.admin
     hub = start_hub(f"sqlite:///{tmp_path}/hub.db")
     watch = None
     try:
         token_file = tmp_path / "token"
         token_file.write_text(_token(hub, "create"))
-        _put(hub, "idle-research", PARK)
+        _put(hub, "idle-research", park(site.research))
         clock = FakeClock(time.time())
-        process = _controller(api, hub, token_file, clock)
-        watch = _policy_watch(api, process.runner)
-        assert watch is not None and watch.wait_for_sync(5)
+        process = _controller(site.controller, hub, token_file, clock)
+        watch = _policy_watch(site.controller, process.runner)
+        assert watch is not None and watch.wait_for_sync(30)
         process.runner.run_all()
         assert _policies(api)["idle-research"]["spec"]["mode"] == "Automatic"
         runs = dict(process.runner.passes)
 
         client.CustomObjectsApi(api).patch_cluster_custom_object(GROUP, VERSION, PLURAL, "idle-research",
                                                                  {"spec": {"mode": "Recommend"}})
-        wait_for(lambda: process.runner.run_due() > 0, timeout=5, what="the watch to wake the reconcilers")
+        wait_for(lambda: process.runner.run_due() > 0, timeout=30, what="the watch to wake the reconcilers")
         assert process.runner.passes["policies"] > runs["policies"]
         assert process.runner.passes["hub"] == runs["hub"], "a spec change is no reason to poll the hub"
         assert _metric(process, "kubeon_gpu_hub_polls_total", result="synced") == 1
@@ -301,36 +339,36 @@ def test_a_policy_change_wakes_the_reconcilers_but_not_the_hub_poll(cluster_api:
         hub.stop()
 
 
-def test_another_clusters_token_is_refused_and_disconnects(cluster_api: Any, tmp_path: Path) -> None:
+def test_another_clusters_token_is_refused_and_disconnects(site: Site, tmp_path: Path) -> None:
     hub = start_hub(f"sqlite:///{tmp_path}/hub.db")
     try:
         _token(hub, "create")
         token_file = tmp_path / "token"
         token_file.write_text(_token(hub, "create", cluster="staging"))
-        _put(hub, "share-inference", SHARE)
-        process = _controller(cluster_api.api, hub, token_file, FakeClock(time.time()))
+        _put(hub, "share-inference", share(site.inference))
+        process = _controller(site.controller, hub, token_file, FakeClock(time.time()))
         process.runner.run_all()
         assert _metric(process, "kubeon_gpu_hub_polls_total", result="unauthorized") == 1
         assert _metric(process, "kubeon_gpu_hub_connected") == 0
-        assert _policies(cluster_api.api) == {}
+        assert _policies(site.admin) == {}
     finally:
         hub.stop()
 
 
-def test_approve_mode_applies_only_live_hub_approvals(cluster_api: Any, tmp_path: Path) -> None:
-    api = cluster_api.api
+def test_approve_mode_applies_only_live_hub_approvals(site: Site, tmp_path: Path) -> None:
+    api = site.admin
     hub = start_hub(f"sqlite:///{tmp_path}/hub.db")
     try:
         token_file = tmp_path / "token"
         token_file.write_text(_token(hub, "create"))
-        _put(hub, "idle-research", {**PARK, "mode": "Approve"})
+        _put(hub, "idle-research", {**park(site.research), "mode": "Approve"})
         for name in ("kept", "withdrawn", "expired", "unapproved"):
-            client.AppsV1Api(api).create_namespaced_deployment("research",
-                                                               make_deployment(name, "research", replicas=1))
+            client.AppsV1Api(api).create_namespaced_deployment(site.research,
+                                                               make_deployment(name, site.research, replicas=1))
         admin = hub.client()
 
         def approve(name: str, expires: float | None = None) -> str:
-            body: dict[str, Any] = {"policy": "idle-research", "target": f"Deployment/research/{name}"}
+            body: dict[str, Any] = {"policy": "idle-research", "target": f"Deployment/{site.research}/{name}"}
             if expires is not None:
                 body["expiresInSeconds"] = expires
             answer = admin.admin("POST", "/clusters/prod/approvals", json=body)
@@ -343,11 +381,11 @@ def test_approve_mode_applies_only_live_hub_approvals(cluster_api: Any, tmp_path
         assert admin.admin("DELETE", f"/clusters/prod/approvals/{withdrawn}").status_code == 200
         time.sleep(1.5)
         clock = FakeClock(time.time())
-        process = _controller(api, hub, token_file, clock)
+        process = _controller(site.controller, hub, token_file, clock)
         process.runner.run_all()
         _poll(process, clock)
-        assert _policies(api)["idle-research"]["spec"]["approvals"] == ["Deployment/research/kept"]
-        assert {n: _replicas(api, n) for n in ("kept", "withdrawn", "expired", "unapproved")} == {
+        assert _policies(api)["idle-research"]["spec"]["approvals"] == [f"Deployment/{site.research}/kept"]
+        assert {n: _replicas(api, site.research, n) for n in ("kept", "withdrawn", "expired", "unapproved")} == {
             "kept": 0, "withdrawn": 1, "expired": 1, "unapproved": 1}
         # proposals shown for the others reach the hub once each, for the console's Approve buttons
         _poll(process, clock)
@@ -355,7 +393,7 @@ def test_approve_mode_applies_only_live_hub_approvals(cluster_api: Any, tmp_path
         proposed = [a for a in admin.admin("GET", "/clusters/prod/actions").json()["actions"]
                     if a["result"] == "proposed"]
         assert sorted(a["target"] for a in proposed) == [
-            "Deployment/research/expired", "Deployment/research/unapproved", "Deployment/research/withdrawn"]
+            f"Deployment/{site.research}/{name}" for name in ("expired", "unapproved", "withdrawn")]
     finally:
         hub.stop()
 

@@ -9,9 +9,11 @@ cluster is not the hub's and is never labelled, so only that rule keeps it from 
 
 Real: the hub process (`kubeon-gpu hub serve`) and its database, the controller frame
 (`controller.command.build` with HubSync, PolicySync, ScaleToZeroReconciler and leader election), the
-webhook's watched view and Flask app, the extender's cluster watch, service and Flask app, the test API
-server. Faked: the clock the reconcilers read (the hub keeps the real one) and the GPU metrics (every
-workload reads idle, no wake demand), so a scale to zero is always due.
+webhook's watched view and Flask app, the extender's cluster watch, service and Flask app, each as its
+chart ServiceAccount, and the real control plane (tests/cluster: kube-apiserver with the GpuPolicy CRD,
+kube-controller-manager running the Deployments, KWOK nodes). Faked: the clock the reconcilers read (the
+hub keeps the real one) and the GPU metrics (every workload reads idle, no wake demand), so a scale to
+zero is always due.
 """
 
 from __future__ import annotations
@@ -28,16 +30,29 @@ from kubernetes import client
 
 from controller.command import ControllerProcess
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
+from tests.cluster.cluster import Cluster
+from tests.cluster.objects import make_node
 from tests.controller.conftest import FakeClock, make_deployment
 from tests.extender.payloads import wire_pod
 from tests.hub.conftest import HubProcess, start_hub
-from tests.hub.test_optimizer_sync import PARK, SHARE, _controller, _metric, _policies, _poll, _put, _replicas, _token
+from tests.hub.test_optimizer_sync import (
+    Site,
+    _controller,
+    _metric,
+    _policies,
+    _poll,
+    _put,
+    _replicas,
+    _token,
+    park,
+    share,
+    site,  # noqa: F401 - the fixture behind `site`
+)
 from tests.loopback import wait_for
 from tests.webhook.payloads import api_pod, review
 
-GPU_NODES = ["a100-0", "a100-1", "t4-0"]
-LOCAL_SHARE = {"mode": "Automatic", "selector": {"namespaces": ["research"]}, "sharing": {"strategy": "TimeSlicing"}}
-LOCAL_PARK = {**PARK, "scaleToZero": {**PARK["scaleToZero"], "namespaces": ["batch"]}}
+# the chart's CRDs, ServiceAccounts and RBAC; the optimizer's parts run in the test
+CLUSTER = {"kubeon": True, "kubeon_components": ()}
 
 
 @pytest.fixture
@@ -48,22 +63,14 @@ def hub(tmp_path: Path) -> Iterator[HubProcess]:
 
 
 @pytest.fixture
-def api() -> Iterator[client.ApiClient]:
-    from tests.kubeapi import ApiServer
-    from tests.cluster.objects import make_node
-
-    crd = Path(__file__).resolve().parents[2] / "manifests" / "crd" / "gpupolicies.gpu.kubeon.io.yaml"
-    server = ApiServer.start(crd_files=[str(crd)])
-    api = server.api_client()
-    core = client.CoreV1Api(api)
-    for ns in ("kubeon-gpu", "inference", "research", "batch"):
-        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=ns)))
-    core.create_node(make_node("a100-0", "NVIDIA-A100-SXM4-80GB", 8))
-    core.create_node(make_node("a100-1", "NVIDIA-A100-SXM4-80GB", 8))
-    # time-sliced shares: the webhook rewrites a pod only to a slice some node offers
-    core.create_node(make_node("t4-0", "Tesla-T4", 2, shared_replicas=4))
-    yield api
-    server.stop()
+def nodes(kube_cluster: Cluster, site: Site) -> Iterator[list[str]]:  # noqa: F811
+    """The GPU nodes the extender scores: two A100 nodes besides the site's time-sliced T4."""
+    names = [f"{site.inference}-a100-{i}" for i in range(2)]
+    for name in names:
+        kube_cluster.create_node(make_node(name, "NVIDIA-A100-SXM4-80GB", 8))
+    yield [*names, site.node]
+    for name in names:
+        kube_cluster.core.delete_node(name)
 
 
 def _local_policy(api: client.ApiClient, name: str, spec: dict[str, Any]) -> None:
@@ -96,13 +103,13 @@ class Replica:
 
 
 @pytest.fixture
-def replica(hub: HubProcess, api: client.ApiClient, tmp_path: Path) -> Iterator[Replica]:
+def replica(hub: HubProcess, site: Site, tmp_path: Path) -> Iterator[Replica]:  # noqa: F811
     from controller.hubsync import HubSync
 
     token_file = tmp_path / "token"
     token_file.write_text(_token(hub, "create"))
     clock = FakeClock(time.time())
-    process = _controller(api, hub, token_file, clock)
+    process = _controller(site.controller, hub, token_file, clock)
     yield Replica(process, clock, token_file)
     process.stop()
     for reconciler in process.runner.reconcilers:  # its keep-alive connection, else the hub's stop waits it out
@@ -110,8 +117,8 @@ def replica(hub: HubProcess, api: client.ApiClient, tmp_path: Path) -> Iterator[
             reconciler.client.session.close()
 
 
-def test_a_revoked_token_stops_the_policies_created_in_the_cluster_too(hub: HubProcess, api: client.ApiClient,
-                                                                       replica: Replica) -> None:
+def test_a_revoked_token_stops_the_policies_created_in_the_cluster_too(hub: HubProcess, site: Site,  # noqa: F811
+                                                                       nodes: list[str], replica: Replica) -> None:
     """Only the hub's policies are labelled Disconnected; the rule that one such label cuts everything off
     is what keeps a policy created in the cluster (a sharing one, a scale to zero) from going on acting
     after the hub refused the cluster."""
@@ -122,19 +129,20 @@ def test_a_revoked_token_stops_the_policies_created_in_the_cluster_too(hub: HubP
     from kube.views import WatchedView
     from webhook.app import create_app as webhook_app
 
-    _put(hub, "share-inference", SHARE)
-    _local_policy(api, "share-research", LOCAL_SHARE)
-    _local_policy(api, "park-batch", LOCAL_PARK)
+    api = site.admin
+    _put(hub, "share-inference", share(site.inference))
+    _local_policy(api, "share-research", share(site.research))
+    _local_policy(api, "park-batch", park(site.batch))
     replica.process.runner.run_all()
     assert _hub_states(api) == {"share-inference": "Connected", "share-research": None, "park-batch": None}
 
-    view = WatchedView(api, default_mode=Mode.RECOMMEND, own_namespace="kubeon-gpu", with_nodes=True,
+    view = WatchedView(site.webhook, default_mode=Mode.RECOMMEND, own_namespace="kubeon-gpu", with_nodes=True,
                        metrics_configured=True).start()  # the webhook run with --prometheus-url
-    watch = ClusterWatch(api, ClusterCache(), watch_timeout=2).start(freeze_after_sync=False)
+    watch = ClusterWatch(site.extender, ClusterCache(), watch_timeout=2).start(freeze_after_sync=False)
     try:
         webhook = webhook_app(view).test_client()
         extender = extender_app(ExtenderService(watch.cache, watch)).test_client()
-        pod = wire_pod("p", "research", gpus=1)
+        pod = wire_pod("p", site.research, gpus=1)
 
         def rewritten(namespace: str) -> bool:
             answer = webhook.post("/mutate", json=review(api_pod(), namespace=namespace)).get_json()["response"]
@@ -142,7 +150,7 @@ def test_a_revoked_token_stops_the_policies_created_in_the_cluster_too(hub: HubP
             return "patch" in answer
 
         def scores() -> dict[str, int]:
-            answer = extender.post("/prioritize", json={"Pod": pod, "Nodes": None, "NodeNames": GPU_NODES})
+            answer = extender.post("/prioritize", json={"Pod": pod, "Nodes": None, "NodeNames": nodes})
             assert answer.status_code == 200
             return {entry["Host"]: entry["Score"] for entry in answer.get_json()}
 
@@ -150,12 +158,13 @@ def test_a_revoked_token_stops_the_policies_created_in_the_cluster_too(hub: HubP
             return any((o["metadata"].get("labels") or {}).get("gpu.kubeon.io/hub") == "Disconnected"
                        for o in objects.values())
 
-        wait_for(lambda: rewritten("research") and rewritten("inference"),
+        wait_for(lambda: rewritten(site.research) and rewritten(site.inference),
                  what="the webhook to rewrite pods under the local and the hub's sharing policy")
         wait_for(lambda: watch.ready() and max(scores().values()) > 0, what="the extender to score the GPU nodes")
 
         assert hub.cli("token", "revoke", "--cluster", "prod").returncode == 0
-        client.AppsV1Api(api).create_namespaced_deployment("batch", make_deployment("trainer", "batch", replicas=2))
+        client.AppsV1Api(api).create_namespaced_deployment(site.batch,
+                                                           make_deployment("trainer", site.batch, replicas=2))
         replica.poll(120)  # the local scale to zero of `trainer` is due now
         assert _metric(replica.process, "kubeon_gpu_hub_connected") == 0
         # the hub's policy says it is cut off; the ones created in the cluster carry no hub label
@@ -164,11 +173,11 @@ def test_a_revoked_token_stops_the_policies_created_in_the_cluster_too(hub: HubP
         # once the watches have seen the label, nothing acts, on any policy
         wait_for(lambda: seen_disconnected(view.policies.snapshot()), what="the webhook's watch to see the label")
         wait_for(lambda: seen_disconnected(watch.policies.snapshot()), what="the extender's watch to see the label")
-        assert not rewritten("inference")
-        assert not rewritten("research"), "a policy created in the cluster still rewrote pods after revocation"
+        assert not rewritten(site.inference)
+        assert not rewritten(site.research), "a policy created in the cluster still rewrote pods after revocation"
         assert set(scores().values()) == {0}, "the extender kept an opinion after revocation"
-        passed = extender.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": GPU_NODES}).get_json()
-        assert passed["NodeNames"] == GPU_NODES and not passed["FailedNodes"]
+        passed = extender.post("/filter", json={"Pod": pod, "Nodes": None, "NodeNames": nodes}).get_json()
+        assert passed["NodeNames"] == nodes and not passed["FailedNodes"]
 
         # every policy's status, the local ones' too, says what runs: Recommend, degraded by the hub
         for name, obj in _policies(api).items():
@@ -178,28 +187,31 @@ def test_a_revoked_token_stops_the_policies_created_in_the_cluster_too(hub: HubP
             assert (degraded["status"], degraded["reason"]) == ("True", "HubDisconnected"), name
         replica.poll()
         replica.poll()
-        assert _replicas_in(api, "batch", "trainer") == 2, "a revoked cluster scaled a workload to zero"
+        assert _replicas(api, site.batch, "trainer") == 2, "a revoked cluster scaled a workload to zero"
     finally:
         watch.stop()
         view.stop()
 
 
-def test_a_refused_token_pauses_the_writers_while_the_lease_is_still_held(hub: HubProcess, api: client.ApiClient,
+def test_a_refused_token_pauses_the_writers_while_the_lease_is_still_held(hub: HubProcess,
+                                                                          site: Site,  # noqa: F811
                                                                           replica: Replica) -> None:
     """A 401 pauses every writer of the replica that holds the lease: `ctx.is_leader()`, which each writer
     checks right before each write, is false until a poll succeeds again. A scale to zero that is due does
     not happen, whatever mode its policy asks for; once reconnected it does."""
-    _put(hub, "idle-research", PARK)
+    api = site.admin
+    _put(hub, "idle-research", park(site.research))
     replica.process.runner.run_all()
     assert _hub_states(api) == {"idle-research": "Connected"}
     assert replica.process.ctx.is_leader() is True
 
     assert hub.cli("token", "revoke", "--cluster", "prod").returncode == 0
-    client.AppsV1Api(api).create_namespaced_deployment("research", make_deployment("trainer", "research", replicas=2))
+    client.AppsV1Api(api).create_namespaced_deployment(site.research,
+                                                       make_deployment("trainer", site.research, replicas=2))
     for _ in range(3):
         replica.poll(120)  # the scale to zero of `trainer` is due from the first of these
     assert _metric(replica.process, "kubeon_gpu_hub_polls_total", result="unauthorized") >= 1
-    assert _replicas(api, "trainer") == 2, "a workload was scaled to zero after the hub refused the token"
+    assert _replicas(api, site.research, "trainer") == 2, "a workload was scaled to zero after the token was refused"
     assert replica.process.elector.is_leader() is True, "the replica still holds the lease"
     assert replica.process.ctx.is_leader() is False, "the writers must be paused while the hub refuses the token"
     proposals = _policies(api)["idle-research"]["status"].get("proposals") or []
@@ -208,8 +220,5 @@ def test_a_refused_token_pauses_the_writers_while_the_lease_is_still_held(hub: H
     replica.reconnect(hub)
     assert replica.process.ctx.is_leader() is True
     replica.poll()
-    assert _replicas(api, "trainer") == 0  # it was due all along: only the refused token held it back
+    assert _replicas(api, site.research, "trainer") == 0  # it was due all along: only the refused token held it back
 
-
-def _replicas_in(api: client.ApiClient, namespace: str, name: str) -> int:
-    return int(client.AppsV1Api(api).read_namespaced_deployment(name, namespace).spec.replicas)

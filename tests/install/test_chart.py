@@ -112,6 +112,26 @@ def test_prometheus_url_reaches_the_controller() -> None:
     assert "--prometheus-url=http://prometheus.monitoring:9090" in args
 
 
+def test_the_controller_reads_the_extender_through_the_service_kube_scheduler_calls(defaults: list[dict]) -> None:
+    """Issue 37: --extender-url is the extender Service's own address and port (the one the scheduler profile
+    calls), and the controller takes the flag; without the second scheduler there is no extender to read."""
+    from controller.command import add_arguments
+
+    service = one(defaults, "Service", "kubeon-gpu-optimizer-extender")
+    port = service["spec"]["ports"][0]["port"]
+    url = f"http://kubeon-gpu-optimizer-extender.{NAMESPACE}.svc:{port}"
+    args = container(one(defaults, "Deployment", "kubeon-gpu-optimizer"))["args"]
+    assert f"--extender-url={url}" in args
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    assert parser.parse_args(args[1:]).extender_url == url
+    scheduler = "\n".join(str(v) for d in defaults if d["kind"] == "ConfigMap" for v in (d.get("data") or {}).values())
+    assert f"urlPrefix: {url}" in scheduler
+    off = render({"scheduler.enabled": "false"})
+    off_args = container(one(off, "Deployment", "kubeon-gpu-optimizer"))["args"]
+    assert not any(a.startswith("--extender-url") for a in off_args)
+
+
 def test_karpenter_provider_renders_and_validates() -> None:
     for doc in render({**GUIDE_SET, "capacity.provider": "karpenter"}):
         kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)

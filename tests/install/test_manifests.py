@@ -3,26 +3,26 @@
 Real: manifests/render.sh run with the real helm 4 into a temporary directory
 and compared byte for byte with manifests/rendered/ (stale = fail); `kubectl
 kustomize manifests/` with real kubectl 1.35; every object validated against
-the Kubernetes schemas; `kubectl apply -k` then `kubectl get gpupolicies`
-against the project's test API server (tests/kubeapi). Faked: the cluster is
-the test API server, not a real kube-apiserver.
+the Kubernetes schemas; `kubectl apply -k` then `kubectl get gpupolicies`, and helm's `lookup`,
+against a real kube-apiserver v1.35 (tests/cluster: etcd, kube-apiserver, kube-controller-manager;
+no optimizer running, as right after `kubectl apply -k` before the webhook certificate exists).
 """
 
 from __future__ import annotations
 
 import filecmp
 import subprocess
-import time
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
 
+from tests.cluster.cluster import Cluster
 from tests.install.chart import CHART, MANIFESTS, NAMESPACE, find, load_dir, one, run, tool
-from tests.missing import missing
 
 RENDERED = MANIFESTS / "rendered"
+CLUSTER = {"gpu_operator": False}  # the test applies the GPU Operator's namespace itself, as the guide assumes
 
 
 @pytest.fixture(scope="module")
@@ -62,14 +62,6 @@ def test_rendered_scheduler_image_is_pinned(built: list[dict]) -> None:
     assert image == "registry.k8s.io/kube-scheduler:v1.35.0"
 
 
-def _api_server_class():  # type: ignore[no-untyped-def]
-    try:
-        from tests.kubeapi import ApiServer  # type: ignore[attr-defined]
-    except ImportError as exc:
-        missing(f"tests/kubeapi does not expose ApiServer ({exc})")
-    return ApiServer
-
-
 GPU_OPERATOR_NAMESPACE = "apiVersion: v1\nkind: Namespace\nmetadata: {name: gpu-operator}\n"
 POLICY = """apiVersion: gpu.kubeon.io/v1alpha1
 kind: GpuPolicy
@@ -81,79 +73,65 @@ spec:
 """
 
 
-def test_apply_then_get_gpupolicies_on_the_test_api_server() -> None:
-    """The guide's `kubectl apply -k manifests/` then `kubectl get gpupolicies`.
+def test_apply_then_get_gpupolicies_on_a_real_api_server(kube_cluster: Cluster) -> None:
+    """The guide's `kubectl apply -k manifests/` then `kubectl get gpupolicies`, with kubectl's
+    client-side validation on (the real server serves /openapi).
 
-    --validate=false: the test API server serves no /openapi for kubectl's
-    client-side validation; the same objects are validated strictly against
-    the Kubernetes schemas in test_kustomize_output_is_valid_kubernetes.
+    Nothing serves the webhook yet (no Secret, no caBundle, no kube-proxy here): kube-apiserver
+    cannot call it, and the rendered `failurePolicy: Ignore` admits the policy anyway, as
+    docs/install.md says of the time before `certs patch-cabundle`.
     """
-    kubectl = tool("kubectl")
-    api = _api_server_class().start()
+    # A cluster the guide assumes: the GPU Operator's namespace exists.
+    kube_cluster.kubectl("apply", "-f", "-", input=GPU_OPERATOR_NAMESPACE)
     try:
-        base = [kubectl, "--kubeconfig", str(api.kubeconfig)]
-
-        def kubectl_run(*args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
-            done = subprocess.run([*base, *args], input=stdin, capture_output=True, text=True, timeout=60,
-                                  check=False)
-            assert not check or done.returncode == 0, f"kubectl {' '.join(args)}: {done.stderr}"
-            return done
-
-        # A cluster the guide assumes: the GPU Operator's namespace exists.
-        kubectl_run("apply", "--validate=false", "-f", "-", stdin=GPU_OPERATOR_NAMESPACE)
-        applied = kubectl_run("apply", "--validate=false", "-k", str(MANIFESTS)).stdout
+        applied = kube_cluster.kubectl("apply", "-k", str(MANIFESTS)).stdout
         assert "customresourcedefinition.apiextensions.k8s.io/gpupolicies.gpu.kubeon.io created" in applied
         assert "deployment.apps/kubeon-gpu-optimizer created" in applied
         assert "mutatingwebhookconfiguration.admissionregistration.k8s.io/kubeon-gpu-optimizer created" in applied
-        deadline = time.monotonic() + 20
-        while (got := kubectl_run("get", "gpupolicies", check=False)).returncode != 0:
-            assert time.monotonic() < deadline, got.stderr
-            time.sleep(0.3)
+        got = kube_cluster.wait_for(lambda: _listed(kube_cluster), timeout=30, message="the GpuPolicy CRD served")
         assert "No resources found" in got.stdout + got.stderr
-        kubectl_run("apply", "--validate=false", "-f", "-", stdin=POLICY)
-        listed = kubectl_run("get", "gpupolicies").stdout
+        kube_cluster.kubectl("apply", "-f", "-", input=POLICY, timeout=90)
+        listed = kube_cluster.kubectl("get", "gpupolicies").stdout
         assert "share-inference" in listed
-        deploy = kubectl_run("-n", NAMESPACE, "get", "deploy", "kubeon-gpu-optimizer", "-o", "name").stdout
+        deploy = kube_cluster.kubectl("-n", NAMESPACE, "get", "deploy", "kubeon-gpu-optimizer", "-o", "name").stdout
         assert deploy.strip() == "deployment.apps/kubeon-gpu-optimizer"
-        again = kubectl_run("apply", "--validate=false", "-k", str(MANIFESTS)).stdout
+        again = kube_cluster.kubectl("apply", "-k", str(MANIFESTS)).stdout
         assert " created" not in again, "a second apply must change nothing"
     finally:
-        api.stop()
+        # the chart's fixed cluster-scoped names (ClusterRoles, webhook configurations) would stop a
+        # helm release in this cluster from adopting them: leave the cluster as it was
+        kube_cluster.kubectl("delete", "-k", str(MANIFESTS), "--ignore-not-found", "--wait", timeout=120)
 
 
-EXISTING_TLS_SECRET = """apiVersion: v1
-kind: Namespace
-metadata: {name: kubeon-gpu}
----
-apiVersion: v1
+def _listed(cluster: Cluster) -> subprocess.CompletedProcess[str] | None:
+    done = cluster.kubectl("get", "gpupolicies", check=False)
+    return done if done.returncode == 0 else None
+
+
+def existing_tls_secret(namespace: str) -> str:
+    """The Secret a previous helm install into `namespace` made (Helm's ownership metadata on it)."""
+    return f"""apiVersion: v1
 kind: Secret
 metadata:
   name: kubeon-gpu-optimizer-webhook-tls
-  namespace: kubeon-gpu
-  labels: {app.kubernetes.io/managed-by: Helm}
-  annotations: {meta.helm.sh/release-name: kubeon-gpu-optimizer, meta.helm.sh/release-namespace: kubeon-gpu}
+  namespace: {namespace}
+  labels: {{app.kubernetes.io/managed-by: Helm}}
+  annotations: {{meta.helm.sh/release-name: kubeon-gpu-optimizer, meta.helm.sh/release-namespace: {namespace}}}
 type: kubernetes.io/tls
-data: {tls.crt: dGxzLWNydA==, tls.key: dGxzLWtleQ==, ca.crt: Y2EtY3J0}
+data: {{tls.crt: dGxzLWNydA==, tls.key: dGxzLWtleQ==, ca.crt: Y2EtY3J0}}
 """
 
 
-def test_upgrade_keeps_the_webhook_certificate() -> None:
+def test_upgrade_keeps_the_webhook_certificate(kube_cluster: Cluster, namespace: str) -> None:
     """helm's `lookup` against a live API server: an existing cert Secret is reused, caBundle follows it.
 
-    Real: helm 4 `template --dry-run=server` (lookup enabled) against the test
-    API server holding the Secret a previous install made.
+    Real: helm 4 `template --dry-run=server` (lookup enabled) against kube-apiserver holding the
+    Secret a previous install made. The release goes to this test's namespace, so the objects
+    `kubectl apply -k` made in kubeon-gpu (no Helm ownership) are not in its way.
     """
-    kubectl, helm = tool("kubectl"), tool("helm")
-    api = _api_server_class().start()
-    try:
-        kubeconfig = str(api.kubeconfig)
-        done = subprocess.run([kubectl, "--kubeconfig", kubeconfig, "apply", "--validate=false", "-f", "-"],
-                              input=EXISTING_TLS_SECRET, capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0, done.stderr
-        out = run([helm, "template", "kubeon-gpu-optimizer", str(CHART), "-n", NAMESPACE, "--dry-run=server",
-                   "--kubeconfig", kubeconfig, "-s", "templates/webhook-configurations.yaml"]).stdout
-    finally:
-        api.stop()
+    kube_cluster.kubectl("apply", "-f", "-", input=existing_tls_secret(namespace))
+    out = run([tool("helm"), "template", "kubeon-gpu-optimizer", str(CHART), "-n", namespace, "--dry-run=server",
+               "--kubeconfig", str(kube_cluster.kubeconfig), "-s", "templates/webhook-configurations.yaml"]).stdout
     docs = [d for d in yaml.safe_load_all(out) if d]
     secret = one(docs, "Secret", "kubeon-gpu-optimizer-webhook-tls")
     assert secret["data"] == {"tls.crt": "dGxzLWNydA==", "tls.key": "dGxzLWtleQ==", "ca.crt": "Y2EtY3J0"}

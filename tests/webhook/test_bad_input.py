@@ -146,3 +146,30 @@ def test_a_pod_with_null_metadata_or_spec_is_reviewed(client, field: str) -> Non
     pod[field] = None
     status, body = _post(client, "/mutate", _with_object(pod))
     assert status == 200 and "internal error" not in json.dumps(body), body
+
+
+@pytest.mark.parametrize(("literal", "column"), [("1" + "0" * 30, 90), ("-9223372036854775809", 90),
+                                                 ("18446744073709551616", 90)])
+def test_dry_run_refuses_an_integer_it_could_not_echo(client, literal: str, column: int) -> None:
+    """Issue 37, smaller: an integer beyond 64 bits came back as a float (10^30 as 1e+30), so object plus patch
+    no longer equalled the answer's object. Every Kubernetes integer is int64: 400 naming where it is."""
+    raw = ('{"object": {"kind": "Pod", "apiVersion": "v1", "spec": {"terminationGracePeriodSeconds": '
+           + literal + ', "containers": []}, "metadata": {"name": "p", "uid": "12345678901234567890123"}}}')
+    status, body = _post(client, "/dry-run", raw.encode())
+    assert status == 400
+    assert body["error"] == (f"integer {literal[:24]}{'...' if len(literal) > 24 else ''} at line 1 column {column} "
+                             "is beyond 64 bits (Kubernetes integers are int64)")
+
+
+def test_dry_run_echoes_every_64_bit_integer_exactly(client) -> None:
+    """The answer's object is the object sent plus the patch, integers at both ends of 64 bits included."""
+    pod = copy.deepcopy(POD)
+    pod["spec"]["terminationGracePeriodSeconds"] = 2**64 - 1
+    pod["spec"]["activeDeadlineSeconds"] = -(2**63)
+    pod["metadata"]["annotations"] = {"note": "9" * 40}  # digits in a string are not an integer
+    status, body = _post(client, "/dry-run", json.dumps({"object": pod}).encode())
+    assert status == 200, body
+    import jsonpatch
+
+    assert jsonpatch.apply_patch(pod, body["patch"]) == body["object"]
+    assert body["object"]["spec"]["terminationGracePeriodSeconds"] == 2**64 - 1
