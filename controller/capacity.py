@@ -53,7 +53,7 @@ from controller.capacity_pool import keep_pool
 from controller.capacity_provision import plan_group, provision
 from controller.context import ControllerContext
 from controller.crashpoints import Checkpoint
-from gpupolicy.capacity.consolidation import Disruption
+from gpupolicy.capacity.disruption import Disruption
 from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType, load_instances
 from gpupolicy.capacity.provider import IMPLEMENTED

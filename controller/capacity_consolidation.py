@@ -33,11 +33,12 @@ from controller.capacity_usage import node_usage
 from controller.context import ControllerContext
 from controller.metrics_source import MetricsError
 from gpupolicy.capacity import drain
-from gpupolicy.capacity.consolidation import (
+from gpupolicy.capacity.disruption import (
     EMPTY,
     UNDERUSED,
     ConsolidationRules,
     Disruption,
+    DisruptionInputs,
     plan_around,
     plan_disruptions,
 )
@@ -208,10 +209,10 @@ def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used
     usage_by_row = {i: used.by_node.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)}
 
     def planned(rows: Set[int]) -> list[Disruption]:
-        return plan_disruptions(
-            state, pods_on, prices, usage_by_row, core_rules(rules),
-            blocked=rows, now=now, empty_since=empty_since, in_progress=in_progress, evictions=evictions,
-            changed_at=changed_at, instance_types=catalog, started_at=ages)
+        return plan_disruptions(DisruptionInputs(
+            state, pods_on, prices, core_rules(rules), now, usage_percent=usage_by_row,
+            blocked=rows, empty_since=empty_since, in_progress=in_progress, evictions=evictions,
+            changed_at=changed_at, instance_types=catalog, started_at=ages))
 
     plan, kept = plan_around(planned, blocked, held)
     for disruption in plan:

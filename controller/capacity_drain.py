@@ -19,7 +19,7 @@ from kubernetes.client.exceptions import ApiException
 from controller import capacity_evictions
 from controller.capacity_pass import Pass, annotations_of, is_gpu_node, pod_key
 from gpupolicy.capacity import drain
-from gpupolicy.capacity.consolidation import replace_pods
+from gpupolicy.capacity.disruption import replace_pods
 from gpupolicy.model import GpuPolicy, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.packing.engine import get_strategy

@@ -1,7 +1,7 @@
 """How often capacity drains evicted each workload's pods: the `evictions` input of plan_disruptions.
 
 The core pins a node holding a pod evicted `max_evictions_per_pod` times
-(no pod is moved without end, gpupolicy/capacity/consolidation.py). A pod
+(no pod is moved without end, gpupolicy/capacity/disruption/planning.py). A pod
 key does not survive an eviction here: a Deployment's pod comes back under a
 new name. So the count is kept per workload (gpupolicy/owners.py's
 `Kind/namespace/name`) in the policy's status, `status.evictions`, by merge

@@ -8,7 +8,7 @@ samples is a missing point, as in controller/metrics_source.py. A node's
 usage is the highest point in the window, and only when the window is
 covered (first point within three steps of its start, no hole longer than
 three steps, last point within three steps of now); otherwise None: not
-known idle, never a candidate (gpupolicy/capacity/consolidation.py).
+known idle, never a candidate (gpupolicy/capacity/disruption/underused.py).
 """
 
 from __future__ import annotations

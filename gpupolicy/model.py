@@ -309,7 +309,7 @@ class ConsolidationSpec(_Wire):
     empty_for: str = Field(default="1m", json_schema_extra=_DURATION_SCHEMA)
     drain_timeout: str = Field(default="15m", json_schema_extra=_DURATION_SCHEMA)
     # a busy node is a candidate once its youngest pod has run this long (unset: the core's default,
-    # gpupolicy/capacity/consolidation.py ConsolidationRules.min_pod_age_seconds)
+    # gpupolicy/capacity/disruption/inputs.py ConsolidationRules.min_pod_age_seconds)
     min_pod_age: str | None = Field(default=None, json_schema_extra=_DURATION_SCHEMA)
 
     _d = field_validator("for_", "empty_for", "drain_timeout", "min_pod_age")(
