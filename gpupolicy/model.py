@@ -488,7 +488,7 @@ class EvictionRecord(_Wire):
     # In the policy's status (`status.evictions`, keyed Kind/namespace/name as gpupolicy/owners.py names
     # the workload): a Deployment's evicted pod comes back under a new name, and the install guide's RBAC
     # gives no write on workloads. `pending` uids are written before their eviction is asked, so a crash
-    # between the eviction and the count is counted by the next pass (controller/capacity_evictions.py).
+    # between the eviction and the count is counted by the next pass (controller/capacity/eviction_counts.py).
     count: int = 0  # evictions accepted for drains of this policy
     at: float = 0.0  # when the last one was asked (epoch seconds); a record of a workload without pods
     # is dropped an hour after it
