@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -262,10 +262,17 @@ class ScaleToZeroSpec(_Wire):
     _d = field_validator("idle_for")(classmethod(lambda cls, v: _check_duration(v)))
 
 
+# The packing strategies a policy may choose: the engine's registry (gpupolicy/packing/engine.py) less its
+# experiments, `fgd-exact` and `random`, which only `kubeon-gpu simulate` and bench/ select; "default": the
+# extender's --default-strategy. tests/packing/test_policies.py keeps the two lists in step.
+PackingStrategy = Literal["default", "kubeon", "fgd", "bestfit", "packing", "dotprod"]
+POLICY_STRATEGIES: tuple[str, ...] = get_args(PackingStrategy)
+
+
 class PackingSpec(_Wire):
     """Which packing policy the extender scores with for matching pods."""
 
-    strategy: str = "default"
+    strategy: PackingStrategy = "default"
 
 
 class TypeFitSpec(_Wire):

@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
 from importlib.resources import files
 
 from controller import crashpoints
@@ -67,21 +66,13 @@ from kube import layout as kl
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CHECKPOINTS", "CRASH_ENV", "SOURCE", "CapacityReconciler", "crash_checkpoint_from_env"]
+__all__ = ["CHECKPOINTS", "SOURCE", "CapacityReconciler"]
 
 # The instance catalog (gpupolicy/capacity/instances.py CSV); KUBEON_GPU_INSTANCE_TYPES names another file.
 DEFAULT_INSTANCES = files("gpupolicy.capacity") / "data" / "aws-gpu-instances.csv"
 INSTANCES_ENV = "KUBEON_GPU_INSTANCE_TYPES"
+# after each write: KUBEON_GPU_CRASH_AT=capacity:<one of these> crashes there (controller/crashpoints.py)
 CHECKPOINTS = ("cordoned", "evicted", "deleted", "launched", "replacing")
-# Crash injection for process tests (controller/crashpoints.py).
-CRASH_ENV = "KUBEON_GPU_CAPACITY_CRASH_AT"
-
-
-def crash_checkpoint_from_env(environ: Mapping[str, str] | None = None) -> Checkpoint | None:
-    """The `KUBEON_GPU_CAPACITY_CRASH_AT` hook, or None when unset or naming no checkpoint (production: inert)."""
-    return crashpoints.from_env(CRASH_ENV, CHECKPOINTS, environ)
-
-
 class CapacityReconciler:
     """Reconciler `capacity` in controller/loop.py's registry."""
 
@@ -94,7 +85,7 @@ class CapacityReconciler:
         source = os.environ.get(INSTANCES_ENV) or str(DEFAULT_INSTANCES)
         self.instances = instances if instances is not None else load_instances(source)
         self.step_seconds = step_seconds
-        self.checkpoint = checkpoint or crash_checkpoint_from_env() or crashpoints.no_checkpoint
+        self.checkpoint = checkpoint or crashpoints.from_env(SOURCE, CHECKPOINTS)
         self.empty = EmptyTracker()
         self.failed = FailedLaunches()
         self.last_launches: list[Launch] = []
