@@ -58,8 +58,9 @@ class Planning:
 
     @cached_property
     def ctx(self) -> PackingContext:
-        mix = TypicalMix.from_pods([d for pods in self.ask.pods_on.values() for _, d in pods], 1.0)
-        return self.ask.ctx or PackingContext(mix=mix)
+        if self.ask.ctx is not None:
+            return self.ask.ctx
+        return PackingContext(mix=TypicalMix.from_pods([d for pods in self.ask.pods_on.values() for _, d in pods], 1.0))
 
     @cached_property
     def base(self) -> NodeState:
@@ -103,13 +104,16 @@ class Planning:
     def used_milli(self, n: int) -> int:
         return int(self.ask.state.gpu_count[n]) * MILLI - int(self.ask.state.gpu_free_total[n])
 
+    @cached_property
     def empties(self) -> list[int]:
+        """Rows with no pods that no method took: worked out once, when the first pod-moving method asks
+        (after emptiness; the later methods take only rows with pods)."""
         return [n for n in range(len(self.ask.state)) if not self.ask.pods_on.get(n) and n not in self.taken]
 
     def free_gpu(self) -> int:
         """Free GPU (milli) that moves may fill: schedulable nodes with pods."""
         open_rows = self.base.schedulable.copy()
-        open_rows[self.empties()] = False
+        open_rows[self.empties] = False
         return int(self.base.gpu_free_total[open_rows].sum())
 
     def refused(self, group: Sequence[int]) -> list[int]:
@@ -123,7 +127,7 @@ class Planning:
         """
         unit = self.price_per_gpu
         top = max(unit[n] for n in group)
-        return [n for n in range(len(unit)) if unit[n] > top + 1e-9] + self.young + self.empties()
+        return [n for n in range(len(unit)) if unit[n] > top + 1e-9] + self.young + self.empties
 
     @cached_property
     def price_per_gpu(self) -> list[float]:
