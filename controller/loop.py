@@ -64,7 +64,7 @@ RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.layout", "LayoutReconciler"),
     ("controller.scaletozero", "ScaleToZeroReconciler"),
     ("controller.autoscale", "AutoscaleReconciler"),
-    ("controller.capacity", "CapacityReconciler"),
+    ("controller.capacity.reconciler", "CapacityReconciler"),
     ("controller.extenderhealth", "ExtenderHealth"),
 )
 

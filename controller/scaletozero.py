@@ -71,14 +71,8 @@ log = logging.getLogger(__name__)
 SOURCE = "scaletozero"
 HOURS_PER_MONTH = 730.0
 
+# after each write: KUBEON_GPU_CRASH_AT=scaletozero:<one of these> crashes there (controller/crashpoints.py)
 CHECKPOINTS = ("recorded", "paused", "parked", "unpaused", "woken")
-# Crash injection for process tests (controller/crashpoints.py).
-CRASH_ENV = "KUBEON_GPU_CRASH_AT"
-
-
-def crash_checkpoint_from_env(environ: Mapping[str, str] | None = None) -> Checkpoint | None:
-    """The `KUBEON_GPU_CRASH_AT` hook, or None when unset or naming no checkpoint (production: inert)."""
-    return crashpoints.from_env(CRASH_ENV, CHECKPOINTS, environ)
 
 
 def gpus_per_pod(workload: Mapping[str, Any]) -> float:
@@ -163,7 +157,7 @@ class ScaleToZeroReconciler:
         self.step_seconds = step_seconds
         self.max_gap_seconds = max_gap_seconds if max_gap_seconds is not None else 3 * step_seconds
         self.service_account = service_account
-        self.checkpoint = checkpoint or crash_checkpoint_from_env() or crashpoints.no_checkpoint
+        self.checkpoint = checkpoint or crashpoints.from_env(SOURCE, CHECKPOINTS)
         self.last_decisions: dict[str, core.Decision] = {}  # target key -> decision (diagnostics, tests)
 
     # -- the pass -----------------------------------------------------------------

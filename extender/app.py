@@ -1,10 +1,10 @@
 """The extender's Flask app: POST /filter, /prioritize, /bind, plus /healthz, /readyz, /metrics, /debug/mix.
 
-Thin handlers: cap the body, parse ExtenderArgs, call `ExtenderService`,
-serialise. /filter and /prioritize are plain functions of the body bytes in
-front of Flask (serving.wsgi.HotRoutes: at 15,000 nodes Flask's response
-handling of a 300-500 KiB answer was 16% of a request); /bind, /debug/mix,
-/metrics and the probes are Flask routes. Protocol errors (malformed JSON,
+Thin handlers (`ExtenderHandlers`, one method per route): parse
+ExtenderArgs, call `ExtenderService`, serialise. Every route is a plain
+function of the body bytes in front of Flask (serving.wsgi.HotRoutes, which
+caps the body: at 15,000 nodes Flask's response handling of a 300-500 KiB
+answer was 16% of a request); Flask keeps /metrics and the probes. Protocol errors (malformed JSON,
 a body that is not an object) answer HTTP 400 with a JSON message. For /filter, unusable arguments
 (missing Pod, NodeNames of the wrong type, a pod the model cannot read) and
 internal failures answer 200 with `Error` set, which kube-scheduler reports
@@ -37,7 +37,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from flask import Flask, Response
+from flask import Flask
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.registry import Collector
 
@@ -46,10 +46,10 @@ from extender.failures import InternalErrors
 from extender.service import ExtenderService
 from extender.wire import ArgsError, filter_error, filter_result, parse_args
 from gpupolicy.packing.kubemodel import ObjectError
-from serving.http import HttpError, encode_json, install_error_handlers, json_error, read_body
+from serving.http import HttpError, encode_json, install_error_handlers
 from serving.metrics import instrument
 from serving.tally import TALLY
-from serving.wsgi import Answer, Headers, HotRoutes, Then, error_answer
+from serving.wsgi import Answer, Headers, HotRoutes, Route, Then, error_answer
 
 log = logging.getLogger(__name__)
 
@@ -120,11 +120,6 @@ def mix_rows(service: ExtenderService) -> list[dict[str, Any]]:
              "weight": round(float(mix.weight[i]), 6)} for i in range(len(mix))]
 
 
-def read_args(reader: ArgsReader, max_bytes: int = 0) -> Any:
-    """The body as JSON: 400 when empty or malformed, 413 over the cap (serving.http.read_body)."""
-    return parse_body(reader, read_body(max_bytes or MAX_BODY_BYTES))
-
-
 def parse_body(reader: ArgsReader, data: bytes) -> Any:
     """Body bytes as JSON (the ArgsReader's NodeNames reuse): HttpError 400 when empty or malformed."""
     if not data.strip():
@@ -142,22 +137,10 @@ def _start() -> Started:
     return time.perf_counter(), time.thread_time()
 
 
-def _json(body: Any, started: Started, status: int = 200) -> Response:
-    return _raw(_dumps(body), started, status)
-
-
 def _timed(data: bytes, started: Started, status: int = 200) -> Answer:
     """A hot route's answer (serving.wsgi) with the two timing headers."""
     return status, data, [(TIMING_HEADER, f"{time.perf_counter() - started[0]:.6f}"),
                           (CPU_TIMING_HEADER, f"{time.thread_time() - started[1]:.6f}")]
-
-
-def _raw(data: bytes, started: Started, status: int = 200) -> Response:
-    """A JSON answer already serialised (the service's answers are assembled as bytes)."""
-    resp = Response(data, status=status, mimetype="application/json")
-    resp.headers[TIMING_HEADER] = f"{time.perf_counter() - started[0]:.6f}"
-    resp.headers[CPU_TIMING_HEADER] = f"{time.thread_time() - started[1]:.6f}"
-    return resp
 
 
 def create_app(service: ExtenderService, registry: CollectorRegistry | None = None) -> Flask:
@@ -168,18 +151,38 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     live = CollectorRegistry()  # read from this process at scrape, beside the workers' summed files
     live.register(MixCollector(service))
     request_metrics = instrument(app, prefix="kubeon_extender", registry=registry, live=live)
-    metrics = ExtenderMetrics(registry)
-    errors = InternalErrors(registry)
+    metrics, errors = ExtenderMetrics(registry), InternalErrors(registry)
     service.cache.ignored.export(registry)  # kubeon_gpu_objects_ignored_total{reason}
     reader = ArgsReader(loads=_loads)
+    handlers = ExtenderHandlers(service, reader, metrics, errors)
     app.extensions["kubeon_extender"] = service
     app.extensions["kubeon_extender_args"] = reader
+    app.wsgi_app = HotRoutes(app.wsgi_app, handlers.routes(), request_metrics,  # type: ignore[method-assign]
+                             MAX_BODY_BYTES)
+    return app
 
-    def filter_route(data: bytes) -> Answer | tuple[int, bytes, Headers, Then]:
+
+class ExtenderHandlers:
+    """The routes of one app, one method each: the service they ask, the args reader, the counters."""
+
+    def __init__(self, service: ExtenderService, reader: ArgsReader, metrics: ExtenderMetrics,
+                 errors: InternalErrors) -> None:
+        self.service = service
+        self.reader = reader
+        self.metrics = metrics
+        self.errors = errors
+
+    def routes(self) -> dict[str, Route]:
+        return {"/filter": ("POST", self.filter), "/prioritize": ("POST", self.prioritize),
+                "/bind": ("POST", self.bind), "/debug/mix": ("GET", self.debug_mix)}
+
+    def filter(self, data: bytes) -> Answer | tuple[int, bytes, Headers, Then]:
+        """ExtenderFilterResult: the nodes that fit; bad arguments and core bugs in `Error` (HTTP 200)."""
         started = _start()
-        body = parse_body(reader, data)  # HttpError -> 400 JSON
+        body = parse_body(self.reader, data)  # HttpError -> 400 JSON
         if not isinstance(body, dict):
             return error_answer(400, "body: expected an ExtenderArgs JSON object")
+        service, metrics = self.service, self.metrics
         try:
             args = parse_args(body)
             outcome = service.filter(args.pod, args.names)
@@ -188,7 +191,7 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
             return _timed(_dumps(filter_error(str(exc))), started)
         except Exception as exc:  # a core bug: say so in Error, the scheduler decides (ignorable)
             metrics.decided("filter", "", "error")
-            cause = errors.failed("filter", exc)  # counted, logged once a minute (extender/failures.py)
+            cause = self.errors.failed("filter", exc)  # counted, logged once a minute (extender/failures.py)
             return _timed(_dumps(filter_error(f"kubeon-gpu extender internal error ({cause})")), started)
         if not outcome.any_passed and outcome.names and outcome.knows_none:
             # nothing to say about these nodes: an Error lets an ignorable extender step aside
@@ -203,51 +206,47 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
                 return _timed(_dumps(filter_error(exc.message)), started)
             return _timed(answer, started)
         if outcome.passed:
-            reader.expect(outcome.passed)  # the NodeNames /prioritize will get: no need to parse them again
+            self.reader.expect(outcome.passed)  # the NodeNames /prioritize will get: no need to parse them again
         # /prioritize's decision, worked out once this answer is out (while kube-scheduler scores)
         return (*_timed(outcome.body(), started), lambda: service.ahead(outcome))
 
-    def prioritize_route(data: bytes) -> Answer:
+    def prioritize(self, data: bytes) -> Answer:
+        """HostPriorityList; bad arguments 400 (no error field); a core bug answers all-zero scores."""
         started = _start()
-        body = parse_body(reader, data)
+        body = parse_body(self.reader, data)
         try:
             args = parse_args(body)
         except ArgsError as exc:
             return error_answer(400, str(exc))
         try:
-            outcome = service.prioritize(args.pod, args.names)
+            outcome = self.service.prioritize(args.pod, args.names)
         except ObjectError as exc:
             return error_answer(400, str(exc))
         except Exception as exc:  # a core bug: neutral scores keep scheduling going
-            metrics.decided("prioritize", "", "error")
-            errors.failed("prioritize", exc)
+            self.metrics.decided("prioritize", "", "error")
+            self.errors.failed("prioritize", exc)
             return _timed(_dumps([{"Host": n, "Score": 0} for n in args.names]), started)
-        metrics.decided("prioritize", outcome.plan.strategy,
-                        "placed" if outcome.chosen else "none")
+        self.metrics.decided("prioritize", outcome.plan.strategy, "placed" if outcome.chosen else "none")
         status, answer, headers = _timed(outcome.body(), started)
         return status, answer, [*headers, (AHEAD_CPU_HEADER, f"{outcome.ahead_cpu:.6f}")]
 
-    hot = {"/filter": filter_route, "/prioritize": prioritize_route}
-    app.wsgi_app = HotRoutes(app.wsgi_app, hot, request_metrics, MAX_BODY_BYTES)  # type: ignore[method-assign]
-
-    @app.post("/bind")
-    def _bind() -> Response:
+    def bind(self, data: bytes) -> Answer:
+        """ExtenderBindingResult: `Error` empty once bound, else why not."""
         started = _start()
-        body = read_args(reader)
+        body = parse_body(self.reader, data)
         if not isinstance(body, dict):
-            return json_error(400, "body: expected an ExtenderBindingArgs JSON object")
+            return error_answer(400, "body: expected an ExtenderBindingArgs JSON object")
         fields = {key: body.get(key) for key in ("PodName", "PodNamespace", "PodUID", "Node")}
         missing = [k for k in ("PodName", "PodNamespace", "Node") if not isinstance(fields[k], str) or not fields[k]]
         if missing:
-            return _json({"Error": f"ExtenderBindingArgs: missing {', '.join(missing)}"}, started)
-        outcome = service.bind(str(fields["PodNamespace"]), str(fields["PodName"]), str(fields["PodUID"] or ""),
-                               str(fields["Node"]))
-        metrics.decided("bind", "", "error" if outcome.error else "bound")
-        return _json({"Error": outcome.error}, started)
+            return _timed(_dumps({"Error": f"ExtenderBindingArgs: missing {', '.join(missing)}"}), started)
+        outcome = self.service.bind(str(fields["PodNamespace"]), str(fields["PodName"]),
+                                    str(fields["PodUID"] or ""), str(fields["Node"]))
+        self.metrics.decided("bind", "", "error" if outcome.error else "bound")
+        return _timed(_dumps({"Error": outcome.error}), started)
 
-    @app.get("/debug/mix")
-    def _debug_mix() -> Response:
+    def debug_mix(self, _data: bytes) -> Answer:
+        """The typical pod mix in force (also the gauge `kubeon_extender_mix_weight`)."""
         started = _start()
-        return _json({"gpu_pods_learned": service.cache.gpu_pods_learned, "types": mix_rows(service)}, started)
-
-    return app
+        cache = self.service.cache
+        return _timed(_dumps({"gpu_pods_learned": cache.gpu_pods_learned, "types": mix_rows(self.service)}), started)

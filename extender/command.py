@@ -33,8 +33,8 @@ from typing import Any
 
 from flask import Flask
 
-from gpupolicy.model import Mode
-from gpupolicy.packing.engine import DEFAULT_STRATEGY, STRATEGIES
+from gpupolicy.model import POLICY_STRATEGIES, Mode
+from gpupolicy.packing.engine import DEFAULT_STRATEGY
 from serving.flags import bind_problem, listen_host, port_number, positive_int, positive_seconds
 from serving.tls import cert_dir_problem
 
@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--standalone", "--no-watch", dest="standalone", action="store_true",
                         help="trials only: no cluster, an empty node model (every node is unknown)")
     parser.add_argument("--default-strategy", "--default-policy", dest="default_strategy", default=DEFAULT_STRATEGY,
-                        choices=list(STRATEGIES),
+                        choices=[name for name in POLICY_STRATEGIES if name != "default"],
                         help=f"packing strategy when no GpuPolicy chooses one (default: {DEFAULT_STRATEGY}; "
                              "--default-policy: the old name)")
     parser.add_argument("--default-mode", choices=[m.value for m in Mode], default=Mode.RECOMMEND.value,

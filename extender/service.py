@@ -125,7 +125,7 @@ PENDING_REMEMBERED = 1024  # prioritized pods kept for /bind (kube-scheduler bin
 
 
 @dataclass(frozen=True)
-class _Memo:
+class _FilterVerdict:
     """The last /filter's verdict, valid for the same pod (uid) and model version."""
 
     uid: str
@@ -161,23 +161,24 @@ class ExtenderService:
         self.reach = score_reach(scheduler_weight)
         self.cache = cache
         self.binder = binder
-        self._prioritized: dict[str, tuple[str, PodDemand, Plan]] = {}  # uid -> (key, demand, plan), for /bind
+        # uid -> (key, demand, plan) of the pods placed, for /bind; oldest dropped past PENDING_REMEMBERED
+        self._placed_for_bind: dict[str, tuple[str, PodDemand, Plan]] = {}
         self.source = source
         self.default_strategy = default_strategy
         self.rows = NodeNameRows()
         self._writer = AnswerWriter(())
-        self._memo: _Memo | None = None
-        self._parsed: tuple[Mapping[str, Any], PodRequest] | None = None
-        self._ahead: _Ahead | None = None
+        self._last_filter: _FilterVerdict | None = None  # replaced by the next /filter (docs/designs/caches.md)
+        self._last_pod: tuple[Mapping[str, Any], PodRequest] | None = None  # the last Pod object parsed
+        self._prioritize_ahead: _Ahead | None = None  # taken (and dropped) by the next /prioritize
 
     def _request(self, pod: Mapping[str, Any]) -> PodRequest:
         """`PodRequest.parse(pod)`, once per Pod object: /prioritize gets the very object /filter read
         (`ArgsReader` does not parse a pod's bytes twice; parsed bodies are never modified)."""
-        last = self._parsed
+        last = self._last_pod
         if last is not None and last[0] is pod:
             return last[1]
         request = PodRequest.parse(pod)  # ObjectError names the field
-        self._parsed = (pod, request)
+        self._last_pod = (pod, request)
         return request
 
     def ready(self) -> bool:
@@ -210,7 +211,7 @@ class ExtenderService:
             passed_names = self.rows.pick(names, passed)
             if passed_names:  # what /prioritize will send next: remember its rows
                 self.rows.remember(state, passed_names, rows[passed])
-            self._memo = _Memo(request.uid, self.cache.version, verdict)
+            self._last_filter = _FilterVerdict(request.uid, self.cache.version, verdict)
             if len(passed_names) == 1:
                 # kube-scheduler skips /prioritize and binds at once, asynchronously: it schedules the next pods
                 # before /bind arrives, so the pod is assumed on that node now, as /prioritize assumes its pick
@@ -246,7 +247,7 @@ class ExtenderService:
             rows = self.rows.rows(state, outcome.passed)
             view, mix, compare = self._inputs(request, state)
             choice = self._choose(request, state, rows, view, mix, compare)
-            self._ahead = _Ahead(request, outcome.passed, self.cache.version, view, mix, compare, choice,
+            self._prioritize_ahead = _Ahead(request, outcome.passed, self.cache.version, view, mix, compare, choice,
                                  time.thread_time() - started)
 
     def _inputs(self, request: PodRequest, state: NodeState) -> tuple[Any, TypicalMix | None, bool]:
@@ -255,7 +256,7 @@ class ExtenderService:
 
     def _choose(self, request: PodRequest, state: NodeState, rows: IntArray, view: Any, mix: TypicalMix | None,
                 compare: bool) -> Choice:
-        memo = self._memo
+        memo = self._last_filter
         screened = (memo.screened if memo is not None and memo.uid == request.uid
                     and memo.version == self.cache.version else None)
         return choose(view, state, self.cache.ctx, mix, request, rows, self.default_strategy, screened=screened,
@@ -268,7 +269,7 @@ class ExtenderService:
             state = self.cache.fresh_state(forget=request.key)
             rows = self.rows.rows(state, names)
             view, mix, compare = self._inputs(request, state)
-            ahead, self._ahead = self._ahead, None
+            ahead, self._prioritize_ahead = self._prioritize_ahead, None
             if (ahead is not None and ahead.version == self.cache.version and ahead.view is view
                     and _same_mix(ahead.mix, mix) and ahead.compare == compare and ahead.request == request
                     and (ahead.names is names or ahead.names == names)):
@@ -309,9 +310,9 @@ class ExtenderService:
         return decision.gpu_indices if decision.node == row else None
 
     def _remember(self, request: PodRequest, demand: PodDemand, plan: Plan) -> None:
-        self._prioritized[request.uid] = (request.key, demand, plan)
-        while len(self._prioritized) > PENDING_REMEMBERED:
-            del self._prioritized[next(iter(self._prioritized))]
+        self._placed_for_bind[request.uid] = (request.key, demand, plan)
+        while len(self._placed_for_bind) > PENDING_REMEMBERED:
+            del self._placed_for_bind[next(iter(self._placed_for_bind))]
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> BindOutcome:
         """kube-scheduler's bindVerb: pick the GPUs on the node it chose, record them on the pod, bind.
@@ -323,7 +324,7 @@ class ExtenderService:
         if self.binder is None:
             return BindOutcome(node, (), "kubeon-gpu extender: bind verb used but no API access configured")
         key = f"{namespace}/{name}"
-        remembered = self._prioritized.pop(uid or key, None)
+        remembered = self._placed_for_bind.pop(uid or key, None)
         gpus: tuple[int, ...] = ()
         if remembered is not None:
             key, demand, plan = remembered

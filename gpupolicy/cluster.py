@@ -139,20 +139,20 @@ class ClusterView:
         return tuple(seen.values())
 
     @cached_property
-    def memo(self) -> dict[Any, Any]:
+    def view_answers(self) -> dict[Any, Any]:
         """Answers that depend on this view alone (not on the pod), worked out on first use and dropped
-        with the view: the MIG choice per memory need and products (admission.rewrite). Views are
-        immutable, so an entry never goes stale; concurrent writers compute the same value."""
+        with the view (docs/designs/caches.md lists them). Views are immutable, so an entry never goes
+        stale; concurrent writers compute the same value."""
         return {}
 
     def remembered(self, key: Hashable, owner: object, build: Callable[[], T]) -> T:
         """`build()` once per view for `key` and `owner` (a policy or spec object, named by its id): the
         owner is kept beside the answer, so an id a collected object left behind never returns its answer."""
         full = (key, id(owner))
-        found = self.memo.get(full)
+        found = self.view_answers.get(full)
         if found is None or found[0] is not owner:
             found = (owner, build())
-            self.memo[full] = found
+            self.view_answers[full] = found
         value: T = found[1]
         return value
 

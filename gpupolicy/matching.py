@@ -51,7 +51,7 @@ def selector_matches(
 def pod_label_keys(view: ClusterView) -> frozenset[str]:
     """The pod label keys `selector_matches` reads for the view's policies (their podSelectors'), once
     per view: a pod's other labels cannot change which policies cover it."""
-    found = view.memo.get("pod-label-keys")
+    found = view.view_answers.get("pod-label-keys")
     if found is None:
         keys: set[str] = set()
         for policy in view.policies:
@@ -59,7 +59,7 @@ def pod_label_keys(view: ClusterView) -> frozenset[str]:
             if selector is not None:
                 keys.update(selector.match_labels)
                 keys.update(req.key for req in selector.match_expressions)
-        found = view.memo["pod-label-keys"] = frozenset(keys)
+        found = view.view_answers["pod-label-keys"] = frozenset(keys)
     return found
 
 
@@ -84,7 +84,7 @@ def winning_policies(
         key: Any = (namespace, frozenset(pod_labels.items()))
     except TypeError:  # unhashable label values (unchecked input): not remembered
         key = None
-    memo = view.memo.setdefault("winners", {}) if key is not None else {}
+    memo = view.view_answers.setdefault("winners", {}) if key is not None else {}
     found = memo.get(key)
     if found is None:
         found = {}

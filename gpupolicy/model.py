@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Mapping
 from enum import StrEnum
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic.alias_generators import to_camel
@@ -262,10 +262,17 @@ class ScaleToZeroSpec(_Wire):
     _d = field_validator("idle_for")(classmethod(lambda cls, v: _check_duration(v)))
 
 
+# The packing strategies a policy may choose: the engine's registry (gpupolicy/packing/engine.py) less its
+# experiments, `fgd-exact` and `random`, which only `kubeon-gpu simulate` and bench/ select; "default": the
+# extender's --default-strategy. tests/packing/test_policies.py keeps the two lists in step.
+PackingStrategy = Literal["default", "kubeon", "fgd", "bestfit", "packing", "dotprod"]
+POLICY_STRATEGIES: tuple[str, ...] = get_args(PackingStrategy)
+
+
 class PackingSpec(_Wire):
     """Which packing policy the extender scores with for matching pods."""
 
-    strategy: str = "default"
+    strategy: PackingStrategy = "default"
 
 
 class TypeFitSpec(_Wire):
@@ -309,7 +316,7 @@ class ConsolidationSpec(_Wire):
     empty_for: str = Field(default="1m", json_schema_extra=_DURATION_SCHEMA)
     drain_timeout: str = Field(default="15m", json_schema_extra=_DURATION_SCHEMA)
     # a busy node is a candidate once its youngest pod has run this long (unset: the core's default,
-    # gpupolicy/capacity/consolidation.py ConsolidationRules.min_pod_age_seconds)
+    # gpupolicy/capacity/disruption/inputs.py ConsolidationRules.min_pod_age_seconds)
     min_pod_age: str | None = Field(default=None, json_schema_extra=_DURATION_SCHEMA)
 
     _d = field_validator("for_", "empty_for", "drain_timeout", "min_pod_age")(
@@ -488,7 +495,7 @@ class EvictionRecord(_Wire):
     # In the policy's status (`status.evictions`, keyed Kind/namespace/name as gpupolicy/owners.py names
     # the workload): a Deployment's evicted pod comes back under a new name, and the install guide's RBAC
     # gives no write on workloads. `pending` uids are written before their eviction is asked, so a crash
-    # between the eviction and the count is counted by the next pass (controller/capacity_evictions.py).
+    # between the eviction and the count is counted by the next pass (controller/capacity/eviction_counts.py).
     count: int = 0  # evictions accepted for drains of this policy
     at: float = 0.0  # when the last one was asked (epoch seconds); a record of a workload without pods
     # is dropped an hour after it

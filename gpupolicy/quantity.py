@@ -83,19 +83,20 @@ def _number_text(value: int | float) -> str:
     return repr(value)
 
 
-_MEMO: dict[str, int] = {}  # short quantity strings already parsed: a cluster repeats a few dozen
-_MEMO_MAX = 4096
+# nanos of each short quantity text already parsed (a cluster repeats a few dozen); dropped whole when full
+_NANOS_BY_TEXT: dict[str, int] = {}
+_NANOS_BY_TEXT_MAX = 4096
 
 
 def parse_nanos(value: str | int | float) -> int:
     """The quantity in nano base units (an int), rounded up to 1n like upstream. Pure, bounded time."""
     if type(value) is str and len(value) <= 64:
-        found = _MEMO.get(value)
+        found = _NANOS_BY_TEXT.get(value)
         if found is None:
             found = _parse_nanos(value)  # QuantityError: not remembered
-            if len(_MEMO) >= _MEMO_MAX:
-                _MEMO.clear()
-            _MEMO[value] = found
+            if len(_NANOS_BY_TEXT) >= _NANOS_BY_TEXT_MAX:
+                _NANOS_BY_TEXT.clear()
+            _NANOS_BY_TEXT[value] = found
         return found
     return _parse_nanos(value)
 

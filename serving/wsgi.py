@@ -6,9 +6,11 @@ URL map, hooks and Response object cost more than the webhook's own
 decision once that was memoised (docs/benchmarks.md, "Admission webhook").
 `HotRoutes` is installed as the Flask app's `wsgi_app` (Flask's documented
 middleware hook), so gunicorn and the test client alike reach it first: a
-POST to one of its paths is answered by a plain function of the body bytes;
+request to one of its paths with the route's method (POST, or GET for a
+page such as /debug/mix) is answered by a plain function of the body bytes;
 any other method on those paths is a JSON 405; everything else (/metrics,
-probes, /dry-run, /bind, 404s) goes to Flask unchanged.
+probes, 404s) goes to Flask unchanged. Every route of the webhook and the
+extender is one of these: one dispatch style.
 
 Same contract as the Flask handlers (serving.http): the body capped and
 drained before a 413, HttpError answered as `{"error": ...}` with its
@@ -39,6 +41,7 @@ Headers = list[tuple[str, str]]
 Answer = tuple[int, bytes, Headers]  # status, JSON body, extra headers
 Then = Callable[[], None]  # work after the answer went out
 Handler = Callable[[bytes], Answer | tuple[int, bytes, Headers, Then]]
+Route = tuple[str, Handler]  # the HTTP method it answers, the handler
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
@@ -77,9 +80,10 @@ class _ThenBody(list[bytes]):
 
 
 class HotRoutes:
-    """POST `routes` answered by plain functions of the body; the rest handed to `fallback` (Flask)."""
+    """`routes` (path -> method, handler) answered by plain functions of the body; the rest handed to
+    `fallback` (Flask)."""
 
-    def __init__(self, fallback: Wsgi, routes: Mapping[str, Handler], metrics: RequestMetrics,
+    def __init__(self, fallback: Wsgi, routes: Mapping[str, Route], metrics: RequestMetrics,
                  max_body: int) -> None:
         self.fallback = fallback
         self.routes = dict(routes)
@@ -88,18 +92,19 @@ class HotRoutes:
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        handler = self.routes.get(path)
-        if handler is None:
+        route = self.routes.get(path)
+        if route is None:
             return self.fallback(environ, start_response)
         started = time.perf_counter()
+        method, handler = route
         extra: Headers = []
         then: Then | None = None
-        if environ.get("REQUEST_METHOD") != "POST":
+        if environ.get("REQUEST_METHOD") != method:
             status, body, extra = error_answer(405, "The method is not allowed for the requested URL.")
-            extra = [("Allow", "POST")]
+            extra = [("Allow", method)]
         else:
             try:
-                answer = handler(self._body(environ))
+                answer = handler(self._body(environ) if method == "POST" else b"")
                 status, body, extra = answer[0], answer[1], answer[2]
                 if len(answer) > 3:
                     then = answer[3]

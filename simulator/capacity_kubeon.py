@@ -3,7 +3,7 @@
 Placement is the packing engine (`gpupolicy.packing.engine.decide` with the
 default strategy and the extender's used-nodes-first tie order), provisioning
 is `gpupolicy.capacity.provisioning.plan_provisioning`, consolidation is
-`gpupolicy.capacity.consolidation.plan_disruptions`. This adapter only keeps
+`gpupolicy.capacity.disruption.plan_disruptions`. This adapter only keeps
 what a controller keeps between loops (when each node became empty, the
 spots the last plan gave pending pods, as the controller's NodeClaims
 remember the pods they were launched for) and skips loops whose inputs did
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from gpupolicy.capacity.consolidation import ConsolidationRules, plan_disruptions
+from gpupolicy.capacity.disruption import ConsolidationRules, DisruptionInputs, plan_disruptions
 from gpupolicy.capacity.instances import InstanceType
 from gpupolicy.capacity.provisioning import Launch, Spot, plan_provisioning
 from gpupolicy.packing.engine import decide, get_strategy
@@ -123,12 +123,12 @@ class Kubeon:
         view = cluster.state.copy()
         view.schedulable[list(not_ready)] = False
         self.ctx.tie_rank = used_first_rank(view)
-        plans = plan_disruptions(view, pods_on, prices, {}, self.rules, blocked=blocked, now=now,
-                                 empty_since=self.empty_since, in_progress=in_progress,
-                                 strategy=self.strategy, ctx=self.ctx, instance_types=self.instance_types,
-                                 evictions={k: p.evictions for r in live for k, p in cluster.pods_on[r].items()},
-                                 changed_at=cluster.changed_at,
-                                 started_at={k: p.bound_at for r in live for k, p in cluster.pods_on[r].items()})
+        plans = plan_disruptions(DisruptionInputs(
+            view, pods_on, prices, self.rules, now, blocked=blocked, empty_since=self.empty_since,
+            in_progress=in_progress, strategy=self.strategy, ctx=self.ctx, instance_types=self.instance_types,
+            evictions={k: p.evictions for r in live for k, p in cluster.pods_on[r].items()},
+            changed_at=cluster.changed_at,
+            started_at={k: p.bound_at for r in live for k, p in cluster.pods_on[r].items()}))
         if not plans:
             self.quiet_version, self.quiet_until = cluster.version, self.next_timer(cluster, now)
         return [Drain(p.nodes, p.launches) for p in plans]

@@ -1,15 +1,15 @@
-"""The webhook's Flask app: POST /mutate, /validate, /dry-run, plus metrics.
+"""The webhook's app: POST /mutate, /validate, /dry-run (`WebhookHandlers`, one method each), plus metrics.
 
-Handlers are thin: cap the body, parse the AdmissionReview, call the core,
-serialise. /mutate and /validate are plain functions of the body bytes in
-front of Flask (serving.wsgi.HotRoutes: Flask's dispatch cost more than the
-decision); /dry-run, /metrics and the probes are Flask routes. A pod's
-answer is decided once per view and distinct pod (webhook.memo: the
-replicas of a workload arrive alike) and counted per request. Protocol
-errors answer 400 with a JSON message; admission outcomes answer 200. If
-the core itself raises (a bug), the request is allowed unchanged with a
-warning and counted, never a 500: a broken optimizer must not block pod
-creation.
+Every route is a plain function of the body bytes in front of Flask
+(serving.wsgi.HotRoutes: Flask's dispatch cost more than the decision),
+which caps the body, answers HttpError with its status and anything
+unexpected as a JSON 500; Flask keeps /metrics and the probes. Handlers are
+thin: parse the AdmissionReview, call the core, serialise. Protocol errors
+answer 400 with a JSON message; admission outcomes answer 200. If the core
+itself raises (a bug), the request is allowed unchanged with a warning and
+counted, never a 500: a broken optimizer must not block pod creation. A
+pod's answer is decided once per view and distinct pod (webhook.memo: the
+replicas of a workload arrive alike) and counted per request.
 
 Workloads (Deployment, StatefulSet, Job, CronJob) reach /validate only: they
 are answered with the warnings their pods would get (so `kubectl create -f
@@ -23,7 +23,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from flask import Flask, Response
+from flask import Flask
 from prometheus_client import CollectorRegistry
 
 from gpupolicy.admission.dryrun import (
@@ -42,25 +42,21 @@ from gpupolicy.cluster import ClusterView
 from gpupolicy.model import GROUP, KIND
 from kube.ignored import IgnoredObjects
 from kube.views import ViewSource
-from serving.http import HttpError, decode_json, encode_json, install_error_handlers, json_error, read_json
+from serving.http import HttpError, decode_json, install_error_handlers
 from serving.metrics import instrument
-from serving.wsgi import Answer, Handler, HotRoutes, error_answer, json_answer
+from serving.wsgi import Answer, Handler, HotRoutes, Route, error_answer, json_answer
 from webhook.memo import AdmissionMemo
 from webhook.metrics import WebhookMetrics
-from webhook.review import (
-    Review,
-    ReviewError,
-    encode_patch,
-    parse_review,
-    response,
-)
+from webhook.review import Review, ReviewError, encode_patch, parse_review, response
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's own request limit is 3 MiB
 INTERNAL_WARNING = "kubeon-gpu: internal error"  # how every internal-error warning starts (`internal_warning`)
 TOO_DEEP = "the object is nested too deeply to evaluate"
-
+# (API group, kind) of the workloads whose pod templates /validate evaluates.
+WORKLOAD_KINDS = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("batch", "Job"),
+                            ("batch", "CronJob")})
 
 Decide = Callable[[Any, ClusterView, str], AdmissionResult]  # mutate_pod, validate_pod
 
@@ -82,38 +78,6 @@ class PodAnswer(NamedTuple):
     counts: tuple[Any, ...]  # the decision counters to increment per request (WebhookMetrics.children)
 
 
-def _is_pod(review: Review) -> bool:
-    return review.group == "" and review.kind == "Pod"
-
-
-def _is_policy(review: Review) -> bool:
-    return review.group == GROUP and review.kind == KIND
-
-
-# (API group, kind) of the workloads whose pod templates /validate evaluates.
-WORKLOAD_KINDS = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("batch", "Job"),
-                            ("batch", "CronJob")})
-
-
-def _is_workload(review: Review) -> bool:
-    return (review.group, review.kind) in WORKLOAD_KINDS and review.operation in ("CREATE", "UPDATE")
-
-
-def _json_error(status: int, message: str) -> Response:
-    return json_error(status, message)
-
-
-def _json(body: Any) -> Response:
-    """A JSON answer without Flask's jsonify (which sorts keys and escapes through the json module)."""
-    return Response(encode_json(body), mimetype="application/json")
-
-
-def _read_json() -> Any:
-    """The request body as JSON (HttpError: 413 over the cap, 400 when malformed, or holding an integer
-    beyond 64 bits, which the answer could not echo as sent: serving.http.decode_json)."""
-    return read_json(MAX_BODY_BYTES, exact=True)
-
-
 def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
                ignored: IgnoredObjects | None = None) -> Flask:
     """Build the app around a view source; `registry` holds its metrics (a fresh one by default).
@@ -127,21 +91,38 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
     (ignored or IgnoredObjects()).export(registry)  # kubeon_gpu_objects_ignored_total{reason}
     install_error_handlers(app)
     request_metrics = instrument(app, prefix="kubeon_webhook", registry=registry)
-    metrics = WebhookMetrics(registry)
-    app.extensions["kubeon_metrics"] = metrics
-    memo: AdmissionMemo[PodAnswer] = AdmissionMemo()
-    app.extensions["kubeon_memo"] = memo
+    handlers = WebhookHandlers(source, WebhookMetrics(registry), AdmissionMemo())
+    app.extensions["kubeon_metrics"] = handlers.metrics
+    app.extensions["kubeon_memo"] = handlers.memo
+    app.wsgi_app = HotRoutes(app.wsgi_app, handlers.routes(), request_metrics,  # type: ignore[method-assign]
+                             MAX_BODY_BYTES)
+    return app
 
-    def guarded(path: str, handler: Callable[[Review], dict[str, Any]]) -> Handler:
-        """A hot route (serving.wsgi): the body bytes -> the AdmissionReview answer."""
+
+class WebhookHandlers:
+    """The routes of one app: the view source they decide against, the metrics they count, the memo."""
+
+    def __init__(self, source: ViewSource, metrics: WebhookMetrics, memo: AdmissionMemo[PodAnswer]) -> None:
+        self.source = source
+        self.metrics = metrics
+        self.memo = memo
+
+    def routes(self) -> dict[str, Route]:
+        return {"/mutate": ("POST", self.admission("/mutate", self.mutate)),
+                "/validate": ("POST", self.admission("/validate", self.validate)),
+                "/dry-run": ("POST", self.dry_run)}
+
+    def admission(self, path: str, handle: Callable[[Review], dict[str, Any]]) -> Handler:
+        """The body bytes -> the AdmissionReview answer of `handle`; protocol errors 400, core bugs allowed."""
+        metrics = self.metrics
 
         def route(data: bytes) -> Answer:
             try:
-                review = parse_review(decode_json(data))  # HttpError: 400 malformed JSON, as before
+                review = parse_review(decode_json(data))  # HttpError: 400 malformed JSON
             except ReviewError as exc:
                 return error_answer(400, str(exc))
             try:
-                return json_answer(200, handler(review))
+                return json_answer(200, handle(review))
             except ReviewError as exc:
                 return error_answer(400, str(exc))
             except HttpError as exc:  # the answer cannot be written: the request nests too deeply
@@ -155,15 +136,73 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
 
         return route
 
-    def answer(review: Review, result: PodAnswer, code: int = 403) -> dict[str, Any]:
-        metrics.count(result.counts)
+    def mutate(self, review: Review) -> dict[str, Any]:
+        """A pod CREATE: the core's patch; a GpuPolicy: its kind label; anything else: allowed as is."""
+        obj = review.object
+        if _is_pod(review) and review.operation == "CREATE":
+            return self._answer(review, self._pod_result("/mutate", review, mutate_pod))
+        if _is_policy(review) and review.operation in ("CREATE", "UPDATE") and isinstance(obj, dict):
+            return response(review, patch=encode_patch(kind_label_patch(obj)))
+        return response(review)
+
+    def validate(self, review: Review) -> dict[str, Any]:
+        """A workload: its pods' warnings; a pod CREATE: the core's answer; a GpuPolicy: 422 when invalid."""
+        obj = review.object
+        if _is_workload(review):
+            return self._validate_workload(review)
+        if _is_pod(review) and review.operation == "CREATE":
+            return self._answer(review, self._pod_result("/validate", review, validate_pod))
+        if _is_policy(review) and review.operation in ("CREATE", "UPDATE"):
+            _, errors = check_policy(obj, self.source.current().catalog)
+            if errors:
+                return response(review, allowed=False, code=422,
+                                message=f"GpuPolicy invalid: {'; '.join(errors)}")
+            warnings = hub_edit_warning(obj, review.old_object) if review.operation == "UPDATE" else []
+            return response(review, warnings=warnings or None)
+        return response(review)
+
+    def dry_run(self, data: bytes) -> Answer:
+        """What admission would do to an object, with the reasons (400: a body or object it cannot read)."""
+        body = decode_json(data, True)  # HttpError 400: empty or malformed (an integer beyond 64 bits too)
+        shape = dry_run_body_error(body)
+        if shape:
+            return error_answer(400, shape)
+        try:
+            view = view_for_request(body, self.source.current())
+            ns = body.get("namespace", {}).get("name") if isinstance(body.get("namespace"), dict) else None
+            result = dry_run(body["object"], view, ns)
+        except DryRunError as exc:
+            return error_answer(400, str(exc))
+        except RecursionError:
+            return error_answer(400, TOO_DEEP)
+        except Exception as exc:  # a core bug: say so, as JSON, without a traceback
+            log.exception("/dry-run failed")
+            self.metrics.errors.labels("/dry-run").inc()
+            return error_answer(422, f"could not evaluate the object ({type(exc).__name__})")
+        return json_answer(200, result.to_wire())
+
+    def _validate_workload(self, review: Review) -> dict[str, Any]:
+        obj = review.object
+        template = pod_template(obj) if isinstance(obj, dict) else None
+        if template is None or not template_asks_for_gpu(template):
+            return response(review)
+        shape = template_shape_error(obj, "request.object")
+        if shape:
+            raise ReviewError(shape)
+        # No metrics: the pods' own reviews count the decisions, once per pod.
+        result = workload_warnings(obj, self.source.current(), review.namespace)
+        return response(review, warnings=result.warnings)
+
+    def _answer(self, review: Review, result: PodAnswer, code: int = 403) -> dict[str, Any]:
+        self.metrics.count(result.counts)
         return response(review, allowed=result.allowed, patch=result.patch, warnings=result.warnings,
                         message=result.message, code=code)
 
-    def pod_result(path: str, review: Review, decide: Decide) -> PodAnswer:
+    def _pod_result(self, path: str, review: Review, decide: Decide) -> PodAnswer:
         """The core's answer for a Pod CREATE (ReviewError: 400 for a pod the core cannot read), once per
         view and distinct pod (webhook.memo: a workload's replicas arrive alike)."""
-        view = source.current()
+        view = self.source.current()
+        metrics = self.metrics
 
         def build() -> PodAnswer:
             shape = pod_shape_error(review.object)
@@ -173,70 +212,17 @@ def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
             return PodAnswer(result.allowed, encode_patch(result.patch), tuple(result.warnings), result.message,
                              metrics.children(result.decisions))
 
-        return memo.result(view, (path, review.namespace), decision_input(review.object, review.namespace, view),
-                           build)
+        return self.memo.result(view, (path, review.namespace),
+                                decision_input(review.object, review.namespace, view), build)
 
-    def mutate(review: Review) -> dict[str, Any]:
-        obj = review.object
-        if _is_pod(review) and review.operation == "CREATE":
-            return answer(review, pod_result("/mutate", review, mutate_pod))
-        if _is_policy(review) and review.operation in ("CREATE", "UPDATE") and isinstance(obj, dict):
-            return response(review, patch=encode_patch(kind_label_patch(obj)))
-        return response(review)
 
-    def validate_workload(review: Review) -> dict[str, Any]:
-        obj = review.object
-        template = pod_template(obj) if isinstance(obj, dict) else None
-        if template is None or not template_asks_for_gpu(template):
-            return response(review)
-        shape = template_shape_error(obj, "request.object")
-        if shape:
-            raise ReviewError(shape)
-        # No metrics: the pods' own reviews count the decisions, once per pod.
-        result = workload_warnings(obj, source.current(), review.namespace)
-        return response(review, warnings=result.warnings)
+def _is_pod(review: Review) -> bool:
+    return review.group == "" and review.kind == "Pod"
 
-    def validate(review: Review) -> dict[str, Any]:
-        obj = review.object
-        if _is_workload(review):
-            return validate_workload(review)
-        if _is_pod(review) and review.operation == "CREATE":
-            return answer(review, pod_result("/validate", review, validate_pod))
-        if _is_policy(review) and review.operation in ("CREATE", "UPDATE"):
-            _, errors = check_policy(obj, source.current().catalog)
-            if errors:
-                return response(review, allowed=False, code=422,
-                                message=f"GpuPolicy invalid: {'; '.join(errors)}")
-            warnings = hub_edit_warning(obj, review.old_object) if review.operation == "UPDATE" else []
-            return response(review, warnings=warnings or None)
-        return response(review)
 
-    @app.errorhandler(ReviewError)
-    def _review_error(exc: ReviewError) -> Response:
-        return _json_error(400, str(exc))
+def _is_policy(review: Review) -> bool:
+    return review.group == GROUP and review.kind == KIND
 
-    hot = {"/mutate": guarded("/mutate", mutate), "/validate": guarded("/validate", validate)}
-    app.wsgi_app = HotRoutes(app.wsgi_app, hot, request_metrics, MAX_BODY_BYTES)  # type: ignore[method-assign]
 
-    @app.post("/dry-run")
-    def _dry_run() -> Any:
-        body = _read_json()
-        shape = dry_run_body_error(body)
-        if shape:
-            return _json_error(400, shape)
-        try:
-            view = view_for_request(body, source.current())
-            ns = body.get("namespace", {}).get("name") if isinstance(body.get("namespace"), dict) else None
-            result = dry_run(body["object"], view, ns)
-        except DryRunError as exc:
-            return _json_error(400, str(exc))
-        except RecursionError:
-            return _json_error(400, TOO_DEEP)
-        except Exception as exc:  # a core bug: say so, as JSON, without a traceback
-            log.exception("/dry-run failed")
-            metrics.errors.labels("/dry-run").inc()
-            return _json_error(422, f"could not evaluate the object ({type(exc).__name__})")
-        return _json(result.to_wire())
-
-    return app
-
+def _is_workload(review: Review) -> bool:
+    return (review.group, review.kind) in WORKLOAD_KINDS and review.operation in ("CREATE", "UPDATE")

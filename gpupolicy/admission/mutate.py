@@ -218,27 +218,19 @@ def _apply_sharing_policy(
     return Decision(policy.name, mode, action, True, f"{what}: {plan.detail}")
 
 
-_TOLERATIONS: dict[int, tuple[GpuPolicy, list[dict[str, Any]]]] = {}
-
-
-def _tolerations(policy: GpuPolicy) -> list[dict[str, Any]]:
-    """The policy's tolerations as dicts, dumped once per policy object (pydantic's dump per review
+def _tolerations(policy: GpuPolicy, view: ClusterView) -> list[dict[str, Any]]:
+    """The policy's tolerations as dicts, dumped once per policy and view (pydantic's dump per review
     cost more than the check). Callers copy what they add (`PodWrites.tolerate`)."""
-    found = _TOLERATIONS.get(id(policy))
-    if found is None or found[0] is not policy:
-        if len(_TOLERATIONS) >= 1024:
-            _TOLERATIONS.clear()
-        found = _TOLERATIONS[id(policy)] = (policy, [toleration_dict(t) for t in policy.spec.tolerations])
-    return found[1]
+    return view.remembered("tolerations", policy, lambda: [toleration_dict(t) for t in policy.spec.tolerations])
 
 
 def _apply_injections(
-    policy: GpuPolicy, mode: Mode, owner: str, writes: PodWrites, warnings: list[str], quiet: bool,
-    route_only: bool = False,
+    policy: GpuPolicy, mode: Mode, owner: str, writes: PodWrites, view: ClusterView, warnings: list[str],
+    quiet: bool, route_only: bool = False,
 ) -> Decision | None:
     """Tolerations and schedulerName from any policy kind (`route_only`: schedulerName alone); None when
     the policy injects nothing."""
-    tolerations = [] if route_only else _tolerations(policy)
+    tolerations = [] if route_only else _tolerations(policy, view)
     scheduler = policy.spec.scheduler_name
     if not tolerations and not scheduler:
         return None
@@ -295,7 +287,7 @@ def mutate_pod(
             quiet = not decision.applied and decision.action != Action.SKIP
             if decision.applied:
                 applied.append(policy.name)
-        injected = _apply_injections(policy, mode, owner, writes, warnings, quiet, route_only)
+        injected = _apply_injections(policy, mode, owner, writes, view, warnings, quiet, route_only)
         if injected is not None:
             decisions.append(injected)
             if injected.applied and policy.name not in applied:

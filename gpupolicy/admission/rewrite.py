@@ -234,13 +234,13 @@ def choose_mig_profile(need_mib: float | None, products: list[GpuProduct], view:
     Media-extension profiles are skipped unless fixed by the policy. Pin: the
     product label value as the nodes offering the profile spell it (`_pin`), else the
     catalog name; `pin=False` (the products are not known, only the catalog):
-    the best single product's profile, unpinned. Memoised per view (ClusterView.memo): the same
+    the best single product's profile, unpinned. Memoised per view (ClusterView.view_answers): the same
     policy's pods ask the same question, and it was 0.33 ms of a 0.75 ms admission.
     """
     if not products:
         return None
     key = ("mig-choice", need_mib, tuple(p.product for p in products), fixed, pin)
-    memo = view.memo
+    memo = view.view_answers
     if key not in memo:
         memo[key] = _choose_mig_profile(need_mib, products, view, fixed, pin)
     result: MigChoice | None = memo[key]
@@ -354,7 +354,7 @@ def plan_sharing(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView
     text = ((pod.get("metadata") or {}).get("annotations") or {}).get(ANNOTATION_GPU_MEMORY)
     need_text = str(text) if text else None
     pinned = pod_allowed_products(pod) if sharing.strategy != SharingStrategy.TIME_SLICING else None
-    if len(view.memo) >= PLAN_MEMO_LIMIT:  # pods declaring ever new needs: no more memo entries
+    if len(view.view_answers) >= PLAN_MEMO_LIMIT:  # pods declaring ever new needs: no more memo entries
         plan = _offered(_plan_sharing(need_text, pinned, sharing, view, type_fit_models), sharing, view)
     else:
         key = ("sharing-plan", need_text, pinned, type_fit_models)

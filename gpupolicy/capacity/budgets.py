@@ -1,11 +1,5 @@
 """Which PodDisruptionBudget keeps a node from being drained now. Pure.
 
-Signatures (the controller calls these):
-    @dataclass(frozen=True) class Budget: namespace: str; name: str; selector: LabelSelector | None;
-        disruptions_allowed: int; always_allow_unhealthy: bool = False
-    read_budgets(objects: Iterable[Mapping[str, Any]]) -> list[Budget]
-    blocking_budget(pods: Iterable[Mapping[str, Any]], budgets: Sequence[Budget]) -> str | None
-
 A drain evicts every drainable pod of its node (gpupolicy/capacity/drain.py)
 through the Eviction API, which refuses (429) a pod whose budget's
 `status.disruptionsAllowed` is 0. A drain started on such a node cordons it

@@ -1,13 +1,5 @@
 """The instance catalog capacity is bought from: GPU product, size and price per instance type. Pure values.
 
-Signatures (the controller and the simulator call these):
-    @dataclass(frozen=True) class InstanceType: name, model, gpus, cpu_milli, memory_mib, price_per_hour
-        .spec(name) -> NodeSpec        # an empty node of this type, for the packing engine
-        .price_per_gpu_hour -> float
-    load_instances(path) -> list[InstanceType]   # CSV instance_type,model,gpus,cpu_milli,memory_mib,price_per_hour
-    parse_instances(rows, source) -> list[InstanceType]
-    cheapest_fitting(demand, instance_types) -> InstanceType | None
-
 Why its own module: provisioning (which type to launch), consolidation
 (what a node costs) and the benchmark (lower bound's price) read the same
 catalog, so the fit of a pod on an empty instance type lives here once.

@@ -1,7 +1,7 @@
 """The capacity provider interface: how GPU nodes are added and given back. Pure (a Protocol and plain data).
 
-The capacity reconciler (controller/capacity.py) decides with the pure
-planners (provisioning.py, consolidation.py) and acts only through a
+The capacity reconciler (controller/capacity/) decides with the pure
+planners (provisioning.py, disruption/) and acts only through a
 `CapacityProvider`: add capacity for pending pods, remove a node, and report
 the nodes it manages with their cost. Karpenter (karpenter.sh/v1, I/O in
 kube/karpenter.py) is the first implementation; the install's

@@ -1,15 +1,5 @@
 """Which nodes to launch for pending GPU pods: one plan per loop, cheapest capacity per GPU. Pure.
 
-Signatures (the controller and the benchmark call these):
-    @dataclass(frozen=True) class Launch: instance_type: InstanceType; pods: tuple[str, ...];
-        gpus: tuple[tuple[int, ...], ...] = ()      # per pod, the GPU indices it was packed on
-    @dataclass(frozen=True) class Plan: launches: list[Launch]; placed: dict[str, Spot]
-    plan_launches(pending: Sequence[tuple[str, PodDemand]], state: NodeState,
-                  launching: Sequence[InstanceType], instance_types: Sequence[InstanceType], *,
-                  max_gpus: int | None = None, strategy: Strategy | None = None,
-                  ctx: PackingContext | None = None) -> list[Launch]
-    plan_provisioning(... the same ..., reserved: Mapping[str, Spot] = {}) -> Plan
-
 `state` holds every node that exists (ready or not: a Node object, bound
 pods on it); cordoned or draining rows (`schedulable` False) are not
 capacity. `launching` lists capacity that was requested but has no Node

@@ -7,7 +7,7 @@ from collections.abc import Set
 from typing import Any
 
 from gpupolicy.capacity.budgets import blocking_budget, read_budgets
-from gpupolicy.capacity.consolidation import SINGLE_NODE, Disruption, plan_around
+from gpupolicy.capacity.disruption import SINGLE_NODE, Disruption, plan_around
 
 
 def pod(name: str, labels: dict[str, str], namespace: str = "ml", ready: bool = True,

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes.client.rest import ApiException
 
-from controller.capacity_usage import covered, node_usage_query
+from controller.capacity.usage import covered, node_usage_query
 from gpupolicy.capacity import drain
 from gpupolicy.capacity.demand import boot_labels, launch_demand
 from gpupolicy.capacity.instances import load_instances

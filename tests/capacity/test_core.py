@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
-from gpupolicy.capacity.consolidation import ConsolidationRules, plan_disruptions
+from gpupolicy.capacity.disruption import ConsolidationRules, Disruption, DisruptionInputs, plan_disruptions
 from gpupolicy.capacity.instances import InstanceType, load_instances, parse_instances
 from gpupolicy.capacity.provisioning import plan_launches, plan_provisioning
 from gpupolicy.packing.nodemodel import NodeState, PodDemand
@@ -92,6 +94,12 @@ def _cluster(*pods_per_node: list[tuple[str, PodDemand]]) -> tuple[NodeState, di
     return state, pods_on
 
 
+def plan(state: NodeState, pods_on: dict[int, list[tuple[str, PodDemand]]], prices: list[float],
+         usage: dict[int, float | None], rules: ConsolidationRules, **kw: Any) -> list[Disruption]:
+    """plan_disruptions on these inputs (`kw`: the other fields of DisruptionInputs)."""
+    return plan_disruptions(DisruptionInputs(state, pods_on, prices, rules, usage_percent=usage, **kw))
+
+
 RULES = ConsolidationRules(underused_below_percent=10, window_seconds=7200, max_disrupted_nodes=2,
                            empty_grace_seconds=30)
 
@@ -100,28 +108,28 @@ def test_empty_node_goes_after_the_grace() -> None:
     state, pods_on = _cluster([gpu_pod("a")], [])
     prices = [T4X4.price_per_hour] * 2
     kw = {"blocked": set(), "empty_since": {1: 100.0}}
-    assert [d.method for d in plan_disruptions(state, pods_on, prices, {}, RULES, now=110.0, **kw)] == []
-    plans = plan_disruptions(state, pods_on, prices, {}, RULES, now=131.0, **kw)
+    assert [d.method for d in plan(state, pods_on, prices, {}, RULES, now=110.0, **kw)] == []
+    plans = plan(state, pods_on, prices, {}, RULES, now=131.0, **kw)
     assert plans[0].method == "empty" and plans[0].nodes == (1,)
 
 
 def test_single_node_moves_pods_where_they_fit_and_never_otherwise() -> None:
     state, pods_on = _cluster([gpu_pod("a", 3)], [gpu_pod("b")])
     prices = [T4X4.price_per_hour] * 2
-    plans = plan_disruptions(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={})
+    plans = plan(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={})
     assert [(d.method, d.nodes, d.moves) for d in plans] == [("single-node", (1,), {"b": 0})]
     assert plans[0].explanation == "t4-1: 1 pod; it fits on t4-0; frees 4 GPUs, about $2.70/h"
     full, pods_full = _cluster([gpu_pod("a", 4)], [gpu_pod("b")])
-    assert plan_disruptions(full, pods_full, prices, {}, RULES, blocked=set(), now=0.0, empty_since={}) == []
-    other = plan_disruptions(state, pods_on, prices, {}, RULES, blocked={1}, now=0.0, empty_since={})
+    assert plan(full, pods_full, prices, {}, RULES, blocked=set(), now=0.0, empty_since={}) == []
+    other = plan(state, pods_on, prices, {}, RULES, blocked={1}, now=0.0, empty_since={})
     assert [(d.nodes, d.moves) for d in other] == [((0,), {"a": 1})]  # blocked keeps t4-1, t4-0 moves onto it
-    assert plan_disruptions(state, pods_on, prices, {}, RULES, blocked={0, 1}, now=0.0, empty_since={}) == []
+    assert plan(state, pods_on, prices, {}, RULES, blocked={0, 1}, now=0.0, empty_since={}) == []
 
 
 def test_multi_node_takes_several_nodes_at_once_within_the_budget() -> None:
     state, pods_on = _cluster([gpu_pod("a")], [gpu_pod("b")], [gpu_pod("c")], [gpu_pod("d")])
     prices = [T4X4.price_per_hour] * 4
-    plans = plan_disruptions(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={})
+    plans = plan(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={})
     assert len(plans) == 1 and plans[0].method == "multi-node" and len(plans[0].nodes) == 2
     assert set(plans[0].moves.values()).isdisjoint(plans[0].nodes)
 
@@ -129,7 +137,7 @@ def test_multi_node_takes_several_nodes_at_once_within_the_budget() -> None:
 def test_underused_node_is_named_with_its_utilisation() -> None:
     state, pods_on = _cluster([gpu_pod("a", 2)], [gpu_pod("b")])
     prices = [T4X4.price_per_hour] * 2
-    plans = plan_disruptions(state, pods_on, prices, {0: 50.0, 1: 3.0}, RULES, blocked=set(), now=0.0,
+    plans = plan(state, pods_on, prices, {0: 50.0, 1: 3.0}, RULES, blocked=set(), now=0.0,
                              empty_since={})
     assert plans[0].method == "underused" and plans[0].nodes == (1,)
     assert "GPU util 3% for 2h" in plans[0].explanation
@@ -138,10 +146,10 @@ def test_underused_node_is_named_with_its_utilisation() -> None:
 def test_a_pod_evicted_max_times_pins_its_node() -> None:
     state, pods_on = _cluster([gpu_pod("a", 3)], [gpu_pod("b")])
     prices = [T4X4.price_per_hour] * 2
-    free = plan_disruptions(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={},
+    free = plan(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={},
                             evictions={"b": 2})
     assert [d.nodes for d in free] == [(1,)]
-    pinned = plan_disruptions(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={},
+    pinned = plan(state, pods_on, prices, {}, RULES, blocked=set(), now=0.0, empty_since={},
                               evictions={"b": 3})
     assert [d.nodes for d in pinned] == [(0,)]  # t4-1 stays; t4-0's pod may still move onto it
 
@@ -151,15 +159,15 @@ def test_a_node_whose_pods_just_changed_waits_to_settle() -> None:
     prices = [T4X4.price_per_hour] * 2
     rules = ConsolidationRules(max_disrupted_nodes=1, settle_seconds=600)
     kw = {"blocked": set(), "empty_since": {}, "changed_at": {0: 950.0, 1: 900.0}}
-    assert plan_disruptions(state, pods_on, prices, {}, rules, now=1000.0, **kw) == []
-    assert [d.nodes for d in plan_disruptions(state, pods_on, prices, {}, rules, now=1500.0, **kw)] == [(1,)]
+    assert plan(state, pods_on, prices, {}, rules, now=1000.0, **kw) == []
+    assert [d.nodes for d in plan(state, pods_on, prices, {}, rules, now=1500.0, **kw)] == [(1,)]
 
 
 def test_an_expensive_node_is_replaced_by_cheaper_capacity() -> None:
     state = NodeState.build([V100X8.spec("v100-0")])
     key, demand = gpu_pod("small")
     state.place(0, demand, (0,))
-    plans = plan_disruptions(state, {0: [(key, demand)]}, [V100X8.price_per_hour], {}, RULES, blocked=set(),
+    plans = plan(state, {0: [(key, demand)]}, [V100X8.price_per_hour], {}, RULES, blocked=set(),
                              now=0.0, empty_since={}, instance_types=TYPES)
     assert len(plans) == 1 and plans[0].method == "single-node"
     assert [t.name for t in plans[0].launches] == ["p100x1"] and plans[0].moves == {"small": 1}
@@ -176,11 +184,11 @@ def test_a_node_is_a_candidate_once_its_youngest_pod_is_old_and_moves_go_beside_
     rules = ConsolidationRules(max_disrupted_nodes=1, min_pod_age_seconds=3600)
     kw = {"blocked": set(), "empty_since": {}}
     started = {"old": 0.0, "young": 7500.0, "mover": 5000.0}
-    assert plan_disruptions(state, pods_on, prices, {}, rules, now=8000.0, started_at=started, **kw) == []
-    plans = plan_disruptions(state, pods_on, prices, {}, rules, now=9500.0, started_at=started, **kw)
+    assert plan(state, pods_on, prices, {}, rules, now=8000.0, started_at=started, **kw) == []
+    plans = plan(state, pods_on, prices, {}, rules, now=9500.0, started_at=started, **kw)
     assert [(d.nodes, d.moves) for d in plans] == [((2,), {"mover": 0})]
     # without the age rule the pod may go beside either
-    assert plan_disruptions(state, pods_on, prices, {}, RULES, now=9500.0, **kw) != []
+    assert plan(state, pods_on, prices, {}, RULES, now=9500.0, **kw) != []
 
 
 def test_a_pod_is_never_moved_onto_a_node_dearer_per_gpu() -> None:
@@ -191,14 +199,14 @@ def test_a_pod_is_never_moved_onto_a_node_dearer_per_gpu() -> None:
     state.place(1, v100_pod[1], tuple(range(6)))
     prices = [T4X4.price_per_hour, V100X8.price_per_hour]
     rules = ConsolidationRules(max_disrupted_nodes=1)
-    plans = plan_disruptions(state, {0: [t4_pod], 1: [v100_pod]}, prices, {}, rules, blocked=set(), now=0.0,
+    plans = plan(state, {0: [t4_pod], 1: [v100_pod]}, prices, {}, rules, blocked=set(), now=0.0,
                              empty_since={})
     assert plans == []  # the V100's six GPUs fit nowhere; the T4's pod may not go to the V100
     small = NodeState.build([T4X4.spec("t4-0"), V100X8.spec("v100-1")])
     small.place(0, t4_pod[1], (0,))
     small.place(1, t4_pod[1], (0,))
     pods_on = {0: [t4_pod], 1: [("other", t4_pod[1])]}
-    plans = plan_disruptions(small, pods_on, prices, {}, rules, blocked=set(), now=0.0, empty_since={})
+    plans = plan(small, pods_on, prices, {}, rules, blocked=set(), now=0.0, empty_since={})
     assert [(d.nodes, d.moves) for d in plans] == [((1,), {"other": 0})]
 
 
@@ -208,7 +216,7 @@ def test_an_eight_gpu_node_kept_by_small_pods_is_replaced_by_several_smaller_nod
     pods = [gpu_pod(f"p{i}") for i in range(5)]
     for i, (_, d) in enumerate(pods):
         state.place(0, d, (i,))
-    plans = plan_disruptions(state, {0: pods}, [V100X8.price_per_hour], {}, RULES, blocked=set(), now=0.0,
+    plans = plan(state, {0: pods}, [V100X8.price_per_hour], {}, RULES, blocked=set(), now=0.0,
                              empty_since={}, instance_types=TYPES)
     assert len(plans) == 1 and sorted(t.name for t in plans[0].launches) in (["t4x4", "t4x4"],
                                                                            ["p100x1", "t4x4"])
@@ -228,10 +236,10 @@ def test_a_move_is_planned_only_where_the_scheduler_itself_would_put_the_pod() -
     prices = [V100X8.price_per_hour, T4X4.price_per_hour, T4X4.price_per_hour]
     rules = ConsolidationRules(max_disrupted_nodes=1)
     kw = {"blocked": {0, 1}, "now": 0.0, "empty_since": {}}
-    assert plan_disruptions(state, pods_on, prices, {}, rules, **kw) == []
+    assert plan(state, pods_on, prices, {}, rules, **kw) == []
     full = state.copy()
     full.place(0, gpu_pod("last")[1], (7,))  # the V100 full: the engine's pick is t4-1, and the move is planned
-    plans = plan_disruptions(full, pods_on, prices, {}, rules, **kw)
+    plans = plan(full, pods_on, prices, {}, rules, **kw)
     assert [(d.nodes, d.moves) for d in plans] == [((2,), {"mover": 1})]
 
 
@@ -257,6 +265,6 @@ def test_mig_nodes_count_their_gpus_and_slices_when_consolidating() -> None:
     assert state.gpu_count.tolist() == [2, 1] and state.gpu_free[:, :2].tolist() == [[142, 1000], [857, 0]]
     pods_on = {0: [(f"ml/a{i}", demand_from_pod(p)) for i, p in enumerate(pods[:6])],
                1: [("ml/b0", demand_from_pod(pods[6]))]}
-    plans = plan_disruptions(state, pods_on, [2.0, 1.0], {}, RULES, blocked=set(), now=0.0, empty_since={})
+    plans = plan(state, pods_on, [2.0, 1.0], {}, RULES, blocked=set(), now=0.0, empty_since={})
     assert [(d.method, d.nodes, d.moves) for d in plans] == [("single-node", (1,), {"ml/b0": 0})]
     assert plans[0].explanation == "mig-b: 1 pod; it fits on mig-a; frees 1 GPUs, about $1.00/h"

@@ -5,7 +5,7 @@ Real: the controller command (`python -m cli.main controller`) in subprocesses w
 0.4 s), policy sync and every reconciler, authenticated as the chart's ServiceAccount; the real control plane
 with real Karpenter, the chart's second kube-scheduler and extender, KWOK (tests/cluster, the cluster of
 tests/controller/test_capacity_cluster.py). The kill is real: the test hook
-`KUBEON_GPU_CAPACITY_CRASH_AT=evicted` makes the process `os._exit(137)` right after the eviction, before the
+`KUBEON_GPU_CRASH_AT=capacity:evicted` makes the process `os._exit(137)` right after the eviction, before the
 drain record notes it (and before the eviction is counted in status.evictions), the Events and the policy status;
 the dead process never releases its lease. Faked: nothing else (no Prometheus: request-based consolidation).
 """
@@ -20,8 +20,7 @@ from typing import Any
 
 import pytest
 
-from controller.capacity import CRASH_ENV
-from controller.crashpoints import CRASH_EXIT_CODE
+from controller.crashpoints import CRASH_ENV, CRASH_EXIT_CODE, crash_point
 from gpupolicy.capacity.drain import DRAINING_ANNOTATION
 from tests.cluster.kubeon import RELEASE
 from tests.controller.test_capacity_cluster import (  # noqa: F401 (make_world, time_slicing_config: fixtures)
@@ -43,7 +42,7 @@ def controller(kubeconfig: str, identity: str, tmp: Path, crash_at: str | None =
     env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
     env["PYTHONPATH"] = str(REPO)
     if crash_at:
-        env[CRASH_ENV] = crash_at
+        env[CRASH_ENV] = crash_point("capacity", crash_at)
     return subprocess.Popen(
         [sys.executable, "-m", "cli.main", "controller", "--kubeconfig", kubeconfig, "--identity", identity,
          "--namespace", "kubeon-gpu", "--capacity-provider", "karpenter",

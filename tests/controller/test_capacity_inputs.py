@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.capacity_consolidation import EmptyTracker
-from controller.capacity_pass import Seen, timestamp
+from controller.capacity.consolidation import EmptyTracker
+from controller.capacity.state import Seen, timestamp
 
 
 def pod(name: str, uid: str, node: str, start: str | None, created: str = "2026-01-01T00:00:00Z",
@@ -50,7 +50,7 @@ def test_a_pod_stamp_ahead_of_the_controllers_clock_reads_as_now() -> None:
 
 
 def test_a_pods_age_counts_from_its_binding_then_its_start_then_its_creation() -> None:
-    from controller.capacity_consolidation import started_at
+    from controller.capacity.consolidation import started_at
 
     bound = pod("a", "u1", "n1", "2026-01-01T01:00:00Z")
     bound["status"]["conditions"] = [{"type": "PodScheduled", "status": "True",

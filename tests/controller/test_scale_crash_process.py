@@ -6,7 +6,7 @@ with its Lease (2 s, renew every 0.4 s), policy sync, reconcilers and
 (keda.enabled=true); /usr/bin/prometheus with promtool-backfilled idle history
 scraping the scripted DCGM exporter (tests/promharness); the real control
 plane (tests/cluster) with the chart's CRDs and RBAC and the KEDA CRD. The kill is real: the
-documented test hook `KUBEON_GPU_CRASH_AT=<checkpoint>` makes the process
+documented test hook `KUBEON_GPU_CRASH_AT=scaletozero:<checkpoint>` makes the process
 `os._exit(137)` right after that write, before the next write, the Events, the
 metric and the policy status write; the dead process never releases its lease,
 so the next one takes over only after expiry. Faked: the GPUs (scripted
@@ -26,8 +26,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 
-from controller.crashpoints import CRASH_EXIT_CODE
-from controller.scaletozero import CRASH_ENV
+from controller.crashpoints import CRASH_ENV, CRASH_EXIT_CODE, crash_point
 from gpupolicy.scaling import scaletozero as core
 from kube import scale as kscale
 from tests.controller.conftest import Scene
@@ -61,7 +60,7 @@ RESTART_WAIT = 90.0
 
 
 class Controller:
-    """One `kubeon-gpu controller` process; `crash_at` arms the KUBEON_GPU_CRASH_AT hook."""
+    """One `kubeon-gpu controller` process; `crash_at` arms the KUBEON_GPU_CRASH_AT hook (scaletozero:<crash_at>)."""
 
     def __init__(self, kubeconfig: str, prometheus_url: str, identity: str, tmp: Path,
                  crash_at: str | None = None) -> None:
@@ -70,7 +69,7 @@ class Controller:
         env = {k: v for k, v in os.environ.items() if k != CRASH_ENV}
         env["PYTHONPATH"] = str(REPO)
         if crash_at:
-            env[CRASH_ENV] = crash_at
+            env[CRASH_ENV] = crash_point("scaletozero", crash_at)
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "cli.main", "controller", "--kubeconfig", kubeconfig, "--identity", identity,
              "--prometheus-url", prometheus_url, "--health-port", "0", "--health-bind", "127.0.0.1",

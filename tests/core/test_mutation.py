@@ -136,7 +136,7 @@ def test_scheduler_name(current, expected) -> None:
 
 
 def test_scheduler_from_another_policy_kind_for_gpu_pods() -> None:
-    packing = make_policy("pack", packing={"strategy": "binpack"}, scheduler="kubeon-gpu-scheduler")
+    packing = make_policy("pack", packing={"strategy": "bestfit"}, scheduler="kubeon-gpu-scheduler")
     after = mutated(make_pod(), make_view(packing))
     assert after["spec"]["schedulerName"] == "kubeon-gpu-scheduler"
     assert after["metadata"]["annotations"]["gpu.kubeon.io/policy"] == "pack"

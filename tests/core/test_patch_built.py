@@ -40,7 +40,7 @@ KINDS = {
     "time-slicing": ({"sharing": {"strategy": "TimeSlicing"}}, {}, Action.USE_TIME_SLICING),
     "wanted-resource": ({"sharing": {"strategy": "MIG", "gpuMemory": "8Gi"}}, {"offers_slices": False},
                         Action.SKIP),
-    "inject": ({"packing": {"strategy": "binpack"}}, {}, Action.INJECT),
+    "inject": ({"packing": {"strategy": "bestfit"}}, {}, Action.INJECT),
     # Nodes of two models with no profile in common: the pod is pinned (spec.nodeSelector written).
     "mig-pinned": ({"sharing": {"strategy": "MIG", "gpuMemory": "8Gi"}}, {}, Action.USE_MIG),
 }

@@ -71,3 +71,19 @@ def test_kind_label_patch_sets_label_once() -> None:
     labelled = jsonpatch.apply_patch(obj, patch)
     assert labelled["metadata"]["labels"] == {"gpu.kubeon.io/kind": "guardrail"}
     assert kind_label_patch(labelled) == []
+
+
+@pytest.mark.parametrize("name", ["random", "fgd-exact", "binpack"])
+def test_a_policy_chooses_only_a_product_packing_strategy_never_an_experiment(name: str) -> None:
+    _, errors = check_policy(policy({"packing": {"strategy": name}}), DEFAULT_CATALOG)
+    assert any(e.startswith("spec.packing.strategy: Input should be 'default', 'kubeon'") for e in errors), errors
+
+
+def test_the_policy_strategies_are_the_engines_less_its_experiments() -> None:
+    from gpupolicy.model import POLICY_STRATEGIES
+    from gpupolicy.packing.engine import STRATEGIES
+
+    assert set(POLICY_STRATEGIES) == {"default"} | set(STRATEGIES) - {"fgd-exact", "random"}
+    for name in POLICY_STRATEGIES:
+        _, errors = check_policy(policy({"packing": {"strategy": name}}), DEFAULT_CATALOG)
+        assert errors == [], (name, errors)

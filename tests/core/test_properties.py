@@ -60,7 +60,7 @@ def views(draw):
             {"sharing": {"strategy": "MIG"}},
             {"sharing": {"strategy": "TimeSlicing"}},
             {"guardrail": {"maxGpusPerPod": 1}},
-            {"packing": {"strategy": "binpack"}},
+            {"packing": {"strategy": "bestfit"}},
         ]))
         policies.append(make_policy(
             f"p{i}", mode=draw(st.sampled_from(["Automatic", "Recommend", "Approve", None])),

@@ -56,7 +56,7 @@ def views(draw: Any) -> Any:
         {"sharing": {"strategy": "MIG", "migProfile": "2g.20gb"}},
         {"sharing": {"strategy": "TimeSlicing"}},
         {"guardrail": {"maxGpusPerPod": 1}},
-        {"packing": {"strategy": "binpack"}},
+        {"packing": {"strategy": "bestfit"}},
     ]))
     selector = draw(st.sampled_from([
         None,

@@ -32,9 +32,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from controller.capacity_pass import Pass, annotations_of, meta
+from controller.capacity.state import Pass, annotations_of, meta
 from gpupolicy.capacity import drain
-from gpupolicy.capacity.consolidation import Disruption
+from gpupolicy.capacity.disruption import Disruption
 from gpupolicy.capacity.nodepool import claim_name
 from gpupolicy.capacity.provider import CapacityNode, NewNode
 from gpupolicy.catalog import GPU_RESOURCE

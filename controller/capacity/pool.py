@@ -7,7 +7,7 @@ NodePool=False, FieldConflict, never taken over.
 
 from __future__ import annotations
 
-from controller.capacity_pass import Pass
+from controller.capacity.state import Pass
 from gpupolicy.capacity.nodepool import desired_nodepool
 from gpupolicy.catalog import GPU_RESOURCE
 from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, Proposal

@@ -8,16 +8,42 @@ samples is a missing point, as in controller/metrics_source.py. A node's
 usage is the highest point in the window, and only when the window is
 covered (first point within three steps of its start, no hole longer than
 three steps, last point within three steps of now); otherwise None: not
-known idle, never a candidate (gpupolicy/capacity/consolidation.py).
+known idle, never a candidate (gpupolicy/capacity/disruption/underused.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from itertools import pairwise
 
-from controller.metrics_source import HOST_LABELS, MAX_POINTS, _step_text, gpu_host
+from controller.context import ControllerContext
+from controller.metrics_source import HOST_LABELS, MAX_POINTS, MetricsError, _step_text, gpu_host
 from controller.sources import MetricsSource
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Usage:
+    """Each node's highest GPU utilisation over one window (None: not known); `error` when the query failed."""
+
+    by_node: dict[str, float | None]
+    error: str = ""
+
+
+def usage(ctx: ControllerContext, names: Sequence[str], window: float, step_seconds: float) -> Usage:
+    """Each node's highest GPU utilisation over the last `window` seconds: the policy's own `for`, so the
+    number its proposal shows ("GPU util 3% for 2h") is the peak over exactly that window."""
+    if ctx.metrics is None or not ctx.prometheus_configured:
+        return Usage(dict.fromkeys(names))
+    now = ctx.clock.now()
+    try:
+        return Usage(node_usage(ctx.metrics, names, start=now - window, end=now, step=step_seconds))
+    except MetricsError as exc:
+        log.warning("capacity: GPU utilisation unavailable: %s", exc)
+        return Usage(dict.fromkeys(names), str(exc)[:300])
 
 
 def node_usage_query(step: float) -> str:

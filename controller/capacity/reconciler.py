@@ -27,10 +27,10 @@ gpupolicy/modes.py):
    a replacement may launch; do-not-disrupt on node or pod, drains and
    replacements under way or recently undone, and nodes pending pods wait
    for are blocked.
-The steps live in their own modules: capacity_evictions (0), capacity_drain
-and capacity_replace (1 and their writes), capacity_pool (2),
-capacity_provision (3), capacity_consolidation (4), over capacity_pass (what
-the pass read, the provider, the mode gate).
+The steps are the modules of this package: eviction_counts (0), drain and
+replacement (1 and their writes), pool (2), provision (3), consolidation (4,
+with usage: the utilisation it reads), over state (what the pass read, the
+provider, the mode gate).
 Mode gating (gpupolicy/proposals.py): every write is a proposal first
 (target `NodePool/<pool>` for the pool and launches, `Node/<name>` for a
 disruption); Recommend writes nothing; Approve applies the targets listed in
@@ -42,18 +42,19 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
 from importlib.resources import files
 
-from controller import capacity_evictions, capacity_replace, crashpoints
-from controller.capacity_consolidation import EmptyTracker, consolidate, usage
-from controller.capacity_drain import advance_drains
-from controller.capacity_pass import SOURCE, Pass, Seen
-from controller.capacity_pool import keep_pool
-from controller.capacity_provision import plan_group, provision
+from controller import crashpoints
+from controller.capacity import eviction_counts, replacement
+from controller.capacity.consolidation import EmptyTracker, consolidate
+from controller.capacity.drain import advance_drains
+from controller.capacity.pool import keep_pool
+from controller.capacity.provision import plan_group, provision
+from controller.capacity.state import SOURCE, Pass, Seen
+from controller.capacity.usage import usage
 from controller.context import ControllerContext
 from controller.crashpoints import Checkpoint
-from gpupolicy.capacity.consolidation import Disruption
+from gpupolicy.capacity.disruption import Disruption
 from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType, load_instances
 from gpupolicy.capacity.provider import IMPLEMENTED
@@ -65,26 +66,18 @@ from kube import layout as kl
 
 log = logging.getLogger(__name__)
 
-__all__ = ["CHECKPOINTS", "CRASH_ENV", "SOURCE", "CapacityReconciler", "crash_checkpoint_from_env"]
+__all__ = ["CHECKPOINTS", "SOURCE", "CapacityReconciler"]
 
 # The instance catalog (gpupolicy/capacity/instances.py CSV); KUBEON_GPU_INSTANCE_TYPES names another file.
 DEFAULT_INSTANCES = files("gpupolicy.capacity") / "data" / "aws-gpu-instances.csv"
 INSTANCES_ENV = "KUBEON_GPU_INSTANCE_TYPES"
+# after each write: KUBEON_GPU_CRASH_AT=capacity:<one of these> crashes there (controller/crashpoints.py)
 CHECKPOINTS = ("cordoned", "evicted", "deleted", "launched", "replacing")
-# Crash injection for process tests (controller/crashpoints.py).
-CRASH_ENV = "KUBEON_GPU_CAPACITY_CRASH_AT"
-
-
-def crash_checkpoint_from_env(environ: Mapping[str, str] | None = None) -> Checkpoint | None:
-    """The `KUBEON_GPU_CAPACITY_CRASH_AT` hook, or None when unset or naming no checkpoint (production: inert)."""
-    return crashpoints.from_env(CRASH_ENV, CHECKPOINTS, environ)
-
-
 class CapacityReconciler:
     """Reconciler `capacity` in controller/loop.py's registry."""
 
     name = SOURCE
-    _plan_group = staticmethod(plan_group)  # launches for pods waiting on one resource (capacity_provision)
+    _plan_group = staticmethod(plan_group)  # launches for pods waiting on one resource (provision.py)
 
     def __init__(self, period_seconds: float = 10.0, *, instances: list[InstanceType] | None = None,
                  step_seconds: float = 60.0, checkpoint: Checkpoint | None = None) -> None:
@@ -92,7 +85,7 @@ class CapacityReconciler:
         source = os.environ.get(INSTANCES_ENV) or str(DEFAULT_INSTANCES)
         self.instances = instances if instances is not None else load_instances(source)
         self.step_seconds = step_seconds
-        self.checkpoint = checkpoint or crash_checkpoint_from_env() or crashpoints.no_checkpoint
+        self.checkpoint = checkpoint or crashpoints.from_env(SOURCE, CHECKPOINTS)
         self.empty = EmptyTracker()
         self.failed = FailedLaunches()
         self.last_launches: list[Launch] = []
@@ -108,8 +101,8 @@ class CapacityReconciler:
             return  # the status says NotImplemented (gpupolicy/modes.handling); nothing to act with
         nodes = kl.list_nodes(ctx.api)
         # recorded work is carried on whatever the policies say now: a drain, and a replacement whose new
-        # NodeClaims would otherwise keep running (advanced or undone by capacity_replace.advance)
-        if not policies and not any(capacity_replace.disrupting(n) for n in nodes):
+        # NodeClaims would otherwise keep running (advanced or undone by replacement.advance)
+        if not policies and not any(replacement.disrupting(n) for n in nodes):
             return
         provider = kk.KarpenterProvider(ctx.api, self.products)
         seen = Seen(nodes, kl.list_pods(ctx.api), provider.nodes())
@@ -119,14 +112,15 @@ class CapacityReconciler:
                         "for %.0fs", claim, kind, kind, self.failed.ttl)
         p = Pass(ctx, provider, seen, self.instances, self.checkpoint, failed=self.failed,
                  unavailable=self.failed.unavailable(now))
-        capacity_evictions.settle(p, policies)  # what a crash between an eviction and its count left
+        eviction_counts.settle(p, policies)  # what a crash between an eviction and its count left
         by_name = {policy.name: policy for policy in policies}
         shown = advance_drains(p, by_name)
-        for name, more in capacity_replace.advance(p, by_name).items():
+        for name, more in replacement.advance(p, by_name).items():
             shown.setdefault(name, []).extend(more)
-        evictions = capacity_evictions.per_pod(p, policies)
+        evictions = eviction_counts.per_pod(p, policies)
         windows = {policy.spec.capacity.consolidation.window_seconds for policy in policies if policy.spec.capacity}
-        used = {window: usage(ctx, p.seen, window, self.step_seconds) for window in sorted(windows)}
+        names = [str(n["metadata"]["name"]) for n in p.seen.nodes]
+        used = {window: usage(ctx, names, window, self.step_seconds) for window in sorted(windows)}
         claimed: set[str] = set()  # a pending pod is provisioned for by the first policy covering it
         self.last_launches, self.last_disruptions = [], []
         for policy in policies:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.capacity_pass import HOURS_PER_MONTH, Pass, annotations_of, covers, live, meta, pod_key
+from controller.capacity.state import HOURS_PER_MONTH, Pass, annotations_of, covers, live, meta, pod_key
 from gpupolicy.capacity import relayout
 from gpupolicy.capacity.demand import (
     LaunchDemand,

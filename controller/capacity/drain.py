@@ -16,10 +16,10 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from controller import capacity_evictions
-from controller.capacity_pass import Pass, annotations_of, is_gpu_node, pod_key
+from controller.capacity import eviction_counts
+from controller.capacity.state import Pass, annotations_of, is_gpu_node, pod_key
 from gpupolicy.capacity import drain
-from gpupolicy.capacity.consolidation import replace_pods
+from gpupolicy.capacity.disruption import replace_pods
 from gpupolicy.model import GpuPolicy, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.packing.engine import get_strategy
@@ -66,7 +66,7 @@ def step(p: Pass, name: str, record: drain.Record, notes: Mapping[str, Any],
     now = ctx.clock.now()
     decided = drain.advance(name, record, notes, pods, now, fits)
     if decided.evict:
-        capacity_evictions.before_evictions(p, policy, [uid for _, _, uid in decided.evict])
+        eviction_counts.before_evictions(p, policy, [uid for _, _, uid in decided.evict])
         accepted, refused = [], ""
         for namespace, pod, uid in decided.evict:
             status, why = calls.evict(ctx.api, namespace, pod)
@@ -75,7 +75,7 @@ def step(p: Pass, name: str, record: drain.Record, notes: Mapping[str, Any],
             else:
                 refused = refused or f"eviction of {namespace}/{pod} refused ({status}): {why}"[:300]
         p.checkpoint("evicted")
-        capacity_evictions.after_evictions(p, policy, accepted)
+        eviction_counts.after_evictions(p, policy, accepted)
         kl.patch_node(ctx.api, name, drain.record_patch(drain.after_evictions(record, accepted, refused, now)))
         return decided.outcome, f"{decided.message}; {refused}" if refused else decided.message
     if decided.patch is not None:

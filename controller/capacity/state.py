@@ -1,7 +1,7 @@
 """What one capacity pass works with: the objects it read, the provider, and the mode gate for its proposals.
 
-Shared by the steps of controller/capacity.py (capacity_pool, capacity_provision,
-capacity_consolidation, capacity_drain), so each reads the cluster once per pass
+Shared by the steps of the capacity pass (pool, provision, consolidation,
+drain, replacement, eviction_counts), so each reads the cluster once per pass
 and every step decides a proposal's state the same way (gpupolicy/proposals.py).
 The PodDisruptionBudgets are listed once too, by the first step about to start a
 drain (`Pass.budgets`; gpupolicy/capacity/budgets.py says which one blocks).
