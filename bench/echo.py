@@ -28,46 +28,42 @@ sys.path.insert(0, str(ROOT))
 Wsgi = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
-def echo_app(answers: dict[str, bytes]) -> Wsgi:
-    """POST path -> its constant answer after parsing the body; GET probes -> 200."""
+def posting_app(answer: Callable[[str, Any], bytes | None]) -> Wsgi:
+    """POST path -> `answer(path, parsed body)` (None: 404); GET probes -> 200."""
 
     def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
-        if environ.get("REQUEST_METHOD") == "POST" and path in answers:
+        body: bytes | None = None
+        if environ.get("REQUEST_METHOD") == "POST":
             length = int(environ.get("CONTENT_LENGTH") or 0)
-            orjson.loads(environ["wsgi.input"].read(length))
-            body = answers[path]
+            body = answer(path, orjson.loads(environ["wsgi.input"].read(length)))
         elif path in ("/healthz", "/readyz"):
             body = b'{"status":"ok"}'
-        else:
+        if body is None:
             start_response("404 NOT FOUND", [("Content-Type", "application/json"), ("Content-Length", "2")])
             return [b"{}"]
         start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
         return [body]
 
     return app
+
+
+def echo_app(answers: dict[str, bytes]) -> Wsgi:
+    """POST path -> its constant answer after parsing the body; GET probes -> 200."""
+    return posting_app(lambda path, _parsed: answers.get(path))
 
 
 def admission_app() -> Wsgi:
     """POST /mutate and /validate -> an AdmissionReview that allows the request, no patch, with the request's
     uid (kube-apiserver refuses an answer for another uid): the least any admission webhook can answer."""
 
-    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        path = environ.get("PATH_INFO", "")
-        if environ.get("REQUEST_METHOD") == "POST" and path in ("/mutate", "/validate"):
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-            review = orjson.loads(environ["wsgi.input"].read(length))
-            body = orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
-                                 "response": {"uid": review["request"]["uid"], "allowed": True}})
-        elif path in ("/healthz", "/readyz"):
-            body = b'{"status":"ok"}'
-        else:
-            start_response("404 NOT FOUND", [("Content-Type", "application/json"), ("Content-Length", "2")])
-            return [b"{}"]
-        start_response("200 OK", [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
-        return [body]
+    def allow(path: str, review: Any) -> bytes | None:
+        if path not in ("/mutate", "/validate"):
+            return None
+        return orjson.dumps({"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                             "response": {"uid": review["request"]["uid"], "allowed": True}})
 
-    return app
+    return posting_app(allow)
 
 
 def main() -> None:
