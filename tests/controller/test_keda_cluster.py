@@ -181,7 +181,9 @@ def test_removing_the_policy_removes_our_scaled_object_and_leaves_the_workload_a
                          "our ScaledObject gone (KEDA's finalizer done)")
         cluster.wait_for(lambda: not client.AutoscalingV2Api(cluster.api).list_namespaced_horizontal_pod_autoscaler(
             ns).items, 30, "KEDA's HPA gone")
-        cluster.wait_for(lambda: user_view(cluster, ns) == before, 30, "the Deployment as the user made it")
+        assert made["spec"]["advanced"]["restoreToOriginalReplicaCount"] is True
+        cluster.wait_for(lambda: user_view(cluster, ns) == before, 30,
+                         f"the Deployment as the user made it: {before}")
         assert user_view(cluster, ns) == before
     finally:
         load.stop()
