@@ -40,7 +40,7 @@ from controller.policysync import PolicySync
 from controller.recorder import ControllerMetrics, Recorder
 from controller.scaletozero import ScaleToZeroReconciler
 from gpupolicy.model import Mode
-from gpupolicy.scaling.autoscale import MANAGED_BY, MANAGED_BY_LABEL
+from gpupolicy.scaling.autoscale import MANAGED_BY_LABEL
 from tests.cluster.cluster import Cluster
 from tests.cluster.karpenter import node_class_ref
 from tests.cluster.kubeon import NAMESPACE, RELEASE
@@ -63,7 +63,7 @@ TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSch
 USERS = {"hpa": "system:serviceaccount:kube-system:horizontal-pod-autoscaler",
          "keda": "system:serviceaccount:keda:keda-operator",
          "kubeon": f"system:serviceaccount:{NAMESPACE}:{RELEASE}"}
-IDLE_FOR = "10s"
+IDLE_FOR = "20s"
 EMPTY_FOR = "5s"
 MAX_REPLICAS = 3
 WAIT = 120.0
@@ -113,7 +113,6 @@ class Chain:
     log: Callable[[str], None] = print
     samples: list[Sample] = field(default_factory=list)
     steps: list[dict[str, Any]] = field(default_factory=list)
-    marks: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         assert self.cluster.kubeon is not None
@@ -125,7 +124,9 @@ class Chain:
             metrics=from_url(self.prometheus.url), clock=clock,
             recorder=Recorder(self.api, ControllerMetrics(), clock, "chain"), policies=PolicyStore(),
             is_leader=lambda: True, keda=True)
-        reconcilers: list[Any] = [PolicySync(), LayoutReconciler(timeout_seconds=300), ScaleToZeroReconciler(),
+        # query steps of 2 s (a hole over 6 s is "not known idle"): the DCGM shim is scraped every second
+        reconcilers: list[Any] = [PolicySync(), LayoutReconciler(timeout_seconds=300),
+                                  ScaleToZeroReconciler(step_seconds=2, max_gap_seconds=6),
                                   AutoscaleReconciler(), CapacityReconciler(step_seconds=5.0)]
         for reconciler in reconcilers:
             reconciler.period_seconds = 1.0
@@ -168,11 +169,13 @@ class Chain:
         """Seconds until `predicate` holds (an AssertionError naming `message` after `timeout`)."""
         began = time.monotonic()
         self.cluster.wait_for(predicate, timeout, message)
-        self.marks[message] = time.monotonic() - self.began
         return time.monotonic() - began
 
     def step(self, name: str, predicate: Callable[[], Any], timeout: float = WAIT) -> None:
-        seconds = self.wait(predicate, name, timeout)
+        try:
+            seconds = self.wait(predicate, name, timeout)
+        except AssertionError as error:
+            raise AssertionError(f"{error}\n{self.explain()}") from None
         self.steps.append({"name": name, "seconds": round(seconds, 1), "at": round(time.monotonic() - self.began, 1)})
         self.log(f"[{time.monotonic() - self.began:6.1f}s] {name}: {seconds:.1f}s")
 
@@ -218,7 +221,7 @@ class Chain:
             self.load.stop()
         return {"steps": [{"name": s["name"], "seconds": s["seconds"]} for s in self.steps],
                 "final": self.final(), "timeline": [vars(s) for s in self.samples], "writes": self.scale_writes(),
-                "marks": self.marks}
+                "step_times": [(s["name"], s["at"]) for s in self.steps]}
 
     def final(self) -> dict[str, Any]:
         objs = self.cluster.custom.list_namespaced_custom_object("keda.sh", "v1alpha1", self.ns, "scaledobjects")
@@ -244,6 +247,24 @@ class Chain:
                                             "at": round(at, 1)})
         return out
 
+    def explain(self) -> str:
+        """What a user would look at when a step does not come: our policies' status, the ScaledObject."""
+        lines = []
+        for policy in policies(self.ns):
+            name = policy["metadata"]["name"]
+            status = self.cluster.custom.get_cluster_custom_object(*POLICIES, name).get("status") or {}
+            lines.append(f"GpuPolicy {name}: conditions {status.get('conditions')}")
+            lines += [f"  proposal {p.get('target')} {p.get('state')}: {p.get('action')} -- {p.get('reason')}"[:600]
+                      for p in status.get("proposals") or []]
+            lines.append(f"  parked {status.get('parked')}")
+        for obj in self.cluster.custom.list_namespaced_custom_object("keda.sh", "v1alpha1", self.ns,
+                                                                     "scaledobjects")["items"]:
+            conditions = [(c["type"], c["status"]) for c in obj.get("status", {}).get("conditions", [])]
+            lines.append(f"ScaledObject {obj['metadata']['name']}: annotations {obj['metadata'].get('annotations')}"
+                         f" conditions {conditions}")
+        lines.append(f"replicas {self.replicas()}, pods {[p['metadata']['name'] for p in self.cluster.pods(self.ns)]}")
+        return "\n".join(lines)
+
     def close(self) -> None:
         self.api.close()
 
@@ -252,5 +273,3 @@ def _epoch(stamp: str) -> float:
     from datetime import datetime
     return datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
 
-
-MANAGED = MANAGED_BY

@@ -51,10 +51,9 @@ def draw(result: dict[str, Any], path: Path) -> None:
     fig, (top, bottom) = plt.subplots(2, 1, figsize=(10, 6), sharex=True)
     for key in ("replicas", "pending", "gpu_nodes", "gpus_allocated"):
         top.step(t, [r[key] for r in rows], where="post", label=key)
-    for step in result["steps"]:
-        at = result["marks"][step["name"]]
+    for name, at in result["step_times"]:
         top.axvline(at, color="grey", lw=0.5)
-        top.text(at, top.get_ylim()[1] * 0.95, step["name"], rotation=90, fontsize=6, va="top")
+        top.text(at, top.get_ylim()[1] * 0.95, name, rotation=90, fontsize=6, va="top")
     top.set_ylabel("count")
     top.legend(loc="upper right", fontsize=7)
     bottom.plot(t, [r["cost"] for r in rows], color="black")
