@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Builds (or reuses) the real Kubernetes components the tests run on 127.0.0.1, from their Go
-# modules: kube-apiserver, kube-controller-manager, kube-scheduler, etcd, the KWOK controller and
-# Karpenter with its KWOK provider. Versions: upstream/versions.env; one wrapper module per upstream
-# project beside it (go.mod + go.sum). GOTOOLCHAIN=local: a module that needs a newer Go fails here
+# modules: kube-apiserver, kube-controller-manager, kube-scheduler, etcd, the KWOK controller,
+# Karpenter with its KWOK provider and KEDA (operator and metrics adapter). Versions:
+# upstream/versions.env; one wrapper module per upstream project beside it (go.mod + go.sum), except
+# KEDA, built in a copy of its own module (its go.mod's replace directives rule out a wrapper). GOTOOLCHAIN=local: a module that needs a newer Go fails here
 # instead of fetching a toolchain.
 #
-# The binaries, and the upstream files the harness applies (KWOK stages, Karpenter CRDs), are cached
+# The binaries, and the upstream files the harness applies (KWOK stages, Karpenter and KEDA CRDs), are cached
 # outside the checkout in ${XDG_CACHE_HOME:-$HOME/.cache}/kubeon-upstream/<key>, the key hashing the
 # versions, the wrappers and the Go version: every clone on a machine shares one build. Progress goes
 # to stderr; the last line on stdout is that folder.
@@ -20,7 +21,7 @@ command -v go >/dev/null 2>&1 || { echo "upstream.sh: Go >= 1.25 is needed (apt-
 key="$( { go version; cat "$up/versions.env" "$up"/*/go.mod "$up"/*/go.sum; } | sha256sum | cut -c1-16)"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/kubeon-upstream"
 out="$cache/$key"
-binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok karpenter-kwok)
+binaries=(kube-apiserver kube-controller-manager kube-scheduler etcd kwok karpenter-kwok keda-operator keda-adapter)
 
 complete() { [ -f "$out/.complete" ]; }
 mkdir -p "$cache"
@@ -56,6 +57,22 @@ build kubernetes kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler "$kube_ld"
 build etcd etcd go.etcd.io/etcd/server/v3 "-s -w"
 build kwok kwok sigs.k8s.io/kwok/cmd/kwok "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=${KWOK_VERSION#v}"
 build karpenter karpenter-kwok sigs.k8s.io/karpenter/kwok "-s -w"
+
+# KEDA: `go install ...@version` refuses a module with replace directives; its module zip carries
+# go.mod and go.sum, so build inside a writable copy of it.
+step "downloading github.com/kedacore/keda/v2@$KEDA_VERSION"
+keda_src="$(go mod download -json "github.com/kedacore/keda/v2@$KEDA_VERSION" | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+[ -d "$keda_src" ] || { echo "upstream.sh: KEDA $KEDA_VERSION not downloaded" >&2; exit 1; }
+keda_build="$work/keda-src"
+cp -r "$keda_src" "$keda_build" && chmod -R u+w "$keda_build"
+keda_ld="-s -w -X github.com/kedacore/keda/v2/version.Version=${KEDA_VERSION#v}"
+for cmd in operator adapter; do
+  step "building keda-$cmd (github.com/kedacore/keda/v2/cmd/$cmd)"
+  (cd "$keda_build" && go build -trimpath -ldflags "$keda_ld" -o "$work/bin/keda-$cmd" "./cmd/$cmd")
+done
+mkdir -p "$work/share/keda-crds"
+cp "$keda_build"/config/crd/bases/keda.sh_*.yaml "$work/share/keda-crds/"
+rm -rf "$keda_build"
 
 step "copying KWOK stages and Karpenter CRDs from the module cache"
 modcache="$(go env GOMODCACHE)"

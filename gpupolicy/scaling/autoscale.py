@@ -113,6 +113,11 @@ def scaled_object(
     Labelled with the policy that owns it so the controller can find, update
     and delete what it made (a GpuPolicy is cluster-wide, so an
     ownerReference from a namespaced object cannot point at it).
+
+    `restoreToOriginalReplicaCount`: when the policy goes and we delete the
+    object, KEDA puts back the replica count the workload had when KEDA took
+    it over (its status.originalReplicaCount); without it the workload stays
+    at whatever KEDA's HPA last set (found on real KEDA v2.20.2).
     """
     return {
         "apiVersion": KEDA_API_VERSION,
@@ -130,6 +135,7 @@ def scaled_object(
             "scaleTargetRef": {"apiVersion": "apps/v1", "kind": kind, "name": name},
             "minReplicaCount": spec.min,
             "maxReplicaCount": spec.max,
+            "advanced": {"restoreToOriginalReplicaCount": True},
             "triggers": [
                 {
                     "type": "prometheus",

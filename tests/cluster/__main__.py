@@ -1,6 +1,9 @@
-"""`python -m tests.cluster up --dir DIR [--with-kubeon] [--with-karpenter]`: a loopback cluster
+"""`python -m tests.cluster up --dir DIR [--with-kubeon] [--with-karpenter] [--with-keda]`: a loopback cluster
 until SIGINT or SIGTERM. Writes DIR/kubeconfig, prints `ready`, stops every process it started and
-removes its state on the way out (also when a start fails)."""
+removes its state on the way out (also when a start fails).
+
+`python -m tests.cluster demo autoscaling [--plot FILE.png]`: the GPU autoscaling chain
+(tests/cluster/chain.py, tests/cluster/demo.py) on a fresh cluster."""
 
 from __future__ import annotations
 
@@ -25,15 +28,24 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--dir", required=True, type=Path, help="state folder (kubeconfig, logs, etcd data)")
     up.add_argument("--with-kubeon", action="store_true", help="the optimizer as the chart renders it")
     up.add_argument("--with-karpenter", action="store_true", help="Karpenter with its KWOK provider")
+    up.add_argument("--with-keda", action="store_true",
+                    help="KEDA's operator and metrics adapter (v1beta1.external.metrics.k8s.io)")
     up.add_argument("--keep", action="store_true", help="keep DIR's state on exit")
+    demo = sub.add_parser("demo", help="run a scenario on a fresh cluster and print its timeline")
+    demo.add_argument("scenario", choices=["autoscaling"])
+    demo.add_argument("--plot", type=Path, default=None, help="draw the timeline into this PNG (matplotlib)")
     args = parser.parse_args(argv)
+    if args.command == "demo":
+        from tests.cluster.demo import autoscaling
+
+        return autoscaling(args.plot)
     with contextlib.suppress(PermissionError):  # its own process group: `kill -- -PGID` ends it all
         os.setpgid(0, 0)
     stop = threading.Event()
     for signum in (signal.SIGINT, signal.SIGTERM):
         signal.signal(signum, lambda *_: stop.set())
     args.dir.mkdir(parents=True, exist_ok=True)
-    cluster = Cluster(args.dir, kubeon=args.with_kubeon, karpenter=args.with_karpenter)
+    cluster = Cluster(args.dir, kubeon=args.with_kubeon, karpenter=args.with_karpenter, keda=args.with_keda)
     try:
         cluster.start()
     except (StartError, UpstreamMissing, OSError) as error:

@@ -20,9 +20,10 @@ from typing import Any
 from kubernetes import client, config, dynamic
 from kubernetes.client.rest import ApiException
 
-from tests.cluster.control_plane import KWOK_ANNOTATION, ControlPlane, remove_state, scratch_dir
+from tests.cluster.control_plane import KWOK_ANNOTATION, NO_EGRESS, ControlPlane, remove_state, scratch_dir
 from tests.cluster.gpu_operator import GpuOperator, instances_from_csv
 from tests.cluster.karpenter import INSTANCES, start_karpenter
+from tests.cluster.keda import SUBNET, AdapterNetwork, start_keda
 from tests.cluster.kubeon import GPU_OPERATOR_NAMESPACE, REPO, Kubeon, ensure_namespace
 
 MERGE_PATCH = "application/merge-patch+json"
@@ -34,17 +35,28 @@ class Cluster:
                  kubeon_components: tuple[str, ...] = Kubeon.COMPONENTS,
                  kubeon_args: dict[str, list[str]] | None = None,
                  node_registration_delay: str = "1s", karpenter_instances: Path = INSTANCES,
-                 keep_state: bool = False, apiserver_env: Mapping[str, str] | None = None) -> None:
+                 keep_state: bool = False, apiserver_env: Mapping[str, str] | None = None,
+                 keda: bool = False, controller_manager_args: tuple[str, ...] = ()) -> None:
         """`kubeon`: the optimizer as the chart renders it (`kubeon_sets` helm values, `kubeon_components`
         which parts run, `kubeon_args` extra flags per part); `karpenter`: real Karpenter with its KWOK
         provider (`node_registration_delay` on its KWOKNodeClass, instance types from the catalog CSV
         `karpenter_instances`); `gpu_operator`: the GPU Operator shim; `apiserver_env`: extra
-        environment of kube-apiserver (e.g. HTTPS_PROXY to reach Services)."""
+        environment of kube-apiserver (e.g. HTTPS_PROXY to reach Services); `keda`: real KEDA, its
+        operator and its metrics adapter behind `v1beta1.external.metrics.k8s.io` (tests/cluster/keda.py);
+        `controller_manager_args`: extra kube-controller-manager flags (e.g. the HPA's sync period)."""
         self._own_root = root is None
         self.root = root or scratch_dir()
         self.keep_state = keep_state
         self.plane = ControlPlane(self.root)
         self.plane.apiserver_env = dict(apiserver_env or {})
+        self.plane.controller_manager_args = list(controller_manager_args)
+        self.keda_network = AdapterNetwork() if keda else None
+        if keda:
+            # the adapter's address is the one dial kube-apiserver makes off loopback; the HPA
+            # controller writes as its own ServiceAccount, so the audit log names its scale writes
+            self.plane.aggregator_routing = True
+            self.plane.apiserver_env["NO_PROXY"] = f"{NO_EGRESS['NO_PROXY']},{SUBNET}"
+            self.plane.controller_manager_args.append("--use-service-account-credentials=true")
         self.kubeon = Kubeon(self.plane, kubeon_sets, kubeon_components, kubeon_args) if kubeon else None
         self.node_registration_delay = node_registration_delay
         self.karpenter_instances = karpenter_instances
@@ -63,8 +75,12 @@ class Cluster:
 
     def start(self) -> Cluster:
         try:
+            if self.keda_network is not None:
+                self.keda_network.create()
             self.plane.start()
             self.api = config.new_client_from_config(str(self.kubeconfig))
+            if self.keda_network is not None:
+                start_keda(self.plane, self.api, self.keda_network)
             if self.with_karpenter:
                 start_karpenter(self.plane, self.api, self.node_registration_delay, self.karpenter_instances)
             if self.kubeon:
@@ -83,6 +99,8 @@ class Cluster:
         if self.gpu_operator is not None:
             self.gpu_operator.stop()
         self.plane.stop()
+        if self.keda_network is not None:
+            self.keda_network.remove()
         if self.api is not None:
             self.api.close()
         if self._own_root and not self.keep_state:

@@ -66,6 +66,10 @@ class ControlPlane:
     # extra environment of kube-apiserver, e.g. HTTPS_PROXY: where it dials a webhook's Service
     # (clientConfig.service) through a test's stand-in for the Service network (loopback never proxied)
     apiserver_env: dict[str, str] = field(default_factory=dict)
+    # with KEDA (tests/cluster/keda.py): kube-apiserver dials an aggregated API at its Service's endpoint
+    # (there is no kube-proxy), and kube-controller-manager takes extra flags (HPA intervals)
+    aggregator_routing: bool = False
+    controller_manager_args: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
@@ -143,7 +147,7 @@ class ControlPlane:
             "--requestheader-extra-headers-prefix=X-Remote-Extra-",
             f"--audit-policy-file={self._audit_policy()}", f"--audit-log-path={self.audit_log}",
             "--audit-log-format=json", "--audit-log-maxbackup=1",
-        ]
+        ] + (["--enable-aggregator-routing=true"] if self.aggregator_routing else [])
 
     @property
     def audit_log(self) -> Path:
@@ -187,7 +191,7 @@ class ControlPlane:
             "--bind-address=127.0.0.1", f"--secure-port={port}", "--leader-elect=false",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
             f"--root-ca-file={self.pki['ca_crt']}", f"--service-account-private-key-file={self.pki['admin_key']}",
-            "--node-monitor-grace-period=60s", "--concurrent-gc-syncs=5"])
+            "--node-monitor-grace-period=60s", "--concurrent-gc-syncs=5", *self.controller_manager_args])
         context = ssl.create_default_context(cafile=None)
         context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
         self.children.wait_until(child, lambda: _https_ok(f"https://127.0.0.1:{port}/healthz", context),

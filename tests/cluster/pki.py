@@ -63,3 +63,31 @@ def write_pki(directory: Path) -> dict[str, Path]:
         (directory / name).write_bytes(data)
         paths[name.replace(".", "_")] = directory / name
     return paths
+
+
+def write_serving_pair(directory: Path, ca_dir: Path, common_name: str, dns: list[str],
+                       ips: list[str]) -> dict[str, Path]:
+    """Write ca.crt, tls.crt, tls.key (the layout KEDA's --cert-dir reads: pkg/metricsservice/utils/tls.go)
+    into `directory`: a server and client certificate signed by the cluster CA in `ca_dir`, for a
+    component reached by name (`dns`, e.g. a Service's `<name>.<namespace>.svc`) or address (`ips`)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    now = dt.datetime.now(dt.UTC) - dt.timedelta(minutes=5)
+    ca = x509.load_pem_x509_certificate((ca_dir / "ca.crt").read_bytes())
+    ca_key = serialization.load_pem_private_key((ca_dir / "ca.key").read_bytes(), password=None)
+    assert isinstance(ca_key, rsa.RSAPrivateKey)
+    key = _key()
+    names: list[x509.GeneralName] = [x509.DNSName(d) for d in dns]
+    names += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    cert = (x509.CertificateBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)]))
+            .issuer_name(ca.subject).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now).not_valid_after(now + VALIDITY)
+            .add_extension(x509.SubjectAlternativeName(names), critical=False)
+            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH,
+                                                  ExtendedKeyUsageOID.CLIENT_AUTH]), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    files = {"ca.crt": ca.public_bytes(serialization.Encoding.PEM),
+             "tls.crt": cert.public_bytes(serialization.Encoding.PEM), "tls.key": _pem_key(key)}
+    for name, data in files.items():
+        (directory / name).write_bytes(data)
+    return {name.replace(".", "_"): directory / name for name in files}
