@@ -34,9 +34,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Protocol
 
+import numpy as np
+
 from gpupolicy.packing.fragmentation import FragModel, best_per_node, frag_model, sigmoid_score
 from gpupolicy.packing.nodemodel import IntArray, NodeState, PodDemand
 from gpupolicy.packing.placement import FloatArray, PackingContext, Scored
+from gpupolicy.packing.strategies.modelscarcity import model_scarcity
 from gpupolicy.packing.strategies.slivers import filler_types, sliver_waste
 from gpupolicy.packing.strategies.stranding import FeedRate, stranding_relief
 from gpupolicy.packing.typicalmix import COVERAGE, TypicalMix
@@ -53,6 +56,7 @@ class Weights:
     share_stranding: float = 8.0  # per milli-GPU a sharing pod strands (or stops stranding)
     sliver: float = 3.0  # per milli-GPU of a GPU slice no typical sharing size can fill
     sliver_scarcity: float = 0.4  # a filler size rarer than this x the slices waiting for it does not count
+    model_scarcity: float = 0.3  # per milli-GPU x scarcity of the node's GPU model, for pods any model will do
 
 
 WEIGHTS = Weights()
@@ -104,10 +108,14 @@ class Fragment:
     coverage: float = COVERAGE
     copies: float = WEIGHTS.copies
     memory: bool = True
+    restricted_types: bool = True
 
     def typical(self, mix: TypicalMix) -> TypicalMix:
-        """The types this fragment counts: the coverage prefix."""
-        return mix.truncated(self.coverage)
+        """The types this fragment counts: the coverage prefix, plus the model-restricted ones."""
+        keep = np.arange(len(mix)) < mix.prefix_for(self.coverage)
+        if self.restricted_types:
+            keep |= np.array([a is not None for a in mix.allowed], dtype=bool)
+        return mix if bool(keep.all()) else mix.select(keep)
 
     def model(self, state: NodeState, ctx: PackingContext, mix: TypicalMix,
               rows: IntArray | None = None) -> FragModel:
@@ -169,7 +177,31 @@ class SliverWaste:
         return out
 
 
-DEFAULT_TERMS: tuple[Term, ...] = (ShareStranding(), SliverWaste())
+@dataclass(frozen=True)
+class ModelScarcity:
+    """A GPU pod any model will do loses `weight` x its GPU milli x the scarcity of the node's GPU model.
+
+    Scarcity (strategies/modelscarcity.py): what the mix's model-restricted
+    types want from a model per GPU, against the mix's demand per GPU; 0
+    where no restricted type asks for it, so a mix without restricted types
+    changes nothing. Unrestricted pods then leave the GPUs restricted pods
+    need. One number per model: nodes of one model keep their ties.
+    """
+
+    weight: float = WEIGHTS.model_scarcity
+    name: str = "model-scarcity"
+
+    def __call__(self, c: Candidates) -> FloatArray | None:
+        if not c.demand.needs_gpu or c.demand.allowed_models is not None:
+            return None
+        state, mix = c.state, c.mix
+        scarcity = c.ctx.derived("kubeon-model-scarcity", (mix, state, state.models),
+                                 lambda: model_scarcity(state, mix))
+        out: FloatArray = -self.weight * c.demand.gpu_total_milli * scarcity[state.model_idx[c.rows]]
+        return out
+
+
+DEFAULT_TERMS: tuple[Term, ...] = (ShareStranding(), ModelScarcity(), SliverWaste())
 
 
 @dataclass(frozen=True)
@@ -181,7 +213,7 @@ class Kubeon:
     fragment: Fragment = field(default_factory=Fragment)
     terms: tuple[Term, ...] = DEFAULT_TERMS
 
-    PARTS = ("memory", "copies", "share-stranding", "slivers", "scarcity")
+    PARTS = ("memory", "copies", "restricted-types", "share-stranding", "model-scarcity", "slivers", "scarcity")
 
     def without(self, *parts: str) -> Kubeon:
         """This strategy minus the named parts (`PARTS`): the ablations of docs/benchmarks.md."""
@@ -193,6 +225,8 @@ class Kubeon:
             frag = replace(frag, copies=0.0)
         if "memory" in parts:
             frag = replace(frag, memory=False)
+        if "restricted-types" in parts:
+            frag = replace(frag, restricted_types=False)
         if "scarcity" in parts:
             terms = tuple(replace(t, scarcity=0.0) if isinstance(t, SliverWaste) else t for t in terms)
         terms = tuple(t for t in terms if t.name not in parts)
@@ -204,7 +238,7 @@ class Kubeon:
         if ctx.mix is None:
             raise ValueError("this strategy needs a typical pod mix (PackingContext.mix)")
         full, frag = ctx.mix, self.fragment
-        mix = ctx.derived(f"kubeon-mix-{frag.coverage}", (full,), lambda: frag.typical(full))
+        mix = ctx.derived(f"kubeon-mix-{frag.coverage}-{frag.restricted_types}", (full,), lambda: frag.typical(full))
         model = frag.model(state, ctx, mix, candidates)
         f_after, pos, gpu = model.after(demand, candidates)
         delta = model.frag[candidates][pos] - f_after
