@@ -4,7 +4,8 @@ Real: the CLI, the openb traces (vendor/openb, the first 100 nodes and 600
 pods of the default trace and of gpuspec20, whose pods name GPU models),
 the extender's Flask app and node model built from Node and Pod objects,
 its /filter, /prioritize and /bind handlers, and kube-scheduler's scoring
-of the chart's rendered profile (simulator/kubescheduler.py). The FGD referee is the simulator's FGD on the same trace and seeds.
+of the chart's rendered profile (simulator/kubescheduler.py). The FGD
+referee is the simulator's FGD on the same trace and seeds.
 """
 
 from __future__ import annotations
