@@ -1,10 +1,11 @@
 """`kubeon-gpu simulate --through-extender`: a short openb replay through the extender, as kube-scheduler calls it.
 
-Real: the CLI, the openb trace (vendor/openb, the first 100 nodes and 600
-pods), the extender's Flask app and node model built from Node and Pod
-objects, its /filter, /prioritize and /bind handlers, and kube-scheduler's
-scoring of the chart's rendered profile (simulator/kubescheduler.py). The
-FGD referee is the simulator's FGD on the same trace and seeds.
+Real: the CLI, the openb traces (vendor/openb, the first 100 nodes and 600
+pods of the default trace and of gpuspec20, whose pods name GPU models),
+the extender's Flask app and node model built from Node and Pod objects,
+its /filter, /prioritize and /bind handlers, and kube-scheduler's scoring
+of the chart's rendered profile (simulator/kubescheduler.py). The FGD
+referee is the simulator's FGD on the same trace and seeds.
 """
 
 from __future__ import annotations
@@ -38,10 +39,11 @@ def simulate(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, object
     return out
 
 
+@pytest.mark.parametrize("trace", ["default", "gpuspec20"])
 def test_kubeon_through_the_extender_allocates_at_least_what_fgd_does(
-        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        trace: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     nodes = subset(VENDOR / "openb_node_list_gpu_node.csv", tmp_path / "nodes.csv", 100)
-    pods = subset(VENDOR / "openb_pod_list_default.csv", tmp_path / "pods.csv", 600)
+    pods = subset(VENDOR / f"openb_pod_list_{trace}.csv", tmp_path / "pods.csv", 600)
     live, fgd = [], []
     for seed in SEEDS:
         placements = tmp_path / f"live-{seed}.csv"
