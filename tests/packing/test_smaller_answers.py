@@ -92,19 +92,19 @@ class Sizes:
         monkeypatch.setattr(AnswerWriter, "prioritize_answer", counted_prioritize)
 
 
-def with_weight(weight: int) -> dict[str, Any]:
-    """The chart's rendered KubeSchedulerConfiguration with the extender's weight set to `weight`."""
+def with_weight(weight: int | None) -> dict[str, Any]:
+    """The chart's rendered KubeSchedulerConfiguration, with the extender's weight set to `weight` if given."""
     config = copy.deepcopy(load_scheduler_config())
     for extender in config["extenders"]:
-        extender["weight"] = weight
+        extender["weight"] = weight or extender["weight"]
     return config
 
 
-@pytest.mark.parametrize("weight", [71, 121], ids=["chart-weight-71", "weight-121-top-only"])
+@pytest.mark.parametrize("weight", [None, 121], ids=["chart-weight", "weight-121-top-only"])
 def test_smaller_answers_make_the_same_placements_on_an_openb_replay(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weight: int) -> None:
-    """At the chart's weight (71: hosts 1 point below the top stay listed) and at 121 (only the top), the
-    stand-in kube-scheduler places every pod as with every host listed and every rejection in full."""
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, weight: int | None) -> None:
+    """At the chart's weight (as rendered: 131, only the top listed) and at 121 (only the top), the stand-in
+    kube-scheduler places every pod as with every host listed and every rejection in full."""
     nodes = load_nodes(subset(VENDOR / "openb_node_list_gpu_node.csv", tmp_path / "nodes.csv", 100))
     pods = load_pods(subset(VENDOR / "openb_pod_list_default.csv", tmp_path / "pods.csv", 300, spec_every=5))
     config = with_weight(weight)
