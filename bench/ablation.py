@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.parts import PARTS, without  # noqa: E402
 from gpupolicy.packing.strategies.kubeon import Kubeon  # noqa: E402
 from simulator.replay import replay  # noqa: E402
 from simulator.trace import load_nodes, load_pods  # noqa: E402
@@ -50,16 +51,16 @@ def verdict(costs: list[float]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--parts", default="all", help=f"comma-separated, from {', '.join(Kubeon.PARTS)}; "
+    parser.add_argument("--parts", default="all", help=f"comma-separated, from {', '.join(PARTS)}; "
                                                        "'none': the full strategy only")
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--traces", default=TUNING, help="comma-separated pod lists (openb_pod_list_TRACE.csv)")
     parser.add_argument("--data", default=str(DATA), help="folder with the node list and the pod lists")
     parser.add_argument("--out", default="bench/out/ablation.csv")
     args = parser.parse_args(argv)
-    names = {"all": list(Kubeon.PARTS), "none": []}.get(args.parts, [p for p in args.parts.split(",") if p])
+    names = {"all": list(PARTS), "none": []}.get(args.parts, [p for p in args.parts.split(",") if p])
     try:
-        variants = {"full": Kubeon(), **{f"without {p}": Kubeon().without(p) for p in names}}
+        variants = {"full": Kubeon(), **{f"without {p}": without(Kubeon(), p) for p in names}}
     except ValueError as exc:
         print(f"error: --parts: {exc}", file=sys.stderr)
         return 2

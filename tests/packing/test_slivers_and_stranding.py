@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from bench.parts import without as ablated
 from gpupolicy.packing.engine import decide, get_strategy
 from gpupolicy.packing.fragmentation import FragModel
 from gpupolicy.packing.placement import PackingContext
@@ -50,7 +51,7 @@ def test_kubeon_leaves_the_slice_a_typical_pod_fills_where_fgd_takes_a_fresh_gpu
     pod = make_pod(1, milli=470)
     fgd = decide(state, pod, get_strategy("fgd"), PackingContext(mix=mix))
     kubeon = decide(state, pod, get_strategy("kubeon"), PackingContext(mix=mix))
-    without = decide(state, pod, Kubeon().without("slivers"), PackingContext(mix=mix))
+    without = decide(state, pod, ablated(Kubeon(), "slivers"), PackingContext(mix=mix))
     assert state.names[fgd.node] == "C" and fgd.scores.tolist() == [49.0, 50.0]
     assert state.names[without.node] == "C"
     assert state.names[kubeon.node] == "A" and kubeon.scores.tolist() == [49.0, 45.0]

@@ -16,7 +16,7 @@ How `Kubeon` scores a node for a pod:
 Each part says in its docstring why it helps and by how much: the drop on
 the two tuning traces, openb's default and gpuspec20 (pods pinned to GPU
 models), seeds 42..51, when that part alone is removed
-(`Kubeon().without(name)`, bench/ablation.py; table and protocol in
+(`without(Kubeon(), name)` in bench/parts.py, bench/ablation.py; table and protocol in
 docs/benchmarks.md). The weights are frozen in `WEIGHTS`, the one place
 they are set. A part stays if it earns at least 0.05 points on either
 tuning trace without losing more than 0.02 on the other (issue 41; issue
@@ -29,7 +29,7 @@ where kube-scheduler, not the engine, places the CPU-only pods
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import numpy as np
@@ -217,27 +217,6 @@ class Kubeon:
                         "sliver waste (default)")
     fragment: Fragment = field(default_factory=Fragment)
     terms: tuple[Term, ...] = DEFAULT_TERMS
-
-    PARTS = ("memory", "copies", "restricted-types", "share-stranding", "model-scarcity", "slivers", "scarcity")
-
-    def without(self, *parts: str) -> Kubeon:
-        """This strategy minus the named parts (`PARTS`): the ablations of docs/benchmarks.md."""
-        unknown = set(parts) - set(self.PARTS)
-        if unknown:
-            raise ValueError(f"unknown part(s) {sorted(unknown)}; choose from {', '.join(self.PARTS)}")
-        frag, terms = self.fragment, self.terms
-        if "copies" in parts:
-            frag = replace(frag, copies=0.0)
-        if "memory" in parts:
-            frag = replace(frag, memory=False)
-        if "restricted-types" in parts:
-            frag = replace(frag, restricted_types=False)
-        if "scarcity" in parts:
-            terms = tuple(replace(t, scarcity=0.0) if isinstance(t, SliverWaste) else t for t in terms)
-        terms = tuple(t for t in terms if t.name not in parts)
-        label = "-".join(("kubeon", "without", *parts))
-        return replace(self, name=label, description=f"kubeon without {', '.join(parts)} (ablation)",
-                       fragment=frag, terms=terms)
 
     def score(self, state: NodeState, demand: PodDemand, candidates: IntArray, ctx: PackingContext) -> Scored:
         if ctx.mix is None:
