@@ -14,7 +14,8 @@ bound (pod ages), eviction counts (eviction_counts.py), the instance types a
 replacement may launch, and the blocked rows: do-not-disrupt on the node or a
 pod, a drain or replacement under way or recently undone, a MIG re-layout, a
 claim being deleted, a node launched for pods still pending or as a
-replacement not yet done (replacement.py). A node holding a pod whose
+replacement not yet done (replacement.py). An empty node that a pending GPU
+pod fits is awaited, not empty (the planner's `pending`). A node holding a pod whose
 PodDisruptionBudget allows no disruption (gpupolicy/capacity/budgets.py) is
 held out of the plan by `plan_around`, and shown where the plan would have
 disrupted it ("not a candidate this pass: pdb <ns>/<name> prevents pod
@@ -124,7 +125,8 @@ def _rows(p: Pass, policy: GpuPolicy, spec: CapacitySpec, used: Usage, empty: Em
     changed_at: dict[int, float] = {}  # the core lets a busy node settle (settle_seconds)
     ages: dict[str, float] = {}  # pod key -> bound at (the core's min_pod_age_seconds)
     prices: list[float] = []
-    pending = {pod_key(pod) for pod in seen.pods if not (pod.get("spec") or {}).get("nodeName") and live(pod)}
+    waiting = [pod for pod in seen.pods if not (pod.get("spec") or {}).get("nodeName") and live(pod)]
+    pending = {pod_key(pod) for pod in waiting}
     cooldown = max(4 * spec.consolidation.drain_seconds, 3600.0)
     replacing = replacement.replacing_claims(p)  # new nodes waiting for the drain they are for
     for row, node in enumerate(gpu_nodes):
@@ -154,8 +156,24 @@ def _rows(p: Pass, policy: GpuPolicy, spec: CapacitySpec, used: Usage, empty: Em
     usage_by_row = {i: used.by_node.get(str(n["metadata"]["name"])) for i, n in enumerate(gpu_nodes)}
     inputs = DisruptionInputs(state, pods_on, prices, core_rules(spec.consolidation), now, usage_percent=usage_by_row,
                               blocked=frozenset(blocked), empty_since=empty_since, in_progress=in_progress,
-                              evictions=evictions, changed_at=changed_at, instance_types=catalog, started_at=ages)
+                              evictions=evictions, changed_at=changed_at, instance_types=catalog, started_at=ages,
+                              pending=gpu_demands(waiting))
     return Rows(inputs, held, gpu_nodes, claims, cooldown)
+
+
+def gpu_demands(pods: list[dict[str, Any]]) -> list[PodDemand]:
+    """What the pending GPU pods ask for (an unreadable one is left out: it waits on its own error). CPU-only
+    pods are left out: most cannot go to a GPU node (its taint), and one that waits would keep every empty
+    GPU node."""
+    out = []
+    for pod in pods:
+        try:
+            demand = demand_from_pod(pod)
+        except ObjectError:
+            continue
+        if demand.needs_gpu or demand.mig or demand.shared:
+            out.append(demand)
+    return out
 
 
 def _blocked(node: Mapping[str, Any], claim: CapacityNode | None, replacing: Set[str], pending: Set[str],

@@ -55,6 +55,21 @@ def test_emptiness_takes_empty_nodes_after_the_grace_and_never_busy_ones() -> No
     assert run_alone(Emptiness(), ask) == [("empty", (1,), {})]
 
 
+def test_an_empty_node_a_pending_pod_fits_is_awaited_not_empty() -> None:
+    """Found with real Karpenter (issue 43): it launched a node for a pending whole-GPU pod, and emptiness
+    took the node in the seconds before kube-scheduler bound the pod there. A pending pod that fits an
+    empty node keeps one such node (Karpenter's nominated node); one that fits none keeps nothing."""
+    ask = replace(t4_cluster([], []), rules=ConsolidationRules(max_disrupted_nodes=2), empty_since={0: 0.0, 1: 0.0},
+                  now=70.0)
+    both = [("empty", (0,), {}), ("empty", (1,), {})]
+    assert run_alone(Emptiness(), ask) == both
+    waiting = [make_pod("waiting", 4)[1]]
+    assert run_alone(Emptiness(), replace(ask, pending=waiting)) == [("empty", (1,), {})]
+    assert run_alone(Emptiness(), replace(ask, pending=waiting * 2)) == []
+    assert run_alone(Emptiness(), replace(ask, pending=[make_pod("too-big", 8)[1]])) == both
+    assert [d.nodes for d in plan_disruptions(replace(ask, pending=waiting * 2))] == []
+
+
 def test_underused_needs_a_usage_figure_below_the_threshold() -> None:
     ask = t4_cluster([2], [1])
     assert run_alone(Underused(), ask) == []  # no usage: no candidate

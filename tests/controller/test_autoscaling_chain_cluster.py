@@ -12,6 +12,7 @@ and the final state checked.
 from __future__ import annotations
 
 from collections.abc import Callable
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -38,6 +39,13 @@ def test_the_autoscaling_chain_runs_twice_and_ends_at_zero(
         "first replica ready on a new GPU node", *once, "wake to first ready pod", *once]
     assert result["final"] == {"replicas": 0, "gpu_nodes": 0, "cordoned_nodes": 0, "scaledobjects": [
         {"name": "kubeon-gpu-llm", "policy": f"{namespace}-autoscale", "managed_by": "kubeon-gpu-optimizer"}]}
+
+    # Nothing fights over nodes: no GPU node goes while a replica waits for one (found: our emptiness took a
+    # node Karpenter had just launched for a pending replica, before kube-scheduler bound it there)
+    timeline = result["timeline"]
+    gone_while_waiting = [(a, b) for a, b in pairwise(timeline)
+                          if b["gpu_nodes"] < a["gpu_nodes"] and (a["pending"] or b["pending"])]
+    assert not gone_while_waiting, gone_while_waiting
 
     # Nothing fights: each actor's writes to the Deployment's scale (kube-apiserver's audit log), each
     # where it belongs and nowhere else.

@@ -58,7 +58,10 @@ class DisruptionInputs:
     node n (a busy node settles first, as Karpenter's consolidateAfter).
     `started_at[key]`: when each pod started on its node (for the minimum pod
     age: a pod that ran long tends to run long, so a node of young pods tends
-    to empty by itself). `max_trials` bounds the re-placement simulations of
+    to empty by itself). `pending`: the pods waiting for a node; an empty node
+    one of them fits is awaited, not empty (Karpenter's nominated nodes: a
+    node just launched for a pending pod is empty until the scheduler binds
+    it there, and deleting it then only launches another). `max_trials` bounds the re-placement simulations of
     one call (a loop's time budget). `strategy` and `ctx` default to the
     extender's packing strategy and a typical mix of these pods.
     """
@@ -79,6 +82,7 @@ class DisruptionInputs:
     evictions: Mapping[str, int] = field(default_factory=dict)
     changed_at: Mapping[int, float] = field(default_factory=dict)
     started_at: Mapping[str, float] = field(default_factory=dict)
+    pending: Sequence[PodDemand] = ()
 
 
 @dataclass(frozen=True)

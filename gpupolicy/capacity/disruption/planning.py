@@ -4,19 +4,22 @@ What a method may take is decided here once: a row is a candidate when it is
 schedulable, not blocked and not pinned by a pod at its eviction cap; a busy
 candidate (one with pods) also has settled (`settle_seconds` since its pods
 last changed) and, with `min_pod_age_seconds`, holds only pods that old.
-Rows with `schedulable` False are neither candidates nor destinations.
+Rows with `schedulable` False are neither candidates nor destinations; an
+empty row that a pending pod fits is awaited, no candidate.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cached_property
 from typing import Protocol
 
+import numpy as np
+
 from gpupolicy.capacity.disruption.inputs import Disruption, DisruptionInputs
 from gpupolicy.packing.engine import get_strategy
-from gpupolicy.packing.nodemodel import MILLI, NodeState
-from gpupolicy.packing.placement import PackingContext, Strategy
+from gpupolicy.packing.nodemodel import MILLI, NodeState, PodDemand
+from gpupolicy.packing.placement import PackingContext, Strategy, fit
 from gpupolicy.packing.typicalmix import TypicalMix
 
 NEVER = -float("inf")
@@ -31,6 +34,21 @@ class Method(Protocol):
     def plan(self, run: Planning) -> None: ...
 
 
+def awaited_rows(state: NodeState, pods_on: Mapping[int, object], pending: Sequence[PodDemand]) -> set[int]:
+    """Empty schedulable rows a pending pod fits, one per pod (the first that fits, in row order): the
+    scheduler is about to bind it there, as Karpenter nominates one node per pod it launched for."""
+    empty = [n for n in range(len(state)) if state.schedulable[n] and not pods_on.get(n)]
+    out: set[int] = set()
+    for demand in pending:
+        free = np.array([n for n in empty if n not in out], dtype=np.int64)
+        if not len(free):
+            break
+        fits = free[fit(state, demand, free).feasible]
+        if len(fits):
+            out.add(int(fits[0]))
+    return out
+
+
 class Planning:
     """The disruptions planned so far in one call, the rows they took, the re-placement simulations spent."""
 
@@ -42,8 +60,9 @@ class Planning:
         state, pods_on, limit = ask.state, ask.pods_on, ask.rules.max_evictions_per_pod
         pinned = set() if limit is None or not ask.evictions else {
             n for n, pods in pods_on.items() if any(ask.evictions.get(key, 0) >= limit for key, _ in pods)}
+        awaited = awaited_rows(state, pods_on, ask.pending)
         self.eligible = [n for n in range(len(state))
-                         if state.schedulable[n] and n not in ask.blocked and n not in pinned]
+                         if state.schedulable[n] and n not in ask.blocked and n not in pinned and n not in awaited]
 
     def room(self) -> int:
         """Nodes the budget still allows: `max_disrupted_nodes` less those in progress and those planned."""
