@@ -1,7 +1,7 @@
 """openb benchmark: strategies x traces x seeds, our means beside the paper's published ones.
 
     python bench/openb.py [--strategies kubeon,fgd,bestfit] [--traces default,cpu050]
-                          [--seeds 42-51] [--jobs 2] [--out docs/benchmarks/openb-results.csv]
+                          [--seeds 42-51] [--jobs 2] [--out bench/results/openb-results.csv]
                           [--data vendor/openb | ../shared/data/openb for the ten held-out traces]
                           [--plot FILE.png]
 
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seeds", default="42-51")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--data", default=str(DATA))
-    parser.add_argument("--out", default="docs/benchmarks/openb-results.csv")
+    parser.add_argument("--out", default="bench/results/openb-results.csv")
     parser.add_argument("--plot", metavar="FILE.png", help="draw allocated vs arrived for the first trace and seed")
     args = parser.parse_args(argv)
     try:
