@@ -6,8 +6,8 @@
 The metric is the GPU allocated when arrived GPU demand first reaches 100%
 of capacity; what it misses is the GPU milli left free at that point, which
 the pods that failed before it could not use. This says which, so a
-hypothesis starts from the loss and not from a guess (docs/benchmarks.md,
-"Where kubeon loses on the tuning trace"):
+hypothesis starts from the loss and not from a guess (docs/benchmarks/history/packing.md,
+"Robustness, second round: where kubeon loses on the tuning trace"):
 - failed pods by shape (whole GPUs, a share, CPU-only) and why, on the state
   each met: no node had the GPU room, or some did but lacked the CPU or the
   memory;

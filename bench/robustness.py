@@ -16,7 +16,7 @@ capacity. They are part of the workload's typical mix, as a trace's pods
 are: FGD (the paper's) measures fragmentation against the mix's most common
 types covering 95% of pods, which CPU-only types now crowd; so does
 kubeon's `Fragment` (strategies/kubeon.py; counting only the GPU types was
-measured and not adopted, docs/benchmarks.md), whose copies blend keeps it
+measured and not adopted, docs/benchmarks/history/packing.md), whose copies blend keeps it
 ahead. Goal (issue 17):
 kubeon at least 1.0 point above FGD on the same runs. Prints a markdown
 table; every run goes to `--out`.

@@ -1,7 +1,7 @@
 """Plain data as a YAML block document, byte for byte what `yaml.dump` with the C dumper writes, in one pass.
 
 Why: `-o yaml` of a large dry-run spent as long in the YAML writer as in
-parsing the input (docs/benchmarks.md, "Dry-run streamed"): libyaml's
+parsing the input (docs/benchmarks/history/dryrun-and-issue16-rounds.md, "Dry-run streamed"): libyaml's
 emitter is C, but it calls back into Python per node (representer,
 resolver, serializer). Dry-run answers are JSON-like data (dicts with str
 keys, lists, str, int, bool, None) in one layout (block style, 2-space

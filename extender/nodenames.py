@@ -20,7 +20,7 @@ watch parsed, strewn over hundreds of MiB of node objects: a lookup whose
 hash matches compares the key string, and there each one was a cache and
 TLB miss (0.12-0.17 ms for 750 names in process, 0.4 ms in the worker,
 against 0.06 ms with the keys and rows allocated side by side;
-docs/benchmarks.md, issue 16 fourth round).
+docs/benchmarks/history/extender.md, issue 16 fourth round).
 
 Better still, in kube-scheduler's order: it checks nodes in the same order
 pod after pod (its snapshot's node list, zones interleaved), starting where

@@ -8,7 +8,7 @@ returns the decision with its explanation; `ClusterCache.assume` records
 the pick (the cache is where assumptions live, in one place); the answer is
 written from per-node fragments (`AnswerWriter`).
 
-The hot path is array-based (docs/benchmarks/extender.md): NodeNames map to
+The hot path is array-based (docs/benchmarks/history/extender-latency.md): NodeNames map to
 rows through `NodeNameRows` (the same list for consecutive pods is found,
 not re-mapped), verdicts and scores stay numpy arrays per input name.
 /prioritize of the pod /filter just saw (same uid, model version unchanged)
@@ -215,7 +215,8 @@ class ExtenderService:
             if len(passed_names) == 1:
                 # kube-scheduler skips /prioritize and binds at once, asynchronously: it schedules the next pods
                 # before /bind arrives, so the pod is assumed on that node now, as /prioritize assumes its pick
-                # (else the next pod's /filter sees its GPU free: docs/benchmarks.md, issue 39)
+                # (else the next pod's /filter sees its GPU free; issue 39,
+                # docs/benchmarks/history/real-control-plane.md)
                 self._remember(request, verdict.demand, verdict.plan)
                 node, row = passed_names[0], int(rows[passed[0]])
                 self.cache.assume(request.key, node, verdict.demand,

@@ -16,7 +16,7 @@ collector promotes to its oldest generation. Before kube.reflector wrote a
 heartbeat's resourceVersion into the object held, kubelets' status reports
 replaced every node within 5 minutes, and a full collection walked the whole
 cluster again (207 ms at 15,000 nodes, inside whichever request triggered
-it; docs/benchmarks.md, issue 16 fourth round); pods bound and deleted still
+it; docs/benchmarks/history/extender.md, issue 16 fourth round); pods bound and deleted still
 do so for theirs. Those objects live until the next event for the same
 object and form no reference cycles (the full collections measured in the
 worker collected nothing), so while the watch runs the oldest generation is

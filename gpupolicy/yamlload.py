@@ -9,7 +9,7 @@ With libyaml, parsing is C, but turning each node into a Python object is
 PyYAML's pure-Python constructor: per node a dispatch on the tag, a
 recursion guard, a memo entry, and for every map and list a generator that
 is filled in later. That was most of a C-loader parse of a cluster export
-(docs/benchmarks.md, "Dry-run streamed"), and the dry-run parses a
+(docs/benchmarks/history/dryrun-and-issue16-rounds.md, "Dry-run streamed"), and the dry-run parses a
 cluster's export.
 
 `KubeLoader.construct_document` builds the objects of a document in one

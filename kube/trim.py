@@ -9,7 +9,7 @@ and unschedulable flag (`gpupolicy.packing.kubemodel.node_spec` and
 webhook and the extender holds the whole cluster's status (15,000 nodes:
 gigabytes against the chart's 256-512 MiB limits), and every full garbage
 collection walks it (207 ms at 15,000 of the benchmark's 1.1 KiB nodes,
-docs/benchmarks.md). client-go's informers drop such fields the same way
+docs/benchmarks/history/extender.md). client-go's informers drop such fields the same way
 (SetTransform). The extender's cache of bound pods is the same story, ten
 pods per node: of a pod the core reads its name, namespace, annotations
 (gpu.kubeon.io/ ones; all are kept but kubectl's last-applied copy), the

@@ -89,7 +89,7 @@ class RequestMetrics:
     def record(self, route: str, status: int, seconds: float) -> None:
         """Count and time one request. The labelled children are looked up once per (route, status):
         prometheus_client's `.labels()` costs more than the increment itself (measured beside the
-        multiprocess-mode write in docs/benchmarks.md)."""
+        multiprocess-mode write in docs/benchmarks/history/admission.md)."""
         key = (route, status)
         children = self._children.get(key)
         if children is None:

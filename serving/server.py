@@ -123,7 +123,7 @@ def load_frozen(app_factory: Callable[[], Flask]) -> Flask:
     VM, inside whichever request triggered one (every few thousand
     reviews of distinct pods, whose remembered answers count towards the
     trigger). Frozen, a full collection walks only what requests left since
-    (docs/benchmarks.md, "Issue 16, sixth round"). Caches filled later by
+    (docs/benchmarks/history/dryrun-and-issue16-rounds.md, "Issue 16, sixth round"). Caches filled later by
     watch threads are frozen when synced (`WatchedView.start(freeze_after_sync=True)`).
     """
     app = app_factory()

@@ -4,7 +4,7 @@ Why. In multiprocess mode (serving.metrics) every `inc()` and `observe()` is
 a locked write into an mmap file that /metrics later sums over the workers.
 An admission review the memo answers made five such writes (the request
 counter, the latency histogram's bucket and sum, the decision counters):
-40,000 of its 280,000 instructions in process (docs/benchmarks.md, "Issue 16,
+40,000 of its 280,000 instructions in process (docs/benchmarks/history/dryrun-and-issue16-rounds.md, "Issue 16,
 ninth round"). Here a request adds to
 in-process sums under one lock, and `flush` writes each labelled child's
 total in one write per interval, however many requests it counted.

@@ -3,7 +3,7 @@
 kube-apiserver calls /mutate and /validate for every pod, kube-scheduler
 /filter and /prioritize for every pod: for those, Flask's request context,
 URL map, hooks and Response object cost more than the webhook's own
-decision once that was memoised (docs/benchmarks.md, "Admission webhook").
+decision once that was memoised (docs/benchmarks/history/admission.md, "Admission webhook").
 `HotRoutes` is installed as the Flask app's `wsgi_app` (Flask's documented
 middleware hook), so gunicorn and the test client alike reach it first: a
 request to one of its paths with the route's method (POST, or GET for a

@@ -36,7 +36,7 @@ from simulator.capacity_trace import TimedPod
 # run moves with any detail). Minimum pod age 24 h, at most 3 evictions per pod: (GPU-node-hours / lower bound,
 # cost / lower bound, evictions) F=50 1.219, 1.445, 84; F=5300 1.481, 1.439, 72. Against: age 6 h 1.284, 1.352,
 # 146 / 1.551, 1.417, 157; 12 h 1.205, 1.394, 106 / 1.477, 1.385, 103; 48 h 1.234, 1.615, 58 / 1.509, 1.480, 56;
-# no eviction cap 1.189, 1.440 / 1.429, 1.416 (up to 11 per pod). Details: docs/benchmarks.md, Capacity.
+# no eviction cap 1.189, 1.440 / 1.429, 1.416 (up to 11 per pod). Details: docs/benchmarks/history/capacity.md.
 RULES = ConsolidationRules(underused_below_percent=10.0, window_seconds=7200.0, max_disrupted_nodes=4,
                            empty_grace_seconds=0.0, settle_seconds=0.0, max_evictions_per_pod=3,
                            min_pod_age_seconds=86400.0)

@@ -134,7 +134,7 @@ def routes_cpu_pod(pod: Mapping[str, Any], view: ClusterView) -> bool:
 
     kubeon's GPU nodes carry `GPU_TAINT`; a CPU-only pod that tolerates it
     may land on them, and the default-scheduler would spread it onto the
-    empty nodes whole-GPU pods need (docs/benchmarks.md, "Packing through
+    empty nodes whole-GPU pods need (docs/benchmarks/history/packing.md, "Packing through
     kube-scheduler"). Such a pod is routed as GPU pods are (schedulerName
     only: no tolerations, no sharing), except a DaemonSet's pod (pinned to
     its node, and it must run even when kubeon's scheduler is down: the

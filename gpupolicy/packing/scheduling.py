@@ -267,7 +267,7 @@ def used_first_rank(state: NodeState) -> IntArray:
     not count: those the webhook does not route here (routing switched off,
     DaemonSet pods, namespaces no policy matches) are spread by the
     cluster's default-scheduler over the emptiest nodes, and following them
-    spread GPU pods after them (full trace, docs/benchmarks.md "Packing
+    spread GPU pods after them (full trace, docs/benchmarks/history/packing.md "Packing
     through kube-scheduler").
     """
     rows = np.arange(len(state), dtype=np.int64)

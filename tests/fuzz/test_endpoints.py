@@ -14,7 +14,7 @@ extender's node model fed with real Node dicts. Faked: the transport (Flask's
 test client) and the watches (static views).
 
 CI runs a fixed seed (derandomize) and KUBEON_FUZZ_EXAMPLES examples per
-endpoint (default 60); the long run is documented in docs/benchmarks.md:
+endpoint (default 60); the long run is documented in docs/benchmarks/history/robustness.md:
 `KUBEON_FUZZ_EXAMPLES=10000 KUBEON_FUZZ_REPORT=/tmp/fuzz.json python3 -m pytest -q --timeout=0 tests/fuzz`
 (`--timeout=0`: a 10,000-example test runs past the suite's 300 s per-test limit).
 "Within 1 s" is measured as the handling thread's CPU time (the test client runs

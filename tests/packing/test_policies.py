@@ -98,7 +98,7 @@ def test_live_ties_go_to_the_fuller_node() -> None:
     # Live, the extender's tie order (scheduling.used_first_rank) puts nodes in use first:
     # kubeon takes A, which is already in use, and keeps the untouched B whole for a 4-GPU
     # pod. (kubeon's own used-first tie-break, the same rule a second time, did not earn its
-    # keep on the default trace: docs/benchmarks.md.)
+    # keep on the default trace: docs/benchmarks/history/packing.md.)
     mix = [make_pod(gpus=0, cpu=1000)]
     state = make_state([("A", 8000, 8192, [0, 0, 1000, 1000], "T4"), ("B", 8000, 8192, [1000] * 4, "T4")])
     ctx = make_ctx(mix)

@@ -24,7 +24,7 @@ tuning trace without losing more than 0.02 on the other (issue 41; issue
 measured on both paths: the copies blend (0.03 in the simulator) and
 typical pods' memory (0.00) earn 1.2 and 2.2 points through the extender,
 where kube-scheduler, not the engine, places the CPU-only pods
-(`kubeon-gpu simulate --through-extender`, seed 42; docs/benchmarks.md).
+(`kubeon-gpu simulate --through-extender`, seed 42; docs/benchmarks/history/packing.md).
 """
 
 from __future__ import annotations
