@@ -300,9 +300,11 @@ def test_restart_mid_relayout_carries_on_from_the_annotation(make_world: Any) ->
 
 
 def what_the_controller_writes(node: dict[str, Any]) -> dict[str, Any]:
-    """A node's labels, cordon and taints but Kubernetes' own (node lifecycle keeps node.kubernetes.io/*)."""
+    """A node's labels, cordon and taints but Kubernetes' own (node lifecycle keeps node.kubernetes.io/* taints
+    and copies kubernetes.io/os and /arch to beta.kubernetes.io/* labels some seconds after a node is made)."""
     spec = node["spec"]
-    return {"labels": node["metadata"]["labels"], "unschedulable": bool(spec.get("unschedulable")),
+    labels = {k: v for k, v in node["metadata"]["labels"].items() if not k.startswith("beta.kubernetes.io/")}
+    return {"labels": labels, "unschedulable": bool(spec.get("unschedulable")),
             "taints": [t for t in spec.get("taints") or [] if not t["key"].startswith("node.kubernetes.io/")]}
 
 

@@ -149,9 +149,14 @@ def decoded_patch(resp: dict[str, Any]) -> list[dict[str, Any]]:
 
 def settled(core: client.CoreV1Api, name: str) -> None:
     """Wait for what the control plane writes on a new node: the node lifecycle controller lifts the
-    not-ready taint admission put on it (a spec change the view reads), the TTL controller annotates it."""
-    eventually(lambda: (node := core.read_node(name)) and not node.spec.taints
-               and "node.alpha.kubernetes.io/ttl" in (node.metadata.annotations or {}), f"{name} settled")
+    not-ready taint admission put on it (a spec change the view reads) and copies kubernetes.io/os and
+    /arch to their beta.kubernetes.io labels (reconcileNodeLabels, a label change the view reads), the TTL
+    controller annotates it."""
+    def done(node: client.V1Node) -> bool:
+        labels = node.metadata.labels or {}
+        return (not node.spec.taints and "node.alpha.kubernetes.io/ttl" in (node.metadata.annotations or {})
+                and all(f"beta.{key}" in labels for key in ("kubernetes.io/os", "kubernetes.io/arch") if key in labels))
+    eventually(lambda: done(core.read_node(name)), f"{name} settled")
 
 
 def test_readyz_is_503_until_every_cache_synced(tmp_path: Path) -> None:
