@@ -210,6 +210,16 @@ class Cluster:
                 raise AssertionError(f"timed out after {timeout}s waiting for {message or predicate}")
             time.sleep(0.1)
 
+    def wait_nodes_settled(self, *names: str, timeout: float = 60.0) -> None:
+        """Wait until KWOK has made each node Ready and the node lifecycle controller has lifted the
+        `node.kubernetes.io/not-ready` taint admission puts on every new node: before that, a scheduler
+        passes over the node, and a test comparing two nodes compares one."""
+        def settled(name: str) -> bool:
+            node = self.core.read_node(name)
+            ready = any(c.type == "Ready" and c.status == "True" for c in node.status.conditions or [])
+            return ready and not any(t.key == "node.kubernetes.io/not-ready" for t in node.spec.taints or [])
+        self.wait_for(lambda: all(settled(n) for n in names), timeout=timeout, message=f"nodes {names} settled")
+
     def kubectl(self, *args: str, input: str | None = None, check: bool = True,
                 timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """Run real kubectl (1.35, .tools/bin) against this cluster's admin kubeconfig."""

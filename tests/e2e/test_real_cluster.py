@@ -60,6 +60,7 @@ def test_gpu_pod_created_with_kubectl_is_packed_by_the_real_second_scheduler(kub
     fuller, fresh = f"{namespace}-fuller"[-50:], f"{namespace}-fresh"[-50:]
     for node in (fuller, fresh):
         c.create(make_node(node, A100, 8, labels={"kubeon-test/group": namespace}))
+    c.wait_nodes_settled(fuller, fresh)  # a fresh node still tainted not-ready would lose by default
     load = make_pod("load", namespace, gpus=5, cpu="48", memory="512Gi")  # the default plugins prefer the other node
     load["spec"]["nodeName"] = fuller
     c.create(load)
@@ -85,6 +86,7 @@ def test_the_default_scheduler_alone_spreads_the_same_pod(kube_cluster: Cluster,
     fuller, fresh = f"{namespace}-fuller"[-50:], f"{namespace}-fresh"[-50:]
     for node in (fuller, fresh):
         c.create(make_node(node, A100, 8, labels={"kubeon-test/group": namespace}))
+    c.wait_nodes_settled(fuller, fresh)  # a fresh node still tainted not-ready would lose by default
     load = make_pod("load", namespace, gpus=5, cpu="48", memory="512Gi")
     load["spec"]["nodeName"] = fuller
     c.create(load)
