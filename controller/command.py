@@ -186,6 +186,8 @@ class ControllerProcess:
             self.elector.release()
         if self._watch is not None:
             self._watch.stop(timeout=0.2)  # a daemon thread blocked on a watch read: do not wait for it
+        if self.ctx.cache is not None:
+            self.ctx.cache.stop()
         if self.health:
             self.health.stop()
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import kubernetes.client
 
@@ -27,6 +28,8 @@ from gpupolicy.health import DEFAULT_ERROR_RATIO
 from gpupolicy.model import Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component
 from gpupolicy.scaling.metrics import Sample, Series
+from kube.informers import ClusterCache
+from kube.layout import patch_node
 
 __all__ = ["Clock", "ControllerContext", "MetricsSource", "Sample", "Series", "SystemClock"]
 
@@ -63,9 +66,27 @@ class ControllerContext:
     extender_url: str | None = None
     extender_error_ratio: float = DEFAULT_ERROR_RATIO
     failing: dict[Component, str] = field(default_factory=dict)
+    # The watch-fed Nodes, Pods and PodDisruptionBudgets every reconciler reads (kube/informers.py),
+    # started by the first pass that asks (`cluster()`); the process stops it.
+    cache: ClusterCache | None = None
+
+    def cluster(self) -> ClusterCache:
+        """The process's cluster cache, started and synced on first use (a pass waits for the first lists)."""
+        if self.cache is None:
+            self.cache = ClusterCache(self.api).start()
+        self.cache.wait_for_sync()
+        return self.cache
 
     def lease_held(self) -> bool:
         return self.holds_lease() if self.holds_lease is not None else self.is_leader()
+
+    def patch_node(self, name: str, patch: dict[str, Any]) -> dict[str, Any]:
+        """Merge-patch a node and hold the answer in the cluster cache: the next read sees our write (a
+        drain record, a label) even before its watch event comes."""
+        node = patch_node(self.api, name, patch)
+        if self.cache is not None:
+            self.cache.wrote(node)
+        return node
 
     @property
     def prometheus_configured(self) -> bool:

@@ -107,7 +107,7 @@ class LayoutReconciler:
     # -- the pass -----------------------------------------------------------------
     def reconcile(self, ctx: ControllerContext) -> None:
         policies = ctx.policies.valid(PolicyKind.SHARING)
-        nodes = kl.list_nodes(ctx.api)
+        nodes = ctx.cluster().nodes()
         if not policies and not any(RELAYOUT_ANNOTATION in ((n.get("metadata") or {}).get("annotations") or {})
                                     for n in nodes):
             return  # nothing to plan and nothing in flight: no pod list, no ConfigMap read
@@ -134,7 +134,7 @@ class LayoutReconciler:
             self._cleanup(ctx)
 
     def _read(self, ctx: ControllerContext, nodes: list[dict[str, Any]]) -> _Pass:
-        pods = kl.list_pods(ctx.api)
+        pods = ctx.cluster().pods()
         try:
             return _Pass(nodes, pods, kl.read_configmap(ctx.api, self.namespace, self.configmap), "")
         except kl.ConfigMapUnavailable as exc:
@@ -174,7 +174,7 @@ class LayoutReconciler:
             step = relayout.advance(name, record, labels, (node.get("status") or {}).get("allocatable") or {},
                                     gpu_pods.get(name, 0), product, gpus, ctx.clock.now(), self.timeout_seconds)
             if step.patch and ctx.is_leader():
-                kl.patch_node(ctx.api, name, step.patch)
+                ctx.patch_node(name, step.patch)
                 self._report(ctx, by_name.get(record.policy), name, step)
             policy = by_name.get(record.policy)
             if policy is not None and step.outcome not in ("done", "rolled-back", "aborted"):
@@ -238,7 +238,7 @@ class LayoutReconciler:
                 before = str((node_meta.get("labels") or {}).get(MIG_CONFIG_LABEL, ""))
                 patch = {**patch, "metadata": {**patch.get("metadata", {}), "annotations": {
                     **patch.get("metadata", {}).get("annotations", {}), MIG_CONFIG_FROM_ANNOTATION: before}}}
-            kl.patch_node(ctx.api, target.node, patch)
+            ctx.patch_node(target.node, patch)
             ctx.recorder.applied(ref, policy, f"Layout: node {target.node} cordoned for MIG {mig}", {},
                                  target.reason, action_label="layout")
             return ""
@@ -252,7 +252,7 @@ class LayoutReconciler:
                 seen.configmap = kl.patch_configmap(ctx.api, self.namespace, self.configmap, change.merge_patch(),
                                                     (seen.configmap.get("metadata") or {}).get("resourceVersion"))
         assert target.target.kind in (TIME_SLICING, WHOLE)
-        kl.patch_node(ctx.api, target.node, {"metadata": {"labels": target.labels}})
+        ctx.patch_node(target.node, {"metadata": {"labels": target.labels}})
         ctx.recorder.applied(ref, policy, f"Layout: node {target.node} {target.target.describe()}",
                              {"labels": {k: (node["metadata"].get("labels") or {}).get(k) for k in target.labels}},
                              target.reason, action_label="layout")
@@ -264,7 +264,7 @@ class LayoutReconciler:
             configmap = kl.read_configmap(ctx.api, self.namespace, self.configmap)
         except kl.ConfigMapUnavailable:
             return
-        nodes = kl.list_nodes(ctx.api)
+        nodes = ctx.cluster().nodes()  # with this pass's labels: `_apply` told the cache what it wrote
         data = dict(configmap.get("data") or {})
         change = plan_configmap(data, {}, self._used_keys(nodes))
         if change.remove and ctx.is_leader():

@@ -60,7 +60,7 @@ from gpupolicy.scaling.rightsizing import (
     whole_gpu_request,
     window_seconds,
 )
-from kube.workloads import evict_pod, list_namespaces, list_nodes, list_pods, list_workloads, selector_string
+from kube.workloads import evict_pod, list_namespaces, list_workloads
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class RightSizingReconciler:
         workloads = [w for w in list_workloads(ctx.api)
                      if whole_gpu_request(_template(w).get("spec") or {}) == 1 and not _skipped(w)]
         namespaces = list_namespaces(ctx.api)
-        nodes = list_nodes(ctx.api)
+        nodes = {str(n["metadata"]["name"]): dict(n["metadata"].get("labels") or {}) for n in ctx.cluster().nodes()}
         claimed: set[str] = set()
         for policy in policies:
             mode = effective_mode(policy, ctx.default_mode, ctx.prometheus_configured).mode
@@ -177,7 +177,7 @@ class RightSizingReconciler:
         match = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
         names: list[str] = []
         if match:
-            for pod in list_pods(ctx.api, _meta(obj).get("namespace", ""), selector_string(match)):
+            for pod in ctx.cluster().pods(_meta(obj).get("namespace", ""), match):
                 node = (pod.get("spec") or {}).get("nodeName")
                 if node:
                     names.append(node)
@@ -251,7 +251,7 @@ class RightSizingReconciler:
             return None
         target = _target(obj)
         match = ((obj.get("spec") or {}).get("selector") or {}).get("matchLabels") or {}
-        pods = list_pods(ctx.api, target.namespace, selector_string(match)) if match else []
+        pods = ctx.cluster().pods(target.namespace, match) if match else []
         if record is None:
             entry = {**self._undo_entry(ctx, policy, proposal, sizing, True), "restartedAt": _iso(ctx.clock.now())}
             record = RestartRecord(proposal=proposal.id, started_at=entry["restartedAt"], undo=entry,

@@ -29,16 +29,6 @@ def list_nodes(api: client.ApiClient) -> list[dict[str, Any]]:
     return list(rest.call(api, "GET", "/api/v1/nodes").get("items") or [])
 
 
-def list_pods(api: client.ApiClient) -> list[dict[str, Any]]:
-    """Every pod in the cluster (GPU demand and what bound pods hold)."""
-    return list(rest.call(api, "GET", "/api/v1/pods").get("items") or [])
-
-
-def list_pod_disruption_budgets(api: client.ApiClient) -> list[dict[str, Any]]:
-    """Every policy/v1 PodDisruptionBudget (which pods a drain may not evict now)."""
-    return list(rest.call(api, "GET", "/apis/policy/v1/poddisruptionbudgets").get("items") or [])
-
-
 def patch_node(api: client.ApiClient, name: str, patch: dict[str, Any]) -> dict[str, Any]:
     """Merge patch on a node (labels, annotations, spec.unschedulable)."""
     return rest.call(api, "PATCH", f"/api/v1/nodes/{name}", body=patch, content_type=MERGE_PATCH)

@@ -181,6 +181,15 @@ class Reflector:
         with self._lock:
             return self._items.get(key)
 
+    def remember(self, obj: JsonObject) -> None:
+        """Hold `obj` (what a write of ours returned) now, unless the cache holds a newer version: the
+        watch event that brings it follows. Consumers are not told (they wrote it)."""
+        obj = self._transform(obj) if self._transform is not None else obj
+        key = self._key(obj)
+        with self._lock:
+            if not _older(obj, self._items.get(key)):
+                self._items[key] = obj
+
     def has_synced(self) -> bool:
         return self._synced.is_set()
 
@@ -305,7 +314,9 @@ class Reflector:
                 if kind == "DELETED":
                     self._items.pop(key, None)
                 elif kind in ("ADDED", "MODIFIED"):
-                    if changed or before is None:
+                    if _older(obj, before):  # a write of ours `remember`ed is newer: the watch catches up
+                        changed = False
+                    elif changed or before is None:
                         self._items[key] = obj
                     else:
                         _take_version(before, obj)
@@ -353,6 +364,18 @@ def _without_version(obj: JsonObject) -> Any:
     if not isinstance(metadata, dict) or "resourceVersion" not in metadata:
         return obj
     return {**obj, "metadata": {k: v for k, v in metadata.items() if k != "resourceVersion"}}
+
+
+def _older(obj: JsonObject, held: JsonObject | None) -> bool:
+    """Whether `held` is a later version of `obj`. resourceVersions are etcd revisions, integers that
+    compare (apimachinery v0.35 pkg/util/resourceversion.CompareResourceVersion); one that does not
+    parse as an integer is never called older."""
+    if held is None:
+        return False
+    mine, theirs = _rv(obj), _rv(held)
+    if mine is None or theirs is None or not mine.isdigit() or not theirs.isdigit():
+        return False
+    return int(mine) < int(theirs)
 
 
 def _rv(obj: Any) -> str | None:

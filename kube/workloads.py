@@ -91,17 +91,3 @@ def list_namespaces(api: client.ApiClient) -> dict[str, dict[str, str]]:
     return {i["metadata"]["name"]: dict(i["metadata"].get("labels") or {}) for i in answer.get("items") or []}
 
 
-def list_pods(api: client.ApiClient, namespace: str, label_selector: str = "") -> list[dict[str, Any]]:
-    answer = _raw(api, "GET", f"/api/v1/namespaces/{namespace}/pods", query={"labelSelector": label_selector})
-    return list(answer.get("items") or [])
-
-
-def list_nodes(api: client.ApiClient) -> dict[str, dict[str, str]]:
-    """Node name -> labels (GFD's `nvidia.com/gpu.product` among them)."""
-    answer = _raw(api, "GET", "/api/v1/nodes")
-    return {i["metadata"]["name"]: dict(i["metadata"].get("labels") or {}) for i in answer.get("items") or []}
-
-
-def selector_string(match_labels: dict[str, str]) -> str:
-    """`a=b,c=d` for a list call's labelSelector."""
-    return ",".join(f"{k}={v}" for k, v in sorted(match_labels.items()))

@@ -54,7 +54,6 @@ from gpupolicy.modes import disruption_mode
 from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
 from gpupolicy.packing.nodemodel import PodDemand
 from gpupolicy.proposals import TargetRef, make_proposal
-from kube import layout as kl
 
 log = logging.getLogger(__name__)
 
@@ -261,7 +260,7 @@ def _start_drain(p: Pass, policy: GpuPolicy, spec: CapacitySpec, node: Mapping[s
     record = drain.Record(plan=plan_id, policy=policy.name, claim=claim.claim, started=now,
                           deadline=now + spec.consolidation.drain_seconds,
                           was_unschedulable=bool((node.get("spec") or {}).get("unschedulable")))
-    kl.patch_node(ctx.api, name, drain.start_patch(record))
+    ctx.patch_node(name, drain.start_patch(record))
     p.checkpoint("cordoned")
     ctx.recorder.applied(TargetRef("Node", "", name, api_version="v1"), policy,
                          f"Capacity: {action}", {}, why, action_label="capacity")

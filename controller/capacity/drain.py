@@ -29,7 +29,6 @@ from gpupolicy.packing.placement import PackingContext
 from gpupolicy.packing.typicalmix import TypicalMix
 from gpupolicy.proposals import make_proposal
 from kube import calls
-from kube import layout as kl
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +75,11 @@ def step(p: Pass, name: str, record: drain.Record, notes: Mapping[str, Any],
                 refused = refused or f"eviction of {namespace}/{pod} refused ({status}): {why}"[:300]
         p.checkpoint("evicted")
         eviction_counts.after_evictions(p, policy, accepted)
-        kl.patch_node(ctx.api, name, drain.record_patch(drain.after_evictions(record, accepted, refused, now)))
+        ctx.patch_node(name, drain.record_patch(drain.after_evictions(record, accepted, refused, now)))
         return decided.outcome, f"{decided.message}; {refused}" if refused else decided.message
     if decided.patch is not None:
         try:
-            kl.patch_node(ctx.api, name, decided.patch)
+            ctx.patch_node(name, decided.patch)
         except ApiException as exc:
             if exc.status != 404:
                 raise

@@ -62,7 +62,6 @@ from gpupolicy.capacity.provisioning import Launch
 from gpupolicy.model import Condition, PolicyKind
 from gpupolicy.modes import effective_mode
 from kube import karpenter as kk
-from kube import layout as kl
 
 log = logging.getLogger(__name__)
 
@@ -99,13 +98,14 @@ class CapacityReconciler:
         policies = ctx.policies.valid(PolicyKind.CAPACITY)
         if ctx.capacity_provider not in IMPLEMENTED:
             return  # the status says NotImplemented (gpupolicy/modes.handling); nothing to act with
-        nodes = kl.list_nodes(ctx.api)
+        cluster = ctx.cluster()
+        nodes = cluster.nodes()
         # recorded work is carried on whatever the policies say now: a drain, and a replacement whose new
         # NodeClaims would otherwise keep running (advanced or undone by replacement.advance)
         if not policies and not any(replacement.disrupting(n) for n in nodes):
             return
         provider = kk.KarpenterProvider(ctx.api, self.products)
-        seen = Seen(nodes, kl.list_pods(ctx.api), provider.nodes())
+        seen = Seen(nodes, cluster.pods(), provider.nodes())
         now = ctx.clock.now()
         for claim, kind in self.failed.observe(seen.claims, now):
             log.warning("capacity: NodeClaim %s (%s) went before its node registered: new launches leave %s out "

@@ -42,7 +42,6 @@ from gpupolicy.model import CapacitySpec, GpuPolicy, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import make_proposal
 from gpupolicy.quantity import QuantityError, parse_quantity
-from kube import layout as kl
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +119,7 @@ def start(p: Pass, policy: GpuPolicy, spec: CapacitySpec, node: str, plan: str, 
     names = tuple(claim_name(spec.node_pool, t.name, [node], i) for i, t in enumerate(disruption.launches))
     record = Replacement(plan, policy.name, names, tuple(t.name for t in disruption.launches), now,
                          now + spec.consolidation.drain_seconds)
-    kl.patch_node(p.ctx.api, node, {"metadata": {"annotations": {REPLACING_ANNOTATION: record.to_annotation()}}})
+    p.ctx.patch_node(node, {"metadata": {"annotations": {REPLACING_ANNOTATION: record.to_annotation()}}})
     p.checkpoint("replacing")
     for name, kind in zip(names, disruption.launches, strict=True):
         p.add(policy.name, spec, NewNode(name, kind.name, {}, reason, tuple(pods)))
@@ -146,7 +145,7 @@ def advance(p: Pass, policies: Mapping[str, GpuPolicy]) -> dict[str, list[Propos
         if (undone is not None and undone.get("plan") == record.plan
                 and float(undone["at"]) >= record.started):  # this replacement's drain was undone: clean up
             _drop_new(p, record, claims)
-            kl.patch_node(ctx.api, name, {"metadata": {"annotations": {REPLACING_ANNOTATION: None}}})
+            ctx.patch_node(name, {"metadata": {"annotations": {REPLACING_ANNOTATION: None}}})
             continue
         missing = [(c, t) for c, t in zip(record.claims, record.types, strict=False) if c not in claims]
         if missing and policy is not None and policy.spec.capacity is not None and now < record.deadline:
@@ -167,7 +166,7 @@ def advance(p: Pass, policies: Mapping[str, GpuPolicy]) -> dict[str, list[Propos
             _drop_new(p, record, claims)
             note = json.dumps({"at": now, "plan": record.plan, "policy": record.policy, "message": message},
                               sort_keys=True, separators=(",", ":"))
-            kl.patch_node(ctx.api, name, {"metadata": {"annotations": {REPLACING_ANNOTATION: None,
+            ctx.patch_node(name, {"metadata": {"annotations": {REPLACING_ANNOTATION: None,
                                                                        drain.UNDONE_ANNOTATION: note}}})
             log.warning("capacity replacement undone: %s", message)
             p.warn_undone(name, policy, message)
@@ -182,7 +181,7 @@ def advance(p: Pass, policies: Mapping[str, GpuPolicy]) -> dict[str, list[Propos
             started = drain.Record(plan=record.plan, policy=record.policy, claim=own, started=now,
                                    deadline=now + drain_seconds,
                                    was_unschedulable=bool((node.get("spec") or {}).get("unschedulable")))
-            kl.patch_node(ctx.api, name, drain.start_patch(started))
+            ctx.patch_node(name, drain.start_patch(started))
             p.checkpoint("cordoned")
             message = f"node {name}: new node(s) {', '.join(record.claims)} up; draining"
             state, action = State.APPLIED, "drain in progress"

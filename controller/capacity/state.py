@@ -26,7 +26,6 @@ from gpupolicy.matching import selector_matches
 from gpupolicy.model import API_VERSION, KIND, CapacitySpec, GpuPolicy, Mode
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import StateDecision, decide_state, make_proposal
-from kube import layout as kl
 from kube.calls import API_ERRORS, one_line
 from kube.events import ObjectRef
 
@@ -150,7 +149,7 @@ class Pass:
         no drain to start lists none); ([], why) when the list failed."""
         if self._budgets is None:
             try:
-                self._budgets = read_budgets(kl.list_pod_disruption_budgets(self.ctx.api)), ""
+                self._budgets = read_budgets(self.ctx.cluster().budgets()), ""
             except API_ERRORS as exc:
                 log.warning("capacity: PodDisruptionBudgets unavailable: %s", one_line(exc))
                 self._budgets = [], one_line(exc)[:300]

@@ -131,6 +131,7 @@ class Chain:
         for reconciler in reconcilers:
             reconciler.period_seconds = 1.0
         self.runner = ReconcileRunner(ctx, reconcilers)
+        self.ctx = ctx
         self.prices = prices()
         self.load = PodGpuLoad(self.exporter, self.cluster.pods, self.ns, "app=llm")
         self._stop = threading.Event()
@@ -266,6 +267,8 @@ class Chain:
         return "\n".join(lines)
 
     def close(self) -> None:
+        if self.ctx.cache is not None:
+            self.ctx.cache.stop()
         self.api.close()
 
 

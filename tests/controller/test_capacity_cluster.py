@@ -39,6 +39,7 @@ from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.capacity.drain import DRAINING_ANNOTATION, UNDONE_ANNOTATION, read_record
 from gpupolicy.model import Mode
 from gpupolicy.proposals import proposal_id
+from tests.cluster.cache import CaughtUpCache
 from tests.cluster.cluster import Cluster, read
 from tests.cluster.fixtures import start_cluster
 from tests.cluster.karpenter import node_class_ref
@@ -136,6 +137,9 @@ class World:
     def restart(self, checkpoint: Callable[[str], None] | None = None) -> None:
         """A new controller process: fresh reconcilers and policy store (what survives is in the API)."""
         self.ctx.policies = PolicyStore()
+        if self.ctx.cache is not None:
+            self.ctx.cache.stop()
+        self.ctx.cache = CaughtUpCache(self.api, self.cluster.api_client).start()  # the passes run back to back
         # 30 s steps: a hole is > 90 s, so the few seconds between the backfilled history and the first
         # live scrape (longer on a loaded machine) never read as missing data.
         self.capacity = CapacityReconciler(step_seconds=30.0, checkpoint=checkpoint)
@@ -324,6 +328,8 @@ class World:
     def clean_up(self) -> None:
         """Delete what the test made outside its namespace, the NodeClaims (Karpenter drains and terminates
         their nodes) once the namespace's workloads and budgets are gone."""
+        if self.ctx.cache is not None:
+            self.ctx.cache.stop()
         custom, core = self.cluster.custom, self.cluster.core
         for name in self.policies:
             try:

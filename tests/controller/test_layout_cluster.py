@@ -30,6 +30,7 @@ from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION
 from gpupolicy.capacity.timeslicing import config_key
 from gpupolicy.model import Mode
+from tests.cluster.cache import CaughtUpCache
 from tests.cluster.gpu_operator import GpuOperator, parse_plugin_config, shared_replicas
 from tests.cluster.objects import make_pod
 from tests.controller.conftest import CONTROLLER_CLUSTER, Scene, ScriptedMetrics
@@ -65,6 +66,7 @@ class World:
             metrics=ScriptedMetrics() if prometheus else None, clock=clock,
             recorder=Recorder(api, ControllerMetrics(), clock, "test"), policies=PolicyStore(),
             is_leader=lambda: True)
+        self.ctx.cache = CaughtUpCache(api, self.cluster.api_client).start()  # the passes run back to back
         self.runner = ReconcileRunner(self.ctx, [PolicySync(), self.layout])
         self._policies: list[str] = []
 
@@ -152,6 +154,9 @@ def make_world(scene: Scene) -> Iterator[Callable[..., World]]:
         return world
 
     yield make
+    for world in made:
+        assert world.ctx.cache is not None
+        world.ctx.cache.stop()
     # The next test's planner reads every pending pod in the cluster: none of this test's may outlive it.
     core.delete_collection_namespaced_pod(scene.namespace, grace_period_seconds=0)
     cluster.wait_for(lambda: not core.list_namespaced_pod(scene.namespace).items, timeout=60,
