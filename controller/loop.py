@@ -15,6 +15,7 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
@@ -136,7 +137,9 @@ class ReconcileRunner:
             now = self.ctx.clock.now()
             if self._due.get(reconciler.name, 0.0) > now:
                 continue
+            started = time.monotonic()
             self._run_one(reconciler)
+            self.ctx.recorder.metrics.pass_seconds.labels(reconciler.name).observe(time.monotonic() - started)
             self._due[reconciler.name] = now + reconciler.period_seconds
             ran += 1
         return ran

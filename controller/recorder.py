@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from kubernetes import client
-from prometheus_client import CollectorRegistry, Counter, Gauge
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from controller.sources import Clock
 from gpupolicy.model import API_VERSION, KIND, GpuPolicy
@@ -48,6 +48,11 @@ class ControllerMetrics:
         self.leader = Gauge("kubeon_gpu_leader", "1 while this replica holds the lease", registry=self.registry)
         self.status_writes = Counter(
             "kubeon_gpu_status_writes", "GpuPolicy status writes", registry=self.registry,
+        )
+        # a pass should end well within its reconciler's period (bench/cluster_scale.py reads the p99)
+        self.pass_seconds = Histogram(
+            "kubeon_gpu_reconcile_duration_seconds", "Time one reconcile pass took", ["reconciler"],
+            buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60), registry=self.registry,
         )
 
 

@@ -61,6 +61,8 @@ class ControlPlane:
 
     root: Path
     upstream: Path = field(default_factory=upstream_dir)
+    # what the audit log records (default: ServiceAccounts' writes); bench/cluster_scale.py records more
+    audit_policy: dict[str, Any] = field(default_factory=lambda: dict(AUDIT_POLICY))
     children: Children = field(init=False)
     ports: dict[str, int] = field(default_factory=dict)
     # extra environment of kube-apiserver, e.g. HTTPS_PROXY: where it dials a webhook's Service
@@ -155,7 +157,7 @@ class ControlPlane:
 
     def _audit_policy(self) -> Path:
         path = self.root / "audit-policy.yaml"
-        path.write_text(yaml.safe_dump(AUDIT_POLICY))
+        path.write_text(yaml.safe_dump(self.audit_policy))
         return path
 
     def audit_events(self, user: str | None = None) -> list[dict[str, Any]]:

@@ -1,0 +1,437 @@
+"""The optimizer in a large cluster: N KWOK GPU nodes and M pods on the real control plane, then churn.
+
+    python bench/cluster_scale.py [--nodes 1000] [--pods 10000] [--minutes 3] [--churn-per-s 5]
+                                  [--scheduled-share 0.1] [--threads 8] [--no-karpenter] [--keep-state]
+
+What runs (tests/cluster, all real, v1.35.4): etcd, kube-apiserver, kube-controller-manager, the default
+kube-scheduler, KWOK, Karpenter with its KWOK provider; the optimizer as the chart renders it (webhook,
+extender, the chart's second scheduler, controller), each as its chart ServiceAccount, with a GpuPolicy
+of every kind in Automatic for the bench's namespace (packing; time-slicing sharing; scale to zero;
+capacity on a Karpenter NodePool). The GPU Operator's stand-in is off (its loop lists every node and
+pod twice a second: it would be the largest reader measured); nodes carry what GFD and the device
+plugin publish from the start.
+
+1. N nodes in the openb node list's mix (scaled copies, bench/cluster_replay.py's objects), created
+   through kube-apiserver; M pods of the default trace's shapes: a `--scheduled-share` of them created
+   without a node (our webhook routes them to our scheduler, which calls our extender), the rest bound
+   directly (spec.nodeName, first fit), as a cluster that was already running holds them.
+2. Start-up ends when the controller's caches have listed (its first passes ran); then churn for
+   `--minutes`: `--churn-per-s` times a second one pod is deleted and one of the same shape created
+   (bound directly to the deleted one's node, or through the schedulers for the scheduled share).
+
+Measured during the churn, for our processes (process trees, /proc) and, as the yardstick,
+kube-controller-manager and kube-scheduler (kube-apiserver's audit log: every request, at Metadata
+level, the optimizer's by ServiceAccount, the two by user agent):
+- RSS peak (whole run) and steady (median during churn), CPU seconds per minute;
+- API requests per minute by verb and resource; LISTs of pods or nodes after start-up; watches
+  (re)started during the churn;
+- the controller's pass time (its kubeon_gpu_reconcile_duration_seconds histogram over the churn,
+  p50/p99 from the buckets: upper bounds), against each reconciler's period;
+- the extender's request time during the churn (its own histogram, /filter and /prioritize, p99 from
+  the buckets: an upper bound), as kube-scheduler's calls met it;
+- nothing lost: pods created through the schedulers and not bound at the end, and why.
+
+The last line is one JSON object: {"nodes", "pods", "minutes", "ours": {"rss_mib_peak",
+"rss_mib_steady", "cpu_s_per_min", "requests_per_min", "lists_after_start"}, "kube_controller_manager":
+{"requests_per_min"}, "kube_scheduler": {"requests_per_min"}, "controller_pass_p99_s",
+"extender_p99_ms"} and more fields (per component, per verb). Bad arguments: one line on stderr, exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import statistics
+import sys
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from kubernetes.client.rest import ApiException  # noqa: E402
+
+from bench.cluster_replay import (  # noqa: E402
+    NAMESPACE,
+    build_trace,
+    core_api,
+    in_parallel,
+    node_object,
+    pod_object,
+    samples,
+    scaled,
+    scrape,
+)
+from simulator.trace import load_nodes, load_pods  # noqa: E402
+from tests.cluster.cluster import Cluster  # noqa: E402
+from tests.cluster.karpenter import node_class_ref  # noqa: E402
+from tests.cluster.kubeon import NAMESPACE as OURS_NS  # noqa: E402
+from tests.cluster.kubeon import RELEASE  # noqa: E402
+from tests.cluster.objects import OPENB_NODES_CSV  # noqa: E402
+
+PODS_CSV = OPENB_NODES_CSV.parent / "openb_pod_list_default.csv"
+SA = f"system:serviceaccount:{OURS_NS}:"
+# every request at Metadata level but the lease renewals (KWOK's, one per node every 10 s: the largest
+# share of the log, and no component measured here makes them but for its own leader lease)
+AUDIT = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
+         "rules": [{"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
+                   {"level": "Metadata"}]}
+PASS_BUCKETS_METRIC = "kubeon_gpu_reconcile_duration_seconds_bucket"
+EXTENDER_BUCKETS_METRIC = "kubeon_extender_http_request_duration_seconds_bucket"
+PERIODS = {"capacity": 10.0, "layout": 20.0, "scale-to-zero": 30.0, "autoscale": 60.0, "rightsizing": 300.0,
+           "policies": 60.0, "extender-health": 30.0}
+
+
+def policies(namespace: str, karpenter: bool) -> list[dict[str, Any]]:
+    """One GpuPolicy of each kind, Automatic, for the bench's namespace."""
+    def policy(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        return {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": f"scale-{name}"},
+                "spec": {"mode": "Automatic", **spec}}
+    selector = {"selector": {"namespaces": [namespace]}}
+    packing = {"schedulerName": "kubeon-gpu-scheduler", "packing": {"strategy": "default"}}
+    made = [policy("packing", {**selector, **packing}),
+            policy("sharing", {**selector, "sharing": {"strategy": "TimeSlicing"}}),
+            policy("idle", {"scaleToZero": {"namespaces": [namespace], "idleFor": "30m", "idleBelowPercent": 5}})]
+    if karpenter:
+        made.append(policy("capacity", {**selector, "capacity": {
+            "nodePool": "scale-gpu", "nodeClassRef": node_class_ref(), "gpuModels": ["NVIDIA-A100-SXM4-80GB"],
+            "maxGpus": 64}}))
+    return made
+
+
+# ---------------------------------------------------------------- process figures (/proc)
+
+def tree(pid: int) -> list[int]:
+    """`pid` and its descendants (gunicorn's workers)."""
+    children: dict[int, list[int]] = defaultdict(list)
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children[int(fields[1])].append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def rss_mib(pid: int) -> float:
+    total = 0
+    for p in tree(pid):
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            continue
+    return total / 1024
+
+
+def cpu_seconds(pid: int) -> float:
+    import os
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for p in tree(pid):
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / tick
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
+
+
+class Sampler(threading.Thread):
+    """RSS of each process every `interval` seconds, with the time."""
+
+    def __init__(self, pids: dict[str, int], interval: float = 2.0) -> None:
+        super().__init__(daemon=True)
+        self.pids, self.interval = pids, interval
+        self.rss: dict[str, list[tuple[float, float]]] = defaultdict(list)
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            now = time.monotonic()
+            for name, pid in self.pids.items():
+                self.rss[name].append((now, rss_mib(pid)))
+            self.stop.wait(self.interval)
+
+
+# ---------------------------------------------------------------- the audit log
+
+def actor(event: dict[str, Any]) -> str | None:
+    """Which measured component sent a request: kube-controller-manager and the kube-schedulers (the
+    default one and the chart's second) by user agent, our processes by ServiceAccount."""
+    agent = event.get("userAgent", "")
+    for name in ("kube-controller-manager", "kube-scheduler"):
+        if agent.startswith(name):
+            return name
+    user = (event.get("user") or {}).get("username", "")
+    return user[len(SA):] if user.startswith(SA) else None
+
+
+def audit_counts(events: Iterable[dict[str, Any]], since: float, until: float) -> dict[str, Counter[str]]:
+    """Requests per actor and `verb resource` whose request arrived in [since, until) (unix seconds)."""
+    from datetime import datetime
+    counts: dict[str, Counter[str]] = defaultdict(Counter)
+    seen: set[str] = set()
+    for e in events:
+        who = actor(e)
+        if who is None or e.get("auditID") in seen:
+            continue
+        seen.add(e.get("auditID", ""))
+        at = datetime.fromisoformat(e["requestReceivedTimestamp"].replace("Z", "+00:00")).timestamp()
+        if since <= at < until:
+            ref = e.get("objectRef") or {}
+            counts[who][f"{e.get('verb')} {ref.get('resource', e.get('requestURI', '?').split('?')[0])}"] += 1
+    return counts
+
+
+def read_audit(path: Path) -> list[dict[str, Any]]:
+    events = []
+    with path.open() as lines:
+        for line in lines:
+            try:
+                events.append(json.loads(line))
+            except ValueError:
+                break
+    return events
+
+
+# ---------------------------------------------------------------- histograms
+
+def buckets(text: str, metric: str, keep: Callable[[dict[str, str]], bool]) -> dict[float, float]:
+    out: dict[float, float] = defaultdict(float)
+    for labels, value in samples(text, metric):
+        if keep(labels):
+            out[float(labels["le"])] += value
+    return dict(out)
+
+
+def quantile(before: dict[float, float], after: dict[float, float], q: float) -> float | None:
+    """The q-quantile's bucket bound of the observations between two scrapes (an upper bound)."""
+    diff = sorted((le, after.get(le, 0.0) - before.get(le, 0.0)) for le in after)
+    total = diff[-1][1] if diff else 0.0
+    if total <= 0:
+        return None
+    return next(le for le, count in diff if count >= q * total)
+
+
+# ---------------------------------------------------------------- the run
+
+class ScaleRun:
+    def __init__(self, args: argparse.Namespace, log: Callable[[str], None]) -> None:
+        self.args, self.log = args, log
+        nodes = load_nodes(str(OPENB_NODES_CSV))
+        copies = max(1, -(-args.nodes // len(nodes)))
+        self.trace = build_trace(scaled(nodes, copies)[:args.nodes], load_pods(str(PODS_CSV)), args.seed)
+        self.rng = random.Random(args.seed)
+        self.cluster = Cluster(kubeon=True, karpenter=args.karpenter, gpu_operator=False,
+                               kubeon_sets=("prometheus.url=http://127.0.0.1:9",), keep_state=args.keep_state)
+        self.cluster.plane.audit_policy = AUDIT
+        self.live: dict[str, tuple[str | None, Any]] = {}  # pod name -> (node or None, demand)
+        self.seq = 0
+
+    def place(self) -> list[tuple[dict[str, Any], str | None]]:
+        """M pods of the trace's shapes; the directly bound ones by first fit on GPUs."""
+        free = {name: spec.gpu_count * 1000 for name, spec in zip(self.trace.names, self.trace.nodes, strict=True)}
+        order = list(free)
+        out: list[tuple[dict[str, Any], str | None]] = []
+        shapes = [p for p in self.trace.pods if p.needs_gpu]
+        start = 0
+        for _ in range(self.args.pods):
+            demand = self.rng.choice(shapes)
+            node = None
+            if self.rng.random() >= self.args.scheduled_share:
+                for i in range(start, len(order)):
+                    if free[order[i]] >= demand.gpu_total_milli:
+                        node = order[i]
+                        free[node] -= demand.gpu_total_milli
+                        break
+                    start = i + 1  # first fit: a node that could not take this pod is rarely needed again
+            out.append(self.pod(demand, node))
+        return out
+
+    def pod(self, demand: Any, node: str | None) -> tuple[dict[str, Any], str | None]:
+        self.seq += 1
+        obj = pod_object(demand, self.seq)
+        if node:
+            obj["spec"]["nodeName"] = node
+        self.live[obj["metadata"]["name"]] = (node, demand)
+        return obj, node
+
+    def run(self) -> dict[str, Any]:
+        a = self.args
+        with self.cluster:
+            core = core_api(self.cluster.kubeconfig, a.threads * 2)
+            self.log(f"cluster up; creating {len(self.trace.names)} nodes")
+            in_parallel(lambda pair: self.cluster.create_node(node_object(pair[0], pair[1], self.trace.replicas)),
+                        list(zip(self.trace.nodes, self.trace.names, strict=True)), a.threads)
+            self.cluster.ensure_namespace(NAMESPACE)
+            for obj in policies(NAMESPACE, a.karpenter):
+                self.cluster.create(obj)
+            pods = self.place()
+            self.log(f"creating {len(pods)} pods ({sum(1 for _, n in pods if n is None)} through the schedulers)")
+            in_parallel(lambda pair: core.create_namespaced_pod(NAMESPACE, pair[0], _preload_content=False),
+                        pods, a.threads)
+            kubeon = self.cluster.kubeon
+            assert kubeon is not None
+            children = self.cluster.plane.children
+            pids = {name: children.get(name).popen.pid for name in ("controller", "webhook", "extender")}
+            pids |= {name: children.get(name).popen.pid for name in ("kube-controller-manager", "kube-scheduler")}
+            sampler = Sampler(pids)
+            sampler.start()
+            controller_metrics = f"http://127.0.0.1:{kubeon.ports['controller']}/metrics"
+            self.settle(controller_metrics)
+            self.log(f"start-up done; churn {a.churn_per_s}/s for {a.minutes} min")
+            started, mono0 = time.time(), time.monotonic()
+            cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            pass0, ext0 = scrape(controller_metrics), scrape(f"{kubeon.extender_url}/metrics")
+            errors = self.churn(core, a.minutes * 60)
+            ended, mono1 = time.time(), time.monotonic()
+            cpu1 = {name: cpu_seconds(pid) for name, pid in pids.items()}
+            pass1, ext1 = scrape(controller_metrics), scrape(f"{kubeon.extender_url}/metrics")
+            sampler.stop.set()
+            sampler.join()
+            unbound = self.unbound(core)
+            events = read_audit(self.cluster.plane.audit_log)
+            return self.summary(events, started, ended, mono0, mono1, cpu0, cpu1, sampler, pass0, pass1, ext0, ext1,
+                                unbound, errors)
+
+    def settle(self, controller_metrics: str, timeout: float = 900.0) -> None:
+        """Until every reconciler of the controller has run a pass (its caches listed) and the schedulers
+        have taken the pods created without a node."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            text = scrape(controller_metrics)
+            ran = {labels["reconciler"] for labels, v in samples(text, "kubeon_gpu_reconcile_duration_seconds_count")
+                   if v > 0}
+            if {"capacity", "layout"} <= ran:
+                return
+            time.sleep(2)
+        raise TimeoutError("the controller ran no capacity and layout pass within the start-up timeout")
+
+    def churn(self, core: Any, seconds: float) -> int:
+        """Delete one pod and create one of its shape, `churn_per_s` times a second. Returns API errors."""
+        errors, end = 0, time.monotonic() + seconds
+        interval = 1.0 / self.args.churn_per_s
+        next_at = time.monotonic()
+        while time.monotonic() < end:
+            name = self.rng.choice(list(self.live))
+            node, demand = self.live.pop(name)
+            obj, _ = self.pod(demand, node)
+            try:
+                core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0, _preload_content=False)
+                core.create_namespaced_pod(NAMESPACE, obj, _preload_content=False)
+            except ApiException:
+                errors += 1
+            next_at += interval
+            time.sleep(max(0.0, next_at - time.monotonic()))
+        return errors
+
+    def unbound(self, core: Any) -> dict[str, int]:
+        """Pods without a node at the end, by the reason of their PodScheduled condition."""
+        listed = json.loads(core.list_namespaced_pod(NAMESPACE, _preload_content=False).data)["items"]
+        reasons: Counter[str] = Counter()
+        for p in listed:
+            if not (p.get("spec") or {}).get("nodeName"):
+                cond = next((c for c in (p.get("status") or {}).get("conditions") or []
+                             if c.get("type") == "PodScheduled"), {})
+                reasons[cond.get("reason") or "not yet tried"] += 1
+        return dict(reasons)
+
+    def summary(self, events: list[dict[str, Any]], started: float, ended: float, mono0: float, mono1: float,
+                cpu0: dict[str, float], cpu1: dict[str, float], sampler: Sampler, pass0: str, pass1: str,
+                ext0: str, ext1: str, unbound: dict[str, int], errors: int) -> dict[str, Any]:
+        minutes = (ended - started) / 60
+        during = audit_counts(events, started, ended)
+        after_start = audit_counts(events, started, float("inf"))
+
+        def per_min(who: str) -> float:
+            return round(sum(during.get(who, Counter()).values()) / minutes, 1)
+
+        def rss(name: str) -> tuple[float, float]:
+            points = sampler.rss[name]
+            steady = [v for t, v in points if mono0 <= t <= mono1] or [v for _, v in points]
+            return round(max(v for _, v in points), 1), round(statistics.median(steady), 1)
+
+        def lists(who: str) -> int:
+            return sum(n for key, n in after_start.get(who, Counter()).items()
+                       if key in ("list pods", "list nodes"))
+
+        components = {}
+        for name, who in (("controller", RELEASE), ("webhook", f"{RELEASE}-webhook"),
+                          ("extender", f"{RELEASE}-extender"), ("kube-controller-manager", "kube-controller-manager"),
+                          ("kube-scheduler", "kube-scheduler")):
+            peak, steady = rss(name)
+            components[name] = {"rss_mib_peak": peak, "rss_mib_steady": steady,
+                                "cpu_s_per_min": round((cpu1[name] - cpu0[name]) / minutes, 2),
+                                "requests_per_min": per_min(who), "lists_after_start": lists(who),
+                                "watches_started": sum(n for k, n in during.get(who, Counter()).items()
+                                                       if k.startswith("watch ")),
+                                "by_verb": dict(during.get(who, Counter()).most_common(12))}
+        passes = {}
+        for reconciler, period in PERIODS.items():
+            def keep(labels: dict[str, str], r: str = reconciler) -> bool:
+                return labels.get("reconciler") == r
+            p99 = quantile(buckets(pass0, PASS_BUCKETS_METRIC, keep), buckets(pass1, PASS_BUCKETS_METRIC, keep), 0.99)
+            p50 = quantile(buckets(pass0, PASS_BUCKETS_METRIC, keep), buckets(pass1, PASS_BUCKETS_METRIC, keep), 0.5)
+            if p99 is not None:
+                passes[reconciler] = {"p50_s": p50, "p99_s": p99, "period_s": period}
+
+        def scheduling(labels: dict[str, str]) -> bool:
+            return labels.get("route") in ("/filter", "/prioritize")
+        ext_p99 = quantile(buckets(ext0, EXTENDER_BUCKETS_METRIC, scheduling),
+                           buckets(ext1, EXTENDER_BUCKETS_METRIC, scheduling), 0.99)
+        ours = components["controller"]
+        return {"nodes": len(self.trace.names), "pods": self.args.pods, "minutes": round(minutes, 2),
+                "churn_per_s": self.args.churn_per_s,
+                "ours": {k: ours[k] for k in ("rss_mib_peak", "rss_mib_steady", "cpu_s_per_min", "requests_per_min",
+                                              "lists_after_start")},
+                "kube_controller_manager": {"requests_per_min": per_min("kube-controller-manager")},
+                "kube_scheduler": {"requests_per_min": per_min("kube-scheduler")},
+                "controller_pass_p99_s": max((p["p99_s"] for p in passes.values()), default=None),
+                "extender_p99_ms": None if ext_p99 is None else round(1000 * ext_p99, 1),
+                "passes": passes, "components": components, "unbound_at_end": unbound, "churn_errors": errors}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pods", type=int, default=10000)
+    parser.add_argument("--minutes", type=float, default=3.0)
+    parser.add_argument("--churn-per-s", type=float, default=5.0)
+    parser.add_argument("--scheduled-share", type=float, default=0.1,
+                        help="share of the pods created without a node (the schedulers place them)")
+    parser.add_argument("--seed", type=int, default=42)
+    parser.add_argument("--threads", type=int, default=8, help="concurrent creates")
+    parser.add_argument("--no-karpenter", dest="karpenter", action="store_false",
+                        help="no Karpenter and no capacity policy")
+    parser.add_argument("--keep-state", action="store_true", help="keep the cluster's folder (logs, audit)")
+    args = parser.parse_args(argv)
+    for flag, value in (("--nodes", args.nodes), ("--pods", args.pods), ("--minutes", args.minutes),
+                        ("--churn-per-s", args.churn_per_s), ("--threads", args.threads)):
+        if value <= 0:
+            print(f"error: {flag} must be positive, got {value}", file=sys.stderr)
+            return 2
+    if not 0 <= args.scheduled_share <= 1:
+        print(f"error: --scheduled-share must be between 0 and 1, got {args.scheduled_share}", file=sys.stderr)
+        return 2
+
+    def log(text: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {text}", file=sys.stderr, flush=True)
+
+    print(json.dumps(ScaleRun(args, log).run()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
