@@ -1,7 +1,7 @@
 """The optimizer in a large cluster: N KWOK GPU nodes and M pods on the real control plane, then churn.
 
     python bench/cluster_scale.py [--nodes 1000] [--pods 10000] [--minutes 3] [--churn-per-s 5]
-                                  [--scheduled-share 0.1] [--threads 8] [--no-karpenter] [--keep-state]
+                                  [--scheduled-share 0.1] [--gpu-fill 0.8] [--threads 8] [--no-karpenter] [--keep-state]
 
 What runs (tests/cluster, all real, v1.35.4): etcd, kube-apiserver, kube-controller-manager, the default
 kube-scheduler, KWOK, Karpenter with its KWOK provider; the optimizer as the chart renders it (webhook,
@@ -12,9 +12,11 @@ pod twice a second: it would be the largest reader measured); nodes carry what G
 plugin publish from the start.
 
 1. N nodes in the openb node list's mix (scaled copies, bench/cluster_replay.py's objects), created
-   through kube-apiserver; M pods of the default trace's shapes: a `--scheduled-share` of them created
-   without a node (our webhook routes them to our scheduler, which calls our extender), the rest bound
-   directly (spec.nodeName, first fit), as a cluster that was already running holds them.
+   through kube-apiserver; M pods: GPU pods of the default trace's shapes until they ask for `--gpu-fill`
+   of the GPUs, then small CPU pods (the per-node agents a GPU cluster runs) up to M. A
+   `--scheduled-share` of the GPU pods are created without a node (our webhook routes them to our
+   scheduler, which calls our extender), the rest bound directly (spec.nodeName, first fit), as a
+   cluster that was already running holds them.
 2. Start-up ends when the controller's caches have listed (its first passes ran); then churn for
    `--minutes`: `--churn-per-s` times a second one pod is deleted and one of the same shape created
    (bound directly to the deleted one's node, or through the schedulers for the scheduled share).
@@ -67,6 +69,7 @@ from bench.cluster_replay import (  # noqa: E402
     scaled,
     scrape,
 )
+from gpupolicy.packing.nodemodel import PodDemand  # noqa: E402
 from simulator.trace import load_nodes, load_pods  # noqa: E402
 from tests.cluster.cluster import Cluster  # noqa: E402
 from tests.cluster.karpenter import node_class_ref  # noqa: E402
@@ -241,23 +244,34 @@ class ScaleRun:
         self.seq = 0
 
     def place(self) -> list[tuple[dict[str, Any], str | None]]:
-        """M pods of the trace's shapes; the directly bound ones by first fit on GPUs."""
-        free = {name: spec.gpu_count * 1000 for name, spec in zip(self.trace.names, self.trace.nodes, strict=True)}
-        order = list(free)
+        """M pods: GPU pods of the trace's shapes in the seed's arrival order, each given room by first fit
+        (GPUs, CPU, memory) until their GPU demand reaches `--gpu-fill` of the GPUs (a pod that fits nowhere
+        is passed over); then, up to M, small CPU pods (100m, 128Mi: the per-node agents a GPU cluster runs,
+        exporters, log shippers, the GPU Operator's own) bound round robin. The `--scheduled-share` of the
+        GPU pods are created without their node (the schedulers find the room kept for them), the rest bound."""
+        rooms = {name: [spec.gpu_count * 1000, spec.cpu_milli, spec.memory_mib]
+                 for name, spec in zip(self.trace.names, self.trace.nodes, strict=True)}
+        open_nodes = [name for name, room in rooms.items() if room[0] > 0]
+        target = self.args.gpu_fill * sum(room[0] for room in rooms.values())
         out: list[tuple[dict[str, Any], str | None]] = []
-        shapes = [p for p in self.trace.pods if p.needs_gpu]
-        start = 0
-        for _ in range(self.args.pods):
-            demand = self.rng.choice(shapes)
-            node = None
-            if self.rng.random() >= self.args.scheduled_share:
-                for i in range(start, len(order)):
-                    if free[order[i]] >= demand.gpu_total_milli:
-                        node = order[i]
-                        free[node] -= demand.gpu_total_milli
-                        break
-                    start = i + 1  # first fit: a node that could not take this pod is rarely needed again
-            out.append(self.pod(demand, node))
+        used = 0
+        for demand in self.trace.arrivals + self.trace.pods:
+            if len(out) == self.args.pods or used >= target:
+                break
+            if not demand.needs_gpu:
+                continue
+            need = (demand.gpu_total_milli, demand.cpu_milli, demand.memory_mib)
+            node = next((n for n in open_nodes if all(r >= x for r, x in zip(rooms[n], need, strict=True))), None)
+            if node is None:
+                continue
+            rooms[node] = [r - x for r, x in zip(rooms[node], need, strict=True)]
+            if rooms[node][0] <= 0:
+                open_nodes.remove(node)
+            used += need[0]
+            out.append(self.pod(demand, None if self.rng.random() < self.args.scheduled_share else node))
+        agent = PodDemand(name="agent", cpu_milli=100, memory_mib=128)
+        for i in range(self.args.pods - len(out)):
+            out.append(self.pod(agent, self.trace.names[i % len(self.trace.names)]))
         return out
 
     def pod(self, demand: Any, node: str | None) -> tuple[dict[str, Any], str | None]:
@@ -411,6 +425,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--churn-per-s", type=float, default=5.0)
     parser.add_argument("--scheduled-share", type=float, default=0.1,
                         help="share of the pods created without a node (the schedulers place them)")
+    parser.add_argument("--gpu-fill", type=float, default=0.8,
+                        help="GPU pods until their demand reaches this share of the GPUs (default 0.8)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=8, help="concurrent creates")
     parser.add_argument("--no-karpenter", dest="karpenter", action="store_false",
@@ -422,6 +438,9 @@ def main(argv: list[str] | None = None) -> int:
         if value <= 0:
             print(f"error: {flag} must be positive, got {value}", file=sys.stderr)
             return 2
+    if not 0 < args.gpu_fill <= 1:
+        print(f"error: --gpu-fill must be in (0, 1], got {args.gpu_fill}", file=sys.stderr)
+        return 2
     if not 0 <= args.scheduled_share <= 1:
         print(f"error: --scheduled-share must be between 0 and 1, got {args.scheduled_share}", file=sys.stderr)
         return 2

@@ -33,7 +33,6 @@ from gpupolicy.modes import effective_mode
 from gpupolicy.proposals import TargetRef, decide_state, is_approved, make_proposal
 from gpupolicy.scaling import autoscale as core
 from kube import scale as kscale
-from kube.workloads import list_workloads
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +50,7 @@ class AutoscaleReconciler:
 
     def reconcile(self, ctx: ControllerContext) -> None:
         policies = ctx.policies.valid(PolicyKind.SCALE_TO_ZERO)
-        workloads = list_workloads(ctx.api)
+        workloads = ctx.cluster().workloads()
         claimed: set[str] = set()
         wanted: set[tuple[str, str]] = set()  # (namespace, name) of ScaledObjects we keep
         namespaces: set[str] = set()

@@ -60,7 +60,7 @@ from gpupolicy.scaling.rightsizing import (
     whole_gpu_request,
     window_seconds,
 )
-from kube.workloads import evict_pod, list_namespaces, list_workloads
+from kube.workloads import evict_pod, list_namespaces
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ class RightSizingReconciler:
         policies = ctx.policies.valid(PolicyKind.SHARING)
         if not policies:
             return
-        workloads = [w for w in list_workloads(ctx.api)
+        workloads = [w for w in ctx.cluster().workloads()
                      if whole_gpu_request(_template(w).get("spec") or {}) == 1 and not _skipped(w)]
         namespaces = list_namespaces(ctx.api)
         nodes = {str(n["metadata"]["name"]): dict(n["metadata"].get("labels") or {}) for n in ctx.cluster().nodes()}

@@ -64,7 +64,7 @@ from gpupolicy.modes import effective_mode
 from gpupolicy.proposals import TargetRef, decide_state, is_approved, make_proposal
 from gpupolicy.scaling import scaletozero as core
 from kube import scale as kscale
-from kube.workloads import Conflict, NotFound, list_workloads, patch_scale
+from kube.workloads import Conflict, NotFound, patch_scale
 
 log = logging.getLogger(__name__)
 
@@ -165,7 +165,7 @@ class ScaleToZeroReconciler:
         policies = ctx.policies.valid(PolicyKind.SCALE_TO_ZERO)
         modes = {p.name: effective_mode(p, ctx.default_mode, ctx.prometheus_configured).mode for p in policies}
         sync_write_access(ctx, self.service_account)
-        workloads = list_workloads(ctx.api)
+        workloads = ctx.cluster().workloads()
         claimed: set[str] = set()
         keda_cache: dict[str, list[dict[str, Any]]] = {}
         for policy in policies:

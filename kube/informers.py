@@ -1,4 +1,4 @@
-"""The controller's watch-fed view of Nodes, Pods and PodDisruptionBudgets, one per process.
+"""The controller's watch-fed view of Nodes, Pods, PodDisruptionBudgets and workloads, one per process.
 
 Why: the capacity, layout and right-sizing passes read the whole cluster on
 every pass. Listed each time, that is every Node and every Pod as JSON per
@@ -31,6 +31,7 @@ from kubernetes import client
 from kube import rest
 from kube.reflector import JsonObject, Reflector
 from kube.trim import LAST_APPLIED
+from kube.workloads import PLURALS
 
 SYNC_TIMEOUT_SECONDS = 120.0
 
@@ -49,7 +50,8 @@ def slim(obj: JsonObject) -> JsonObject:
 
 
 class ClusterCache:
-    """Nodes, Pods and PodDisruptionBudgets as watch-fed caches. Objects are shared: read-only."""
+    """Nodes, Pods, PodDisruptionBudgets, Deployments and StatefulSets as watch-fed caches. Objects are
+    shared: read-only."""
 
     def __init__(self, api: client.ApiClient) -> None:
         def feed(path: str, name: str) -> Reflector:
@@ -58,7 +60,9 @@ class ClusterCache:
         self.node_feed = feed("/api/v1/nodes", "controller-nodes")
         self.pod_feed = feed("/api/v1/pods", "controller-pods")
         self.budget_feed = feed("/apis/policy/v1/poddisruptionbudgets", "controller-pdbs")
-        self.feeds = (self.node_feed, self.pod_feed, self.budget_feed)
+        self.workload_feeds = {kind: feed(f"/apis/apps/v1/{plural}", f"controller-{plural}")
+                               for kind, plural in PLURALS.items()}
+        self.feeds = (self.node_feed, self.pod_feed, self.budget_feed, *self.workload_feeds.values())
 
     def start(self) -> ClusterCache:
         for feed in self.feeds:
@@ -95,6 +99,10 @@ class ClusterCache:
 
     def budgets(self) -> list[JsonObject]:
         return _sorted(self.budget_feed)
+
+    def workloads(self) -> list[JsonObject]:
+        """Every Deployment, then every StatefulSet (each with its `kind`), each kind in key order."""
+        return [obj for feed in self.workload_feeds.values() for obj in _sorted(feed)]
 
     def wrote(self, obj: Mapping[str, Any]) -> None:
         """Remember what a write of ours returned (a Node or a Pod), until the watch brings it."""

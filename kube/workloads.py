@@ -18,7 +18,6 @@ from kubernetes.client.exceptions import ApiException
 from kube import calls, rest
 
 MERGE_PATCH = rest.MERGE_PATCH
-WORKLOAD_KINDS = ("Deployment", "StatefulSet")
 
 
 class Conflict(Exception):
@@ -29,12 +28,12 @@ class NotFound(Exception):
     """The object is gone (404)."""
 
 
-_PLURALS = {"Deployment": "deployments", "StatefulSet": "statefulsets"}
+PLURALS = {"Deployment": "deployments", "StatefulSet": "statefulsets"}  # the workloads scale to zero reads
 
 
 def _plural(kind: str) -> str:
     try:
-        return _PLURALS[kind]
+        return PLURALS[kind]
     except KeyError:
         raise ValueError(f"unsupported workload kind {kind!r} (Deployment or StatefulSet)") from None
 
@@ -49,22 +48,6 @@ def _raw(api: client.ApiClient, method: str, path: str, **kwargs: Any) -> dict[s
         if exc.status == 404:
             raise NotFound(str(exc.reason)) from exc
         raise
-
-
-def _with_kind(items: list[dict[str, Any]], kind: str, api_version: str) -> list[dict[str, Any]]:
-    for item in items:
-        item.setdefault("kind", kind)
-        item.setdefault("apiVersion", api_version)
-    return items
-
-
-def list_workloads(api: client.ApiClient, kinds: tuple[str, ...] = WORKLOAD_KINDS) -> list[dict[str, Any]]:
-    """Every Deployment and StatefulSet in the cluster (each with `kind` set)."""
-    found: list[dict[str, Any]] = []
-    for kind in kinds:
-        answer = _raw(api, "GET", f"/apis/apps/v1/{_plural(kind)}")
-        found.extend(_with_kind(list(answer.get("items") or []), kind, "apps/v1"))
-    return found
 
 
 def read_scale(api: client.ApiClient, kind: str, namespace: str, name: str) -> dict[str, Any]:

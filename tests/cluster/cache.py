@@ -19,6 +19,7 @@ from kubernetes import client
 from kube import rest
 from kube.informers import ClusterCache
 from kube.reflector import JsonObject, Reflector, object_key
+from kube.workloads import PLURALS
 
 
 class CaughtUpCache(ClusterCache):
@@ -37,6 +38,11 @@ class CaughtUpCache(ClusterCache):
     def budgets(self) -> list[JsonObject]:
         self._catch_up(self.budget_feed, "/apis/policy/v1/poddisruptionbudgets")
         return super().budgets()
+
+    def workloads(self) -> list[JsonObject]:
+        for kind, feed in self.workload_feeds.items():
+            self._catch_up(feed, f"/apis/apps/v1/{PLURALS[kind]}")
+        return super().workloads()
 
     def _catch_up(self, feed: Reflector, path: str) -> None:
         self.wait_for_sync()

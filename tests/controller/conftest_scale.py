@@ -75,8 +75,19 @@ def keda_scale_api() -> Iterator[Any]:
             fresh.controller_api.close()
 
 
-def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None, keda: bool = True) -> Any:
-    """The frame's ControllerContext on `api` (leader), with the real Prometheus metrics source.
+_CACHES: list[Any] = []  # the cluster caches scale_context started: stopped after each test
+
+
+@pytest.fixture(autouse=True)
+def stop_scale_caches() -> Iterator[None]:
+    yield
+    while _CACHES:
+        _CACHES.pop().stop()
+
+
+def scale_context(api: Any, admin: Any, prometheus_url: str | None, *, clock: Any = None, keda: bool = True) -> Any:
+    """The frame's ControllerContext on `api` (leader), with the real Prometheus metrics source, reading
+    the cluster through a CaughtUpCache (`admin` lists what it must have caught up with).
 
     `keda`: as `--keda` (chart keda.enabled=true): these tests drive KEDA ScaledObjects."""
     from controller.context import ControllerContext, SystemClock
@@ -84,10 +95,13 @@ def scale_context(api: Any, prometheus_url: str | None, *, clock: Any = None, ke
     from controller.policies import PolicyStore
     from controller.recorder import ControllerMetrics, Recorder
     from gpupolicy.model import Mode
+    from tests.cluster.cache import CaughtUpCache
 
     clock = clock or SystemClock()
+    cache = CaughtUpCache(api, admin).start()
+    _CACHES.append(cache)
     return ControllerContext(
         api=api, namespace="kubeon-gpu", default_mode=Mode.RECOMMEND, prometheus_url=prometheus_url,
         metrics=from_url(prometheus_url), clock=clock, recorder=Recorder(api, ControllerMetrics(), clock, "test"),
-        policies=PolicyStore(), is_leader=lambda: True, keda=keda,
+        policies=PolicyStore(), is_leader=lambda: True, keda=keda, cache=cache,
     )

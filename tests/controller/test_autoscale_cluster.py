@@ -45,7 +45,7 @@ def setup(api: client.ApiClient, mode: str, keda: bool = True,
     client.CustomObjectsApi(api).create_cluster_custom_object("gpu.kubeon.io", "v1alpha1", "gpupolicies",
                                                               policy(mode))
     # a configured source (never queried here): Automatic may act
-    ctx = scale_context(controller_api or api, PROM, keda=keda)
+    ctx = scale_context(controller_api or api, api, PROM, keda=keda)
     # in the registry's order: scale to zero binds the chart's scaler role in the policy's namespaces
     # (the ScaledObject rules are in it), then autoscale writes there
     return ReconcileRunner(ctx, [PolicySync(), ScaleToZeroReconciler(), AutoscaleReconciler()])

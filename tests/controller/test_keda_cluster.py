@@ -164,7 +164,7 @@ def test_removing_the_policy_removes_our_scaled_object_and_leaves_the_workload_a
             "llm", ns, replicas=2, labels={"tier": "inference"}, scheduler_name=None))
         before = user_view(cluster, ns)
         custom.create_cluster_custom_object(*POLICIES, autoscale_policy(policy, ns))
-        runner = ReconcileRunner(scale_context(api, prometheus.url),
+        runner = ReconcileRunner(scale_context(api, cluster.api_client, prometheus.url),
                                  [PolicySync(), ScaleToZeroReconciler(), AutoscaleReconciler()])
         runner.run_all()
         [made] = kscale.list_scaled_objects(cluster.api_client, ns)

@@ -119,7 +119,7 @@ def policy_status(api: client.ApiClient, name: str = "idle-gpus") -> dict[str, A
 
 
 def runner_for(scene: Scene, prom: PrometheusServer | None, **kw: Any) -> ReconcileRunner:
-    ctx = scale_context(scene.controller, prom.url if prom else None)
+    ctx = scale_context(scene.controller, scene.admin, prom.url if prom else None)
     return ReconcileRunner(ctx, [PolicySync(), ScaleToZeroReconciler(step_seconds=2, max_gap_seconds=6, **kw)])
 
 
@@ -445,7 +445,7 @@ def test_crash_after_each_write_converges_without_losing_the_count(
     script_gpu(dcgm_exporter, "kedad", constant(0), ns=ns)
     dcgm_exporter.put("queue_depth", {"service": "llm"}, constant(0))
     prom = prometheus_factory(history=120, wait_scrape=False)
-    ctx = scale_context(scene.controller, prom.url)
+    ctx = scale_context(scene.controller, scene.admin, prom.url)
     PolicySync().reconcile(ctx)
 
     # Crash 1: the KEDA target is recorded, its ScaledObject not yet paused.
@@ -501,7 +501,7 @@ def test_scaler_rolebindings_follow_policy_namespaces(scene: Scene, ml: str) -> 
     api, ns = scene.admin, scene.namespace
     create(api, policy(namespaces=(ns, ml)))
     # Acting modes need a configured source; nothing listens there (the wake query fails soft).
-    ctx = scale_context(scene.controller, "http://127.0.0.1:9")
+    ctx = scale_context(scene.controller, scene.admin, "http://127.0.0.1:9")
     runner = ReconcileRunner(ctx, [PolicySync(), ScaleToZeroReconciler()])
     run_pass(runner, api, ns)
     assert bindings(api, ns, ml) == {ns, ml}
