@@ -81,6 +81,13 @@ def _milli_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
     return int(requests.get("cpu", 0) * 1000), int(requests.get("memory", 0) / (1024 * 1024))
 
 
+def _gpu_count(pod: Mapping[str, Any]) -> int:
+    try:
+        return int(pod_requests(pod).get(GPU_RESOURCE, 0))
+    except ObjectError:
+        return 0
+
+
 def launch_demand(pod: Mapping[str, Any], resource: str, policy: GpuPolicy | None, capacity_models: list[str],
                   catalog: Catalog = DEFAULT_CATALOG) -> LaunchDemand | None:
     """The whole-GPU demand of one pending pod waiting for `resource`; None when no product can serve it."""
@@ -96,6 +103,11 @@ def launch_demand(pod: Mapping[str, Any], resource: str, policy: GpuPolicy | Non
     if selected:
         only = {normalise_product_label(str(selected))}
         allowed = only if allowed is None else allowed & only
+    if resource == GPU_RESOURCE:  # whole GPUs (node groups: no Karpenter provisions them)
+        count = _gpu_count(pod)
+        return LaunchDemand(key, resource, PodDemand(cpu_milli=cpu, memory_mib=mem, num_gpu=count, gpu_milli=MILLI,
+                                                     allowed_models=frozenset(allowed) if allowed is not None
+                                                     else None, name=key), None) if count else None
     if resource == SHARED_GPU_RESOURCE:
         replicas = sharing.time_slicing_replicas if sharing is not None else 2
         models = frozenset(allowed) if allowed is not None else None
