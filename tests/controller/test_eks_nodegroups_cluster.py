@@ -384,16 +384,22 @@ def test_a_group_at_its_max_gets_no_more_and_the_policy_says_so(make_world: Any)
     assert "node group l4 (g6.xlarge) at its max size 2" in provisioned["message"], provisioned
 
 
-def test_recommend_writes_nothing(make_world: Any) -> None:
-    world = make_world()
-    world.cloud.group("l4", "g6.xlarge", pool=world.pool)
-    world.create_policy(mode="Recommend")
-    world.pods(2)
-    world.rounds(3)
-    assert world.cloud.desired("l4") == 0 and world.cloud.instances("l4") == []
-    proposals = [p for p in world.status().get("proposals") or [] if p["action"].startswith("add a node")]
-    assert len(proposals) == 2 and {p["state"] for p in proposals} == {"Proposed"}
-    assert all("node group l4 (g6.xlarge)" in p["action"] for p in proposals)
+def test_recommend_writes_nothing(make_world: Any, moto_url: str) -> None:
+    proxy = FaultProxy(moto_url, lambda action, path: None)  # forwards all, records each call
+    try:
+        world = make_world(endpoint=proxy.url)
+        world.cloud.group("l4", "g6.xlarge", pool=world.pool)
+        world.create_policy(mode="Recommend")
+        world.pods(2)
+        world.rounds(3)
+        assert world.cloud.desired("l4") == 0 and world.cloud.instances("l4") == []
+        proposals = [p for p in world.status().get("proposals") or [] if p["action"].startswith("add a node")]
+        assert len(proposals) == 2 and {p["state"] for p in proposals} == {"Proposed"}
+        assert all("node group l4 (g6.xlarge)" in p["action"] for p in proposals)
+        calls = {action.split("/")[0] if action.startswith("GET") else action for action, _ in proxy.seen}
+        assert calls == {"GET ", "DescribeAutoScalingGroups"}, "reads only: EKS GETs and Auto Scaling's Describe"
+    finally:
+        proxy.close()
 
 
 # -- removing ---------------------------------------------------------------------------------------
