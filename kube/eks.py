@@ -66,19 +66,23 @@ class EksNodeGroups:
         self._groups: list[NodeGroup] | None = None  # read once per pass (a provider is made per pass)
 
     def _read(self) -> list[NodeGroup]:
+        """The tagged node groups whose Auto Scaling group exists, with its sizes and instances."""
         with cloud_errors():
             self.eks.describe_cluster(name=self.cluster)  # a missing cluster: ResourceNotFoundException
             names = [n for page in self.eks.get_paginator("list_nodegroups").paginate(clusterName=self.cluster)
                      for n in page.get("nodegroups") or []]
             described = [self.eks.describe_nodegroup(clusterName=self.cluster, nodegroupName=n)["nodegroup"]
                          for n in names]
-            tagged = [d for d in described if (d.get("tags") or {}).get(GROUP_TAG)]
-            scalers = {d["nodegroupName"]: str(((d.get("resources") or {}).get("autoScalingGroups") or [{}])[0]
-                                               .get("name") or "") for d in tagged}
-            found = {g["AutoScalingGroupName"]: g for page in self.autoscaling.get_paginator(
-                "describe_auto_scaling_groups").paginate(AutoScalingGroupNames=[s for s in scalers.values() if s])
-                for g in page.get("AutoScalingGroups") or []} if any(scalers.values()) else {}
-        return [_group(d, found.get(scalers[d["nodegroupName"]])) for d in tagged]
+            tagged = {_scaler_name(d): d for d in described if (d.get("tags") or {}).get(GROUP_TAG)}
+            found = self._scalers([name for name in tagged if name])
+        return [_group(d, found[name]) for name, d in tagged.items() if name in found]
+
+    def _scalers(self, names: list[str]) -> dict[str, dict[str, Any]]:
+        """DescribeAutoScalingGroups for `names`, at most 50 a request (the API's limit), every page."""
+        paginator = self.autoscaling.get_paginator("describe_auto_scaling_groups")
+        return {g["AutoScalingGroupName"]: g for start in range(0, len(names), 50)
+                for page in paginator.paginate(AutoScalingGroupNames=names[start:start + 50])
+                for g in page.get("AutoScalingGroups") or []}
 
     def groups(self, pool: str | None = None) -> list[NodeGroup]:
         if self._groups is None:
@@ -130,10 +134,13 @@ class EksNodeGroups:
         self._groups = None
 
 
-def _group(described: Mapping[str, Any], scaler: Mapping[str, Any] | None) -> NodeGroup:
+def _scaler_name(described: Mapping[str, Any]) -> str:
+    """The Auto Scaling group a DescribeNodegroup answer names ("" while EKS has made none)."""
+    return str((((described.get("resources") or {}).get("autoScalingGroups") or [{}])[0] or {}).get("name") or "")
+
+
+def _group(described: Mapping[str, Any], scaler: Mapping[str, Any]) -> NodeGroup:
     """A DescribeNodegroup answer and its Auto Scaling group (sizes and instances) as a `NodeGroup`."""
-    sizes = described.get("scalingConfig") or {}
-    scaler = scaler or {}
     instances = tuple(GroupInstance(id=str(i["InstanceId"]),
                                     provider_id=f"aws:///{i.get('AvailabilityZone', '')}/{i['InstanceId']}",
                                     instance_type=str(i.get("InstanceType") or ""),
@@ -143,7 +150,5 @@ def _group(described: Mapping[str, Any], scaler: Mapping[str, Any] | None) -> No
         name=str(described["nodegroupName"]), pool=str((described.get("tags") or {})[GROUP_TAG]),
         instance_types=tuple(described.get("instanceTypes") or ()),
         labels={str(k): str(v) for k, v in (described.get("labels") or {}).items()},
-        min_size=int(scaler.get("MinSize", sizes.get("minSize", 0))),
-        max_size=int(scaler.get("MaxSize", sizes.get("maxSize", 0))),
-        desired=int(scaler.get("DesiredCapacity", sizes.get("desiredSize", 0))),
-        instances=instances, scaler=str(scaler.get("AutoScalingGroupName") or ""))
+        min_size=int(scaler["MinSize"]), max_size=int(scaler["MaxSize"]), desired=int(scaler["DesiredCapacity"]),
+        instances=instances, scaler=str(scaler["AutoScalingGroupName"]))
