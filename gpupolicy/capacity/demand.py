@@ -16,6 +16,8 @@ reconciler therefore:
    1/instances, the live model's conversion (packing/migslices.py), per
    product that has the profile (the caller plans each product and keeps
    the cheapest);
+   (Under node groups whole-GPU pods come here too, as `num_gpu` whole GPUs:
+   no Karpenter provisions them there.)
 3. groups them by resource, so every node launched runs one layout, and
    `boot_labels` names the MIG layout the node boots with
    (`nvidia.com/mig.config`). A time-sliced node boots whole and the layout
