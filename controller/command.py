@@ -16,7 +16,7 @@ import signal
 import socket
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -81,8 +81,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(chart keda.enabled); without it they are offered as YAML in the policy status")
     parser.add_argument("--capacity-provider", default="karpenter",
                         choices=list(CAPACITY_PROVIDERS),
-                        help="who adds and removes GPU nodes (chart capacity.provider); only karpenter is "
-                             "implemented: capacity policies under the others report Ready=False NotImplemented")
+                        help="who adds and removes GPU nodes (chart capacity.provider); karpenter and "
+                             "eks-nodegroups are implemented: capacity policies under the others report "
+                             "Ready=False NotImplemented")
+    parser.add_argument("--eks-cluster", default="",
+                        help="with --capacity-provider eks-nodegroups: the EKS cluster whose node groups are "
+                             "resized (chart capacity.eks.clusterName)")
+    parser.add_argument("--eks-region", default="",
+                        help="with --capacity-provider eks-nodegroups: its AWS region (chart capacity.eks.region; "
+                             "unset: boto3's default chain, AWS_REGION)")
     parser.add_argument("--uninstall", action="store_true",
                         help="once, then exit (the chart's pre-delete hook): take the lease, wake parked "
                              "workloads, remove what the optimizer put on nodes and in the time-slicing "
@@ -233,6 +240,7 @@ def build(
     components: frozenset[Component] = ALL_COMPONENTS,
     keda: bool = False,
     capacity_provider: str = "karpenter",
+    cloud: Mapping[str, str] | None = None,
     extender_url: str | None = None,
     extender_error_ratio: float = DEFAULT_ERROR_RATIO,
 ) -> ControllerProcess:
@@ -262,7 +270,7 @@ def build(
         metrics=metrics, clock=clock, recorder=recorder, policies=store, is_leader=may_write,
         holds_lease=elector.is_leader, hub_configured=hub is not None,
         components=components | {Component.CONTROLLER}, keda=keda, capacity_provider=capacity_provider,
-        extender_url=extender_url, extender_error_ratio=extender_error_ratio,
+        cloud=dict(cloud or {}), extender_url=extender_url, extender_error_ratio=extender_error_ratio,
     )
     if hub is not None:
         sync = HubSync(hub, hub_state, controller_metrics.registry, default_mode)
@@ -329,6 +337,9 @@ def run(args: argparse.Namespace) -> int:
     if args.renew_seconds >= args.lease_duration_seconds:
         log.error("--renew-seconds must be shorter than --lease-duration-seconds")
         return 2
+    if args.capacity_provider == "eks-nodegroups" and not args.eks_cluster:
+        log.error("--capacity-provider eks-nodegroups needs --eks-cluster (chart capacity.eks.clusterName)")
+        return 2
     try:
         hub = hub_settings(args)
     except ValueError as exc:
@@ -349,7 +360,8 @@ def run(args: argparse.Namespace) -> int:
             lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
             resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind, hub=hub,
             components=components, keda=args.keda, capacity_provider=args.capacity_provider,
-            extender_url=args.extender_url, extender_error_ratio=args.extender_error_ratio,
+            cloud={"cluster": args.eks_cluster, "region": args.eks_region}, extender_url=args.extender_url,
+            extender_error_ratio=args.extender_error_ratio,
         )
     except ReconcilerLoadError as exc:
         log.error("%s", exc)

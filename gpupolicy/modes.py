@@ -43,7 +43,7 @@ HANDLERS: Mapping[PolicyKind, frozenset[Component]] = {
     PolicyKind.CAPACITY: frozenset({Component.CONTROLLER}),
     PolicyKind.GUARDRAIL: frozenset({Component.WEBHOOK}),
 }
-IMPLEMENTED_CAPACITY_PROVIDERS = frozenset({"karpenter"})
+IMPLEMENTED_CAPACITY_PROVIDERS = frozenset({"karpenter", "eks-nodegroups"})
 ALL_COMPONENTS = frozenset(Component)
 
 
@@ -99,14 +99,15 @@ def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
     """Who acts on `kind` among the `running` components, for the policy's Ready condition.
 
     Capacity policies under a `capacity.provider` this version does not implement (the managed
-    node groups of EKS, AKS, GKE: accepted values of the install) are NotImplemented. A kind whose
+    node pools of AKS and GKE: accepted values of the install) are NotImplemented. A kind whose
     running handlers are all `failing` (component -> why: the extender answering errors, which
     kube-scheduler ignores, gpupolicy/health.py) is not acted on either: `<Component>Degraded`.
     """
     if kind is PolicyKind.CAPACITY and capacity_provider not in IMPLEMENTED_CAPACITY_PROVIDERS:
         return Handling(False, "NotImplemented",
                         f"capacity.provider={capacity_provider} is accepted but not implemented in this version: "
-                        "GPU nodes are added and removed only through Karpenter (capacity.provider=karpenter)")
+                        "GPU nodes are added and removed through Karpenter (capacity.provider=karpenter) or EKS "
+                        "managed node groups (capacity.provider=eks-nodegroups)")
     needed = HANDLERS.get(kind, frozenset())
     if not needed:
         return Handling(False, "NotImplemented",

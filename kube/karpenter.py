@@ -124,6 +124,7 @@ class KarpenterProvider:
     """`CapacityProvider` over karpenter.sh/v1."""
 
     name = KARPENTER
+    whole_gpus = False  # Karpenter provisions whole-GPU pods itself, from the NodePool
 
     def __init__(self, api: client.ApiClient, products: Mapping[str, tuple[str, int, float]]) -> None:
         self.api = api
@@ -131,6 +132,9 @@ class KarpenterProvider:
 
     def _desired(self, policy: str, spec: CapacitySpec) -> dict[str, Any]:
         return desired_nodepool(policy, spec, {t: p for t, (p, _, _) in self.products.items()})
+
+    def groups(self, pool: str | None = None) -> None:
+        return None  # a NodePool, no node groups
 
     def pool_in_shape(self, policy: str, spec: CapacitySpec) -> bool | None:
         current = read_nodepool(self.api, spec.node_pool)

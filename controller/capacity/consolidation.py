@@ -147,7 +147,10 @@ def _rows(p: Pass, policy: GpuPolicy, spec: CapacitySpec, used: Usage, empty: Em
         if (changed := empty.changed_at(name, movable, seen, now)) is not None:
             changed_at[row] = changed
     in_progress = sum(1 for n in seen.nodes if replacement.disrupting(n))
-    catalog = p.launchable(allowed_types(spec, {t.name: t.model for t in p.instances}))  # what a replacement may launch
+    # what a replacement may launch; none with node groups: a replacement follows its new nodes by claim name,
+    # which a group's desired size has not (consolidation there removes nodes whose pods fit elsewhere)
+    catalog = [] if seen.groups is not None else p.launchable(allowed_types(spec, {t.name: t.model
+                                                                                   for t in p.instances}))
     # a PodDisruptionBudget allowing no disruption keeps its pods' node out of this pass (as Karpenter); the
     # plan says so where it would have disrupted the node (gpupolicy/capacity/budgets.py)
     held = {row: why for row, node in enumerate(gpu_nodes) if row not in blocked
@@ -177,12 +180,13 @@ def gpu_demands(pods: list[dict[str, Any]]) -> list[PodDemand]:
 
 def _blocked(node: Mapping[str, Any], claim: CapacityNode | None, replacing: Set[str], pending: Set[str],
              bound: list[dict[str, Any]], now: float, cooldown: float) -> bool:
-    """The node is no candidate: no claim of the pool, or one being deleted; a drain, replacement or re-layout
+    """The node is no candidate: no claim of the pool, one being deleted, or one whose node group is at its min
+    size; a drain, replacement or re-layout
     under way; do-not-disrupt on it or a pod; a drain undone within `cooldown`; launched for pods pending."""
     notes = annotations_of(node)
     undone = drain.read_undone(notes)
     launched_for = set(claim.launched_for) if claim else set()
-    return bool(claim is None or claim.deleting or drain.DRAINING_ANNOTATION in notes
+    return bool(claim is None or claim.deleting or not claim.removable or drain.DRAINING_ANNOTATION in notes
                 or replacement.REPLACING_ANNOTATION in notes or claim.claim in replacing
                 or RELAYOUT_ANNOTATION in notes or drain.do_not_disrupt(notes)
                 or any(drain.do_not_disrupt(annotations_of(pod)) for pod in bound)

@@ -7,9 +7,11 @@ NodePool=False, FieldConflict, never taken over.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from controller.capacity.state import Pass
 from gpupolicy.capacity.nodepool import desired_nodepool
-from gpupolicy.catalog import GPU_RESOURCE
+from gpupolicy.catalog import GPU_RESOURCE, MIG_CONFIG_LABEL
 from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import TargetRef, make_proposal
@@ -41,7 +43,9 @@ def keep_pool(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode,
     """Keep the NodePool declared; True when it exists in the declared shape after this step.
 
     Its `limits nvidia.com/gpu` is `maxGpus` less the GPUs Karpenter's count misses, so Karpenter's own
-    provisioning of whole-GPU pods keeps the pool within `maxGpus` too."""
+    provisioning of whole-GPU pods keeps the pool within `maxGpus` too. Node groups: `find_groups`."""
+    if p.seen.groups is not None:
+        return find_groups(p, spec, conditions)
     ctx = p.ctx
     missed, shared = unseen_gpus(p, spec) if spec.max_gpus is not None else (0, 0)
     declared = spec.max_gpus
@@ -89,3 +93,21 @@ def keep_pool(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode,
                                             f"{shown.value.lower()} in mode {mode.value}"))
     proposals.append(make_proposal(policy.name, target, action, why, 0.0, shown))
     return ok
+
+
+def find_groups(p: Pass, spec: CapacitySpec, conditions: list[Condition]) -> bool:
+    """Node groups are the cluster owner's, never created or reshaped: the pool is the groups tagged for it
+    (gpupolicy/capacity/nodegroups.py), reported with their sizes; True when there is one."""
+    problem = p.provider.ensure_pool("", spec)  # reads only
+    if problem:
+        conditions.append(Condition(type="NodePool", status="False", reason="NodeGroupNotFound", message=problem))
+        return False
+    shown = ", ".join(f"{g.name} ({g.instance_type}{_layout(g.labels)}: {g.desired} of {g.min_size}..{g.max_size})"
+                      for g in p.group_sizes(spec.node_pool))
+    conditions.append(Condition(type="NodePool", status="True", reason="NodeGroupsFound",
+                                message=f"{p.provider.name}: {shown}"[:1000]))
+    return True
+
+
+def _layout(labels: Mapping[str, str]) -> str:
+    return f", MIG {labels[MIG_CONFIG_LABEL]}" if MIG_CONFIG_LABEL in labels else ""

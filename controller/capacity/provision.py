@@ -1,12 +1,17 @@
 """Step 3 of a capacity pass: NodeClaims for pending shared-GPU pods that nothing can serve.
 
-Whole-GPU pods are Karpenter's own (it provisions them from the NodePool).
+Whole-GPU pods are Karpenter's own (it provisions them from the NodePool);
+with node groups (`provider.whole_gpus`) they are planned here too.
 For pods on `nvidia.com/gpu.shared` / `nvidia.com/mig-*` (no instance type
 advertises them before the GPU Operator runs) the sharing-layout planner
 says which pods no node, re-laid node or launching NodeClaim can serve
 (gpupolicy/capacity/demand.py counts a launching claim as an empty node of
 its type, so a burst is planned once); `plan_launches` picks the nodes within
-`maxGpus`; each launch is a NodeClaim booting the sharing layout.
+`maxGpus`; each launch is a NodeClaim booting the sharing layout, or, with
+node groups, one step of the desired size of the group that boots that type
+and layout with room left (gpupolicy/capacity/nodegroups.py `choose`; the
+catalog is narrowed to such types first, and a launch no group has room for
+leaves its pods unserved, the condition naming the full groups).
 """
 
 from __future__ import annotations
@@ -26,10 +31,11 @@ from gpupolicy.capacity.demand import (
 from gpupolicy.capacity.instances import InstanceType
 from gpupolicy.capacity.layout import RELAYOUT_ANNOTATION, read_demand, read_nodes
 from gpupolicy.capacity.layout import plan_layout as plan_nodes
+from gpupolicy.capacity.nodegroups import why_full
 from gpupolicy.capacity.nodepool import POLICY_LABEL, allowed_types, claim_name
 from gpupolicy.capacity.provider import CapacityNode, NewNode
 from gpupolicy.capacity.provisioning import Launch, plan_launches
-from gpupolicy.catalog import DEFAULT_CATALOG, MIG_CONFIG_LABEL
+from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, MIG_CONFIG_LABEL
 from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, PolicyKind, Proposal, SharingStrategy
 from gpupolicy.model import ProposalState as State
 from gpupolicy.packing.nodemodel import NodeState
@@ -43,11 +49,12 @@ def provision(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_o
     earlier policy of this pass already provisioned for (a pod gets capacity from one policy only)."""
     seen = p.seen
     claims = seen.pool_claims(spec.node_pool)
+    groups = seen.groups is not None
     for claim in claims:  # what was launched stays visible until its node registers
-        if claim.launching and claim.labels.get(POLICY_LABEL) == policy.name:
+        if claim.launching and (groups or claim.labels.get(POLICY_LABEL) == policy.name):
             proposals.append(make_proposal(
                 policy.name, f"NodePool/{spec.node_pool}",
-                f"launch NodeClaim {claim.claim} ({claim.instance_type})",
+                f"{'node' if groups else 'launch NodeClaim'} {claim.claim} ({claim.instance_type})",
                 f"launching for {', '.join(claim.launched_for) or 'pending pods'}", 0.0, State.APPLIED))
     pods = {pod_key(pod): pod for pod in seen.pods}
     waiting = [(key, resource) for key, resource in unserved(p, claims)
@@ -65,28 +72,39 @@ def provision(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_o
         own = next((s for s in sharing if s.name == named), None) or _sharing_for(resource, sharing)
         found = launch_demand(pods[key], resource, own, spec.gpu_models, DEFAULT_CATALOG)
         (demands.append(found) if found is not None else impossible.append(key))
-    catalog = p.launchable(allowed_types(spec, {t.name: t.model for t in p.instances}))
+    allowed = allowed_types(spec, {t.name: t.model for t in p.instances})
     used = sum(c.gpus for c in claims if not c.deleting)
     room = None if spec.max_gpus is None else max(0, spec.max_gpus - used)
-    launches: list[tuple[Launch, LaunchDemand]] = []
+    launches: list[tuple[Launch, LaunchDemand, str]] = []
+    planned = dict(p.raised)  # node group -> nodes asked for, this pass's earlier policies and this one
+    full: list[str] = []
     for group in group_by_resource(demands).values():
-        for launch in plan_group(group, catalog, room):
-            launches.append((launch, group[0]))
+        boot = boot_labels(group[0].resource, group[0].layout)
+        for launch in plan_group(group, p.launchable(allowed, spec.node_pool, boot, planned), room):
+            chosen = p.group_for(spec.node_pool, launch.instance_type.name, boot, planned) if groups else None
+            if groups and chosen is None:
+                continue
+            if chosen is not None:
+                planned[chosen.name] = planned.get(chosen.name, 0) + 1
+            launches.append((launch, group[0], chosen.name if chosen else ""))
             if room is not None:
                 room -= launch.instance_type.gpus
-    placed = {pod for launch, _ in launches for pod in launch.pods}
+        if groups and (why := why_full(p.group_sizes(spec.node_pool, planned), boot)):
+            full.append(why)
+    placed = {pod for launch, _, _ in launches for pod in launch.pods}
     left = [d.pod for d in demands if d.pod not in placed] + impossible
-    for index, (launch, sample) in enumerate(launches):
-        _launch(p, policy, spec, mode, pool_ok, launch, sample, index, proposals)
+    for index, (launch, sample, node_group) in enumerate(launches):
+        _launch(p, policy, spec, mode, pool_ok, launch, sample, index, proposals, node_group)
     if left:
-        why = f"maxGpus {spec.max_gpus} reached" if room == 0 else "no allowed instance type holds them"
+        why = (f"maxGpus {spec.max_gpus} reached" if room == 0 else "; ".join(full) if full
+               else "no allowed instance type holds them")
         conditions.append(Condition(type="Provisioned", status="False", reason="Unserved",
                                     message=f"{len(left)} pending pod(s) get no node ({why}): "
                                             f"{', '.join(sorted(left)[:10])}"))
     else:
         conditions.append(Condition(type="Provisioned", status="True", reason="Planned",
                                     message=f"{len(launches)} node(s) planned for {len(placed)} pending pod(s)"))
-    return [launch for launch, _ in launches]
+    return [launch for launch, _, _ in launches]
 
 
 def unserved(p: Pass, claims: list[CapacityNode]) -> list[tuple[str, str]]:
@@ -106,7 +124,8 @@ def unserved(p: Pass, claims: list[CapacityNode]) -> list[tuple[str, str]]:
         if (pod.get("spec") or {}).get("nodeName") or not live(pod) or pod_key(pod) not in left:
             continue
         demand = read_demand([pod], sharing, DEFAULT_CATALOG)
-        if demand and is_shared_resource(demand[0].resource):
+        if demand and (is_shared_resource(demand[0].resource) or
+                       (p.provider.whole_gpus and demand[0].resource == GPU_RESOURCE)):
             found.append((pod_key(pod), demand[0].resource))
     return found
 
@@ -129,13 +148,16 @@ def plan_group(group: list[LaunchDemand], catalog: list[InstanceType], room: int
 
 
 def _launch(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_ok: bool,
-            launch: Launch, sample: LaunchDemand, index: int, proposals: list[Proposal]) -> None:
+            launch: Launch, sample: LaunchDemand, index: int, proposals: list[Proposal], node_group: str = "") -> None:
+    """One planned node: a NodeClaim `name`, or with `node_group` one more node in that group."""
     ctx = p.ctx
     kind = launch.instance_type
     name = claim_name(spec.node_pool, kind.name, list(launch.pods), index)
     labels = boot_labels(sample.resource, sample.layout)
     layout = f", MIG {sample.layout}" if labels else ""
-    target, action = f"NodePool/{spec.node_pool}", f"launch NodeClaim {name} ({kind.name}{layout})"
+    action = (f"add a node to node group {node_group} ({kind.name}{layout}) for {name}" if node_group
+              else f"launch NodeClaim {name} ({kind.name}{layout})")
+    target = f"NodePool/{spec.node_pool}"
     reason = (f"{len(launch.pods)} pending {sample.resource} pod(s) no node can serve: "
               f"{', '.join(launch.pods[:5])}{', ...' if len(launch.pods) > 5 else ''}; adds {kind.gpus} "
               f"{kind.model} GPU(s), about ${kind.price_per_hour:.2f}/h{p.avoided()}")
@@ -147,11 +169,12 @@ def _launch(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_ok:
         elif not ctx.is_leader():
             shown = State.APPROVED
         else:
-            new = NewNode(name, kind.name, labels, reason, launch.pods)
+            new = NewNode(name, kind.name, labels, reason, launch.pods, group=node_group)
             p.add(policy.name, spec, new)
             p.checkpoint("launched")
-            ctx.recorder.applied(TargetRef("NodeClaim", "", name, api_version=kk.GROUP), policy,
-                                 f"Capacity: {action}", {}, reason, action_label="capacity")
+            ref = (TargetRef("NodeGroup", "", node_group, api_version=p.provider.name) if node_group
+                   else TargetRef("NodeClaim", "", name, api_version=kk.GROUP))
+            ctx.recorder.applied(ref, policy, f"Capacity: {action}", {}, reason, action_label="capacity")
     proposals.append(make_proposal(policy.name, target, action, reason,
                                    -kind.gpus * HOURS_PER_MONTH, shown))
 

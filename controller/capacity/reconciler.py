@@ -42,6 +42,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Callable, Mapping
 from importlib.resources import files
 
 from controller import crashpoints
@@ -57,9 +58,9 @@ from controller.crashpoints import Checkpoint
 from gpupolicy.capacity.disruption import Disruption
 from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType, load_instances
-from gpupolicy.capacity.provider import IMPLEMENTED
+from gpupolicy.capacity.provider import EKS_NODEGROUPS, IMPLEMENTED, CapacityProvider, ProviderError
 from gpupolicy.capacity.provisioning import Launch
-from gpupolicy.model import Condition, PolicyKind
+from gpupolicy.model import Condition, GpuPolicy, PolicyKind
 from gpupolicy.modes import effective_mode
 from kube import karpenter as kk
 
@@ -72,6 +73,8 @@ DEFAULT_INSTANCES = files("gpupolicy.capacity") / "data" / "aws-gpu-instances.cs
 INSTANCES_ENV = "KUBEON_GPU_INSTANCE_TYPES"
 # after each write: KUBEON_GPU_CRASH_AT=capacity:<one of these> crashes there (controller/crashpoints.py)
 CHECKPOINTS = ("cordoned", "evicted", "deleted", "launched", "replacing")
+# (context, catalog products: type -> (GPU product, GPUs, $/h)) -> the pass's provider; tests pass their own
+ProviderFactory = Callable[[ControllerContext, Mapping[str, tuple[str, int, float]]], "CapacityProvider"]
 class CapacityReconciler:
     """Reconciler `capacity` in controller/loop.py's registry."""
 
@@ -79,7 +82,9 @@ class CapacityReconciler:
     _plan_group = staticmethod(plan_group)  # launches for pods waiting on one resource (provision.py)
 
     def __init__(self, period_seconds: float = 10.0, *, instances: list[InstanceType] | None = None,
-                 step_seconds: float = 60.0, checkpoint: Checkpoint | None = None) -> None:
+                 step_seconds: float = 60.0, checkpoint: Checkpoint | None = None,
+                 provider_factory: ProviderFactory | None = None) -> None:
+        self.provider_factory: ProviderFactory = provider_factory or make_provider
         self.period_seconds = period_seconds
         source = os.environ.get(INSTANCES_ENV) or str(DEFAULT_INSTANCES)
         self.instances = instances if instances is not None else load_instances(source)
@@ -104,12 +109,23 @@ class CapacityReconciler:
         # NodeClaims would otherwise keep running (advanced or undone by replacement.advance)
         if not policies and not any(replacement.disrupting(n) for n in nodes):
             return
-        provider = kk.KarpenterProvider(ctx.api, self.products)
-        seen = Seen(nodes, cluster.pods(), provider.nodes())
+        try:
+            provider = self.provider_factory(ctx, self.products)
+            seen = Seen(nodes, cluster.pods(), provider.nodes(), groups=provider.groups())
+            self._pass(ctx, provider, seen, policies)
+        except ProviderError as exc:  # the cloud refused: its words in every policy's status, nothing more done
+            log.warning("capacity: %s refused: %s", ctx.capacity_provider, exc)
+            for policy in policies:
+                ctx.policies.publish(policy.name, SOURCE, [], [Condition(
+                    type="Provider", status="False", reason=exc.reason,
+                    message=f"{ctx.capacity_provider}: {exc.message}"[:1000])])
+
+    def _pass(self, ctx: ControllerContext, provider: CapacityProvider, seen: Seen, policies: list[GpuPolicy]) -> None:
         now = ctx.clock.now()
-        for claim, kind in self.failed.observe(seen.claims, now):
-            log.warning("capacity: NodeClaim %s (%s) went before its node registered: new launches leave %s out "
-                        "for %.0fs", claim, kind, kind, self.failed.ttl)
+        if seen.groups is None:  # a node group's launch is its desired size, re-read each pass: nothing to time out
+            for claim, kind in self.failed.observe(seen.claims, now):
+                log.warning("capacity: NodeClaim %s (%s) went before its node registered: new launches leave %s "
+                            "out for %.0fs", claim, kind, kind, self.failed.ttl)
         p = Pass(ctx, provider, seen, self.instances, self.checkpoint, failed=self.failed,
                  unavailable=self.failed.unavailable(now))
         eviction_counts.settle(p, policies)  # what a crash between an eviction and its count left
@@ -135,4 +151,16 @@ class CapacityReconciler:
             self.last_disruptions += consolidate(p, policy, spec, mode, window, self.empty, evictions, proposals,
                                                  conditions)
             ctx.policies.publish(policy.name, SOURCE, proposals, conditions)
+
+
+def make_provider(ctx: ControllerContext, products: Mapping[str, tuple[str, int, float]]) -> CapacityProvider:
+    """The install's `capacity.provider` over this pass's clients (boto3 imported only when it is asked for)."""
+    if ctx.capacity_provider == EKS_NODEGROUPS:
+        try:
+            from kube.eks import EksNodeGroups
+        except ImportError as exc:
+            raise ProviderError("MissingDependency", f"{exc}: install kubeon-gpu-optimizer[eks]") from exc
+        return EksNodeGroups(ctx.api, products, cluster=ctx.cloud.get("cluster", ""),
+                             node_list=ctx.cluster().nodes, region=ctx.cloud.get("region") or None)
+    return kk.KarpenterProvider(ctx.api, products)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ from gpupolicy.capacity.budgets import Budget, blocking_budget, read_budgets
 from gpupolicy.capacity.drain import drainable
 from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType
+from gpupolicy.capacity.nodegroups import NodeGroup, choose, servable
 from gpupolicy.capacity.provider import CapacityNode, CapacityProvider, NewNode
 from gpupolicy.matching import selector_matches
 from gpupolicy.model import API_VERSION, KIND, CapacitySpec, GpuPolicy, Mode
@@ -83,6 +84,7 @@ class Seen:
     pods: list[dict[str, Any]]
     claims: list[CapacityNode]
     by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    groups: list[NodeGroup] | None = None  # the provider's node groups (None: it has none, Karpenter)
 
     def __post_init__(self) -> None:
         for pod in self.pods:
@@ -108,25 +110,45 @@ class Pass:
     failed: FailedLaunches = field(default_factory=FailedLaunches)
     unavailable: Mapping[str, float] = field(default_factory=dict)
     _budgets: tuple[list[Budget], str] | None = field(default=None, init=False, repr=False)
+    raised: dict[str, int] = field(default_factory=dict)  # node group -> nodes asked for in this pass
 
     @property
     def by_type(self) -> dict[str, InstanceType]:
         return {t.name: t for t in self.instances}
 
     def add(self, policy: str, spec: CapacitySpec, new: NewNode) -> None:
-        """Ask the provider for a node, noted so a launch that fails before the next pass is seen failing."""
+        """Ask the provider for a node, noted so a launch that fails before the next pass is seen failing
+        (a node group's launch is its desired size, read back every pass: counted in `raised` meanwhile)."""
         self.provider.add(policy, spec, new)
-        self.failed.launched(new.name, new.instance_type)
+        if new.group:
+            self.raised[new.group] = self.raised.get(new.group, 0) + 1
+        else:
+            self.failed.launched(new.name, new.instance_type)
+
+    def group_for(self, pool: str, instance_type: str, boot: Mapping[str, str],
+                  raised: Mapping[str, int] | None = None) -> NodeGroup | None:
+        """Node groups: the group a new node of `instance_type` booting `boot` goes to, `raised` (default: what
+        this pass asked for) counted; None when every group serving it is full."""
+        return choose(self.group_sizes(pool), instance_type, boot, self.raised if raised is None else raised)
+
+    def group_sizes(self, pool: str, raised: Mapping[str, int] | None = None) -> list[NodeGroup]:
+        """The pool's node groups, each desired size grown by what `raised` counts for it."""
+        more = raised or {}
+        return [replace(g, desired=g.desired + more.get(g.name, 0)) for g in self.seen.groups or [] if g.pool == pool]
 
     def remove(self, claim: str) -> None:
         """Delete a claim through the provider, noted as the controller's own removal (not a failed launch)."""
         self.provider.remove(claim)
         self.failed.forget(claim)
 
-    def launchable(self, allowed: Iterable[str]) -> list[InstanceType]:
+    def launchable(self, allowed: Iterable[str], pool: str = "", boot: Mapping[str, str] | None = None,
+                   raised: Mapping[str, int] | None = None) -> list[InstanceType]:
         """The catalog's GPU instance types among `allowed` that new nodes may be: none a launch of which
-        failed lately."""
+        failed lately; with node groups, only those a group of `pool` booting `boot` serves with room
+        (`raised`, default what this pass asked for, counted)."""
         names = set(allowed)
+        if self.seen.groups is not None:
+            names &= servable(self.group_sizes(pool), boot or {}, self.raised if raised is None else raised)
         return [t for t in self.instances if t.name in names and t.gpus > 0 and t.name not in self.unavailable]
 
     def avoided(self) -> str:

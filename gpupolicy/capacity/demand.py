@@ -16,6 +16,8 @@ reconciler therefore:
    1/instances, the live model's conversion (packing/migslices.py), per
    product that has the profile (the caller plans each product and keeps
    the cheapest);
+   (Under node groups whole-GPU pods come here too, as `num_gpu` whole GPUs:
+   no Karpenter provisions them there.)
 3. groups them by resource, so every node launched runs one layout, and
    `boot_labels` names the MIG layout the node boots with
    (`nvidia.com/mig.config`). A time-sliced node boots whole and the layout
@@ -81,6 +83,13 @@ def _milli_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
     return int(requests.get("cpu", 0) * 1000), int(requests.get("memory", 0) / (1024 * 1024))
 
 
+def _gpu_count(pod: Mapping[str, Any]) -> int:
+    try:
+        return int(pod_requests(pod).get(GPU_RESOURCE, 0))
+    except ObjectError:
+        return 0
+
+
 def launch_demand(pod: Mapping[str, Any], resource: str, policy: GpuPolicy | None, capacity_models: list[str],
                   catalog: Catalog = DEFAULT_CATALOG) -> LaunchDemand | None:
     """The whole-GPU demand of one pending pod waiting for `resource`; None when no product can serve it."""
@@ -96,6 +105,11 @@ def launch_demand(pod: Mapping[str, Any], resource: str, policy: GpuPolicy | Non
     if selected:
         only = {normalise_product_label(str(selected))}
         allowed = only if allowed is None else allowed & only
+    if resource == GPU_RESOURCE:  # whole GPUs (node groups: no Karpenter provisions them)
+        count = _gpu_count(pod)
+        return LaunchDemand(key, resource, PodDemand(cpu_milli=cpu, memory_mib=mem, num_gpu=count, gpu_milli=MILLI,
+                                                     allowed_models=frozenset(allowed) if allowed is not None
+                                                     else None, name=key), None) if count else None
     if resource == SHARED_GPU_RESOURCE:
         replicas = sharing.time_slicing_replicas if sharing is not None else 2
         models = frozenset(allowed) if allowed is not None else None

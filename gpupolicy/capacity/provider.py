@@ -4,22 +4,29 @@ The capacity reconciler (controller/capacity/) decides with the pure
 planners (provisioning.py, disruption/) and acts only through a
 `CapacityProvider`: add capacity for pending pods, remove a node, and report
 the nodes it manages with their cost. Karpenter (karpenter.sh/v1, I/O in
-kube/karpenter.py) is the first implementation; the install's
-`capacity.provider` names it. The managed node groups of EKS, AKS and GKE are
+kube/karpenter.py) is the first implementation; EKS managed node groups
+(`eks-nodegroups`, I/O in kube/eks.py, choice of group in nodegroups.py) the
+second. The install's `capacity.provider` names one. AKS and GKE node pools are
 accepted values whose policies report `Ready=False` / `NotImplemented` until
 their own issue (`IMPLEMENTED`; gpupolicy/modes.py `handling` writes the status).
+A cloud that refuses a call (permissions, a missing cluster or group) raises
+`ProviderError` with its own code and message: the policy's status shows it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from gpupolicy.model import CapacitySpec
 from gpupolicy.modes import IMPLEMENTED_CAPACITY_PROVIDERS
 
+if TYPE_CHECKING:
+    from gpupolicy.capacity.nodegroups import NodeGroup
+
 KARPENTER = "karpenter"
+EKS_NODEGROUPS = "eks-nodegroups"
 IMPLEMENTED: frozenset[str] = IMPLEMENTED_CAPACITY_PROVIDERS
 
 
@@ -37,6 +44,7 @@ class CapacityNode:
     labels: Mapping[str, str] = field(default_factory=dict)
     deleting: bool = False     # removal requested (Karpenter: the claim has a deletionTimestamp)
     launched_for: tuple[str, ...] = ()  # the pending pods (namespace/name) it was added for, if by us
+    removable: bool = True     # False: removing it would take its node group below its min size
 
     @property
     def launching(self) -> bool:
@@ -53,12 +61,27 @@ class NewNode:
     labels: Mapping[str, str]
     reason: str
     pods: Sequence[str] = ()   # namespace/name of the pending pods it is for
+    group: str = ""            # node groups: the group whose desired size grows (nodegroups.choose)
+
+
+class ProviderError(Exception):
+    """The cloud refused a call: `reason` is its error code (AccessDeniedException, ResourceNotFoundException,
+    ...), `message` its own words; the policy's status shows both, and nothing else is done in that pass."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(f"{reason}: {message}")
+        self.reason, self.message = reason, message
 
 
 class CapacityProvider(Protocol):
     """What the capacity reconciler needs from the cloud machinery (kube/karpenter.py: Karpenter)."""
 
     name: str
+    whole_gpus: bool  # provisions whole-GPU pods too (node groups); False: the provider does it (Karpenter)
+
+    def groups(self, pool: str | None = None) -> list[NodeGroup] | None:
+        """The node groups the provider resizes (the pool's; every pool's with None); None: it has none."""
+        ...
 
     def pool_in_shape(self, policy: str, spec: CapacitySpec) -> bool | None:
         """Whether the pool has the declared shape: True, False (differs), None (missing)."""

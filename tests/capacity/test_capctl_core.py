@@ -140,6 +140,17 @@ def test_a_mig_slice_is_one_instance_of_its_all_profile_layout_on_the_products_h
     assert narrowed is None  # an L4 has no MIG: nothing to launch
 
 
+def test_whole_gpus_are_whole_gpus_of_the_allowed_models() -> None:
+    """Planned only under node groups (no Karpenter provisions whole-GPU pods there)."""
+    two = pod("nvidia.com/gpu")
+    two["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] = "2"
+    found = launch_demand(two, "nvidia.com/gpu", None, ["NVIDIA-L4"])
+    assert found is not None and found.layout is None and found.by_product == {}
+    d = found.demand
+    assert (d.num_gpu, d.gpu_milli, d.cpu_milli, d.allowed_models) == (2, 1000, 2000, frozenset({"NVIDIA-L4"}))
+    assert launch_demand(pod("nvidia.com/gpu"), "nvidia.com/gpu", None, []).demand.allowed_models is None  # type: ignore[union-attr]
+
+
 # -- the drain -------------------------------------------------------------------------------------
 def rec(**kw: Any) -> drain.Record:
     return drain.Record(**{"plan": "p1", "policy": "cap", "claim": "gpu-a", "started": 0.0, "deadline": 300.0, **kw})
@@ -195,7 +206,7 @@ def test_do_not_disrupt_undoes_and_an_empty_node_deletes_its_claim_once() -> Non
 # -- modes and usage ---------------------------------------------------------------------------------
 def test_managed_node_groups_are_not_implemented_and_usage_needs_prometheus() -> None:
     assert handling(PolicyKind.CAPACITY).reason == "Reconciled"
-    for provider in ("eks-nodegroups", "aks-nodepools", "gke-nodepools"):
+    for provider in ("aks-nodepools", "gke-nodepools"):
         assert handling(PolicyKind.CAPACITY, capacity_provider=provider).reason == "NotImplemented"
     assert disruption_mode(Mode.AUTOMATIC, True, False) is Mode.RECOMMEND
     assert disruption_mode(Mode.AUTOMATIC, False, False) is Mode.AUTOMATIC

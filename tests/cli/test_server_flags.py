@@ -166,6 +166,12 @@ def test_controller_health_port_in_use_is_one_line(tmp_path: Path, held_port: in
     _check(run, f"--health-bind 127.0.0.1 --health-port {held_port}: cannot listen: Address already in use")
 
 
+def test_controller_eks_nodegroups_without_a_cluster_is_a_usage_error(tmp_path: Path) -> None:
+    run = subprocess_run("controller", "--kubeconfig", str(refused_kubeconfig(tmp_path)),
+                         "--capacity-provider", "eks-nodegroups", timeout=30)
+    _check(run, "--capacity-provider eks-nodegroups needs --eks-cluster (chart capacity.eks.clusterName)")
+
+
 @pytest.mark.parametrize(("text", "needle"), [
     ("kind: Namespace\nmetadata: {name: a}\n", "no GpuPolicy documents"),
     ("", "no GpuPolicy documents"),

@@ -374,12 +374,12 @@ def test_kinds_nothing_acts_on_are_not_ready(scene: Scene, clock: FakeClock) -> 
     policy(scene, "pack", {"packing": {"strategy": "bestfit"}})
     policy(scene, "guard", {"guardrail": {"maxGpusPerPod": 4}})
     r = build(scene.controller, identity="one", clock=clock, reconcilers=[PolicySync()],
-              components=parse_components("webhook"), capacity_provider="eks-nodegroups")
+              components=parse_components("webhook"), capacity_provider="aks-nodepools")
     r.elector.step()
     r.runner.run_all()
     grow = condition(policy_status(scene, "grow"), "Ready")
     assert (grow["status"], grow["reason"]) == ("False", "NotImplemented")
-    assert "capacity.provider=eks-nodegroups is accepted but not implemented" in grow["message"]
+    assert "capacity.provider=aks-nodepools is accepted but not implemented" in grow["message"]
     pack = condition(policy_status(scene, "pack"), "Ready")
     assert (pack["status"], pack["reason"]) == ("False", "ControllerDisabled") and "extender" in pack["message"]
     guard = condition(policy_status(scene, "guard"), "Ready")

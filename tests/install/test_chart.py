@@ -141,7 +141,8 @@ def test_karpenter_provider_renders_and_validates() -> None:
 def test_every_provider_the_guide_names_reaches_the_controller(provider: str) -> None:
     """The guide names four; the controller reads the flag (capacity policies under a provider it does
     not implement report Ready=False NotImplemented: tests/controller/test_frame_cluster.py)."""
-    docs = render({**GUIDE_SET, "capacity.provider": provider})
+    cloud = {"capacity.eks.clusterName": "prod-use1-a"} if provider == "eks-nodegroups" else {}
+    docs = render({**GUIDE_SET, "capacity.provider": provider, **cloud})
     args = container(one(docs, "Deployment", "kubeon-gpu-optimizer"))["args"]
     assert f"--capacity-provider={provider}" in args
     from controller.command import add_arguments
@@ -149,6 +150,37 @@ def test_every_provider_the_guide_names_reaches_the_controller(provider: str) ->
     parser = argparse.ArgumentParser()
     add_arguments(parser)
     assert parser.parse_args([f"--capacity-provider={provider}"]).capacity_provider == provider
+
+
+def test_eks_nodegroups_values_reach_the_controller_and_its_service_account() -> None:
+    """capacity.eks.*: the cluster and region as flags the controller reads, the IRSA role on the controller's
+    ServiceAccount only; RBAC is the same as under Karpenter."""
+    docs = render({**GUIDE_SET, "capacity.provider": "eks-nodegroups", "capacity.eks.clusterName": "prod-use1-a",
+                   "capacity.eks.region": "us-east-1",
+                   "capacity.eks.roleArn": "arn:aws:iam::123456789012:role/kubeon-capacity"})
+    args = container(one(docs, "Deployment", "kubeon-gpu-optimizer"))["args"]
+    assert {"--eks-cluster=prod-use1-a", "--eks-region=us-east-1"} <= set(args)
+    from controller.command import add_arguments
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    parsed = parser.parse_args([a for a in args if a.startswith(("--eks-", "--capacity-provider"))])
+    assert (parsed.eks_cluster, parsed.eks_region) == ("prod-use1-a", "us-east-1")
+    accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
+    assert accounts["kubeon-gpu-optimizer"]["metadata"]["annotations"] == {
+        "eks.amazonaws.com/role-arn": "arn:aws:iam::123456789012:role/kubeon-capacity"}
+    assert all("annotations" not in d["metadata"] for n, d in accounts.items() if n != "kubeon-gpu-optimizer")
+    karpenter = render({**GUIDE_SET, "capacity.provider": "karpenter"})
+    assert [d for d in docs if d["kind"] in ("ClusterRole", "Role")] == \
+        [d for d in karpenter if d["kind"] in ("ClusterRole", "Role")]
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+
+
+def test_eks_nodegroups_without_a_cluster_name_is_refused() -> None:
+    done = run(helm_template_cmd({**GUIDE_SET, "capacity.provider": "eks-nodegroups"}), check=False)
+    assert done.returncode != 0
+    assert "capacity.provider=eks-nodegroups but capacity.eks.clusterName is not set" in done.stderr
 
 
 def test_burst_enabled_is_refused_and_the_gateway_is_reserved() -> None:

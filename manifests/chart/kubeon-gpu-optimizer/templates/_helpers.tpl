@@ -146,8 +146,11 @@ accepted and ignored (docs/install.md, "Values this version refuses or reserves"
 {{- if .Values.burst.enabled -}}
 {{- fail "burst.enabled=true: this version has no burst gateway; burst.enabled must stay false (burst.gateway is reserved)" -}}
 {{- end -}}
-{{- /* What the controller refuses to start with (controller/command.py hub_settings): refused here,
+{{- /* What the controller refuses to start with (controller/command.py hub_settings, run): refused here,
 not left to a CrashLoopBackOff. */}}
+{{- if and (eq .Values.capacity.provider "eks-nodegroups") (not .Values.capacity.eks.clusterName) -}}
+{{- fail "capacity.provider=eks-nodegroups but capacity.eks.clusterName is not set: the controller needs the EKS cluster whose node groups it resizes (--eks-cluster)" -}}
+{{- end -}}
 {{- if .Values.hub.url -}}
 {{- if not .Values.cluster -}}
 {{- fail "hub.url is set but cluster is not: the controller needs this cluster's name at the hub (--cluster)" -}}
