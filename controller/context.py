@@ -27,6 +27,7 @@ from controller.sources import Clock, MetricsSource, SystemClock
 from gpupolicy.health import DEFAULT_ERROR_RATIO
 from gpupolicy.model import Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component
+from gpupolicy.packing.kubemodel import ParseMemo
 from gpupolicy.scaling.metrics import Sample, Series
 from kube.informers import ClusterCache
 from kube.layout import patch_node
@@ -71,6 +72,9 @@ class ControllerContext:
     # The watch-fed Nodes, Pods and PodDisruptionBudgets every reconciler reads (kube/informers.py),
     # started by the first pass that asks (`cluster()`); the process stops it.
     cache: ClusterCache | None = None
+    # Pods parsed, by version (gpupolicy/packing/kubemodel.py ParseMemo): the runner's passes parse a pod
+    # again only when it changed.
+    parse_memo: ParseMemo = field(default_factory=ParseMemo)
 
     def cluster(self) -> ClusterCache:
         """The process's cluster cache, started and synced on first use (a pass waits for the first lists)."""

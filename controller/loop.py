@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 from controller.context import ControllerContext
+from gpupolicy.packing.kubemodel import parsing
 from kube.calls import API_ERRORS, one_line
 from kube.stoppable import Stopping
 
@@ -151,7 +152,8 @@ class ReconcileRunner:
 
     def _run_one(self, reconciler: Reconciler) -> None:
         try:
-            reconciler.reconcile(self.ctx)
+            with parsing(self.ctx.parse_memo):
+                reconciler.reconcile(self.ctx)
             self.ctx.policies.completed(reconciler.name)
         except Stopping:
             return

@@ -39,7 +39,9 @@ to the API. What is modelled (docs/designs/packing.md, "Live nodes"), per GPU:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import replace
 from decimal import Decimal
 from typing import Any
@@ -162,8 +164,60 @@ def _containers(spec: Obj, field: str) -> list[Any]:
     return value or []
 
 
+class ParseMemo:
+    """Pods already parsed, by (uid, resourceVersion): one version of an object never changes, so its
+    parse is exact. Why: the controller's passes read every pod of the cluster from its watch cache each
+    time (10,000 pods: parsing their quantities was about half of a capacity pass, bench/cluster_scale.py),
+    and between two passes few pods change. Owned by the controller (ControllerContext.parse_memo),
+    consulted only inside `parsing(memo)`; emptied whole past `limit` entries of a kind."""
+
+    def __init__(self, limit: int = 262_144) -> None:
+        self.limit = limit
+        self.requests: dict[tuple[str, str], dict[str, Decimal]] = {}
+        self.demands: dict[tuple[str, str], PodDemand] = {}
+
+    def remember(self, table: dict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
+        if len(table) >= self.limit:
+            table.clear()
+        table[key] = value
+
+
+_ACTIVE: ContextVar[ParseMemo | None] = ContextVar("kubeon_parse_memo", default=None)
+
+
+@contextmanager
+def parsing(memo: ParseMemo) -> Iterator[None]:
+    """Within this block (a controller pass), pod_requests and demand_from_pod use `memo`."""
+    token = _ACTIVE.set(memo)
+    try:
+        yield
+    finally:
+        _ACTIVE.reset(token)
+
+
+def _version(pod: Obj) -> tuple[str, str] | None:
+    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return None
+    uid, rv = meta.get("uid"), meta.get("resourceVersion")
+    return (uid, rv) if isinstance(uid, str) and isinstance(rv, str) and uid and rv else None
+
+
 def pod_requests(pod: Obj) -> dict[str, Decimal]:
-    """Effective requests: sum over containers, at least the largest init container (per resource)."""
+    """Effective requests: sum over containers, at least the largest init container (per resource).
+    Inside `parsing(memo)` the answer for a pod version parsed before is the one dict kept: read-only."""
+    memo = _ACTIVE.get()
+    key = _version(pod) if memo is not None else None
+    if memo is None or key is None:
+        return _parse_requests(pod)
+    found = memo.requests.get(key)
+    if found is None:
+        found = _parse_requests(pod)
+        memo.remember(memo.requests, key, found)
+    return found
+
+
+def _parse_requests(pod: Obj) -> dict[str, Decimal]:
     spec = _mapping(pod.get("spec"), "spec")
     total: dict[str, Decimal] = {}
     for i, c in enumerate(_containers(spec, "containers")):
@@ -191,6 +245,19 @@ def _explicit_share(annotations: Mapping[str, Any]) -> int:
 
 
 def demand_from_pod(pod: Obj) -> PodDemand:
+    """A Kubernetes Pod dict as a PodDemand (remembered inside `parsing(memo)`, by pod version)."""
+    memo = _ACTIVE.get()
+    key = _version(pod) if memo is not None else None
+    if memo is None or key is None:
+        return _parse_demand(pod)
+    found = memo.demands.get(key)
+    if found is None:
+        found = _parse_demand(pod)
+        memo.remember(memo.demands, key, found)
+    return found
+
+
+def _parse_demand(pod: Obj) -> PodDemand:
     """A Kubernetes Pod dict as a PodDemand. Raises ObjectError naming the bad field.
 
     A time-sliced share pod with `gpu.kubeon.io/gpu-share` is a sharing
