@@ -1,0 +1,117 @@
+"""Cluster summary reports at the hub: `kubeon-gpu hub serve` on SQLite and on a real PostgreSQL, reports
+POSTed over HTTP as the controller posts them (controller.hubsync.HubClient), every answer checked against
+hub/openapi.yaml. Faked: nothing; the reports' figures are chosen by the test instead of read from a cluster."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.hubsync import HubClient as ControllerClient
+from controller.hubsync import HubSettings
+from tests.hub.conftest import ADMIN, HubProcess, start_hub, summary_report
+
+
+def _token(hub: HubProcess, cluster: str) -> str:
+    done = hub.cli("token", "create", "--cluster", cluster)
+    assert done.returncode == 0, done.stderr
+    return done.stdout.strip().splitlines()[-1]
+
+
+def _post(hub: HubProcess, cluster: str, token: str, reports: list[dict], key: str = "k") -> tuple[int, dict]:
+    answer = hub.client().request("POST", f"/api/v1/clusters/{cluster}/summaries", token=token,
+                                  json={"summaries": reports}, headers={"Idempotency-Key": key})
+    return answer.status_code, answer.json()
+
+
+def _history(hub: HubProcess, cluster: str, query: str = "") -> dict:
+    answer = hub.client().admin("GET", f"/clusters/{cluster}/summaries{query}")
+    assert answer.status_code == 200, answer.text
+    body: dict = answer.json()
+    return body
+
+
+def test_a_retried_batch_is_stored_once(hub_server: HubProcess, cluster: str) -> None:
+    token = _token(hub_server, cluster)
+    now = time.time()
+    batch = [summary_report(now - 60, allocated=4), summary_report(now, allocated=5, saving=1.5)]
+    assert _post(hub_server, cluster, token, batch) == (200, {"accepted": 2, "duplicate": False})
+    assert _post(hub_server, cluster, token, batch) == (200, {"accepted": 0, "duplicate": True})
+    # the controller's own client, the same batch under its key: stored once still
+    sender = ControllerClient(HubSettings(hub_server.url, cluster, "unused"))
+    assert sender.post_summaries(token, "retry", batch) == 200
+    history = _history(hub_server, cluster)
+    assert [p["allocatedGpus"] for p in history["points"]] == [4, 5]
+    assert history["latest"] == batch[1]
+    assert history["points"][-1]["savingsRate"] == 1.5
+    listed = hub_server.client().admin("GET", "/clusters").json()["clusters"]
+    mine = next(c for c in listed if c["name"] == cluster)
+    assert mine["summary"]["gpus"] == 8 and mine["summary"]["allocatedGpus"] == 5 and mine["summary"]["idleGpus"] == 2
+
+
+def test_another_clusters_token_is_refused(hub_server: HubProcess, cluster: str) -> None:
+    _token(hub_server, cluster)
+    other = _token(hub_server, cluster + "-other")
+    status, body = _post(hub_server, cluster, other, [summary_report(time.time())])
+    assert status == 403 and "another cluster" in body["error"]
+    assert _post(hub_server, cluster, "kgo_not-a-token", [summary_report(time.time())])[0] == 401
+    assert _history(hub_server, cluster)["points"] == []
+
+
+@pytest.mark.parametrize(("change", "field"), [
+    ({"gpus": "eight"}, "summaries.0.gpus"),
+    ({"idleGpus": -1}, "summaries.0.idleGpus"),
+    ({"costPerHour": "1e400"}, "summaries.0.costPerHour"),
+    ({"version": 2}, "summaries.0.version"),
+    ({"savings": {"actionsApplied": 0, "gpuHoursPerMonth": 0}}, "summaries.0.savings"),
+    ({"surprise": 1}, "summaries.0"),
+], ids=["wrong-type", "negative", "string-number", "unknown-version", "missing-field", "unknown-field"])
+def test_a_malformed_report_is_a_400_naming_the_field(hub_server: HubProcess, cluster: str, change: dict,
+                                                      field: str) -> None:
+    token = _token(hub_server, cluster)
+    status, body = _post(hub_server, cluster, token, [{**summary_report(time.time()), **change}])
+    assert status == 400 and body["field"] == field, body
+    assert body["error"].startswith(field)
+
+
+def test_a_malformed_body_is_a_400(hub_server: HubProcess, cluster: str) -> None:
+    token = _token(hub_server, cluster)
+    answer = hub_server.client().request("POST", f"/api/v1/clusters/{cluster}/summaries", token=token,
+                                         data=b'{"summaries": [NaN]}',
+                                         headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400 and "malformed JSON" in answer.json()["error"]
+    assert _post(hub_server, cluster, token, [])[1]["field"] == "summaries"
+
+
+def test_history_is_bounded_and_keeps_the_savings(tmp_path: Path) -> None:
+    hub = start_hub(f"sqlite:///{tmp_path}/hub.db", extra=("--summary-retention", "3"))
+    try:
+        token = _token(hub, "prod")
+        start = time.time() - 600
+        for n in range(6):
+            _post(hub, "prod", token, [summary_report(start + 60 * n, allocated=n, saving=1.0)], key=str(n))
+        history = _history(hub, "prod")
+        assert [p["allocatedGpus"] for p in history["points"]] == [3, 4, 5], "the newest three are kept"
+        assert history["points"][-1]["savingsRate"] == 6.0, "savings of pruned reports still count"
+        assert [p["allocatedGpus"] for p in _history(hub, "prod", "?limit=1")["points"]] == [5]
+        bad = hub.client().admin("GET", "/clusters/prod/summaries?limit=0")
+        assert bad.status_code == 400 and bad.json()["field"] == "limit"
+    finally:
+        hub.stop()
+
+
+def test_the_hub_serves_its_own_metrics_to_the_admin(hub_server: HubProcess, cluster: str) -> None:
+    token = _token(hub_server, cluster)
+    _post(hub_server, cluster, token, [summary_report(time.time(), gpus=12, cost=20.5, idle=3)])
+    client = hub_server.client()
+    assert client.request("GET", "/metrics").status_code == 401
+    text = client.request("GET", "/metrics", token="adm" + "in-wrong").text
+    assert "kubeon_hub" not in text
+    scraped = client.request("GET", "/metrics", token=ADMIN)
+    assert scraped.status_code == 200
+    assert f'kubeon_hub_cluster_gpus{{cluster="{cluster}"}} 12.0' in scraped.text
+    assert f'kubeon_hub_cluster_gpus_idle{{cluster="{cluster}"}} 3.0' in scraped.text
+    assert f'kubeon_hub_cluster_cost_per_hour{{cluster="{cluster}"}} 20.5' in scraped.text
+    assert 'kubeon_hub_clusters{state="never polled"}' in scraped.text
