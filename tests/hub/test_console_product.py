@@ -4,8 +4,8 @@ against `kubeon-gpu hub serve`, with axe-core (npm) run inside every page.
 Real: the browser, the hub process and its database, axe-core. The optimizer's side is played by the test over
 HTTP with the controller's own client (controller.hubsync.HubClient) and its own summary code
 (gpupolicy.hubsummary.summarize over nodes and pods built as the API server returns them); faked: nothing else.
-Screenshots at 1280 and 390 pixels wide are written under $KUBEON_ARTIFACTS (default /tmp/kubeon-artifacts)/hub-console
-and copies are kept in docs/images/ (docs/hub-console.md).
+Screenshots at 1280 and 390 pixels wide are written under $KUBEON_ARTIFACTS (default /tmp/kubeon-artifacts)/hub-console;
+with KUBEON_UPDATE_DOCS_IMAGES=1 they are copied into docs/images/ too (the ones docs/hub-console.md shows).
 """
 
 from __future__ import annotations
@@ -150,7 +150,7 @@ def _check_page(driver: Any, page: str, width: str) -> None:
 
 
 def _shoot(driver: Any, page: str, width: str) -> None:
-    """A full-page screenshot, kept as a test artifact and copied into docs/images."""
+    """A full-page screenshot, kept as a test artifact (and copied into docs/images when asked)."""
     w, h = WIDTHS[width]
     full = max(h, int(driver.execute_script("return document.documentElement.scrollHeight")))
     driver.execute_cdp_cmd("Emulation.setDeviceMetricsOverride",
@@ -158,8 +158,8 @@ def _shoot(driver: Any, page: str, width: str) -> None:
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     path = ARTIFACTS / f"hub-console-{page}-{w}.png"
     assert driver.save_screenshot(str(path)), path
-    DOCS_IMAGES.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(path, DOCS_IMAGES / path.name)
+    if os.environ.get("KUBEON_UPDATE_DOCS_IMAGES") == "1":
+        shutil.copyfile(path, DOCS_IMAGES / path.name)
     _width(driver, width)
 
 
