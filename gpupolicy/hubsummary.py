@@ -19,8 +19,12 @@ Estimates, and why they are the ones we can stand behind:
   per-GPU price of its GPU model; a node neither prices is counted in
   `unpricedNodes` and adds nothing.
 - savings: each applied action's proposal carries the GPU-hours per month it
-  frees (`estimatedGpuHoursPerMonth`); at the cluster's mean price per GPU
-  hour, per hour that is gpu_hours / HOURS_PER_MONTH * price.
+  frees (`estimatedGpuHoursPerMonth`: a scale to zero its parked GPUs, a
+  right-sizing the share it saves, a consolidation the node's GPUs); at the
+  cluster's mean price per GPU-hour, per hour that is
+  gpu_hours / HOURS_PER_MONTH * price. It is counted once, when applied: a
+  workload woken later, or a node removed after its pods were parked, is not
+  subtracted or told apart (an estimate, said so wherever it is shown).
 """
 
 from __future__ import annotations
@@ -42,9 +46,9 @@ from gpupolicy.catalog import (
     normalise_product_label,
 )
 from gpupolicy.packing.kubemodel import ObjectError, pod_requests
+from gpupolicy.scaling.rightsizing import HOURS_PER_MONTH  # the month the proposals' GPU-hours are counted in
 
 SUMMARY_VERSION = 1
-HOURS_PER_MONTH = 730.0  # 365 * 24 / 12: the month the proposals' GPU-hours are counted in
 IDLE_BELOW_PERCENT = 5.0
 IDLE_WINDOW = "10m"
 # One sample per GPU: its mean utilisation over the window (dcgm-exporter labels: Hostname or hostname, gpu).

@@ -448,10 +448,15 @@ def test_every_poll_reports_a_cluster_summary(kube_cluster: Cluster, site: Site,
         _poll(process, clock, 700)
         _poll(process, clock)
         assert _replicas(api, site.research, "trainer") == 0
-        points = hub.client().admin("GET", "/clusters/prod/summaries").json()["points"]
+        history = hub.client().admin("GET", "/clusters/prod/summaries").json()
+        points = history["points"]
         assert len(points) == 3, "one report per poll"
         # the hub sync runs first in a pass: the scale to zero of the second pass is in the third pass's report
         assert [p["actionsApplied"] for p in points] == [0, 0, 1]
+        # its proposal freed 1 GPU for a month (730 GPU-hours): per hour, one GPU-hour at the cluster's price
+        last = history["latest"]
+        assert last["savings"] == {"actionsApplied": 1, "gpuHoursPerMonth": 730.0, "perHour": last["pricePerGpuHour"]}
+        assert last["pricePerGpuHour"] > 0 and points[2]["savingsPerHour"] == last["pricePerGpuHour"]
         assert points[0]["time"] < points[1]["time"] < points[2]["time"]
         assert _metric(process, "kubeon_gpu_hub_summaries_reported_total") == 3
     finally:
