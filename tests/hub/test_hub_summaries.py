@@ -115,3 +115,33 @@ def test_the_hub_serves_its_own_metrics_to_the_admin(hub_server: HubProcess, clu
     assert f'kubeon_hub_cluster_gpus_idle{{cluster="{cluster}"}} 3.0' in scraped.text
     assert f'kubeon_hub_cluster_cost_per_hour{{cluster="{cluster}"}} 20.5' in scraped.text
     assert 'kubeon_hub_clusters{state="never polled"}' in scraped.text
+
+
+def test_a_hub_on_the_first_schema_upgrades_and_keeps_its_actions(tmp_path: Path) -> None:
+    """A database made by the previous release (schema 0001, one action stored) upgrades to 0002 on start:
+    the action is still there, and summary reports are stored."""
+    from alembic import command
+    from alembic.config import Config
+
+    from hub.db import MIGRATIONS, make_engine
+
+    url = f"sqlite:///{tmp_path}/hub.db"
+    engine = make_engine(url)
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    with engine.begin() as connection:
+        config.attributes["connection"] = connection
+        command.upgrade(config, "0001")
+        connection.exec_driver_sql("INSERT INTO clusters (id, name, created_at, revision) VALUES (1, 'old', 0, 0)")
+        connection.exec_driver_sql(
+            "INSERT INTO actions (cluster_id, action_id, policy, target, action, mode, result, time, received_at) "
+            "VALUES (1, 'a-1', 'p', 'Deployment/ns/w', 'scale to 0', 'Automatic', 'applied', 1.0, 1.0)")
+    engine.dispose()
+    hub = start_hub(url)
+    try:
+        token = hub.client().admin("POST", "/clusters/old/token").json()["token"]
+        assert [a["id"] for a in hub.client().admin("GET", "/clusters/old/actions").json()["actions"]] == ["a-1"]
+        assert _post(hub, "old", token, [summary_report(time.time())]) == (200, {"accepted": 1, "duplicate": False})
+        assert "schema 0002 (upgraded from 0001)" in hub.log.read_text()
+    finally:
+        hub.stop()
