@@ -149,13 +149,13 @@ def cluster_summaries(cluster: str) -> Response:
 # -- the admin side --------------------------------------------------------------
 def figures(name: str) -> dict[str, Any] | None:
     """The newest report's figures and the month's savings (the overview's columns), None before a report."""
-    points = summaries.history(hub(), name)
+    points = summaries.history(hub(), name, limit=1)
     if not points:
         return None
-    last, now = points[-1], hub().clock()
+    last = points[-1]
     return {"time": last.time, "gpus": last.gpus, "allocatedGpus": last.allocated, "idleGpus": last.idle,
             "pendingGpuPods": last.pending, "costPerHour": last.cost_per_hour,
-            "savedThisMonth": round(summaries.saved_since(points, summaries.month_start(now), now), 2)}
+            "savedThisMonth": round(summaries.saved_this_month(hub(), name), 2)}
 
 
 @api.get("/api/v1/admin/clusters")
@@ -173,10 +173,8 @@ def admin_summaries(cluster: str) -> Response:
     if text is not None and (not text.isdigit() or int(text) < 1):
         raise HubError(400, f"limit {text[:40]!r}: a whole number of at least 1", "limit")
     points = summaries.history(hub(), cluster, int(text) if text else None)
-    now = hub().clock()
-    every = summaries.history(hub(), cluster) if text else points
     return _json({"cluster": cluster, "latest": summaries.latest(hub(), cluster),
-                  "savedThisMonth": round(summaries.saved_since(every, summaries.month_start(now), now), 2),
+                  "savedThisMonth": round(summaries.saved_this_month(hub(), cluster), 2),
                   "points": [point_json(p) for p in points]})
 
 

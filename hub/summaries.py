@@ -133,5 +133,16 @@ def saved_since(points: Sequence[Point], start: float, now: float) -> float:
 
 
 def saved_this_month(hub: Hub, name: str) -> float:
+    """`saved_since` the 1st of this month, reading only the rows it needs (three columns, this month's rows
+    and the newest before it): the overview asks it for every cluster on every page."""
     now = hub.clock()
-    return saved_since(history(hub, name), month_start(now), now)
+    start = month_start(now)
+    columns = (Summary.time, Summary.savings_per_hour, Summary.savings_rate)
+    with hub._tx() as session:
+        cluster = hub._cluster(session, name)
+        mine = Summary.cluster_id == cluster.id
+        before = session.execute(select(*columns).where(mine, Summary.time < start)
+                                 .order_by(Summary.id.desc()).limit(1)).all()
+        inside = session.execute(select(*columns).where(mine, Summary.time >= start).order_by(Summary.id)).all()
+    points = [Point(t, 0, 0, None, 0, 0, 0.0, saving, rate) for t, saving, rate in [*before, *inside]]
+    return saved_since(points, start, now)

@@ -1,6 +1,7 @@
 """Cluster summary reports at the hub: `kubeon-gpu hub serve` on SQLite and on a real PostgreSQL, reports
 POSTed over HTTP as the controller posts them (controller.hubsync.HubClient), every answer checked against
-hub/openapi.yaml. Faked: nothing; the reports' figures are chosen by the test instead of read from a cluster."""
+hub/openapi.yaml. Faked: nothing; the reports' figures are chosen by the test instead of read from a cluster.
+The month's savings estimate (hub.summaries.saved_since) is also checked on plain data."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 from controller.hubsync import HubClient as ControllerClient
 from controller.hubsync import HubSettings
+from hub.summaries import Point, month_start, saved_since
 from tests.hub.conftest import ADMIN, HubProcess, start_hub, summary_report
 
 
@@ -145,3 +147,22 @@ def test_a_hub_on_the_first_schema_upgrades_and_keeps_its_actions(tmp_path: Path
         assert "schema 0002 (upgraded from 0001)" in hub.log.read_text()
     finally:
         hub.stop()
+
+
+def _point(t: float, saving: float, rate: float) -> Point:
+    return Point(t, 8, 4, None, 0, 1 if saving else 0, 10.0, saving, rate)
+
+
+@pytest.mark.parametrize(("points", "expected"), [
+    ([], 0.0),
+    ([_point(3600, 2.0, 2.0)], 2.0 * 2),  # from its report at 1 h to now at 3 h
+    ([_point(3600, 2.0, 2.0), _point(7200, 1.0, 3.0)], 2.0 * 1 + 3.0 * 1),
+    ([_point(-7200, 5.0, 5.0), _point(7200, 1.0, 6.0)], 5.0 * 2 + 6.0 * 1),  # a rate from last month holds on
+    ([_point(-7200, 5.0, 5.0)], 5.0 * 3),
+], ids=["no-report", "one", "two", "last-months-rate-first", "only-last-month"])
+def test_saved_this_month_holds_each_rate_until_the_next_report(points: list[Point], expected: float) -> None:
+    assert saved_since(points, 0.0, 3 * 3600.0) == pytest.approx(expected)
+
+
+def test_the_month_starts_at_midnight_utc_on_the_first() -> None:
+    assert month_start(1_796_554_728.0) == 1_796_083_200.0  # 2026-12-06 11:18 UTC -> 2026-12-01 00:00 UTC
