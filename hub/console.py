@@ -29,6 +29,7 @@ from hub.store import HubError
 console = Blueprint("console", __name__, url_prefix="/console", template_folder="templates",
                     static_folder="static")
 ACTOR = "admin (console)"
+RANGES = {"24h": 86400.0, "7d": 7 * 86400.0, "30d": 30 * 86400.0}  # what the cluster page's charts can span
 
 
 # Failed sign-ins allowed per client address and window (audit entries, so every worker counts them): an
@@ -154,7 +155,10 @@ def cluster(cluster: str) -> str:
         kind = next((k for k in ("sharing", "scaleToZero", "packing", "typeFit", "capacity", "guardrail")
                      if k in spec), "?")
         listed.append({"name": item["name"], "mode": spec.get("mode") or "default", "kind": kind})
-    points = summaries.history(hub(), cluster)
+    span = request.args.get("range", "24h")
+    if span not in RANGES:
+        raise HubError(400, f"range {span[:20]!r}: one of {', '.join(RANGES)}", "range")
+    points = summaries.history(hub(), cluster, since=hub().clock() - RANGES[span])
     latest = summaries.latest(hub(), cluster)
     price = latest["pricePerGpuHour"] if latest else None
     proposals = [{**p, "saving": (p["estimatedGpuHoursPerMonth"] * price
@@ -162,7 +166,7 @@ def cluster(cluster: str) -> str:
                  for p in hub().pending_proposals(cluster)]
     return render_template("cluster.html", row=row, policies=listed, approvals=approvals, proposals=proposals,
                            actions=hub().actions(cluster, limit=50), latest=latest, figures=figures(cluster),
-                           charts=_charts(points))
+                           charts=_charts(points), span=span, ranges=list(RANGES))
 
 
 def _charts(points: list[summaries.Point]) -> list[Any]:

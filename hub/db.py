@@ -17,6 +17,7 @@ from sqlalchemy import (
     Engine,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -115,7 +116,8 @@ class Summary(Base):
     (`Hub.summary_retention`, oldest removed first)."""
 
     __tablename__ = "summaries"
-    __table_args__ = (UniqueConstraint("cluster_id", "report_id"),)
+    __table_args__ = (UniqueConstraint("cluster_id", "report_id"),
+                      Index("ix_summaries_cluster_time", "cluster_id", "time"))
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), index=True)
     report_id: Mapped[str] = mapped_column(String(128))
@@ -129,6 +131,7 @@ class Summary(Base):
     cost_per_hour: Mapped[float] = mapped_column(Float)
     savings_per_hour: Mapped[float] = mapped_column(Float)  # what this report's newly applied actions save
     savings_rate: Mapped[float] = mapped_column(Float)  # all reported so far, per hour: the running total
+    saved_total: Mapped[float] = mapped_column(Float)  # money saved up to this report (hub/summaries.py)
     body: Mapped[str] = mapped_column(Text)  # JSON, as sent
 
 

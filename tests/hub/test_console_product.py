@@ -258,6 +258,14 @@ def test_a_platform_engineer_sees_gpus_and_money_and_approves(browser: Any, hub:
     assert "Saved per hour $14.18" in savings_chart
     assert "applied" in d.find_element(By.ID, "actions").text
     _every_width(d, "cluster")
+    d.find_element(By.LINK_TEXT, "Last 7 days").click()  # the charts' range: 24 hours unless asked
+    assert d.find_element(By.CSS_SELECTOR, "a[aria-current=true]").text == "Last 7 days"
+    assert "Now: GPUs 8; Allocated 6; Idle (DCGM) 2." in d.find_element(By.CSS_SELECTOR, "#chart-gpus desc") \
+        .get_attribute("textContent")
+    d.get(hub.url + "/console/clusters/prod?range=1y")
+    assert "range '1y': one of 24h, 7d, 30d" in d.find_element(By.CSS_SELECTOR, "[role=alert]").text
+    _check_page(d, "error", "wide")
+    d.get(hub.url + "/console/clusters/prod")
 
     # the other pages: a new policy, the audit log, a confirmation, a token shown once
     d.find_element(By.LINK_TEXT, "Add policy").click()

@@ -12,7 +12,7 @@ import pytest
 
 from controller.hubsync import HubClient as ControllerClient
 from controller.hubsync import HubSettings
-from hub.summaries import Point, month_start, saved_since
+from hub.summaries import Point, carry, month_start, saved_since
 from tests.hub.conftest import ADMIN, HubProcess, start_hub, summary_report
 
 
@@ -149,19 +149,30 @@ def test_a_hub_on_the_first_schema_upgrades_and_keeps_its_actions(tmp_path: Path
         hub.stop()
 
 
-def _point(t: float, saving: float, rate: float) -> Point:
-    return Point(t, 8, 4, None, 0, 1 if saving else 0, 10.0, saving, rate)
+def _points(*reports: tuple[float, float]) -> list[Point]:
+    """Stored reports made at (hours, saving per hour), with their running totals as the hub keeps them."""
+    points: list[Point] = []
+    rate = total = since = 0.0
+    for hours, saving in reports:
+        rate, total = carry(rate, total, since, hours * 3600.0, saving)
+        since = hours * 3600.0
+        points.append(Point(since, 8, 4, None, 0, 1, 10.0, saving, rate, total))
+    return points
 
 
-@pytest.mark.parametrize(("points", "expected"), [
-    ([], 0.0),
-    ([_point(3600, 2.0, 2.0)], 2.0 * 2),  # from its report at 1 h to now at 3 h
-    ([_point(3600, 2.0, 2.0), _point(7200, 1.0, 3.0)], 2.0 * 1 + 3.0 * 1),
-    ([_point(-7200, 5.0, 5.0), _point(7200, 1.0, 6.0)], 5.0 * 2 + 6.0 * 1),  # a rate from last month holds on
-    ([_point(-7200, 5.0, 5.0)], 5.0 * 3),
-], ids=["no-report", "one", "two", "last-months-rate-first", "only-last-month"])
-def test_saved_this_month_holds_each_rate_until_the_next_report(points: list[Point], expected: float) -> None:
-    assert saved_since(points, 0.0, 3 * 3600.0) == pytest.approx(expected)
+@pytest.mark.parametrize(("reports", "anchor", "expected"), [
+    ((), 0, 0.0),
+    (((1, 2.0),), 0, 2.0 * 2),  # from its report at 1 h to now at 3 h
+    (((1, 2.0), (2, 1.0)), 0, 2.0 * 1 + 3.0 * 1),
+    (((-2, 5.0), (2, 1.0)), 0, 5.0 * 2 + 6.0 * 1),  # a rate from last month holds on into this one
+    (((-2, 5.0),), 0, 5.0 * 3),
+    (((-4, 1.0), (-2, 5.0), (2, 1.0)), 1, 6.0 * 2 + 7.0 * 1),  # the anchor: the newest report before the 1st
+], ids=["no-report", "one", "two", "last-months-rate-first", "only-last-month", "several-before"])
+def test_saved_this_month_holds_each_rate_until_the_next_report(reports: tuple[tuple[float, float], ...],
+                                                                  anchor: int, expected: float) -> None:
+    points = _points(*reports)
+    found = saved_since(points[anchor] if points else None, points[-1] if points else None, 0.0, 3 * 3600.0)
+    assert found == pytest.approx(expected)
 
 
 def test_the_month_starts_at_midnight_utc_on_the_first() -> None:

@@ -30,9 +30,11 @@ def upgrade() -> None:
         sa.Column("cost_per_hour", sa.Float, nullable=False),
         sa.Column("savings_per_hour", sa.Float, nullable=False),
         sa.Column("savings_rate", sa.Float, nullable=False),
+        sa.Column("saved_total", sa.Float, nullable=False),
         sa.Column("body", sa.Text, nullable=False),
         sa.UniqueConstraint("cluster_id", "report_id"),
     )
+    op.create_index("ix_summaries_cluster_time", "summaries", ["cluster_id", "time"])  # the charts' time range
     with op.batch_alter_table("actions") as batch:
         batch.add_column(sa.Column("gpu_hours_per_month", sa.Float, nullable=True))
 
