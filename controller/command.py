@@ -25,6 +25,7 @@ from kubernetes import client
 
 from controller.context import Clock, ControllerContext, MetricsSource, SystemClock
 from controller.health import HealthServer
+from controller.hubreport import SummaryReport
 from controller.hubsync import MAX_POLL_SECONDS, MIN_POLL_SECONDS, HubSettings, HubState, HubSync
 from controller.leader import LeaderElector, exit_process
 from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
@@ -273,7 +274,7 @@ def build(
         cloud=dict(cloud or {}), extender_url=extender_url, extender_error_ratio=extender_error_ratio,
     )
     if hub is not None:
-        sync = HubSync(hub, hub_state, controller_metrics.registry, default_mode)
+        sync = HubSync(hub, hub_state, controller_metrics.registry, default_mode, summary=SummaryReport())
         recorder.listeners.append(lambda policy, target, action, now: sync.applied(policy, target, action, now=now))
         chosen = [sync, *chosen]
     runner = ReconcileRunner(ctx, chosen)

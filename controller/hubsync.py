@@ -21,6 +21,11 @@ The hub never connects to the cluster (docs/hub-api.md). Every `pollInterval`
 Actions (applied by reconcilers, and proposals the optimizer shows) wait in a
 bounded `Outbox` and are POSTed in batches with an idempotency key that stays
 the same across retries of one batch, so the hub stores each exactly once.
+
+After every successful poll a cluster summary (controller/hubreport.py: GPUs,
+allocated, idle by DCGM, pending GPU pods, cost per hour, what the actions
+applied since the last summary save) is queued and POSTed the same way; each
+carries its own id, so a retried batch is stored once.
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
@@ -60,6 +66,10 @@ from kube.policies import create_policy, delete_policy, list_policies, replace_p
 if TYPE_CHECKING:
     from controller.context import ControllerContext
 
+# What makes this poll's cluster summary (controller/hubreport.py, passed in by controller/command.py):
+# (context, now, [(policy, target) applied since the last one]) -> the ClusterSummary body.
+SummaryMaker = Callable[["ControllerContext", float, list[tuple[str, str]]], dict[str, Any]]
+
 log = logging.getLogger(__name__)
 
 MAX_BACKOFF = 600.0
@@ -68,6 +78,7 @@ MAX_BACKOFF = 600.0
 MIN_POLL_SECONDS, MAX_POLL_SECONDS = 1.0, 86400.0
 BATCH = 100
 QUEUE_LIMIT = 10_000
+SUMMARY_QUEUE_LIMIT = 1_000  # summaries waiting while the hub is away: the newest ~16 h at one a minute
 
 
 @dataclass
@@ -104,6 +115,8 @@ class HubMetrics:
                                registry=registry)
         self.reported = Counter("kubeon_gpu_hub_actions_reported", "Actions the hub acknowledged",
                                 registry=registry)
+        self.summaries = Counter("kubeon_gpu_hub_summaries_reported", "Cluster summaries the hub acknowledged",
+                                 registry=registry)
 
 
 class TokenFile:
@@ -203,9 +216,15 @@ class HubClient:
         return PollAnswer(response.status_code, error=response.text[:200])
 
     def post_actions(self, token: str | None, key: str, actions: list[dict[str, Any]]) -> int:
+        return self._post("/actions", token, key, {"actions": actions})
+
+    def post_summaries(self, token: str | None, key: str, summaries: list[dict[str, Any]]) -> int:
+        return self._post("/summaries", token, key, {"summaries": summaries})
+
+    def _post(self, path: str, token: str | None, key: str, body: dict[str, Any]) -> int:
         try:
             headers = {"Authorization": f"Bearer {token or ''}", "Idempotency-Key": key}
-            response = self.session.post(self.base + "/actions", json={"actions": actions}, headers=headers,
+            response = self.session.post(self.base + path, json=body, headers=headers,
                                          timeout=self.settings.timeout, verify=self.verify)
         except requests.RequestException:
             return 0
@@ -274,7 +293,8 @@ class HubSync:
     wakes_on_policy_change = False  # ReconcileRunner.policies_changed: polled at its interval only
 
     def __init__(self, settings: HubSettings, state: HubState, registry: CollectorRegistry,
-                 default_mode: Mode = Mode.RECOMMEND, rng: random.Random | None = None) -> None:
+                 default_mode: Mode = Mode.RECOMMEND, rng: random.Random | None = None,
+                 summary: SummaryMaker | None = None) -> None:
         self.settings = settings
         self.state = state
         self.metrics = HubMetrics(registry)
@@ -283,6 +303,9 @@ class HubSync:
         self.client = HubClient(settings)
         self.token = TokenFile(settings.token_file)
         self.outbox = Outbox()
+        self.summaries = Outbox(limit=SUMMARY_QUEUE_LIMIT)
+        self.summary = summary  # None: no summary reports (tests of the sync alone)
+        self._applied: list[tuple[str, str]] = []  # (policy, target) applied since the last summary
         self.rng = rng or random.Random()
         self.period_seconds = settings.poll_interval
         self.failures = 0
@@ -295,6 +318,8 @@ class HubSync:
     def applied(self, policy: GpuPolicy, target: str, action: str, result: str = "applied",
                 now: float | None = None) -> None:
         """Queue one action for the hub (the Recorder calls this for every applied action)."""
+        if result == "applied":
+            self._applied.append((policy.name, target))
         self._queue({"id": uuid.uuid4().hex, "policy": policy.name, "target": target, "action": action[:4000],
                      "mode": policy.effective_mode(self.default_mode).value, "result": result,
                      "time": now if now is not None else time.time()})
@@ -354,6 +379,7 @@ class HubSync:
             self.metrics.polls.labels(result="not_modified").inc()
         self.report_proposals(ctx, now)
         self.flush(token)
+        self.report_summary(ctx, now, token)
 
     def _jittered(self, seconds: float) -> float:
         return seconds * self.rng.uniform(0.9, 1.1)
@@ -445,9 +471,13 @@ class HubSync:
                 if key in self._reported:
                     continue
                 self._reported.add(key)
-                self._queue({"id": key[:128], "policy": entry.name, "target": str(proposal.get("target")),
-                             "action": str(proposal.get("action") or "")[:4000] or "propose", "mode": mode.value,
-                             "result": "proposed", "time": now})
+                item = {"id": key[:128], "policy": entry.name, "target": str(proposal.get("target")),
+                        "action": str(proposal.get("action") or "")[:4000] or "propose", "mode": mode.value,
+                        "result": "proposed", "time": now}
+                estimate = proposal.get("estimatedGpuHoursPerMonth")
+                if isinstance(estimate, int | float) and 0 < estimate <= 1e9:
+                    item["estimatedGpuHoursPerMonth"] = float(estimate)
+                self._queue(item)
 
     def flush(self, token: str | None) -> int:
         """Send queued batches until the queue is empty or the hub fails; returns actions acknowledged."""
@@ -463,3 +493,24 @@ class HubSync:
             self.metrics.reported.inc(len(actions))
         self.metrics.queued.set(len(self.outbox))
         return sent
+
+    def report_summary(self, ctx: ControllerContext, now: float, token: str | None) -> None:
+        """Queue this poll's cluster summary and send what is queued (the oldest dropped from a full queue)."""
+        if self.summary is None:
+            return
+        applied, self._applied = self._applied, []
+        try:
+            self.summaries.add(self.summary(ctx, now, applied))
+        except Exception as exc:  # an API error must not stop the poll: the next one reports again
+            self._applied = applied + self._applied
+            log.warning("hub summary not made: %s", exc)
+            return
+        while (batch := self.summaries.next_batch()) is not None:
+            key, items = batch
+            status = self.client.post_summaries(token, key, items)
+            if status != 200:
+                log.warning("hub did not take %d summary report(s) status=%d: kept for the next poll",
+                            len(items), status)
+                return
+            self.summaries.sent()
+            self.metrics.summaries.inc(len(items))

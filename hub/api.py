@@ -16,7 +16,7 @@ from typing import Any
 
 from flask import Blueprint, Response, current_app, request
 
-from hub import contract
+from hub import contract, summaries
 from hub.store import Hub, HubError
 
 MAX_BODY_BYTES = 1024 * 1024
@@ -137,13 +137,52 @@ def cluster_actions(cluster: str) -> Response:
     return _json({"accepted": accepted, "duplicate": duplicate})
 
 
+@api.post("/api/v1/clusters/<cluster>/summaries")
+def cluster_summaries(cluster: str) -> Response:
+    """Summary reports (one per poll): each stored once by its id, so a retried batch is stored once."""
+    hub().authenticate(cluster, _bearer())
+    body = read_body("SummaryBatch")
+    accepted, duplicate = summaries.record(hub(), cluster, body["summaries"])
+    return _json({"accepted": accepted, "duplicate": duplicate})
+
+
 # -- the admin side --------------------------------------------------------------
+def figures(name: str) -> dict[str, Any] | None:
+    """The newest report's figures and the month's savings (the overview's columns), None before a report."""
+    points = summaries.history(hub(), name, limit=1)
+    if not points:
+        return None
+    last = points[-1]
+    return {"time": last.time, "gpus": last.gpus, "allocatedGpus": last.allocated, "idleGpus": last.idle,
+            "pendingGpuPods": last.pending, "costPerHour": last.cost_per_hour,
+            "savedThisMonth": round(summaries.saved_this_month(hub(), name), 2)}
+
+
 @api.get("/api/v1/admin/clusters")
 def admin_clusters() -> Response:
     _admin()
     rows = [{"name": r.name, "state": r.state, "lastPoll": r.last_poll_at, "lastPollResult": r.last_poll_result,
-             "revision": r.revision} for r in hub().clusters()]
+             "revision": r.revision, "summary": figures(r.name)} for r in hub().clusters()]
     return _json({"clusters": rows})
+
+
+@api.get("/api/v1/admin/clusters/<cluster>/summaries")
+def admin_summaries(cluster: str) -> Response:
+    _admin()
+    text = request.args.get("limit")
+    if text is not None and (not text.isdigit() or int(text) < 1):
+        raise HubError(400, f"limit {text[:40]!r}: a whole number of at least 1", "limit")
+    points = summaries.history(hub(), cluster, int(text) if text else None)
+    return _json({"cluster": cluster, "latest": summaries.latest(hub(), cluster),
+                  "savedThisMonth": round(summaries.saved_this_month(hub(), cluster), 2),
+                  "points": [point_json(p) for p in points]})
+
+
+def point_json(p: summaries.Point) -> dict[str, Any]:
+    return {"time": p.time, "gpus": p.gpus, "allocatedGpus": p.allocated, "idleGpus": p.idle,
+            "pendingGpuPods": p.pending, "actionsApplied": p.actions_applied, "costPerHour": p.cost_per_hour,
+            "savingsPerHour": p.savings_per_hour,
+            "savingsRate": p.savings_rate}
 
 
 @api.post("/api/v1/admin/clusters")
@@ -220,6 +259,16 @@ def admin_actions(cluster: str) -> Response:
 def admin_audit() -> Response:
     _admin()
     return _json({"entries": hub().audit()})
+
+
+@api.get("/metrics")
+def metrics() -> Response:
+    from prometheus_client import CONTENT_TYPE_LATEST
+
+    from hub.metrics import exposition
+
+    _admin()
+    return Response(exposition(hub()), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
 
 @api.get("/openapi.yaml")

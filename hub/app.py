@@ -40,7 +40,7 @@ def create_app(hub: Hub, admin_token: str, *, secret_key: str | None = None, sec
     @app.after_request
     def _no_store(response: Response) -> Response:
         """Console pages are never cached: a cluster token is shown once, on one of them."""
-        if request.path.startswith("/console/"):
+        if request.path.startswith("/console/") and not request.path.startswith("/console/static/"):
             response.headers["Cache-Control"] = "no-store"
         return response
 

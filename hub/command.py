@@ -52,6 +52,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help=f"file holding the admin credential (else ${ADMIN_ENV}; else one is generated)")
     serve.add_argument("--workers", type=positive_int, default=2, help="gunicorn worker processes (default: 2)")
     serve.add_argument("--threads", type=positive_int, default=4, help="threads per worker (default: 4)")
+    serve.add_argument("--summary-retention", type=positive_int, default=10_080,
+                       help="cluster summary reports kept per cluster, oldest deleted first (default: 10080, "
+                            "a week at one a minute)")
 
     token = sub.add_parser("token", help="create, rotate or revoke a cluster's token")
     token.add_argument("verb", choices=["create", "rotate", "revoke"],
@@ -179,8 +182,8 @@ def serve(args: argparse.Namespace) -> int:
               "cross the network in clear", file=sys.stderr)
 
     def factory() -> Any:
-        return create_app(Hub(open_db(url, upgrade=False)), token, secret_key=secret,
-                          secure_cookies=cert_dir is not None)
+        hub = Hub(open_db(url, upgrade=False), summary_retention=args.summary_retention)
+        return create_app(hub, token, secret_key=secret, secure_cookies=cert_dir is not None)
 
     gunicorn_serve(factory, bind=host, port=port, cert_dir=cert_dir, workers=args.workers, threads=args.threads,
                    access_log=True)

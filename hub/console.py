@@ -21,11 +21,15 @@ from flask import Blueprint, Response, abort, redirect, render_template, request
 
 from gpupolicy.model import Mode
 from gpupolicy.yamlload import describe_error, safe_load
-from hub.api import admin_ok, hub
+from hub import summaries
+from hub.api import admin_ok, figures, hub
+from hub.charts import Series, line_chart
 from hub.store import HubError
 
-console = Blueprint("console", __name__, url_prefix="/console", template_folder="templates")
+console = Blueprint("console", __name__, url_prefix="/console", template_folder="templates",
+                    static_folder="static")
 ACTOR = "admin (console)"
+RANGES = {"24h": 86400.0, "7d": 7 * 86400.0, "30d": 30 * 86400.0}  # what the cluster page's charts can span
 
 
 # Failed sign-ins allowed per client address and window (audit entries, so every worker counts them): an
@@ -44,6 +48,11 @@ def csrf_token() -> str:
 @console.app_context_processor
 def _template_globals() -> dict[str, Any]:
     return {"csrf_token": csrf_token, "modes": [m.value for m in Mode]}
+
+
+@console.app_template_filter("money")
+def _money(value: float | None) -> str:
+    return "none" if value is None else f"${value:,.2f}"
 
 
 @console.app_template_filter("ts")
@@ -115,7 +124,12 @@ def sign_out() -> Any:
 @console.get("/")
 @signed_in
 def clusters() -> str:
-    return render_template("clusters.html", clusters=hub().clusters(), error=None)
+    return render_template("clusters.html", clusters=_overview(), error=None)
+
+
+def _overview() -> list[tuple[Any, dict[str, Any] | None]]:
+    """Each cluster with its newest summary's figures (None before its first report)."""
+    return [(row, figures(row.name)) for row in hub().clusters()]
 
 
 @console.post("/clusters")
@@ -125,7 +139,7 @@ def add_cluster() -> Any:
     try:
         token = hub().create_cluster(name, ACTOR)
     except HubError as exc:
-        return Response(render_template("clusters.html", clusters=hub().clusters(), error=exc.message,
+        return Response(render_template("clusters.html", clusters=_overview(), error=exc.message,
                                         name=name), status=exc.status)
     return render_template("token.html", cluster=name, token=token, verb="created")
 
@@ -141,8 +155,35 @@ def cluster(cluster: str) -> str:
         kind = next((k for k in ("sharing", "scaleToZero", "packing", "typeFit", "capacity", "guardrail")
                      if k in spec), "?")
         listed.append({"name": item["name"], "mode": spec.get("mode") or "default", "kind": kind})
-    return render_template("cluster.html", row=row, policies=listed, approvals=approvals,
-                           proposals=hub().pending_proposals(cluster), actions=hub().actions(cluster, limit=50))
+    span = request.args.get("range", "24h")
+    if span not in RANGES:
+        raise HubError(400, f"range {span[:20]!r}: one of {', '.join(RANGES)}", "range")
+    points = summaries.history(hub(), cluster, since=hub().clock() - RANGES[span])
+    latest = summaries.latest(hub(), cluster)
+    price = latest["pricePerGpuHour"] if latest else None
+    proposals = [{**p, "saving": (p["estimatedGpuHoursPerMonth"] * price
+                                  if price is not None and "estimatedGpuHoursPerMonth" in p else None)}
+                 for p in hub().pending_proposals(cluster)]
+    return render_template("cluster.html", row=row, policies=listed, approvals=approvals, proposals=proposals,
+                           actions=hub().actions(cluster, limit=50), latest=latest, figures=figures(cluster),
+                           charts=_charts(points), span=span, ranges=list(RANGES))
+
+
+def _charts(points: list[summaries.Point]) -> list[Any]:
+    """The cluster page's charts over the stored history: GPUs allocated and idle, cost per hour, savings."""
+    idle = [(p.time, float(p.idle)) for p in points if p.idle is not None]
+    charts = [
+        ("chart-gpus", "GPUs: total, allocated, idle", "", [
+            Series("GPUs", "s-total", [(p.time, float(p.gpus)) for p in points]),
+            Series("Allocated", "s-allocated", [(p.time, float(p.allocated)) for p in points]),
+            Series("Idle (DCGM)", "s-idle", idle)]),
+        ("chart-cost", "Cost per hour of the GPU nodes", "$",
+         [Series("Cost per hour", "s-cost", [(p.time, p.cost_per_hour) for p in points])]),
+        ("chart-savings", "Savings per hour of the actions applied (est.)", "$",
+         [Series("Saved per hour", "s-savings", [(p.time, p.savings_rate) for p in points])]),
+    ]
+    now = hub().clock()
+    return [(title, line_chart(chart_id, title, series, unit, until=now)) for chart_id, title, unit, series in charts]
 
 
 @console.get("/clusters/<cluster>/<any(rotate, revoke):verb>")

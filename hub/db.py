@@ -17,6 +17,7 @@ from sqlalchemy import (
     Engine,
     Float,
     ForeignKey,
+    Index,
     Integer,
     String,
     Text,
@@ -94,6 +95,7 @@ class Action(Base):
     result: Mapped[str] = mapped_column(String(32))
     time: Mapped[float] = mapped_column(Float)
     received_at: Mapped[float] = mapped_column(Float)
+    gpu_hours_per_month: Mapped[float | None] = mapped_column(Float, nullable=True)  # a proposal's estimate
 
 
 class ActionBatch(Base):
@@ -106,6 +108,31 @@ class ActionBatch(Base):
     key: Mapped[str] = mapped_column(String(128))
     accepted: Mapped[int] = mapped_column(Integer)
     received_at: Mapped[float] = mapped_column(Float)
+
+
+class Summary(Base):
+    """One cluster summary report (docs/hub-api.md): its figures as columns (the charts read them), the report
+    as sent in `body`. (cluster, report id) is unique: a retried batch is stored once. Bounded per cluster
+    (`Hub.summary_retention`, oldest removed first)."""
+
+    __tablename__ = "summaries"
+    __table_args__ = (UniqueConstraint("cluster_id", "report_id"),
+                      Index("ix_summaries_cluster_time", "cluster_id", "time"))
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    cluster_id: Mapped[int] = mapped_column(ForeignKey("clusters.id", ondelete="CASCADE"), index=True)
+    report_id: Mapped[str] = mapped_column(String(128))
+    time: Mapped[float] = mapped_column(Float)
+    received_at: Mapped[float] = mapped_column(Float)
+    gpus: Mapped[int] = mapped_column(Integer)
+    allocated: Mapped[int] = mapped_column(Integer)
+    idle: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    pending: Mapped[int] = mapped_column(Integer)
+    actions_applied: Mapped[int] = mapped_column(Integer)  # since the report before
+    cost_per_hour: Mapped[float] = mapped_column(Float)
+    savings_per_hour: Mapped[float] = mapped_column(Float)  # what this report's newly applied actions save
+    savings_rate: Mapped[float] = mapped_column(Float)  # all reported so far, per hour: the running total
+    saved_total: Mapped[float] = mapped_column(Float)  # money saved up to this report (hub/summaries.py)
+    body: Mapped[str] = mapped_column(Text)  # JSON, as sent
 
 
 class Audit(Base):

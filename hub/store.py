@@ -91,9 +91,11 @@ class ClusterRow:
 class Hub:
     """The hub's state behind a session factory; `clock` is injectable (token overlap in tests)."""
 
-    def __init__(self, sessions: sessionmaker[Session], clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, sessions: sessionmaker[Session], clock: Callable[[], float] = time.time,
+                 summary_retention: int = 10_080) -> None:
         self.sessions = sessions
         self.clock = clock
+        self.summary_retention = summary_retention  # cluster summary reports kept per cluster (hub/summaries.py)
 
     @contextmanager
     def _tx(self) -> Iterator[Session]:
@@ -357,7 +359,8 @@ class Hub:
                 known.add(item["id"])
                 session.add(Action(cluster_id=cluster.id, action_id=item["id"], policy=item["policy"],
                                    target=item["target"], action=item["action"], mode=item["mode"],
-                                   result=item["result"], time=item["time"], received_at=now))
+                                   result=item["result"], time=item["time"], received_at=now,
+                                   gpu_hours_per_month=item.get("estimatedGpuHoursPerMonth")))
                 accepted += 1
             session.add(ActionBatch(cluster_id=cluster.id, key=key, accepted=accepted, received_at=now))
             return accepted, False
@@ -368,7 +371,9 @@ class Hub:
             rows = session.scalars(select(Action).where(Action.cluster_id == cluster.id)
                                    .order_by(Action.time.desc(), Action.id.desc()).limit(limit))
             return [{"id": r.action_id, "policy": r.policy, "target": r.target, "action": r.action,
-                     "mode": r.mode, "result": r.result, "time": r.time} for r in rows]
+                     "mode": r.mode, "result": r.result, "time": r.time,
+                     **({"estimatedGpuHoursPerMonth": r.gpu_hours_per_month}
+                        if r.gpu_hours_per_month is not None else {})} for r in rows]
 
     def pending_proposals(self, name: str) -> list[dict[str, Any]]:
         """Proposals the optimizer reported (result `proposed`) whose target is neither approved nor applied."""

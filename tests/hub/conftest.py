@@ -78,6 +78,10 @@ def check_response(method: str, path: str, response: requests.Response) -> None:
     if not content:
         assert not response.content, f"{method} {path} {status} must have no body"
         return
+    if "application/json" not in content:  # /metrics: Prometheus' text format
+        kind = next(iter(content))
+        assert response.headers["Content-Type"].startswith(kind), response.headers["Content-Type"]
+        return
     schema = content["application/json"]["schema"]
     assert response.headers["Content-Type"].startswith("application/json")
     errors = list(contract.validator_for(schema).iter_errors(response.json()))
@@ -153,12 +157,12 @@ def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def start_hub(db: str, *, tls: bool = False, port: int | None = None,
-              dns_names: tuple[str, ...] = ("localhost",)) -> HubProcess:
+              dns_names: tuple[str, ...] = ("localhost",), extra: tuple[str, ...] = ()) -> HubProcess:
     """`kubeon-gpu hub serve` in a subprocess, waited for until /healthz answers (with tls, a
-    certificate for `dns_names` and 127.0.0.1 from a fresh CA, `ca_file`)."""
+    certificate for `dns_names` and 127.0.0.1 from a fresh CA, `ca_file`); `extra`: more serve flags."""
     port = port or free_port()
     workdir = Path(tempfile.mkdtemp(prefix="kubeon-hub-"))
-    args = ["serve", "--db", db, "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4"]
+    args = ["serve", "--db", db, "--bind", f"127.0.0.1:{port}", "--workers", "1", "--threads", "4", *extra]
     ca_file = None
     if tls:
         from certs.material import generate_ca, issue_serving_cert
@@ -198,3 +202,14 @@ def hub_server(shared_hub: HubProcess) -> HubProcess:
 def cluster() -> str:
     """A cluster name no other test on the shared hub uses."""
     return "c-" + uuid.uuid4().hex[:10]
+
+
+def summary_report(time: float, *, gpus: int = 8, allocated: int = 5, idle: int | None = 2, pending: int = 1,
+                   cost: float = 11.34, saving: float = 0.0, report_id: str | None = None) -> dict[str, Any]:
+    """A `ClusterSummary` as the controller sends it (gpupolicy/hubsummary.py), with the given figures."""
+    return {"version": 1, "id": report_id or uuid.uuid4().hex, "time": time, "gpuNodes": 2, "gpus": gpus,
+            "allocatedGpus": allocated, "idleGpus": idle, "pendingGpuPods": pending,
+            "byModel": [{"model": "NVIDIA-A10G", "layout": "whole GPUs", "nodes": 2, "gpus": gpus,
+                         "allocated": allocated}],
+            "costPerHour": cost, "unpricedNodes": 0, "pricePerGpuHour": round(cost / max(gpus, 1), 4),
+            "savings": {"actionsApplied": 1 if saving else 0, "gpuHoursPerMonth": 0.0, "perHour": saving}}

@@ -92,7 +92,7 @@ def test_rotation_overlap_and_revocation(hub_server: HubProcess, cluster: str) -
     assert client.request("GET", path, token=new).status_code == 401
     clusters = [c for c in client.admin("GET", "/clusters").json()["clusters"] if c["name"] == cluster]
     assert clusters == [{"name": cluster, "state": "disconnected", "lastPoll": clusters[0]["lastPoll"],
-                         "lastPollResult": "revoked", "revision": 0}]
+                         "lastPollResult": "revoked", "revision": 0, "summary": None}]
     verbs = [e["verb"] for e in client.admin("GET", "/audit").json()["entries"] if e["cluster"] == cluster]
     assert verbs == ["token.revoke", "token.rotate", "token.create"]
     fresh = client.admin("POST", f"/clusters/{cluster}/token")

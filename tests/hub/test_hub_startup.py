@@ -26,7 +26,7 @@ def test_hub_serve_says_each_start_up_fact_once(tmp_path: Path) -> None:
     assert not [line for line in start if "alembic" in line], text
     assert len([line for line in start if "plain HTTP" in line]) == 1, text
     schema = [line for line in start if "schema" in line]
-    assert len(schema) == 1 and "hub.db: schema 0001 (upgraded from an empty database)" in schema[0], text
+    assert len(schema) == 1 and "hub.db: schema 0002 (upgraded from an empty database)" in schema[0], text
     assert len([line for line in start if f":{port}" in line]) == 1, text
     said = [_PREFIX.sub("", line) for line in start]  # one worker (start_hub): no line says the same twice
     assert len(set(said)) == len(said), text

@@ -71,3 +71,30 @@ def test_backing_off_never_polls_more_often_than_the_interval(tmp_path: Path) ->
     for _ in range(3):
         sync.reconcile(ctx)  # type: ignore[arg-type]  # the hub is down: connection refused
         assert 3240 <= sync.period_seconds <= 3960, sync.period_seconds
+
+
+def _hub_policy_with_proposal(estimate: float) -> dict:
+    return {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy",
+            "metadata": {"name": "share", "labels": {"gpu.kubeon.io/managed-by": "hub"}},
+            "spec": {"mode": "Approve", "selector": {"namespaces": ["ml"]}, "sharing": {"strategy": "TimeSlicing"}},
+            "status": {"proposals": [{"id": "abc123", "target": "Deployment/ml/llm", "action": "gpu -> shared",
+                                      "state": "Proposed", "estimatedGpuHoursPerMonth": estimate}]}}
+
+
+def test_a_proposal_reaches_the_hub_with_its_estimated_gpu_hours(tmp_path: Path) -> None:
+    from controller.hubreport import savings_of
+    from controller.policies import PolicyStore, parse_entry
+    from gpupolicy.model import Mode
+
+    store = PolicyStore()
+    store.replace_all([parse_entry(_hub_policy_with_proposal(146.0))])
+    ctx = SimpleNamespace(policies=store, default_mode=Mode.RECOMMEND, prometheus_configured=True)
+    (tmp_path / "t").write_text("token")
+    sync = HubSync(HubSettings("http://127.0.0.1:1", "c", str(tmp_path / "t")), HubState(), CollectorRegistry())
+    sync.report_proposals(ctx, 1.0)  # type: ignore[arg-type]
+    _, batch = sync.outbox.next_batch() or ("", [])
+    assert [(a["target"], a["result"], a["estimatedGpuHoursPerMonth"]) for a in batch] == [
+        ("Deployment/ml/llm", "proposed", 146.0)]
+    # once applied, the summary counts what the proposal said it frees; an action without a proposal frees 0
+    applied = savings_of(ctx, [("share", "Deployment/ml/llm"), ("share", "Node/gpu-1")])  # type: ignore[arg-type]
+    assert [a.gpu_hours_per_month for a in applied] == [146.0, 0.0]

@@ -32,7 +32,7 @@ from gpupolicy.scaling.metrics import Sample, Series
 from kube.config import load_api_client
 from tests.cluster.cluster import Cluster
 from tests.cluster.kubeon import NAMESPACE, RELEASE
-from tests.cluster.objects import make_node
+from tests.cluster.objects import make_node, make_pod
 from tests.controller.conftest import FakeClock, make_deployment
 from tests.hub.conftest import HubProcess, start_hub
 from tests.loopback import wait_for
@@ -396,6 +396,72 @@ def test_approve_mode_applies_only_live_hub_approvals(site: Site, tmp_path: Path
             f"Deployment/{site.research}/{name}" for name in ("expired", "unapproved", "withdrawn")]
     finally:
         hub.stop()
+
+
+class DcgmIdle(IdleGpus):
+    """IdleGpus, and DCGM's per-GPU utilisation for the summary: the given node's GPU 0 at 0 %."""
+
+    def __init__(self, node: str) -> None:
+        self.node = node
+
+    def query(self, promql: str) -> list[Sample]:
+        if "DCGM_FI_DEV_GPU_UTIL" in promql:
+            return [Sample({"Hostname": self.node, "gpu": "0"}, 0.0), Sample({"Hostname": self.node, "gpu": "1"}, 70.0)]
+        return super().query(promql)
+
+
+def test_every_poll_reports_a_cluster_summary(kube_cluster: Cluster, site: Site, tmp_path: Path) -> None:
+    """GPUs by model and layout, allocated, idle by DCGM, pending GPU pods, cost from the instance catalog, and
+    the actions applied since the last report, as the hub stores them."""
+    api = site.admin
+    node = f"{site.node}-l4"
+    kube_cluster.create_node(make_node(node, "NVIDIA-L4", 1, instance_type="g6.xlarge"))
+    hub = start_hub(f"sqlite:///{tmp_path}/hub.db")
+    try:
+        token_file = tmp_path / "token"
+        token_file.write_text(_token(hub, "create"))
+        _put(hub, "idle-research", park(site.research))
+        waiting = make_pod("waits", site.batch, gpus=1, node_selector={"gpu.kubeon.io/no-such-node": "x"},
+                           scheduler_name=None)
+        client.CoreV1Api(api).create_namespaced_pod(site.batch, waiting)
+        clock = FakeClock(time.time())
+        settings = HubSettings(hub.url, "prod", str(token_file), poll_interval=60.0)
+        process = build(site.controller, identity="one", clock=clock, metrics=DcgmIdle(node),
+                        prometheus_url="http://prometheus.test", default_mode=Mode.RECOMMEND,
+                        on_lost=lambda _reason: None, hub=settings,
+                        reconcilers=[PolicySync(), ScaleToZeroReconciler()])
+        assert process.elector.step()
+        process.runner.run_all()
+        first = hub.client().admin("GET", "/clusters/prod/summaries").json()
+        latest = first["latest"]
+        groups = {(g["model"], g["layout"]): g for g in latest["byModel"]}
+        assert groups.get(("NVIDIA-L4", "whole GPUs"), {}).get("gpus", 0) >= 1, latest["byModel"]
+        assert sum(g["gpus"] for (model, _), g in groups.items() if model == "Tesla-T4") >= 2, latest["byModel"]
+        assert latest["idleGpus"] == 1, "the L4 node's GPU 0 reads 0 %, its GPU 1 70 %"
+        assert latest["pendingGpuPods"] >= 1
+        assert latest["costPerHour"] >= 0.8048 - 1e-6, "the L4 node priced as its g6.xlarge instance type"
+        assert latest["unpricedNodes"] >= 1, "no catalog entry prices a Tesla T4"
+        assert latest["savings"]["actionsApplied"] == 0
+
+        client.AppsV1Api(api).create_namespaced_deployment(site.research,
+                                                           make_deployment("trainer", site.research, replicas=1))
+        _poll(process, clock, 700)
+        _poll(process, clock)
+        assert _replicas(api, site.research, "trainer") == 0
+        history = hub.client().admin("GET", "/clusters/prod/summaries").json()
+        points = history["points"]
+        assert len(points) == 3, "one report per poll"
+        # the hub sync runs first in a pass: the scale to zero of the second pass is in the third pass's report
+        assert [p["actionsApplied"] for p in points] == [0, 0, 1]
+        # its proposal freed 1 GPU for a month (730 GPU-hours): per hour, one GPU-hour at the cluster's price
+        last = history["latest"]
+        assert last["savings"] == {"actionsApplied": 1, "gpuHoursPerMonth": 730.0, "perHour": last["pricePerGpuHour"]}
+        assert last["pricePerGpuHour"] > 0 and points[2]["savingsPerHour"] == last["pricePerGpuHour"]
+        assert points[0]["time"] < points[1]["time"] < points[2]["time"]
+        assert _metric(process, "kubeon_gpu_hub_summaries_reported_total") == 3
+    finally:
+        hub.stop()
+        kube_cluster.core.delete_node(node)
 
 
 def test_an_approval_that_expires_between_polls_is_dropped_locally() -> None:
