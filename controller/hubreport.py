@@ -1,6 +1,6 @@
 """The cluster summary sent to the hub on every poll: read the cluster, let gpupolicy/hubsummary.py decide.
 
-I/O only: the nodes and pods (one list each, the calls the layout reconciler
+I/O only: the nodes and pods (the controller's watch cache, as the layout reconciler
 makes), DCGM utilisation where Prometheus is set, the instance catalog the
 capacity reconciler prices nodes with, and the proposals in the policies'
 status that say what an applied action frees.
@@ -19,7 +19,6 @@ from controller.metrics_source import MetricsError, gpu_host
 from gpupolicy.capacity.instances import InstanceType, load_instances
 from gpupolicy.capacity.layout import GpuNode, read_nodes
 from gpupolicy.hubsummary import IDLE_QUERY, AppliedSaving, GpuSample, idle_gpus, pending_gpu_pods, summarize
-from kube.layout import list_nodes, list_pods
 
 if TYPE_CHECKING:
     from controller.context import ControllerContext
@@ -73,7 +72,8 @@ class SummaryReport:
         self.instances = instances if instances is not None else instance_catalog()
 
     def __call__(self, ctx: ControllerContext, now: float, applied: list[tuple[str, str]]) -> dict[str, Any]:
-        pods = list_pods(ctx.api)
-        nodes = read_nodes(list_nodes(ctx.api), pods, {})
+        cluster = ctx.cluster()
+        pods = cluster.pods()
+        nodes = read_nodes(cluster.nodes(), pods, {})
         return summarize(uuid.uuid4().hex, now, nodes, pending_gpu_pods(pods), self.instances,
                          measured_idle(ctx, nodes), savings_of(ctx, applied))

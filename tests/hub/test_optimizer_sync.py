@@ -30,6 +30,7 @@ from controller.scaletozero import ScaleToZeroReconciler
 from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
 from gpupolicy.scaling.metrics import Sample, Series
 from kube.config import load_api_client
+from tests.cluster.cache import CaughtUpCache
 from tests.cluster.cluster import Cluster
 from tests.cluster.kubeon import NAMESPACE, RELEASE
 from tests.cluster.objects import make_node, make_pod
@@ -120,12 +121,30 @@ def _put(hub: HubProcess, name: str, spec: dict[str, Any], cluster: str = "prod"
     assert hub.client().admin("PUT", f"/clusters/{cluster}/policies/{name}", json={"spec": spec}).status_code == 200
 
 
-def _controller(api: client.ApiClient, hub: HubProcess, token_file: Path, clock: FakeClock) -> ControllerProcess:
+_CACHES: list[CaughtUpCache] = []
+
+
+def _cache(api: client.ApiClient, admin: client.ApiClient) -> CaughtUpCache:
+    cache = CaughtUpCache(api, admin).start()
+    _CACHES.append(cache)
+    return cache
+
+
+@pytest.fixture(autouse=True)
+def stop_caches() -> Iterator[None]:
+    yield
+    while _CACHES:
+        _CACHES.pop().stop()
+
+
+def _controller(api: client.ApiClient, admin: client.ApiClient, hub: HubProcess, token_file: Path,
+                clock: FakeClock) -> ControllerProcess:
     settings = HubSettings(hub.url, "prod", str(token_file), poll_interval=60.0, ca_file=hub.ca_file)
     process = build(api, identity="one", clock=clock, metrics=IdleGpus(), prometheus_url="http://prometheus.test",
                     default_mode=Mode.RECOMMEND, on_lost=lambda _reason: None, hub=settings,
                     reconcilers=[PolicySync(), ScaleToZeroReconciler()])
     assert process.elector.step()
+    process.ctx.cache = _cache(api, admin)  # its passes run right after the test's writes
     return process
 
 
@@ -430,6 +449,7 @@ def test_every_poll_reports_a_cluster_summary(kube_cluster: Cluster, site: Site,
                         prometheus_url="http://prometheus.test", default_mode=Mode.RECOMMEND,
                         on_lost=lambda _reason: None, hub=settings,
                         reconcilers=[PolicySync(), ScaleToZeroReconciler()])
+        process.ctx.cache = _cache(site.controller, api)  # its passes run right after our writes
         assert process.elector.step()
         process.runner.run_all()
         first = hub.client().admin("GET", "/clusters/prod/summaries").json()
