@@ -182,7 +182,7 @@ def test_sync_edit_overwrite_304_rotation_and_revocation(hub: HubProcess, site: 
     token_file.write_text(_token(hub, "create"))
     _put(hub, "share-inference", {**share(site.inference), "mode": "Recommend"})
     clock = FakeClock(time.time())
-    process = _controller(site.controller, hub, token_file, clock)
+    process = _controller(site.controller, site.admin, hub, token_file, clock)
 
     with caplog.at_level(logging.INFO):
         process.runner.run_all()
@@ -294,7 +294,7 @@ def test_hub_down_for_several_polls(site: Site, tmp_path: Path) -> None:
     token_file.write_text(_token(hub, "create"))
     _put(hub, "idle-research", park(site.research))
     clock = FakeClock(time.time())
-    process = _controller(site.controller, hub, token_file, clock)
+    process = _controller(site.controller, site.admin, hub, token_file, clock)
     process.runner.run_all()
     assert set(_policies(api)) == {"idle-research"}
     hub.stop()
@@ -335,7 +335,7 @@ def test_a_policy_change_wakes_the_reconcilers_but_not_the_hub_poll(site: Site, 
         token_file.write_text(_token(hub, "create"))
         _put(hub, "idle-research", park(site.research))
         clock = FakeClock(time.time())
-        process = _controller(site.controller, hub, token_file, clock)
+        process = _controller(site.controller, site.admin, hub, token_file, clock)
         watch = _policy_watch(site.controller, process.runner)
         assert watch is not None and watch.wait_for_sync(30)
         process.runner.run_all()
@@ -365,7 +365,7 @@ def test_another_clusters_token_is_refused_and_disconnects(site: Site, tmp_path:
         token_file = tmp_path / "token"
         token_file.write_text(_token(hub, "create", cluster="staging"))
         _put(hub, "share-inference", share(site.inference))
-        process = _controller(site.controller, hub, token_file, FakeClock(time.time()))
+        process = _controller(site.controller, site.admin, hub, token_file, FakeClock(time.time()))
         process.runner.run_all()
         assert _metric(process, "kubeon_gpu_hub_polls_total", result="unauthorized") == 1
         assert _metric(process, "kubeon_gpu_hub_connected") == 0
@@ -400,7 +400,7 @@ def test_approve_mode_applies_only_live_hub_approvals(site: Site, tmp_path: Path
         assert admin.admin("DELETE", f"/clusters/prod/approvals/{withdrawn}").status_code == 200
         time.sleep(1.5)
         clock = FakeClock(time.time())
-        process = _controller(site.controller, hub, token_file, clock)
+        process = _controller(site.controller, site.admin, hub, token_file, clock)
         process.runner.run_all()
         _poll(process, clock)
         assert _policies(api)["idle-research"]["spec"]["approvals"] == [f"Deployment/{site.research}/kept"]

@@ -109,7 +109,7 @@ def replica(hub: HubProcess, site: Site, tmp_path: Path) -> Iterator[Replica]:  
     token_file = tmp_path / "token"
     token_file.write_text(_token(hub, "create"))
     clock = FakeClock(time.time())
-    process = _controller(site.controller, hub, token_file, clock)
+    process = _controller(site.controller, site.admin, hub, token_file, clock)
     yield Replica(process, clock, token_file)
     process.stop()
     for reconciler in process.runner.reconcilers:  # its keep-alive connection, else the hub's stop waits it out
