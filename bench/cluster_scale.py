@@ -70,6 +70,7 @@ from bench.cluster_replay import (  # noqa: E402
     scrape,
 )
 from gpupolicy.packing.nodemodel import PodDemand  # noqa: E402
+from serving.metrics import LATENCY_BUCKETS  # noqa: E402
 from simulator.trace import load_nodes, load_pods  # noqa: E402
 from tests.cluster.cluster import Cluster  # noqa: E402
 from tests.cluster.karpenter import node_class_ref  # noqa: E402
@@ -86,6 +87,7 @@ AUDIT = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["Requ
                    {"level": "Metadata"}]}
 PASS_BUCKETS_METRIC = "kubeon_gpu_reconcile_duration_seconds_bucket"
 EXTENDER_BUCKETS_METRIC = "kubeon_extender_http_request_duration_seconds_bucket"
+EXTENDER_LAST_BOUND = LATENCY_BUCKETS[-1]
 PERIODS = {"capacity": 10.0, "layout": 20.0, "scale-to-zero": 30.0, "autoscale": 60.0, "rightsizing": 300.0,
            "policies": 60.0, "extender-health": 30.0}
 
@@ -226,6 +228,13 @@ def quantile(before: dict[float, float], after: dict[float, float], q: float) ->
     if total <= 0:
         return None
     return next(le for le, count in diff if count >= q * total)
+
+
+def _ms(seconds: float | None) -> float | str | None:
+    """Milliseconds; beyond the last finite bucket, the bound as text (">1000"): JSON has no Infinity."""
+    if seconds is None:
+        return None
+    return f">{1000 * EXTENDER_LAST_BOUND:.0f}" if seconds == float("inf") else round(1000 * seconds, 1)
 
 
 # ---------------------------------------------------------------- the run
@@ -413,7 +422,7 @@ class ScaleRun:
                 "kube_controller_manager": {"requests_per_min": per_min("kube-controller-manager")},
                 "kube_scheduler": {"requests_per_min": per_min("kube-scheduler")},
                 "controller_pass_p99_s": max((p["p99_s"] for p in passes.values()), default=None),
-                "extender_p99_ms": None if ext_p99 is None else round(1000 * ext_p99, 1),
+                "extender_p99_ms": _ms(ext_p99),
                 "passes": passes, "components": components, "unbound_at_end": unbound, "churn_errors": errors}
 
 
