@@ -58,7 +58,8 @@ from gpupolicy.catalog import (
     normalise_product_label,
 )
 from gpupolicy.matching import pod_allowed_products as allowed_products
-from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU, pick
+from gpupolicy.packing.migdevices import pick
+from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU
 from gpupolicy.packing.nodemodel import MAX_AMOUNT, MILLI, NodeSpec, NodeState, PodDemand
 from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity, shown
 
