@@ -23,9 +23,9 @@ import kubernetes.client
 from controller.policies import PolicyStore
 from controller.recorder import Recorder
 from controller.sources import Clock, MetricsSource, SystemClock
-from gpupolicy.health import DEFAULT_ERROR_RATIO
 from gpupolicy.model import Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component
+from gpupolicy.packing.health import DEFAULT_ERROR_RATIO
 from gpupolicy.scaling.metrics import Sample, Series
 
 __all__ = ["Clock", "ControllerContext", "MetricsSource", "Sample", "Series", "SystemClock"]
