@@ -45,7 +45,6 @@ def waste_table(sizes: tuple[int, ...]) -> FloatArray:
     return table
 
 
-@lru_cache(maxsize=64)
 def plentiful(sizes: tuple[int, ...], weights: tuple[float, ...], ratio: float) -> tuple[bool, ...]:
     """Per size: are its pods at least `ratio` x as common as the slices that wait for them?
 
