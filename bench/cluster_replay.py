@@ -75,10 +75,10 @@ from kubernetes.client.rest import ApiException  # noqa: E402
 
 from cli.simulate import write_placements  # noqa: E402
 from gpupolicy.catalog import GPU_RESOURCE, PRODUCT_LABEL, SHARED_GPU_RESOURCE  # noqa: E402
+from gpupolicy.k8s.taints import GPU_TAINT  # noqa: E402
 from gpupolicy.packing.engine import DEFAULT_STRATEGY  # noqa: E402
 from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATION  # noqa: E402
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand  # noqa: E402
-from gpupolicy.taints import GPU_TAINT  # noqa: E402
 from simulator.replay import Arrival, ReplayResult, arrival_order, replay  # noqa: E402
 from simulator.trace import TraceError, load_nodes, load_pods  # noqa: E402
 from tests.cluster.cluster import Cluster  # noqa: E402

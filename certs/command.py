@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from certs.material import CA_CERT, CA_KEY, generate, load_ca
-from gpupolicy.names import dns_label_problem, dns_name_problem
+from gpupolicy.k8s.names import dns_label_problem, dns_name_problem
 
 EXIT_USAGE = 2
 CONFLICT_RETRIES = 5

@@ -34,8 +34,8 @@ from gpupolicy.admission.shape import object_shape_error
 from gpupolicy.capacity.layout import MIG, LayoutPlan, NodeTarget, plan_layout, read_demand, read_nodes
 from gpupolicy.capacity.timeslicing import key_replicas, plan_configmap
 from gpupolicy.catalog import MIG_STATE_LABEL
+from gpupolicy.k8s.names import dns_label_problem, dns_name_problem
 from gpupolicy.model import GpuPolicy, Mode
-from gpupolicy.names import dns_label_problem, dns_name_problem
 from gpupolicy.proposals import decide_state
 
 EXAMPLE_FILES = ("policies.yaml", "nodes.yaml", "pods.yaml")

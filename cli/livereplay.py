@@ -50,11 +50,11 @@ from extender.service import ExtenderService
 from gpupolicy.admission.mutate import DEFAULT_SCHEDULER, mutate_pod
 from gpupolicy.catalog import GPU_RESOURCE, PRODUCT_LABEL, SHARED_GPU_RESOURCE
 from gpupolicy.cluster import ClusterView, view_from_objects
+from gpupolicy.k8s.taints import GPU_TAINT
 from gpupolicy.model import GROUP, KIND, VERSION, Mode
 from gpupolicy.packing.engine import DEFAULT_STRATEGY
 from gpupolicy.packing.kubemodel import GPU_INDEX_ANNOTATION, GPU_SHARE_ANNOTATION, gpu_indices_from_pod
 from gpupolicy.packing.nodemodel import MILLI, NodeSpec, PodDemand
-from gpupolicy.taints import GPU_TAINT
 from gpupolicy.yamlload import describe_error, safe_load, safe_load_all
 from kube.views import StaticView
 from simulator.kubescheduler import (

@@ -31,9 +31,9 @@ from controller.leader import LeaderElector, exit_process
 from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
-from gpupolicy.health import DEFAULT_ERROR_RATIO
 from gpupolicy.model import CAPACITY_PROVIDERS, GROUP, PLURAL, VERSION, Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component, parse_components
+from gpupolicy.packing.health import DEFAULT_ERROR_RATIO
 from kube.stoppable import StoppableClient
 from serving.flags import bind_problem, http_url, listen_host, port_or_any, positive_int, positive_seconds
 from serving.tls import ca_problem
@@ -302,7 +302,7 @@ def hub_settings(args: argparse.Namespace) -> HubSettings | None:
         raise ValueError("--hub-url needs --cluster (this cluster's name in the hub)")
     if not args.hub_token_file:
         raise ValueError("--hub-url needs --hub-token-file (the chart mounts hub.existingSecret there)")
-    from gpupolicy.quantity import QuantityError, parse_duration
+    from gpupolicy.k8s.quantity import QuantityError, parse_duration
 
     try:
         interval = parse_duration(args.hub_poll_interval)

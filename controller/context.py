@@ -24,9 +24,9 @@ import kubernetes.client
 from controller.policies import PolicyStore
 from controller.recorder import Recorder
 from controller.sources import Clock, MetricsSource, SystemClock
-from gpupolicy.health import DEFAULT_ERROR_RATIO
 from gpupolicy.model import Mode
 from gpupolicy.modes import ALL_COMPONENTS, Component
+from gpupolicy.packing.health import DEFAULT_ERROR_RATIO
 from gpupolicy.packing.kubemodel import ParseMemo
 from gpupolicy.scaling.metrics import Sample, Series
 from kube.informers import ClusterCache

@@ -7,7 +7,7 @@ user would see (issue 37). So each pass reads the extender's own /metrics
 through the Service kube-scheduler calls (`--extender-url`, which the chart
 sets to `http://<extender>.<namespace>.svc:8888`: no RBAC, the same path
 kube-scheduler takes) and sums `kubeon_extender_decisions_total` for /filter
-and /prioritize, all outcomes and `outcome="error"`. `gpupolicy.health.judge`
+and /prioritize, all outcomes and `outcome="error"`. `gpupolicy.packing.health.judge`
 turns two readings into a verdict; while degraded, the packing and typeFit
 policies (those only the extender acts on, `gpupolicy.modes.HANDLERS`) say
 `Ready=False, ExtenderDegraded` with the ratio in the message, and `Ready=True`
@@ -24,8 +24,8 @@ import requests
 from prometheus_client.parser import text_string_to_metric_families
 
 from controller.context import ControllerContext
-from gpupolicy.health import HEALTHY, Answers, Health, judge
 from gpupolicy.modes import Component
+from gpupolicy.packing.health import HEALTHY, Answers, Health, judge
 
 log = logging.getLogger(__name__)
 

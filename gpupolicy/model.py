@@ -17,8 +17,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from gpupolicy.names import dns_name_problem, label_value_problem, qualified_name_problem
-from gpupolicy.quantity import (
+from gpupolicy.k8s.names import dns_name_problem, label_value_problem, qualified_name_problem
+from gpupolicy.k8s.quantity import (
     DURATION_PATTERN,
     MAX_TEXT,
     QUANTITY_PATTERN,
@@ -492,7 +492,7 @@ class RestartRecord(_Wire):
 class EvictionRecord(_Wire):
     """How often a capacity drain evicted the pods of one workload: what survives the pods' re-creation."""
 
-    # In the policy's status (`status.evictions`, keyed Kind/namespace/name as gpupolicy/owners.py names
+    # In the policy's status (`status.evictions`, keyed Kind/namespace/name as gpupolicy/k8s/owners.py names
     # the workload): a Deployment's evicted pod comes back under a new name, and the install guide's RBAC
     # gives no write on workloads. `pending` uids are written before their eviction is asked, so a crash
     # between the eviction and the count is counted by the next pass (controller/capacity/eviction_counts.py).

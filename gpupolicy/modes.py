@@ -101,7 +101,7 @@ def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
     Capacity policies under a `capacity.provider` this version does not implement (the managed
     node pools of AKS and GKE: accepted values of the install) are NotImplemented. A kind whose
     running handlers are all `failing` (component -> why: the extender answering errors, which
-    kube-scheduler ignores, gpupolicy/health.py) is not acted on either: `<Component>Degraded`.
+    kube-scheduler ignores, gpupolicy/packing/health.py) is not acted on either: `<Component>Degraded`.
     """
     if kind is PolicyKind.CAPACITY and capacity_provider not in IMPLEMENTED_CAPACITY_PROVIDERS:
         return Handling(False, "NotImplemented",

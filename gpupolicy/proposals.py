@@ -20,8 +20,8 @@ import hashlib
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from gpupolicy.k8s.owners import is_approved as owners_is_approved
 from gpupolicy.model import Mode, Proposal, ProposalState
-from gpupolicy.owners import is_approved as owners_is_approved
 
 
 @dataclass(frozen=True)
@@ -54,7 +54,7 @@ def proposal_id(policy: str, target: str, action: str) -> str:
 
 
 def is_approved(target: str, approvals: Iterable[str]) -> bool:
-    """Whether spec.approvals covers the target, by the webhook's own rule (gpupolicy.owners)."""
+    """Whether spec.approvals covers the target, by the webhook's own rule (gpupolicy.k8s.owners)."""
     return owners_is_approved(list(approvals), target)
 
 

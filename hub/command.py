@@ -26,8 +26,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from gpupolicy.k8s.quantity import QuantityError, parse_duration
 from gpupolicy.model import KIND
-from gpupolicy.quantity import QuantityError, parse_duration
 from gpupolicy.yamlload import documents, objects_of_kind
 from hub.store import Hub, HubError, validate_policy
 from serving.flags import bind_problem, file_bytes, positive_int

@@ -19,7 +19,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupolicy.csvtable import read_rows
+from gpupolicy.capacity.csvtable import read_rows
 from gpupolicy.packing.nodemodel import PodDemand
 from simulator.trace import TraceError, load_pods
 

@@ -46,8 +46,8 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from gpupolicy.quantity import parse_quantity
-from gpupolicy.taints import tolerates
+from gpupolicy.k8s.quantity import parse_quantity
+from gpupolicy.k8s.taints import tolerates
 
 MAX_NODE_SCORE = 100
 MAX_EXTENDER_PRIORITY = 10

@@ -4,7 +4,7 @@ Nodes: `sn,cpu_milli,memory_mib,gpu,model`. Pods:
 `name,cpu_milli,memory_mib,num_gpu,gpu_milli` plus optional `gpu_spec`
 (absent: any GPU model, as the published multigpu lists have it; extra
 columns are ignored). Numbers must be finite and at most the bounds of
-gpupolicy/csvtable.py (`MAX_GPUS` GPUs, `MAX_CPU_MILLI` milli-CPU, `MAX_MEMORY_MIB`
+gpupolicy/capacity/csvtable.py (`MAX_GPUS` GPUs, `MAX_CPU_MILLI` milli-CPU, `MAX_MEMORY_MIB`
 MiB). Errors name the file, the row and the column, so the CLI can print one line and
 exit 2.
 """
@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from gpupolicy.csvtable import MAX_CPU_MILLI, MAX_GPUS, MAX_MEMORY_MIB, read_rows
+from gpupolicy.capacity.csvtable import MAX_CPU_MILLI, MAX_GPUS, MAX_MEMORY_MIB, read_rows
 from gpupolicy.packing.nodemodel import NodeSpec, PodDemand, parse_gpu_spec
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")

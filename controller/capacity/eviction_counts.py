@@ -3,7 +3,7 @@
 The core pins a node holding a pod evicted `max_evictions_per_pod` times
 (no pod is moved without end, gpupolicy/capacity/disruption/planning.py). A pod
 key does not survive an eviction here: a Deployment's pod comes back under a
-new name. So the count is kept per workload (gpupolicy/owners.py's
+new name. So the count is kept per workload (gpupolicy/k8s/owners.py's
 `Kind/namespace/name`) in the policy's status, `status.evictions`, by merge
 patches of one key (controller/policies.py `set_record`; the guide's RBAC
 has no write on workloads). A pod's count is its workload's divided by the
@@ -28,8 +28,8 @@ from typing import Any
 
 from controller.capacity.state import Pass, annotations_of, meta, pod_key
 from gpupolicy.capacity.drain import DRAINING_ANNOTATION
+from gpupolicy.k8s.owners import pod_owner
 from gpupolicy.model import EvictionRecord, GpuPolicy
-from gpupolicy.owners import pod_owner
 
 FIELD = "evictions"
 KEEP_UIDS = 32  # the last evicted uids kept per workload (a uid is never counted twice while listed)

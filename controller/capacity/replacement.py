@@ -38,10 +38,10 @@ from gpupolicy.capacity.disruption import Disruption
 from gpupolicy.capacity.nodepool import claim_name
 from gpupolicy.capacity.provider import CapacityNode, NewNode
 from gpupolicy.catalog import GPU_RESOURCE
+from gpupolicy.k8s.quantity import QuantityError, parse_quantity
 from gpupolicy.model import CapacitySpec, GpuPolicy, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import make_proposal
-from gpupolicy.quantity import QuantityError, parse_quantity
 
 log = logging.getLogger(__name__)
 

@@ -20,14 +20,14 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, out_of_scope, short_warning, validate_pod
+from gpupolicy.admission.patch import diff
 from gpupolicy.admission.rewrite import CONTAINER_LISTS, is_gpu_resource
 from gpupolicy.admission.shape import TEMPLATE_PATHS
 from gpupolicy.admission.validation import check_policy
 from gpupolicy.catalog import DEFAULT_CATALOG, Catalog
 from gpupolicy.cluster import ClusterView, node_from_object
+from gpupolicy.k8s.quantity import shown
 from gpupolicy.model import GpuPolicy
-from gpupolicy.patch import diff
-from gpupolicy.quantity import shown
 
 SUPPORTED_KINDS = ("Pod", *TEMPLATE_PATHS)
 

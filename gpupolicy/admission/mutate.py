@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpupolicy.admission.patch import PatchOp
 from gpupolicy.admission.rewrite import (
     ANNOTATION_POLICY,
     ANNOTATION_REWRITTEN_FROM,
@@ -31,12 +32,11 @@ from gpupolicy.admission.rewrite import (
 from gpupolicy.admission.writes import PodWrites
 from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE, WANTED_RESOURCE_ANNOTATION
 from gpupolicy.cluster import ClusterView
+from gpupolicy.k8s.owners import is_approved, pod_owner
+from gpupolicy.k8s.taints import GPU_TAINT, tolerates
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
-from gpupolicy.owners import is_approved, pod_owner
-from gpupolicy.patch import PatchOp
 from gpupolicy.proposals import applied_resource
-from gpupolicy.taints import GPU_TAINT, tolerates
 
 WARNING_LIMIT = 120
 

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupolicy.cluster import ClusterView
+from gpupolicy.k8s.owners import pod_owner
 from gpupolicy.matching import pod_label_keys
-from gpupolicy.owners import pod_owner
 
 INDEX_KEYS = ("batch.kubernetes.io/job-completion-index", "apps.kubernetes.io/pod-index",
               "statefulset.kubernetes.io/pod-name")

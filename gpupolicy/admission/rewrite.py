@@ -32,9 +32,9 @@ from gpupolicy.catalog import (
     profile_memory_mib,
 )
 from gpupolicy.cluster import ClusterView
+from gpupolicy.k8s.quantity import QuantityError, parse_bytes_mib, parse_quantity
 from gpupolicy.matching import pod_allowed_products
 from gpupolicy.model import Proposal, SharingSpec, SharingStrategy, Toleration
-from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity
 
 ANNOTATION_POLICY = "gpu.kubeon.io/policy"
 ANNOTATION_REWRITTEN_FROM = "gpu.kubeon.io/rewritten-from"

@@ -25,7 +25,7 @@ from collections.abc import Callable, Mapping
 from functools import lru_cache
 from typing import Any
 
-from gpupolicy.quantity import QuantityError, parse_nanos, shown
+from gpupolicy.k8s.quantity import QuantityError, parse_nanos, shown
 
 # A spec is a type name, a dict of field specs (an object), ("list", spec) or ("map", spec).
 Spec = Any

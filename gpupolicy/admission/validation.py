@@ -15,10 +15,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from gpupolicy.admission.patch import diff
 from gpupolicy.catalog import Catalog, normalise_profile_name
+from gpupolicy.k8s.quantity import shown
 from gpupolicy.model import MANAGED_BY_HUB, MANAGED_BY_LABEL, GpuPolicy, SharingStrategy, parse_policy
-from gpupolicy.patch import diff
-from gpupolicy.quantity import shown
 
 KIND_LABEL = "gpu.kubeon.io/kind"
 

@@ -19,9 +19,9 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from gpupolicy.admission.patch import PatchOp, escape
 from gpupolicy.admission.rewrite import CONTAINER_LISTS
 from gpupolicy.catalog import GPU_RESOURCE
-from gpupolicy.patch import PatchOp, escape
 
 
 def writable_copy(pod: Mapping[str, Any]) -> dict[str, Any]:

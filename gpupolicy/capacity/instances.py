@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gpupolicy.csvtable import MAX_CPU_MILLI, MAX_GPUS, MAX_MEMORY_MIB, read_rows
+from gpupolicy.capacity.csvtable import MAX_CPU_MILLI, MAX_GPUS, MAX_MEMORY_MIB, read_rows
 from gpupolicy.packing.nodemodel import NodeSpec, PodDemand
 
 COLUMNS = ("instance_type", "model", "gpus", "cpu_milli", "memory_mib", "price_per_hour")

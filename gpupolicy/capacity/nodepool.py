@@ -27,8 +27,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from gpupolicy.catalog import GPU_RESOURCE, normalise_product_label
+from gpupolicy.k8s.taints import GPU_TAINT
 from gpupolicy.model import CapacitySpec
-from gpupolicy.taints import GPU_TAINT
 
 GROUP, VERSION = "karpenter.sh", "v1"
 API_VERSION = f"{GROUP}/{VERSION}"

@@ -59,10 +59,11 @@ from gpupolicy.catalog import (
     mig_layout_per_gpu,
     normalise_product_label,
 )
+from gpupolicy.k8s.quantity import QuantityError, parse_bytes_mib, parse_quantity, shown
 from gpupolicy.matching import pod_allowed_products as allowed_products
-from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU, pick
+from gpupolicy.packing.migdevices import pick
+from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU
 from gpupolicy.packing.nodemodel import MAX_AMOUNT, MILLI, NodeSpec, NodeState, PodDemand
-from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_quantity, shown
 
 DRAINING_KEY = "gpu.kubeon.io/draining"
 GPU_MEMORY_ANNOTATION = "gpu.kubeon.io/gpu-memory"

@@ -17,7 +17,7 @@ How per-GPU state is modelled
   a whole-GPU or time-sliced share pod on the GPU indices recorded on it
   (`gpu.kubeon.io/gpu-index`, written by the extender's bind), a share with
   its declared fraction, a MIG device as its slice of the GPU its layout
-  cuts (`migslices.py`: `mig_per_gpu`, `mig_held`); MIG and shared counts
+  cuts (`migdevices.py`: `mig_per_gpu`, `mig_held`); MIG and shared counts
   also live in `mig_free` / `shared_free` and are fitted by count.
 
 Incremental updates (`place`/`remove`) touch one row and refresh the
@@ -35,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from gpupolicy.packing import migslices
-from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU, device_list, free_milli, resource_slices
+from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU, free_milli, resource_slices
 
 MILLI = migslices.MILLI  # milli-GPU in one whole GPU
 # The largest amount the model holds: CPU milli, memory MiB, GPU, device and replica counts (2^32: four
@@ -127,7 +127,7 @@ class NodeSpec:
     shared: int = 0
     exclusive: bool = True  # whole GPUs can be requested (False: a time-sliced node advertising only replicas)
     # MIG devices of each resource on one GPU (the node's MIG layout, every GPU alike): with `gpu_count`,
-    # the GPUs are rows MIG devices are placed on (migslices.py); empty: MIG devices by count only
+    # the GPUs are rows MIG devices are placed on (migdevices.py); empty: MIG devices by count only
     mig_per_gpu: Mapping[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -149,7 +149,7 @@ class NodeState:
     `gpu_free` (N x G milli), `gpu_present` (N x G), `mig_free` (N x R over
     `mig_resources`), `shared_free`, and the derived `full_count` (fully free
     GPUs), `max_partial` (largest free milli on a partly used GPU, 0 if none),
-    `gpu_free_total`. MIG rows (migslices.py): `mig_per_gpu` (N x R devices per
+    `gpu_free_total`. MIG rows (migdevices.py): `mig_per_gpu` (N x R devices per
     GPU), `mig_held` (N x G x R), `mig_slices` (R compute slices per device),
     `mig_layout` (N compute slices one GPU's layout holds; 0: no MIG rows).
     """
@@ -313,8 +313,20 @@ class NodeState:
         then one GPU per MIG device (resources in name order); MIG devices take no index on a node without
         MIG rows."""
         k = demand.num_gpu if demand.needs_gpu else 0
-        devices = device_list(self, demand.mig) if demand.mig and self.mig_layout[node] > 0 else []
+        devices = self.mig_devices(demand.mig) if demand.mig and self.mig_layout[node] > 0 else []
         return tuple(gpu_indices[:k]), devices, tuple(gpu_indices[k:k + len(devices)])
+
+    def mig_devices(self, mig: Mapping[str, int]) -> list[int]:
+        """The state's resource index of every MIG device a demand asks for, in resource order;
+        resources the state does not know are left out (they fit nowhere). A count above what the widest
+        node's GPU rows can hold is cut to one more than that: it still fits nowhere, and the lists built
+        from it stay short (a pod asking a billion devices)."""
+        most = self.gpu_free.shape[1] * MAX_DEVICES_PER_GPU + 1
+        out: list[int] = []
+        for resource in sorted(mig):
+            if resource in self.mig_resources:
+                out += [self.mig_resources.index(resource)] * min(int(mig[resource]), most)
+        return out
 
     def hold_mig(self, node: int, held: IntArray) -> None:
         """Set the MIG devices held per GPU of `node` (G x R) and the GPUs' free milli from them (the one

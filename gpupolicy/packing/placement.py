@@ -21,7 +21,7 @@ from typing import Any, Protocol, TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from gpupolicy.packing import migslices
+from gpupolicy.packing import migdevices
 from gpupolicy.packing.nodemodel import MILLI, BoolArray, IntArray, NodeState, PodDemand, model_mask
 
 FloatArray = npt.NDArray[np.float64]
@@ -310,7 +310,7 @@ def with_device_counts(state: NodeState, demand: PodDemand, candidates: IntArray
       count best fit breaks its ties, then the strategy's tie-break.
     Other demands pass through unchanged (the simulator's milli-GPU pods).
 
-    MIG devices on nodes whose GPUs are rows (migslices.py) go first to the
+    MIG devices on nodes whose GPUs are rows (migdevices.py) go first to the
     fullest GPU: the node whose chosen GPU is left with the least free milli
     wins, then the count best fit, then the strategy. So a MIG pod takes a
     free slice of a GPU already cut and in use before it starts an untouched
@@ -321,7 +321,7 @@ def with_device_counts(state: NodeState, demand: PodDemand, candidates: IntArray
         return scored
     by_count = -device_count_left(state, demand, candidates).astype(np.float64)
     if demand.mig and not demand.needs_gpu and bool((state.mig_layout[candidates] > 0).any()):
-        left = migslices.left_after(state, demand, candidates)
+        left = migdevices.left_after(state, demand, candidates)
         neutral = MILLI * sum(demand.mig.values())  # nodes without MIG rows: as if every GPU were untouched
         by_gpu = -np.where(left < 0, neutral, left).astype(np.float64)
         return Scored(scores=lexicographic(by_gpu, by_count), gpu=scored.gpu,
@@ -382,7 +382,7 @@ def mig_gpus(state: NodeState, node: int, demand: PodDemand) -> tuple[int, ...]:
     """The GPU of each of the demand's MIG devices on `node` (fullest with room); () without MIG rows."""
     if not demand.mig or state.mig_layout[node] <= 0:
         return ()
-    gpus = migslices.pick(state, node, migslices.device_list(state, demand.mig))
+    gpus = migdevices.pick(state, node, state.mig_devices(demand.mig))
     if gpus is None:
         raise ValueError(f"node {state.names[node]}: no GPU whose MIG layout has room for pod {demand.name!r}")
     return tuple(gpus)

@@ -44,9 +44,9 @@ import numpy as np
 
 from gpupolicy.catalog import DEFAULT_CATALOG, Catalog, normalise_product_label
 from gpupolicy.cluster import ClusterView
+from gpupolicy.k8s.owners import is_approved, pod_owner
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
-from gpupolicy.owners import is_approved, pod_owner
 from gpupolicy.packing.engine import STRATEGIES, NodeVerdict, Placement, decide, explain, get_strategy
 from gpupolicy.packing.kubemodel import cluster_share_basis, demand_from_pod, resolve_share
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand

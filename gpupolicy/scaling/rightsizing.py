@@ -42,8 +42,8 @@ from gpupolicy.catalog import (
     normalise_profile_name,
     profile_memory_mib,
 )
+from gpupolicy.k8s.quantity import parse_duration
 from gpupolicy.model import SharingSpec, SharingStrategy
-from gpupolicy.quantity import parse_duration
 from gpupolicy.scaling.metrics import Series
 
 HOURS_PER_MONTH = 730.0

@@ -33,9 +33,9 @@ from enum import StrEnum
 from itertools import pairwise
 from typing import Any
 
+from gpupolicy.k8s.quantity import parse_duration
 from gpupolicy.matching import label_selector_matches
 from gpupolicy.model import ParkRecord, ScaleToZeroSpec
-from gpupolicy.quantity import parse_duration
 
 WAKE = "gpu.kubeon.io/wake"  # set by users; read only
 DO_NOT_SCALE = "gpu.kubeon.io/do-not-scale"  # set by users; read only

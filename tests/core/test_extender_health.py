@@ -1,6 +1,6 @@
-"""When the extender counts as failing open (gpupolicy/health.py): its error ratio between two readings. Pure.
+"""When the extender counts as failing open (gpupolicy/packing/health.py): its error ratio between two readings. Pure.
 
-Real: `gpupolicy.health.judge` and `gpupolicy.modes.handling`; nothing faked (plain values in, verdicts
+Real: `gpupolicy.packing.health.judge` and `gpupolicy.modes.handling`; nothing faked (plain values in, verdicts
 out). tests/controller/test_extender_degraded.py has the same rules through the controller and a real
 extender over HTTP.
 """
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from gpupolicy.health import HEALTHY, Answers, Health, judge
 from gpupolicy.model import PolicyKind
 from gpupolicy.modes import Component, handling
+from gpupolicy.packing.health import HEALTHY, Answers, Health, judge
 
 
 def after(*readings: Answers | None) -> Health:

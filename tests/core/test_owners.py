@@ -1,10 +1,10 @@
-"""Owner resolution for Approve mode: the real gpupolicy.owners on built pods; nothing faked."""
+"""Owner resolution for Approve mode: the real gpupolicy.k8s.owners on built pods; nothing faked."""
 
 from __future__ import annotations
 
 import pytest
 
-from gpupolicy.owners import approval_covers, pod_owner
+from gpupolicy.k8s.owners import approval_covers, pod_owner
 from tests.core.builders import make_pod, owner_ref
 
 

@@ -28,7 +28,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupolicy.admission.mutate import Action, mutate_pod
-from gpupolicy.patch import diff
+from gpupolicy.admission.patch import diff
 from tests.core.builders import apply, make_node, make_policy, make_view
 from tests.core.test_properties import PRODUCTS, pods
 

@@ -1,6 +1,6 @@
 """Property tests (hypothesis): mutation is idempotent and the patch differ agrees with jsonpatch.
 
-Real: gpupolicy.admission.mutate_pod, gpupolicy.patch.diff, the catalog; the
+Real: gpupolicy.admission.mutate_pod, gpupolicy.admission.patch.diff, the catalog; the
 `jsonpatch` library applies patches. Generated: pods (containers, GPU
 counts and resources, requests, tolerations, annotations, labels), policies
 (strategy, mode, memory need, scheduler) and nodes.
@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from gpupolicy.admission.mutate import mutate_pod
-from gpupolicy.patch import diff
+from gpupolicy.admission.patch import diff
 from tests.core.builders import apply, make_node, make_policy, make_view
 
 RESOURCES = ["nvidia.com/gpu", "nvidia.com/gpu", "nvidia.com/mig-1g.10gb", "nvidia.com/gpu.shared", "cpu"]

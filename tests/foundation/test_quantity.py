@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from gpupolicy.quantity import QuantityError, parse_bytes_mib, parse_duration, parse_nanos, parse_quantity
+from gpupolicy.k8s.quantity import QuantityError, parse_bytes_mib, parse_duration, parse_nanos, parse_quantity
 
 
 @pytest.mark.parametrize(

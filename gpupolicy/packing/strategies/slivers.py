@@ -15,7 +15,7 @@ slices per 160m pod. Kubeon takes
 `weight x waste` off a sharing pod's fragment change before rounding; as
 one number per GPU state it keeps equal GPUs equal, so FGD's fixed-order
 packing survives (a tie-break on the same measure did not help:
-docs/designs/packing.md, third round).
+docs/benchmarks/history/packing.md, "Experiment history").
 """
 
 from __future__ import annotations
@@ -45,7 +45,6 @@ def waste_table(sizes: tuple[int, ...]) -> FloatArray:
     return table
 
 
-@lru_cache(maxsize=64)
 def plentiful(sizes: tuple[int, ...], weights: tuple[float, ...], ratio: float) -> tuple[bool, ...]:
     """Per size: are its pods at least `ratio` x as common as the slices that wait for them?
 

@@ -12,7 +12,7 @@ over the GPU types, weighted as in the mix). It is 0 on every node that is
 not short, so where no node is short it changes no score and FGD's ties,
 and the fixed-order packing they give, survive. Kubeon adds
 `weight x (stranded before - stranded after)` to FGD's fragment change
-(docs/designs/packing.md, third round).
+(why: docs/designs/packing.md, "The default strategy").
 """
 
 from __future__ import annotations
