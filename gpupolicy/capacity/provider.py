@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 
 KARPENTER = "karpenter"
 EKS_NODEGROUPS = "eks-nodegroups"
+GKE_NODEPOOLS = "gke-nodepools"
 IMPLEMENTED: frozenset[str] = IMPLEMENTED_CAPACITY_PROVIDERS
 
 
