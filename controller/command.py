@@ -81,15 +81,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(chart keda.enabled); without it they are offered as YAML in the policy status")
     parser.add_argument("--capacity-provider", default="karpenter",
                         choices=list(CAPACITY_PROVIDERS),
-                        help="who adds and removes GPU nodes (chart capacity.provider); karpenter and "
-                             "eks-nodegroups are implemented: capacity policies under the others report "
-                             "Ready=False NotImplemented")
+                        help="who adds and removes GPU nodes (chart capacity.provider); karpenter, "
+                             "eks-nodegroups and gke-nodepools are implemented: capacity policies under "
+                             "aks-nodepools report Ready=False NotImplemented")
     parser.add_argument("--eks-cluster", default="",
                         help="with --capacity-provider eks-nodegroups: the EKS cluster whose node groups are "
                              "resized (chart capacity.eks.clusterName)")
     parser.add_argument("--eks-region", default="",
                         help="with --capacity-provider eks-nodegroups: its AWS region (chart capacity.eks.region; "
                              "unset: boto3's default chain, AWS_REGION)")
+    for key, what in (("project", "its Google Cloud project"), ("location", "its location, a zone or region"),
+                      ("cluster", "the GKE cluster whose labelled node pools are resized")):
+        parser.add_argument(f"--gke-{key}", default="",
+                            help=f"with --capacity-provider gke-nodepools: {what} (chart capacity.gke.{key})")
     parser.add_argument("--uninstall", action="store_true",
                         help="once, then exit (the chart's pre-delete hook): take the lease, wake parked "
                              "workloads, remove what the optimizer put on nodes and in the time-slicing "
@@ -292,6 +296,13 @@ def build(
     return ControllerProcess(ctx, elector, runner, controller_metrics, health, stop_event=stop, guard=guard)
 
 
+def cloud_settings(args: argparse.Namespace) -> dict[str, str]:
+    """Where the capacity provider's cloud calls go (ControllerContext.cloud): the chosen provider's flags."""
+    if args.capacity_provider == "gke-nodepools":
+        return {"project": args.gke_project, "location": args.gke_location, "cluster": args.gke_cluster}
+    return {"cluster": args.eks_cluster, "region": args.eks_region}
+
+
 def hub_settings(args: argparse.Namespace) -> HubSettings | None:
     """The hub sync's settings from the flags; None without --hub-url. ValueError names the flag."""
     if not args.hub_url:
@@ -340,6 +351,10 @@ def run(args: argparse.Namespace) -> int:
     if args.capacity_provider == "eks-nodegroups" and not args.eks_cluster:
         log.error("--capacity-provider eks-nodegroups needs --eks-cluster (chart capacity.eks.clusterName)")
         return 2
+    missing = [f"--gke-{k}" for k in ("project", "location", "cluster") if not getattr(args, f"gke_{k}")]
+    if args.capacity_provider == "gke-nodepools" and missing:
+        log.error("--capacity-provider gke-nodepools needs %s (chart capacity.gke.*)", ", ".join(missing))
+        return 2
     try:
         hub = hub_settings(args)
     except ValueError as exc:
@@ -360,7 +375,7 @@ def run(args: argparse.Namespace) -> int:
             lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
             resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind, hub=hub,
             components=components, keda=args.keda, capacity_provider=args.capacity_provider,
-            cloud={"cluster": args.eks_cluster, "region": args.eks_region}, extender_url=args.extender_url,
+            cloud=cloud_settings(args), extender_url=args.extender_url,
             extender_error_ratio=args.extender_error_ratio,
         )
     except ReconcilerLoadError as exc:

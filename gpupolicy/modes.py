@@ -98,16 +98,16 @@ def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
              capacity_provider: str = "karpenter", failing: Mapping[Component, str] | None = None) -> Handling:
     """Who acts on `kind` among the `running` components, for the policy's Ready condition.
 
-    Capacity policies under a `capacity.provider` this version does not implement (the managed
-    node pools of AKS and GKE: accepted values of the install) are NotImplemented. A kind whose
+    Capacity policies under a `capacity.provider` this version does not implement (AKS node
+    pools: an accepted value of the install) are NotImplemented. A kind whose
     running handlers are all `failing` (component -> why: the extender answering errors, which
     kube-scheduler ignores, gpupolicy/health.py) is not acted on either: `<Component>Degraded`.
     """
     if kind is PolicyKind.CAPACITY and capacity_provider not in IMPLEMENTED_CAPACITY_PROVIDERS:
         return Handling(False, "NotImplemented",
                         f"capacity.provider={capacity_provider} is accepted but not implemented in this version: "
-                        "GPU nodes are added and removed through Karpenter (capacity.provider=karpenter) or EKS "
-                        "managed node groups (capacity.provider=eks-nodegroups)")
+                        "GPU nodes are added and removed through Karpenter (capacity.provider=karpenter), EKS "
+                        "managed node groups (eks-nodegroups) or GKE node pools (gke-nodepools)")
     needed = HANDLERS.get(kind, frozenset())
     if not needed:
         return Handling(False, "NotImplemented",

@@ -58,8 +58,7 @@ from controller.crashpoints import Checkpoint
 from gpupolicy.capacity.disruption import Disruption
 from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType, load_instances
-from gpupolicy.capacity.provider import (EKS_NODEGROUPS, GKE_NODEPOOLS, IMPLEMENTED, CapacityProvider,
-                                         ProviderError)
+from gpupolicy.capacity.provider import EKS_NODEGROUPS, GKE_NODEPOOLS, IMPLEMENTED, CapacityProvider, ProviderError
 from gpupolicy.capacity.provisioning import Launch
 from gpupolicy.model import Condition, GpuPolicy, PolicyKind
 from gpupolicy.modes import effective_mode

@@ -204,10 +204,11 @@ def test_do_not_disrupt_undoes_and_an_empty_node_deletes_its_claim_once() -> Non
 
 
 # -- modes and usage ---------------------------------------------------------------------------------
-def test_managed_node_groups_are_not_implemented_and_usage_needs_prometheus() -> None:
+def test_aks_node_pools_are_not_implemented_and_usage_needs_prometheus() -> None:
     assert handling(PolicyKind.CAPACITY).reason == "Reconciled"
-    for provider in ("aks-nodepools", "gke-nodepools"):
-        assert handling(PolicyKind.CAPACITY, capacity_provider=provider).reason == "NotImplemented"
+    assert handling(PolicyKind.CAPACITY, capacity_provider="aks-nodepools").reason == "NotImplemented"
+    for provider in ("eks-nodegroups", "gke-nodepools"):
+        assert handling(PolicyKind.CAPACITY, capacity_provider=provider).reason == "Reconciled"
     assert disruption_mode(Mode.AUTOMATIC, True, False) is Mode.RECOMMEND
     assert disruption_mode(Mode.AUTOMATIC, False, False) is Mode.AUTOMATIC
     assert disruption_mode(Mode.APPROVE, True, True) is Mode.APPROVE
