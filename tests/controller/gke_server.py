@@ -1,12 +1,12 @@
 """A local Google Cloud for the GKE provider's tests: the few operations kube/gke.py calls, over HTTP.
 
-Shaped from the published discovery documents: GKE `container` v1 (revision 20261101:
-projects.locations.clusters.nodePools.list and .setSize, NodePool, Operation, the error body
+Shaped from the published discovery documents: GKE `container` v1
+(projects.locations.clusters.nodePools.list and .setSize, NodePool, Operation, the error body
 `{"error": {"code", "message", "status"}}`) and Compute Engine v1 (instanceGroupManagers.get,
 .listManagedInstances, .deleteInstances; InstanceGroupManager.targetSize, ManagedInstance.instance /
 currentAction / instanceStatus, Operation). OAuth 2.0: `POST /token` answers a service account's JWT
-grant (RFC 7523), and every API call must carry the Bearer token it hands out, as Google's front end
-checks. A managed instance group's instances follow its target size at once (setSize adds instances,
+grant (RFC 7523), and every API call must carry a Bearer credential (that token, or the key's
+self-signed JWT google-auth may send instead), as Google's front end checks. A managed instance group's instances follow its target size at once (setSize adds instances,
 deleteInstances removes exactly the named ones and lowers the target size). `fault(method, path)` may
 answer a call with an error first (throttling, a refusal); every call is recorded in `seen`.
 """

@@ -6,8 +6,9 @@ chart's controller ServiceAccount; google-cloud-container's ClusterManagerClient
 InstanceGroupManagersClient (REST transport, google-api-core's Retry) with credentials from google-auth's
 default chain: GOOGLE_APPLICATION_CREDENTIALS names a service account key file (a key made here) whose
 token_uri is the local server. Stand-ins, as no cloud runs here:
-- tests/controller/gke_server.py answers the operations kube/gke.py calls, shaped from the GKE v1
-  (container, revision 20261101) and Compute Engine v1 discovery documents; a managed instance group's
+- tests/controller/gke_server.py answers the operations kube/gke.py calls, shaped from the GKE
+  (container) v1 and Compute Engine v1 discovery documents (the APIs google-cloud-container 2.x and
+  google-cloud-compute 1.x call; run with 2.67.0 and 1.57.0); a managed instance group's
   instances follow its target size at once;
 - `NodeAgent` stands for the node bootstrap (kubelet joining, GPU Feature Discovery, the device plugin):
   each instance of a pool becomes a KWOK Node named as the instance, providerID
