@@ -43,7 +43,7 @@ HANDLERS: Mapping[PolicyKind, frozenset[Component]] = {
     PolicyKind.CAPACITY: frozenset({Component.CONTROLLER}),
     PolicyKind.GUARDRAIL: frozenset({Component.WEBHOOK}),
 }
-IMPLEMENTED_CAPACITY_PROVIDERS = frozenset({"karpenter", "eks-nodegroups", "gke-nodepools"})
+IMPLEMENTED_CAPACITY_PROVIDERS = frozenset({"karpenter", "eks-nodegroups", "gke-nodepools", "aks-nodepools"})
 ALL_COMPONENTS = frozenset(Component)
 
 

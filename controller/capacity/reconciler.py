@@ -58,7 +58,14 @@ from controller.crashpoints import Checkpoint
 from gpupolicy.capacity.disruption import Disruption
 from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType, load_instances
-from gpupolicy.capacity.provider import EKS_NODEGROUPS, GKE_NODEPOOLS, IMPLEMENTED, CapacityProvider, ProviderError
+from gpupolicy.capacity.provider import (
+    AKS_NODEPOOLS,
+    EKS_NODEGROUPS,
+    GKE_NODEPOOLS,
+    IMPLEMENTED,
+    CapacityProvider,
+    ProviderError,
+)
 from gpupolicy.capacity.provisioning import Launch
 from gpupolicy.model import Condition, GpuPolicy, PolicyKind
 from gpupolicy.modes import effective_mode
@@ -71,7 +78,8 @@ __all__ = ["CHECKPOINTS", "SOURCE", "CapacityReconciler"]
 # The instance catalog (gpupolicy/capacity/instances.py CSV) of the provider's cloud (AWS unless named here);
 # KUBEON_GPU_INSTANCE_TYPES names another file.
 DEFAULT_INSTANCES = files("gpupolicy.capacity") / "data" / "aws-gpu-instances.csv"
-CATALOGS = {GKE_NODEPOOLS: files("gpupolicy.capacity") / "data" / "gcp-gpu-instances.csv"}
+CATALOGS = {GKE_NODEPOOLS: files("gpupolicy.capacity") / "data" / "gcp-gpu-instances.csv",
+            AKS_NODEPOOLS: files("gpupolicy.capacity") / "data" / "azure-gpu-instances.csv"}
 INSTANCES_ENV = "KUBEON_GPU_INSTANCE_TYPES"
 # after each write: KUBEON_GPU_CRASH_AT=capacity:<one of these> crashes there (controller/crashpoints.py)
 CHECKPOINTS = ("cordoned", "evicted", "deleted", "launched", "replacing")
@@ -183,5 +191,13 @@ def make_provider(ctx: ControllerContext, products: Mapping[str, tuple[str, int,
             raise ProviderError("MissingDependency", f"{exc}: install kubeon-gpu-optimizer[gke]") from exc
         return GkeNodePools(products, project=ctx.cloud.get("project", ""), location=ctx.cloud.get("location", ""),
                             cluster=ctx.cloud.get("cluster", ""), node_list=ctx.cluster().nodes)
+    if ctx.capacity_provider == AKS_NODEPOOLS:
+        try:
+            from kube.aks import AksNodePools
+        except ImportError as exc:
+            raise ProviderError("MissingDependency", f"{exc}: install kubeon-gpu-optimizer[aks]") from exc
+        return AksNodePools(products, subscription=ctx.cloud.get("subscription", ""),
+                            resource_group=ctx.cloud.get("resourceGroup", ""), cluster=ctx.cloud.get("cluster", ""),
+                            node_list=ctx.cluster().nodes)
     return kk.KarpenterProvider(ctx.api, products)
 

@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 KARPENTER = "karpenter"
 EKS_NODEGROUPS = "eks-nodegroups"
 GKE_NODEPOOLS = "gke-nodepools"
+AKS_NODEPOOLS = "aks-nodepools"
 IMPLEMENTED: frozenset[str] = IMPLEMENTED_CAPACITY_PROVIDERS
 
 

@@ -6,8 +6,9 @@ Shaped from the published discovery documents: GKE `container` v1
 .listManagedInstances, .deleteInstances; InstanceGroupManager.targetSize, ManagedInstance.instance /
 currentAction / instanceStatus, Operation). OAuth 2.0: `POST /token` answers a service account's JWT
 grant (RFC 7523), and every API call must carry a Bearer credential (that token, or the key's
-self-signed JWT google-auth may send instead), as Google's front end checks. A managed instance group's instances follow its target size at once (setSize adds instances,
-deleteInstances removes exactly the named ones and lowers the target size). `fault(method, path)` may
+self-signed JWT google-auth may send instead), as Google's front end checks. A managed instance
+group's instances follow its target size at once (setSize adds instances, deleteInstances removes
+exactly the named ones and lowers the target size). `fault(method, path)` may
 answer a call with an error first (throttling, a refusal); every call is recorded in `seen`.
 """
 
