@@ -98,8 +98,8 @@ def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
              capacity_provider: str = "karpenter", failing: Mapping[Component, str] | None = None) -> Handling:
     """Who acts on `kind` among the `running` components, for the policy's Ready condition.
 
-    Capacity policies under a `capacity.provider` this version does not implement (AKS node
-    pools: an accepted value of the install) are NotImplemented. A kind whose
+    Capacity policies under a `capacity.provider` this version does not implement are NotImplemented
+    (a guard: all four the install accepts are implemented). A kind whose
     running handlers are all `failing` (component -> why: the extender answering errors, which
     kube-scheduler ignores, gpupolicy/health.py) is not acted on either: `<Component>Degraded`.
     """
@@ -107,7 +107,8 @@ def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
         return Handling(False, "NotImplemented",
                         f"capacity.provider={capacity_provider} is accepted but not implemented in this version: "
                         "GPU nodes are added and removed through Karpenter (capacity.provider=karpenter), EKS "
-                        "managed node groups (eks-nodegroups) or GKE node pools (gke-nodepools)")
+                        "managed node groups (eks-nodegroups), GKE (gke-nodepools) or AKS node pools "
+                        "(aks-nodepools)")
     needed = HANDLERS.get(kind, frozenset())
     if not needed:
         return Handling(False, "NotImplemented",

@@ -70,21 +70,25 @@ class AksNodePools:
         with cloud_errors():
             for pool in self.client.agent_pools.list(self.group, self.cluster):
                 props = pool.properties
-                labels = {str(k): str(v) for k, v in (props.node_labels or {}).items()}
-                if not labels.get(GROUP_TAG):
+                labels = {str(k): str(v) for k, v in ((props.node_labels if props else None) or {}).items()}
+                if props is None or not labels.get(GROUP_TAG):
                     continue
                 bounds = label_bounds("agent pool", str(pool.name), labels, bool(props.enable_auto_scaling))
                 if isinstance(bounds, str):
                     self.left_out.append((labels[GROUP_TAG], bounds))
                     continue
-                machines = self.client.machines.list(self.group, self.cluster, str(pool.name))
-                vm_size = str(props.vm_size or "")
-                instances = tuple(GroupInstance(id=f"{pool.name}/{m.name}", provider_id=_provider_id(m),
-                                                instance_type=vm_size, state="") for m in machines)
-                groups.append(NodeGroup(name=str(pool.name), pool=labels[GROUP_TAG], instance_types=(vm_size,),
-                                        labels=labels, min_size=bounds[0], max_size=bounds[1],
-                                        desired=int(props.count or 0), instances=instances, scaler=str(pool.name)))
+                groups.append(self._group(str(pool.name), str(props.vm_size or ""), int(props.count or 0),
+                                          labels, bounds))
         return groups
+
+    def _group(self, name: str, vm_size: str, count: int, labels: dict[str, str],
+               bounds: tuple[int, int]) -> NodeGroup:
+        """One agent pool and its machines (handle `<pool>/<machine>`) as a `NodeGroup`."""
+        machines = self.client.machines.list(self.group, self.cluster, name)
+        instances = tuple(GroupInstance(id=f"{name}/{m.name}", provider_id=_provider_id(m), instance_type=vm_size,
+                                        state="") for m in machines)
+        return NodeGroup(name=name, pool=labels[GROUP_TAG], instance_types=(vm_size,), labels=labels,
+                         min_size=bounds[0], max_size=bounds[1], desired=count, instances=instances, scaler=name)
 
     def groups(self, pool: str | None = None) -> list[NodeGroup]:
         if self._groups is None:
@@ -114,10 +118,11 @@ class AksNodePools:
             raise ProviderError("AgentPoolNotFound", f"agent pool {new.group!r} of pool {spec.node_pool} not found")
         with cloud_errors():
             now = self.client.agent_pools.get(self.group, self.cluster, group.name)
-            count = int(now.properties.count or 0)
-            if count >= group.max_size:
+            props = now.properties
+            count = int((props.count if props else None) or 0)
+            if props is None or count >= group.max_size:
                 raise ProviderError("AtMaxSize", f"agent pool {group.name} is at its max size {group.max_size}")
-            now.properties.count = count + 1
+            props.count = count + 1
             self.client.agent_pools.begin_create_or_update(self.group, self.cluster, group.name, now, polling=False)
         self._groups = None
         return group.name

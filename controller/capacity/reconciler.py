@@ -1,9 +1,9 @@
 """GPU capacity through Karpenter: the NodePool, NodeClaims for shared GPUs, usage-aware consolidation (issue 19).
 
 One pass (every 10 s, as Karpenter's disruption loop), capacity policies
-highest priority first, under `--capacity-provider karpenter` (any other
-provider: nothing is done and the policies say NotImplemented,
-gpupolicy/modes.py):
+highest priority first, under `--capacity-provider karpenter` (managed node
+groups, eks-nodegroups, gke-nodepools and aks-nodepools, act through the
+same steps with their provider: docs/designs/nodegroups.md):
 
 0. Eviction counts a crash left pending are settled (status.evictions).
 1. Drains in flight (node annotation `gpu.kubeon.io/draining`) move one step

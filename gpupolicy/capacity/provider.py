@@ -6,10 +6,10 @@ planners (provisioning.py, disruption/) and acts only through a
 the nodes it manages with their cost. Karpenter (karpenter.sh/v1, I/O in
 kube/karpenter.py) is the first implementation; EKS managed node groups
 (`eks-nodegroups`, I/O in kube/eks.py, choice of group in nodegroups.py) the
-second, GKE node pools (`gke-nodepools`, kube/gke.py, the same choices) the
-third. The install's `capacity.provider` names one. AKS node pools are an
-accepted value whose policies report `Ready=False` / `NotImplemented` until
-their own issue (`IMPLEMENTED`; gpupolicy/modes.py `handling` writes the status).
+second, GKE node pools (`gke-nodepools`, kube/gke.py) and AKS agent pools
+(`aks-nodepools`, kube/aks.py) with the same choices. The install's
+`capacity.provider` names one (`IMPLEMENTED`; gpupolicy/modes.py `handling`
+reports any other as `NotImplemented`).
 A cloud that refuses a call (permissions, a missing cluster or group) raises
 `ProviderError` with its own code and message: the policy's status shows it.
 """

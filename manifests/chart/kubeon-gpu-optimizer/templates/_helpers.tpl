@@ -158,6 +158,13 @@ not left to a CrashLoopBackOff. */}}
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- if eq .Values.capacity.provider "aks-nodepools" -}}
+{{- range $key := list "subscriptionId" "resourceGroup" "cluster" -}}
+{{- if not (index $.Values.capacity.aks $key) -}}
+{{- fail (printf "capacity.provider=aks-nodepools but capacity.aks.%s is not set: the controller needs the AKS cluster whose agent pools it resizes" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.hub.url -}}
 {{- if not .Values.cluster -}}
 {{- fail "hub.url is set but cluster is not: the controller needs this cluster's name at the hub (--cluster)" -}}
