@@ -29,7 +29,7 @@ from gpupolicy.capacity.nodegroups import GROUP_TAG, GroupInstance, NodeGroup, g
 from gpupolicy.capacity.provider import AKS_NODEPOOLS, CapacityNode, NewNode, ProviderError
 from gpupolicy.model import CapacitySpec
 
-RETRY_TOTAL = 6  # azure-core RetryPolicy: retries after the first try, back-off 0.8 s doubling (or Retry-After)
+RETRY_TOTAL = 6  # azure-core RetryPolicy: retries after the first try, exponential back-off (or Retry-After)
 
 
 @contextmanager
