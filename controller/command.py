@@ -364,8 +364,9 @@ def run(args: argparse.Namespace) -> int:
         log.error("--capacity-provider eks-nodegroups needs --eks-cluster (chart capacity.eks.clusterName)")
         return 2
     settings = cloud_settings(args)
-    missing = [f"--{args.capacity_provider[:3]}-{CLOUD_FLAGS[k]}" for k, v in settings.items() if not v]
-    if args.capacity_provider in ("gke-nodepools", "aks-nodepools") and missing:
+    cloud = args.capacity_provider[:3]  # gke, aks: every setting required (eks: its cluster, above)
+    missing = [f"--{cloud}-{CLOUD_FLAGS[k]}" for k, v in settings.items() if not v] if cloud in ("gke", "aks") else []
+    if missing:
         log.error("--capacity-provider %s needs %s (chart capacity.%s.*)", args.capacity_provider,
                   ", ".join(missing), args.capacity_provider[:3])
         return 2
