@@ -22,7 +22,7 @@ COPY simulator ./simulator
 COPY kube ./kube
 COPY cli ./cli
 COPY hub ./hub
-RUN python -m pip wheel --wheel-dir /wheels '.[eks]'
+RUN python -m pip wheel --wheel-dir /wheels '.[eks,gke,aks]'
 
 # --- 2. runtime: a venv from those wheels, no compiler, no pip in the venv ---
 FROM ${PYTHON_IMAGE} AS runtime
@@ -34,7 +34,7 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
     python -m venv --without-pip /opt/venv \
     && python -m pip --python /opt/venv/bin/python install --no-index --find-links=/wheels \
-       'kubeon-gpu-optimizer[eks]' \
+       'kubeon-gpu-optimizer[eks,gke,aks]' \
     && groupadd --gid 65532 kubeon \
     && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin kubeon
 WORKDIR /tmp

@@ -82,15 +82,23 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(chart keda.enabled); without it they are offered as YAML in the policy status")
     parser.add_argument("--capacity-provider", default="karpenter",
                         choices=list(CAPACITY_PROVIDERS),
-                        help="who adds and removes GPU nodes (chart capacity.provider); karpenter and "
-                             "eks-nodegroups are implemented: capacity policies under the others report "
-                             "Ready=False NotImplemented")
+                        help="who adds and removes GPU nodes (chart capacity.provider): Karpenter, EKS "
+                             "managed node groups, GKE or AKS node pools")
     parser.add_argument("--eks-cluster", default="",
                         help="with --capacity-provider eks-nodegroups: the EKS cluster whose node groups are "
                              "resized (chart capacity.eks.clusterName)")
     parser.add_argument("--eks-region", default="",
                         help="with --capacity-provider eks-nodegroups: its AWS region (chart capacity.eks.region; "
                              "unset: boto3's default chain, AWS_REGION)")
+    for key, what in (("project", "its Google Cloud project"), ("location", "its location, a zone or region"),
+                      ("cluster", "the GKE cluster whose labelled node pools are resized")):
+        parser.add_argument(f"--gke-{key}", default="",
+                            help=f"with --capacity-provider gke-nodepools: {what} (chart capacity.gke.{key})")
+    for flag, key, what in (("subscription-id", "subscriptionId", "its Azure subscription"),
+                            ("resource-group", "resourceGroup", "its resource group"),
+                            ("cluster", "cluster", "the AKS cluster whose labelled agent pools are resized")):
+        parser.add_argument(f"--aks-{flag}", default="",
+                            help=f"with --capacity-provider aks-nodepools: {what} (chart capacity.aks.{key})")
     parser.add_argument("--uninstall", action="store_true",
                         help="once, then exit (the chart's pre-delete hook): take the lease, wake parked "
                              "workloads, remove what the optimizer put on nodes and in the time-slicing "
@@ -293,6 +301,21 @@ def build(
     return ControllerProcess(ctx, elector, runner, controller_metrics, health, stop_event=stop, guard=guard)
 
 
+# ControllerContext.cloud keys of GKE and AKS -> their flag after --gke- / --aks- (all required)
+CLOUD_FLAGS = {"project": "project", "location": "location", "cluster": "cluster",
+               "subscription": "subscription-id", "resourceGroup": "resource-group"}
+
+
+def cloud_settings(args: argparse.Namespace) -> dict[str, str]:
+    """Where the capacity provider's cloud calls go (ControllerContext.cloud): the chosen provider's flags."""
+    if args.capacity_provider == "gke-nodepools":
+        return {"project": args.gke_project, "location": args.gke_location, "cluster": args.gke_cluster}
+    if args.capacity_provider == "aks-nodepools":
+        return {"subscription": args.aks_subscription_id, "resourceGroup": args.aks_resource_group,
+                "cluster": args.aks_cluster}
+    return {"cluster": args.eks_cluster, "region": args.eks_region}
+
+
 def hub_settings(args: argparse.Namespace) -> HubSettings | None:
     """The hub sync's settings from the flags; None without --hub-url. ValueError names the flag."""
     if not args.hub_url:
@@ -341,6 +364,13 @@ def run(args: argparse.Namespace) -> int:
     if args.capacity_provider == "eks-nodegroups" and not args.eks_cluster:
         log.error("--capacity-provider eks-nodegroups needs --eks-cluster (chart capacity.eks.clusterName)")
         return 2
+    settings = cloud_settings(args)
+    cloud = args.capacity_provider[:3]  # gke, aks: every setting required (eks: its cluster, above)
+    missing = [f"--{cloud}-{CLOUD_FLAGS[k]}" for k, v in settings.items() if not v] if cloud in ("gke", "aks") else []
+    if missing:
+        log.error("--capacity-provider %s needs %s (chart capacity.%s.*)", args.capacity_provider,
+                  ", ".join(missing), args.capacity_provider[:3])
+        return 2
     try:
         hub = hub_settings(args)
     except ValueError as exc:
@@ -361,7 +391,7 @@ def run(args: argparse.Namespace) -> int:
             lease_duration=args.lease_duration_seconds, renew_interval=args.renew_seconds,
             resync_seconds=args.resync_seconds, health_port=args.health_port, health_bind=args.health_bind, hub=hub,
             components=components, keda=args.keda, capacity_provider=args.capacity_provider,
-            cloud={"cluster": args.eks_cluster, "region": args.eks_region}, extender_url=args.extender_url,
+            cloud=settings, extender_url=args.extender_url,
             extender_error_ratio=args.extender_error_ratio,
         )
     except ReconcilerLoadError as exc:

@@ -58,10 +58,12 @@ class ControllerContext:
     # The lease alone (the hub poll runs on it while writers are paused); None: same as is_leader.
     holds_lease: Callable[[], bool] | None = None
     hub_configured: bool = False
-    # --capacity-provider (chart capacity.provider): who adds and removes GPU nodes: karpenter or
-    # eks-nodegroups; capacity policies under the others report Ready=False NotImplemented.
+    # --capacity-provider (chart capacity.provider): who adds and removes GPU nodes: karpenter, eks-nodegroups,
+    # gke-nodepools or aks-nodepools.
     capacity_provider: str = "karpenter"
-    # the cloud the provider calls (chart capacity.eks: region, cluster); credentials: the SDK's default chain
+    # the cloud the provider calls (chart capacity.eks: region, cluster; capacity.gke: project, location, cluster;
+    # capacity.aks: subscription, resourceGroup, cluster);
+    # credentials: the SDK's default chain
     cloud: Mapping[str, str] = field(default_factory=dict)
     # --extender-url (the chart: the extender's Service): where controller/extenderhealth.py reads the
     # extender's counters; None: not read. `failing`: the running components failing open now (component ->

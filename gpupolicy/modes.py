@@ -43,7 +43,7 @@ HANDLERS: Mapping[PolicyKind, frozenset[Component]] = {
     PolicyKind.CAPACITY: frozenset({Component.CONTROLLER}),
     PolicyKind.GUARDRAIL: frozenset({Component.WEBHOOK}),
 }
-IMPLEMENTED_CAPACITY_PROVIDERS = frozenset({"karpenter", "eks-nodegroups"})
+IMPLEMENTED_CAPACITY_PROVIDERS = frozenset({"karpenter", "eks-nodegroups", "gke-nodepools", "aks-nodepools"})
 ALL_COMPONENTS = frozenset(Component)
 
 
@@ -98,16 +98,17 @@ def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
              capacity_provider: str = "karpenter", failing: Mapping[Component, str] | None = None) -> Handling:
     """Who acts on `kind` among the `running` components, for the policy's Ready condition.
 
-    Capacity policies under a `capacity.provider` this version does not implement (the managed
-    node pools of AKS and GKE: accepted values of the install) are NotImplemented. A kind whose
+    Capacity policies under a `capacity.provider` this version does not implement are NotImplemented
+    (a guard: all four the install accepts are implemented). A kind whose
     running handlers are all `failing` (component -> why: the extender answering errors, which
     kube-scheduler ignores, gpupolicy/packing/health.py) is not acted on either: `<Component>Degraded`.
     """
     if kind is PolicyKind.CAPACITY and capacity_provider not in IMPLEMENTED_CAPACITY_PROVIDERS:
         return Handling(False, "NotImplemented",
                         f"capacity.provider={capacity_provider} is accepted but not implemented in this version: "
-                        "GPU nodes are added and removed through Karpenter (capacity.provider=karpenter) or EKS "
-                        "managed node groups (capacity.provider=eks-nodegroups)")
+                        "GPU nodes are added and removed through Karpenter (capacity.provider=karpenter), EKS "
+                        "managed node groups (eks-nodegroups), GKE (gke-nodepools) or AKS node pools "
+                        "(aks-nodepools)")
     needed = HANDLERS.get(kind, frozenset())
     if not needed:
         return Handling(False, "NotImplemented",

@@ -1,9 +1,9 @@
 """GPU capacity through Karpenter: the NodePool, NodeClaims for shared GPUs, usage-aware consolidation (issue 19).
 
 One pass (every 10 s, as Karpenter's disruption loop), capacity policies
-highest priority first, under `--capacity-provider karpenter` (any other
-provider: nothing is done and the policies say NotImplemented,
-gpupolicy/modes.py):
+highest priority first, under `--capacity-provider karpenter` (managed node
+groups, eks-nodegroups, gke-nodepools and aks-nodepools, act through the
+same steps with their provider: docs/designs/nodegroups.md):
 
 0. Eviction counts a crash left pending are settled (status.evictions).
 1. Drains in flight (node annotation `gpu.kubeon.io/draining`) move one step
@@ -58,7 +58,14 @@ from controller.crashpoints import Checkpoint
 from gpupolicy.capacity.disruption import Disruption
 from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType, load_instances
-from gpupolicy.capacity.provider import EKS_NODEGROUPS, IMPLEMENTED, CapacityProvider, ProviderError
+from gpupolicy.capacity.provider import (
+    AKS_NODEPOOLS,
+    EKS_NODEGROUPS,
+    GKE_NODEPOOLS,
+    IMPLEMENTED,
+    CapacityProvider,
+    ProviderError,
+)
 from gpupolicy.capacity.provisioning import Launch
 from gpupolicy.model import Condition, GpuPolicy, PolicyKind
 from gpupolicy.modes import effective_mode
@@ -68,8 +75,11 @@ log = logging.getLogger(__name__)
 
 __all__ = ["CHECKPOINTS", "SOURCE", "CapacityReconciler"]
 
-# The instance catalog (gpupolicy/capacity/instances.py CSV); KUBEON_GPU_INSTANCE_TYPES names another file.
+# The instance catalog (gpupolicy/capacity/instances.py CSV) of the provider's cloud (AWS unless named here);
+# KUBEON_GPU_INSTANCE_TYPES names another file.
 DEFAULT_INSTANCES = files("gpupolicy.capacity") / "data" / "aws-gpu-instances.csv"
+CATALOGS = {GKE_NODEPOOLS: files("gpupolicy.capacity") / "data" / "gcp-gpu-instances.csv",
+            AKS_NODEPOOLS: files("gpupolicy.capacity") / "data" / "azure-gpu-instances.csv"}
 INSTANCES_ENV = "KUBEON_GPU_INSTANCE_TYPES"
 # after each write: KUBEON_GPU_CRASH_AT=capacity:<one of these> crashes there (controller/crashpoints.py)
 CHECKPOINTS = ("cordoned", "evicted", "deleted", "launched", "replacing")
@@ -86,14 +96,25 @@ class CapacityReconciler:
                  provider_factory: ProviderFactory | None = None) -> None:
         self.provider_factory: ProviderFactory = provider_factory or make_provider
         self.period_seconds = period_seconds
-        source = os.environ.get(INSTANCES_ENV) or str(DEFAULT_INSTANCES)
-        self.instances = instances if instances is not None else load_instances(source)
+        self._instances = instances  # None: the catalog of the install's cloud, read by the first pass
         self.step_seconds = step_seconds
         self.checkpoint = checkpoint or crashpoints.from_env(SOURCE, CHECKPOINTS)
         self.empty = EmptyTracker()
         self.failed = FailedLaunches()
         self.last_launches: list[Launch] = []
         self.last_disruptions: list[Disruption] = []
+
+    @property
+    def instances(self) -> list[InstanceType]:
+        return self.catalog("")
+
+    def catalog(self, provider: str) -> list[InstanceType]:
+        """The instance types new nodes are planned from: the file KUBEON_GPU_INSTANCE_TYPES names, else the
+        catalog of `provider`'s cloud (read once; a controller runs one provider)."""
+        if self._instances is None:
+            source = os.environ.get(INSTANCES_ENV) or str(CATALOGS.get(provider, DEFAULT_INSTANCES))
+            self._instances = load_instances(source)
+        return self._instances
 
     @property
     def products(self) -> dict[str, tuple[str, int, float]]:
@@ -103,6 +124,7 @@ class CapacityReconciler:
         policies = ctx.policies.valid(PolicyKind.CAPACITY)
         if ctx.capacity_provider not in IMPLEMENTED:
             return  # the status says NotImplemented (gpupolicy/modes.handling); nothing to act with
+        self.catalog(ctx.capacity_provider)
         cluster = ctx.cluster()
         nodes = cluster.nodes()
         # recorded work is carried on whatever the policies say now: a drain, and a replacement whose new
@@ -154,7 +176,7 @@ class CapacityReconciler:
 
 
 def make_provider(ctx: ControllerContext, products: Mapping[str, tuple[str, int, float]]) -> CapacityProvider:
-    """The install's `capacity.provider` over this pass's clients (boto3 imported only when it is asked for)."""
+    """The install's `capacity.provider` over this pass's clients (a cloud SDK imported only when it is asked for)."""
     if ctx.capacity_provider == EKS_NODEGROUPS:
         try:
             from kube.eks import EksNodeGroups
@@ -162,5 +184,20 @@ def make_provider(ctx: ControllerContext, products: Mapping[str, tuple[str, int,
             raise ProviderError("MissingDependency", f"{exc}: install kubeon-gpu-optimizer[eks]") from exc
         return EksNodeGroups(ctx.api, products, cluster=ctx.cloud.get("cluster", ""),
                              node_list=ctx.cluster().nodes, region=ctx.cloud.get("region") or None)
+    if ctx.capacity_provider == GKE_NODEPOOLS:
+        try:
+            from kube.gke import GkeNodePools
+        except ImportError as exc:
+            raise ProviderError("MissingDependency", f"{exc}: install kubeon-gpu-optimizer[gke]") from exc
+        return GkeNodePools(products, project=ctx.cloud.get("project", ""), location=ctx.cloud.get("location", ""),
+                            cluster=ctx.cloud.get("cluster", ""), node_list=ctx.cluster().nodes)
+    if ctx.capacity_provider == AKS_NODEPOOLS:
+        try:
+            from kube.aks import AksNodePools
+        except ImportError as exc:
+            raise ProviderError("MissingDependency", f"{exc}: install kubeon-gpu-optimizer[aks]") from exc
+        return AksNodePools(products, subscription=ctx.cloud.get("subscription", ""),
+                            resource_group=ctx.cloud.get("resourceGroup", ""), cluster=ctx.cloud.get("cluster", ""),
+                            node_list=ctx.cluster().nodes)
     return kk.KarpenterProvider(ctx.api, products)
 

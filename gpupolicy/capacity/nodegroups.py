@@ -24,7 +24,12 @@ from gpupolicy.capacity.provider import CapacityNode
 from gpupolicy.catalog import DISABLED_LAYOUT, MIG_CONFIG_LABEL
 
 GROUP_TAG = "gpu.kubeon.io/node-pool"  # on a node group: the capacity policy nodePool it belongs to
-GONE_STATES = ("Terminating", "Terminating:Wait", "Terminating:Proceed", "Terminated", "Detaching", "Detached")
+# GKE and AKS node pools carry these as Kubernetes node labels (the pool's own size bounds are its autoscaler's)
+MAX_NODES_LABEL = "gpu.kubeon.io/max-nodes"  # required: a pool without it is left out
+MIN_NODES_LABEL = "gpu.kubeon.io/min-nodes"  # default 0
+# the lifecycle states (Auto Scaling) and current actions (GCE managed instance groups) of an instance going away
+GONE_STATES = ("Terminating", "Terminating:Wait", "Terminating:Proceed", "Terminated", "Detaching", "Detached",
+               "DELETING", "ABANDONING")
 
 
 @dataclass(frozen=True)
@@ -32,7 +37,7 @@ class GroupInstance:
     """One instance of a group's Auto Scaling group."""
 
     id: str
-    provider_id: str      # as the kubelet writes it in node.spec.providerID (aws:///<zone>/<id>)
+    provider_id: str      # as the kubelet writes it in node.spec.providerID (aws:///<zone>/<id>, gce://<p>/<z>/<name>)
     instance_type: str
     state: str            # the cloud's lifecycle state (Pending, InService, Terminating, ...)
 
@@ -62,6 +67,25 @@ class NodeGroup:
     def room(self, raised: int = 0) -> int:
         """Nodes that may still be added (desired below max), `raised` already asked this pass."""
         return max(0, self.max_size - self.desired - raised)
+
+
+def label_bounds(kind: str, name: str, labels: Mapping[str, str], autoscaling: bool) -> tuple[int, int] | str:
+    """A node pool's (min, max) nodes from its node labels, or why the pool is left out: no or a bad
+    `gpu.kubeon.io/max-nodes`, or its cloud autoscaler on (two autoscalers on one pool fight)."""
+    if autoscaling:
+        return f"{kind} {name} left out: its cluster autoscaler is on (two autoscalers on one pool fight)"
+    bounds = []
+    for label, default in ((MIN_NODES_LABEL, "0"), (MAX_NODES_LABEL, None)):
+        value = labels.get(label, default)
+        if value is None:
+            return f"{kind} {name} left out: no node label {label} (the most nodes the optimizer may run there)"
+        if not value.isdigit():
+            return f"{kind} {name} left out: node label {label}={value!r} is not a whole number"
+        bounds.append(int(value))
+    low, high = bounds
+    if low > high:
+        return f"{kind} {name} left out: {MIN_NODES_LABEL}={low} is above {MAX_NODES_LABEL}={high}"
+    return low, high
 
 
 def serves(group: NodeGroup, instance_type: str, boot: Mapping[str, str]) -> bool:

@@ -6,9 +6,10 @@ planners (provisioning.py, disruption/) and acts only through a
 the nodes it manages with their cost. Karpenter (karpenter.sh/v1, I/O in
 kube/karpenter.py) is the first implementation; EKS managed node groups
 (`eks-nodegroups`, I/O in kube/eks.py, choice of group in nodegroups.py) the
-second. The install's `capacity.provider` names one. AKS and GKE node pools are
-accepted values whose policies report `Ready=False` / `NotImplemented` until
-their own issue (`IMPLEMENTED`; gpupolicy/modes.py `handling` writes the status).
+second, GKE node pools (`gke-nodepools`, kube/gke.py) and AKS agent pools
+(`aks-nodepools`, kube/aks.py) with the same choices. The install's
+`capacity.provider` names one (`IMPLEMENTED`; gpupolicy/modes.py `handling`
+reports any other as `NotImplemented`).
 A cloud that refuses a call (permissions, a missing cluster or group) raises
 `ProviderError` with its own code and message: the policy's status shows it.
 """
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 KARPENTER = "karpenter"
 EKS_NODEGROUPS = "eks-nodegroups"
+GKE_NODEPOOLS = "gke-nodepools"
+AKS_NODEPOOLS = "aks-nodepools"
 IMPLEMENTED: frozenset[str] = IMPLEMENTED_CAPACITY_PROVIDERS
 
 

@@ -204,10 +204,11 @@ def test_do_not_disrupt_undoes_and_an_empty_node_deletes_its_claim_once() -> Non
 
 
 # -- modes and usage ---------------------------------------------------------------------------------
-def test_managed_node_groups_are_not_implemented_and_usage_needs_prometheus() -> None:
+def test_every_capacity_provider_is_implemented_and_usage_needs_prometheus() -> None:
     assert handling(PolicyKind.CAPACITY).reason == "Reconciled"
-    for provider in ("aks-nodepools", "gke-nodepools"):
-        assert handling(PolicyKind.CAPACITY, capacity_provider=provider).reason == "NotImplemented"
+    for provider in ("eks-nodegroups", "gke-nodepools", "aks-nodepools"):
+        assert handling(PolicyKind.CAPACITY, capacity_provider=provider).reason == "Reconciled"
+    assert handling(PolicyKind.CAPACITY, capacity_provider="ec2").reason == "NotImplemented"
     assert disruption_mode(Mode.AUTOMATIC, True, False) is Mode.RECOMMEND
     assert disruption_mode(Mode.AUTOMATIC, False, False) is Mode.AUTOMATIC
     assert disruption_mode(Mode.APPROVE, True, True) is Mode.APPROVE

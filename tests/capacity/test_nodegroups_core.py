@@ -8,7 +8,18 @@ from __future__ import annotations
 
 import pytest
 
-from gpupolicy.capacity.nodegroups import GroupInstance, NodeGroup, choose, group_nodes, servable, serves, why_full
+from gpupolicy.capacity.nodegroups import (
+    MAX_NODES_LABEL,
+    MIN_NODES_LABEL,
+    GroupInstance,
+    NodeGroup,
+    choose,
+    group_nodes,
+    label_bounds,
+    servable,
+    serves,
+    why_full,
+)
 
 MIG = {"nvidia.com/mig.config": "all-1g.10gb"}
 PRODUCTS = {"g6.xlarge": ("NVIDIA-L4", 1, 0.8), "p4de.24xlarge": ("NVIDIA-A100-SXM4-80GB", 8, 41.0)}
@@ -71,3 +82,22 @@ def test_a_group_at_its_min_size_has_no_removable_node() -> None:
     group = make_group("l4", min_size=1, desired=1, instances=(make_instance("i-1"),))
     [node] = group_nodes([group], {"aws:///us-east-1a/i-1": "node-1"}, PRODUCTS)
     assert node.removable is False
+
+
+# -- node pools' bounds from node labels (GKE, AKS) ---------------------------------------------------
+@pytest.mark.parametrize(("labels", "autoscaling", "expected"), [
+    ({MAX_NODES_LABEL: "4"}, False, (0, 4)),
+    ({MAX_NODES_LABEL: "4", MIN_NODES_LABEL: "1"}, False, (1, 4)),
+    ({}, False, f"node pool l4 left out: no node label {MAX_NODES_LABEL}"),
+    ({MAX_NODES_LABEL: "four"}, False, f"node label {MAX_NODES_LABEL}='four' is not a whole number"),
+    ({MAX_NODES_LABEL: "-1"}, False, "is not a whole number"),
+    ({MAX_NODES_LABEL: "1", MIN_NODES_LABEL: "2"}, False, f"{MIN_NODES_LABEL}=2 is above {MAX_NODES_LABEL}=1"),
+    ({MAX_NODES_LABEL: "4"}, True, "node pool l4 left out: its cluster autoscaler is on"),
+])
+def test_label_bounds_or_why_the_pool_is_left_out(labels: dict[str, str], autoscaling: bool,
+                                                 expected: tuple[int, int] | str) -> None:
+    got = label_bounds("node pool", "l4", labels, autoscaling)
+    if isinstance(expected, tuple):
+        assert got == expected
+    else:
+        assert isinstance(got, str) and expected in got, got

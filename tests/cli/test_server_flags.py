@@ -172,6 +172,19 @@ def test_controller_eks_nodegroups_without_a_cluster_is_a_usage_error(tmp_path: 
     _check(run, "--capacity-provider eks-nodegroups needs --eks-cluster (chart capacity.eks.clusterName)")
 
 
+def test_controller_gke_nodepools_without_its_cluster_is_a_usage_error(tmp_path: Path) -> None:
+    run = subprocess_run("controller", "--kubeconfig", str(refused_kubeconfig(tmp_path)),
+                         "--capacity-provider", "gke-nodepools", "--gke-project", "p", timeout=30)
+    _check(run, "--capacity-provider gke-nodepools needs --gke-location, --gke-cluster (chart capacity.gke.*)")
+
+
+def test_controller_aks_nodepools_without_its_cluster_is_a_usage_error(tmp_path: Path) -> None:
+    run = subprocess_run("controller", "--kubeconfig", str(refused_kubeconfig(tmp_path)),
+                         "--capacity-provider", "aks-nodepools", "--aks-cluster", "c", timeout=30)
+    _check(run, "--capacity-provider aks-nodepools needs --aks-subscription-id, --aks-resource-group "
+                "(chart capacity.aks.*)")
+
+
 @pytest.mark.parametrize(("text", "needle"), [
     ("kind: Namespace\nmetadata: {name: a}\n", "no GpuPolicy documents"),
     ("", "no GpuPolicy documents"),

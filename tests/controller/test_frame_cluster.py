@@ -367,19 +367,14 @@ CAPACITY = {"capacity": {"nodePool": "gpu", "nodeClassRef": {"group": "karpenter
 
 
 def test_kinds_nothing_acts_on_are_not_ready(scene: Scene, clock: FakeClock) -> None:
-    """A capacity policy under a provider no controller of this version implements (managed node
-    groups) and a packing policy without the extender say so: Ready=False with NotImplemented /
-    ControllerDisabled, never Reconciled."""
-    policy(scene, "grow", CAPACITY)
+    """A packing policy without the extender says so: Ready=False with ControllerDisabled, never
+    Reconciled (every capacity.provider the chart accepts is implemented: gpupolicy/modes.py)."""
     policy(scene, "pack", {"packing": {"strategy": "bestfit"}})
     policy(scene, "guard", {"guardrail": {"maxGpusPerPod": 4}})
     r = build(scene.controller, identity="one", clock=clock, reconcilers=[PolicySync()],
               components=parse_components("webhook"), capacity_provider="aks-nodepools")
     r.elector.step()
     r.runner.run_all()
-    grow = condition(policy_status(scene, "grow"), "Ready")
-    assert (grow["status"], grow["reason"]) == ("False", "NotImplemented")
-    assert "capacity.provider=aks-nodepools is accepted but not implemented" in grow["message"]
     pack = condition(policy_status(scene, "pack"), "Ready")
     assert (pack["status"], pack["reason"]) == ("False", "ControllerDisabled") and "extender" in pack["message"]
     guard = condition(policy_status(scene, "guard"), "Ready")

@@ -139,9 +139,13 @@ def test_karpenter_provider_renders_and_validates() -> None:
 
 @pytest.mark.parametrize("provider", PROVIDERS)
 def test_every_provider_the_guide_names_reaches_the_controller(provider: str) -> None:
-    """The guide names four; the controller reads the flag (capacity policies under a provider it does
-    not implement report Ready=False NotImplemented: tests/controller/test_frame_cluster.py)."""
-    cloud = {"capacity.eks.clusterName": "prod-use1-a"} if provider == "eks-nodegroups" else {}
+    """The guide names four; the controller reads the flag and acts through each (tests/controller/
+    test_{eks_nodegroups,gke_nodepools,aks_nodepools}_cluster.py)."""
+    cloud = {"eks-nodegroups": {"capacity.eks.clusterName": "prod-use1-a"},
+             "gke-nodepools": {"capacity.gke.project": "p", "capacity.gke.location": "us-central1-a",
+                               "capacity.gke.cluster": "c"},
+             "aks-nodepools": {"capacity.aks.subscriptionId": "s", "capacity.aks.resourceGroup": "rg",
+                               "capacity.aks.cluster": "c"}}.get(provider, {})
     docs = render({**GUIDE_SET, "capacity.provider": provider, **cloud})
     args = container(one(docs, "Deployment", "kubeon-gpu-optimizer"))["args"]
     assert f"--capacity-provider={provider}" in args
@@ -181,6 +185,67 @@ def test_eks_nodegroups_without_a_cluster_name_is_refused() -> None:
     done = run(helm_template_cmd({**GUIDE_SET, "capacity.provider": "eks-nodegroups"}), check=False)
     assert done.returncode != 0
     assert "capacity.provider=eks-nodegroups but capacity.eks.clusterName is not set" in done.stderr
+
+
+def test_gke_nodepools_values_reach_the_controller_and_its_service_account() -> None:
+    """capacity.gke.*: project, location and cluster as flags the controller reads, the workload identity
+    annotation on the controller's ServiceAccount only; RBAC is the same as under Karpenter."""
+    docs = render({**GUIDE_SET, "capacity.provider": "gke-nodepools", "capacity.gke.project": "ml-prod",
+                   "capacity.gke.location": "us-central1-a", "capacity.gke.cluster": "gpu-a",
+                   "capacity.gke.serviceAccount": "kubeon@ml-prod.iam.gserviceaccount.com"})
+    args = container(one(docs, "Deployment", "kubeon-gpu-optimizer"))["args"]
+    from controller.command import add_arguments, cloud_settings
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    parsed = parser.parse_args([a for a in args if a.startswith(("--gke-", "--capacity-provider"))])
+    assert cloud_settings(parsed) == {"project": "ml-prod", "location": "us-central1-a", "cluster": "gpu-a"}
+    accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
+    assert accounts["kubeon-gpu-optimizer"]["metadata"]["annotations"] == {
+        "iam.gke.io/gcp-service-account": "kubeon@ml-prod.iam.gserviceaccount.com"}
+    assert all("annotations" not in d["metadata"] for n, d in accounts.items() if n != "kubeon-gpu-optimizer")
+    karpenter = render({**GUIDE_SET, "capacity.provider": "karpenter"})
+    assert [d for d in docs if d["kind"] in ("ClusterRole", "Role")] == \
+        [d for d in karpenter if d["kind"] in ("ClusterRole", "Role")]
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+
+
+def test_gke_nodepools_without_its_cluster_is_refused() -> None:
+    done = run(helm_template_cmd({**GUIDE_SET, "capacity.provider": "gke-nodepools", "capacity.gke.project": "p",
+                                  "capacity.gke.cluster": "c"}), check=False)
+    assert done.returncode != 0
+    assert "capacity.provider=gke-nodepools but capacity.gke.location is not set" in done.stderr
+
+
+def test_aks_nodepools_values_reach_the_controller_its_service_account_and_pod() -> None:
+    """capacity.aks.*: subscription, resource group and cluster as flags the controller reads; workload
+    identity: the client id on the controller's ServiceAccount and the label its webhook looks for on the pod."""
+    docs = render({**GUIDE_SET, "capacity.provider": "aks-nodepools", "capacity.aks.subscriptionId": "sub-1",
+                   "capacity.aks.resourceGroup": "rg-gpu", "capacity.aks.cluster": "gpu-a",
+                   "capacity.aks.clientId": "11111111-2222-3333-4444-555555555555"})
+    deployment = one(docs, "Deployment", "kubeon-gpu-optimizer")
+    args = container(deployment)["args"]
+    from controller.command import add_arguments, cloud_settings
+
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    parsed = parser.parse_args([a for a in args if a.startswith(("--aks-", "--capacity-provider"))])
+    assert cloud_settings(parsed) == {"subscription": "sub-1", "resourceGroup": "rg-gpu", "cluster": "gpu-a"}
+    assert deployment["spec"]["template"]["metadata"]["labels"]["azure.workload.identity/use"] == "true"
+    accounts = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceAccount"}
+    assert accounts["kubeon-gpu-optimizer"]["metadata"]["annotations"] == {
+        "azure.workload.identity/client-id": "11111111-2222-3333-4444-555555555555"}
+    assert all("annotations" not in d["metadata"] for n, d in accounts.items() if n != "kubeon-gpu-optimizer")
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+
+
+def test_aks_nodepools_without_its_resource_group_is_refused() -> None:
+    done = run(helm_template_cmd({**GUIDE_SET, "capacity.provider": "aks-nodepools",
+                                  "capacity.aks.subscriptionId": "s", "capacity.aks.cluster": "c"}), check=False)
+    assert done.returncode != 0
+    assert "capacity.provider=aks-nodepools but capacity.aks.resourceGroup is not set" in done.stderr
 
 
 def test_burst_enabled_is_refused_and_the_gateway_is_reserved() -> None:

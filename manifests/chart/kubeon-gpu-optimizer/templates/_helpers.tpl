@@ -151,6 +151,20 @@ not left to a CrashLoopBackOff. */}}
 {{- if and (eq .Values.capacity.provider "eks-nodegroups") (not .Values.capacity.eks.clusterName) -}}
 {{- fail "capacity.provider=eks-nodegroups but capacity.eks.clusterName is not set: the controller needs the EKS cluster whose node groups it resizes (--eks-cluster)" -}}
 {{- end -}}
+{{- if eq .Values.capacity.provider "gke-nodepools" -}}
+{{- range $key := list "project" "location" "cluster" -}}
+{{- if not (index $.Values.capacity.gke $key) -}}
+{{- fail (printf "capacity.provider=gke-nodepools but capacity.gke.%s is not set: the controller needs the GKE cluster whose node pools it resizes (--gke-%s)" $key $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if eq .Values.capacity.provider "aks-nodepools" -}}
+{{- range $key := list "subscriptionId" "resourceGroup" "cluster" -}}
+{{- if not (index $.Values.capacity.aks $key) -}}
+{{- fail (printf "capacity.provider=aks-nodepools but capacity.aks.%s is not set: the controller needs the AKS cluster whose agent pools it resizes" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.hub.url -}}
 {{- if not .Values.cluster -}}
 {{- fail "hub.url is set but cluster is not: the controller needs this cluster's name at the hub (--cluster)" -}}
