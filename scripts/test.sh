@@ -13,4 +13,4 @@ python3 -m mypy gpupolicy kube controller webhook extender cli serving simulator
 # The real control plane the tests run on (tests/cluster): built once per machine, then reused.
 KUBEON_UPSTREAM_DIR="$(bash scripts/upstream.sh)"
 export KUBEON_UPSTREAM_DIR
-python3 -m pytest -n 2 -q "$@"
+python3 -m pytest -n 2 -q --durations=25 "$@"
