@@ -68,7 +68,7 @@ def test_a_watch_expired_mid_churn_relists_once_and_converges(cluster: Cluster) 
 
     try:
         cache.wait_for_sync(60)
-        assert cache.relists == 3  # nodes, pods, budgets: once each
+        assert cache.relists == len(cache.feeds) == 5  # nodes, pods, budgets, deployments, statefulsets: once each
         writer = threading.Thread(target=churn, daemon=True)
         writer.start()
         time.sleep(2)

@@ -14,12 +14,12 @@ import argparse
 
 from bench.cluster_scale import ScaleRun
 
-NODES, PODS = 1000, 1000
+NODES, PODS = 1000, 600
 LARGE_RSS_MIB, LARGE_NODES, LARGE_PODS = 1536, 5000, 50000  # the bound at the large run
 
 
 def test_a_thousand_node_cluster_under_churn_is_read_from_watches() -> None:
-    args = argparse.Namespace(nodes=NODES, pods=PODS, minutes=0.5, churn_per_s=5.0, scheduled_share=0.1,
+    args = argparse.Namespace(nodes=NODES, pods=PODS, minutes=0.25, churn_per_s=5.0, scheduled_share=0.1,
                               gpu_fill=0.8, seed=42, threads=8, karpenter=True, keep_state=False)
     line = ScaleRun(args, log=lambda text: None).run()
     controller = line["components"]["controller"]
