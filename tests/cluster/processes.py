@@ -91,6 +91,11 @@ class Children:
                 child.popen.wait(timeout=5)
 
     def stop(self) -> None:
-        for child in reversed(self.started):
-            self.stop_one(child)
+        """Stop every child, newest first, but kube-apiserver and etcd last: a kube-apiserver restarted
+        during a test is the newest child, and the components that still talk to it (the controllers'
+        lease release, KWOK, Karpenter, our processes) would each wait out their grace on shutdown. The
+        cluster goes with them, so a graceful exit has 3 s (KEDA's operator takes its whole 10 s grace)."""
+        last = {"kube-apiserver": 1, "etcd": 2}
+        for child in sorted(reversed(self.started), key=lambda c: last.get(c.name, 0)):
+            self.stop_one(child, grace=3.0)
         self.started.clear()
