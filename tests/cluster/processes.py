@@ -94,7 +94,7 @@ class Children:
         """Stop every child, newest first, but kube-apiserver and etcd last: a kube-apiserver restarted
         during a test is the newest child, and the components that still talk to it (the controllers'
         lease release, KWOK, Karpenter, our processes) would each wait out their grace on shutdown. The
-        cluster goes with them, so a graceful exit has 3 s (KEDA's operator takes its whole 10 s grace)."""
+        cluster's state goes with them, so a graceful exit has 3 s, not 10."""
         last = {"kube-apiserver": 1, "etcd": 2}
         for child in sorted(reversed(self.started), key=lambda c: last.get(c.name, 0)):
             self.stop_one(child, grace=3.0)
