@@ -25,9 +25,10 @@ from azure.core.exceptions import AzureError, ClientAuthenticationError, HttpRes
 from azure.identity import DefaultAzureCredential
 from azure.mgmt.containerservice import ContainerServiceClient
 
-from gpupolicy.capacity.nodegroups import GROUP_TAG, GroupInstance, NodeGroup, group_nodes, label_bounds
-from gpupolicy.capacity.provider import AKS_NODEPOOLS, CapacityNode, NewNode, ProviderError
+from gpupolicy.capacity.nodegroups import GROUP_TAG, GroupInstance, NodeGroup, label_bounds
+from gpupolicy.capacity.provider import AKS_NODEPOOLS, NewNode, ProviderError
 from gpupolicy.model import CapacitySpec
+from kube.groupprovider import GroupProvider
 
 RETRY_TOTAL = 6  # azure-core RetryPolicy: retries after the first try, exponential back-off (or Retry-After)
 
@@ -47,22 +48,19 @@ def cloud_errors() -> Iterator[None]:
         raise ProviderError(type(exc).__name__, str(exc.message or exc)[:500]) from exc
 
 
-class AksNodePools:
+class AksNodePools(GroupProvider):
     """`CapacityProvider` over AKS agent pools and their machines."""
 
     name = AKS_NODEPOOLS
-    whole_gpus = True
 
     def __init__(self, products: Mapping[str, tuple[str, int, float]], *, subscription: str, resource_group: str,
                  cluster: str, node_list: Callable[[], list[dict[str, Any]]], endpoint: str | None = None,
                  retry_total: int = RETRY_TOTAL, retry_backoff: float = 0.8) -> None:
-        self.products, self.group, self.cluster = dict(products), resource_group, cluster
-        self.node_list = node_list  # the Nodes (the controller's cache: ControllerContext.cluster().nodes)
+        super().__init__(products, node_list)
+        self.group, self.cluster = resource_group, cluster
         extra: dict[str, Any] = {"base_url": endpoint} if endpoint else {}
         self.client = ContainerServiceClient(DefaultAzureCredential(), subscription, retry_total=retry_total,
                                              retry_backoff_factor=retry_backoff, **extra)
-        self._groups: list[NodeGroup] | None = None  # read once per pass (a provider is made per pass)
-        self.left_out: list[tuple[str, str]] = []  # (pool label, why) of labelled pools not resized
 
     def _read(self) -> list[NodeGroup]:
         """The labelled agent pools with bounds and their autoscaler off, with their machines."""
@@ -90,26 +88,12 @@ class AksNodePools:
         return NodeGroup(name=name, pool=labels[GROUP_TAG], instance_types=(vm_size,), labels=labels,
                          min_size=bounds[0], max_size=bounds[1], desired=count, instances=instances, scaler=name)
 
-    def groups(self, pool: str | None = None) -> list[NodeGroup]:
-        if self._groups is None:
-            self._groups = self._read()
-        return [g for g in self._groups if pool is None or g.pool == pool]
-
-    def pool_in_shape(self, policy: str, spec: CapacitySpec) -> bool | None:
-        return True if self.groups(spec.node_pool) else None
-
     def ensure_pool(self, policy: str, spec: CapacitySpec) -> str:
         """Agent pools are the cluster owner's: none is created or reshaped, only found (or why left out)."""
         if self.groups(spec.node_pool):
             return ""
-        why = "; ".join(reason for pool, reason in self.left_out if pool == spec.node_pool)
         return (f"no agent pool of AKS cluster {self.group}/{self.cluster} carries node label "
-                f"{GROUP_TAG}={spec.node_pool}" + (f" and can be resized: {why}" if why else ""))
-
-    def nodes(self, pool: str | None = None) -> list[CapacityNode]:
-        node_of = {str((n.get("spec") or {}).get("providerID") or ""): str(n["metadata"]["name"])
-                   for n in self.node_list()}
-        return group_nodes(self.groups(pool), node_of, self.products)
+                f"{GROUP_TAG}={spec.node_pool}" + self.why_left_out(spec.node_pool))
 
     def add(self, policy: str, spec: CapacitySpec, new: NewNode) -> str:
         """One more node in agent pool `new.group`: the pool read fresh, its count + 1, never past its max."""

@@ -28,9 +28,10 @@ from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 from kubernetes import client
 
-from gpupolicy.capacity.nodegroups import GROUP_TAG, GroupInstance, NodeGroup, group_nodes
-from gpupolicy.capacity.provider import EKS_NODEGROUPS, CapacityNode, NewNode, ProviderError
+from gpupolicy.capacity.nodegroups import GROUP_TAG, GroupInstance, NodeGroup
+from gpupolicy.capacity.provider import EKS_NODEGROUPS, NewNode, ProviderError
 from gpupolicy.model import CapacitySpec
+from kube.groupprovider import GroupProvider
 
 MAX_ATTEMPTS = 6  # botocore standard retry mode: the first try and five retries with back-off
 
@@ -47,24 +48,22 @@ def cloud_errors() -> Iterator[None]:
         raise ProviderError(type(exc).__name__, str(exc)[:500]) from exc
 
 
-class EksNodeGroups:
+class EksNodeGroups(GroupProvider):
     """`CapacityProvider` over EKS managed node groups and their Auto Scaling groups."""
 
     name = EKS_NODEGROUPS
-    whole_gpus = True
 
     def __init__(self, api: client.ApiClient, products: Mapping[str, tuple[str, int, float]], *, cluster: str,
                  node_list: Callable[[], list[dict[str, Any]]], region: str | None = None,
                  endpoint_url: str | None = None,
                  session: boto3.session.Session | None = None, max_attempts: int = MAX_ATTEMPTS) -> None:
-        self.api, self.products, self.cluster = api, dict(products), cluster
-        self.node_list = node_list  # the Nodes (the controller's cache: ControllerContext.cluster().nodes)
+        super().__init__(products, node_list)
+        self.api, self.cluster = api, cluster
         config = Config(retries={"mode": "standard", "total_max_attempts": max_attempts})
         session = session or boto3.session.Session(region_name=region)
         self.eks = session.client("eks", region_name=region, endpoint_url=endpoint_url, config=config)
         self.autoscaling = session.client("autoscaling", region_name=region, endpoint_url=endpoint_url,
                                           config=config)
-        self._groups: list[NodeGroup] | None = None  # read once per pass (a provider is made per pass)
 
     def _read(self) -> list[NodeGroup]:
         """The tagged node groups whose Auto Scaling group exists, with its sizes and instances."""
@@ -85,25 +84,12 @@ class EksNodeGroups:
                 for page in paginator.paginate(AutoScalingGroupNames=names[start:start + 50])
                 for g in page.get("AutoScalingGroups") or []}
 
-    def groups(self, pool: str | None = None) -> list[NodeGroup]:
-        if self._groups is None:
-            self._groups = self._read()
-        return [g for g in self._groups if pool is None or g.pool == pool]
-
-    def pool_in_shape(self, policy: str, spec: CapacitySpec) -> bool | None:
-        return True if self.groups(spec.node_pool) else None
-
     def ensure_pool(self, policy: str, spec: CapacitySpec) -> str:
         """Node groups are the cluster owner's: none is created or reshaped, only found."""
         if self.groups(spec.node_pool):
             return ""
         return (f"no node group of EKS cluster {self.cluster} carries tag {GROUP_TAG}={spec.node_pool} "
                 "with an Auto Scaling group")
-
-    def nodes(self, pool: str | None = None) -> list[CapacityNode]:
-        node_of = {str((n.get("spec") or {}).get("providerID") or ""): str(n["metadata"]["name"])
-                   for n in self.node_list()}
-        return group_nodes(self.groups(pool), node_of, self.products)
 
     def add(self, policy: str, spec: CapacitySpec, new: NewNode) -> str:
         """One more node in `new.group`: its desired size + 1, read fresh, never past its max."""

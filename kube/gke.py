@@ -28,9 +28,10 @@ from google.api_core.client_options import ClientOptions
 from google.auth import exceptions as auth_exc
 from google.cloud import compute_v1, container_v1
 
-from gpupolicy.capacity.nodegroups import GROUP_TAG, GroupInstance, NodeGroup, group_nodes, label_bounds
-from gpupolicy.capacity.provider import GKE_NODEPOOLS, CapacityNode, NewNode, ProviderError
+from gpupolicy.capacity.nodegroups import GROUP_TAG, GroupInstance, NodeGroup, label_bounds
+from gpupolicy.capacity.provider import GKE_NODEPOOLS, NewNode, ProviderError
 from gpupolicy.model import CapacitySpec
+from kube.groupprovider import GroupProvider
 
 # 429 and 503: back-off from 1 s doubling to 30 s, with jitter, for at most 2 minutes (google-api-core's Retry)
 RETRY = gretry.Retry(predicate=gretry.if_exception_type(gexc.TooManyRequests, gexc.ServiceUnavailable),
@@ -64,23 +65,20 @@ def _words(exc: gexc.GoogleAPICallError) -> tuple[str, str]:
     return reason, str(body.get("message") or exc.message)[:500]
 
 
-class GkeNodePools:
+class GkeNodePools(GroupProvider):
     """`CapacityProvider` over GKE node pools and their managed instance groups."""
 
     name = GKE_NODEPOOLS
-    whole_gpus = True
 
     def __init__(self, products: Mapping[str, tuple[str, int, float]], *, project: str, location: str, cluster: str,
                  node_list: Callable[[], list[dict[str, Any]]], endpoint: str | None = None,
                  retry: gretry.Retry = RETRY) -> None:
-        self.products, self.retry = dict(products), retry
-        self.node_list = node_list  # the Nodes (the controller's cache: ControllerContext.cluster().nodes)
+        super().__init__(products, node_list)
+        self.retry = retry
         self.parent = f"projects/{project}/locations/{location}/clusters/{cluster}"
         options = ClientOptions(api_endpoint=endpoint) if endpoint else None
         self.container = container_v1.ClusterManagerClient(transport="rest", client_options=options)
         self.compute = compute_v1.InstanceGroupManagersClient(transport="rest", client_options=options)
-        self._groups: list[NodeGroup] | None = None  # read once per pass (a provider is made per pass)
-        self.left_out: list[tuple[str, str]] = []  # (pool label, why) of labelled pools not resized
 
     def _read(self) -> list[NodeGroup]:
         """The labelled node pools with bounds, their autoscaler off and one managed instance group."""
@@ -116,26 +114,12 @@ class GkeNodePools:
                          min_size=bounds[0], max_size=bounds[1], desired=int(target.target_size),
                          instances=instances, scaler=url)
 
-    def groups(self, pool: str | None = None) -> list[NodeGroup]:
-        if self._groups is None:
-            self._groups = self._read()
-        return [g for g in self._groups if pool is None or g.pool == pool]
-
-    def pool_in_shape(self, policy: str, spec: CapacitySpec) -> bool | None:
-        return True if self.groups(spec.node_pool) else None
-
     def ensure_pool(self, policy: str, spec: CapacitySpec) -> str:
         """Node pools are the cluster owner's: none is created or reshaped, only found (or why left out)."""
         if self.groups(spec.node_pool):
             return ""
-        why = "; ".join(reason for pool, reason in self.left_out if pool == spec.node_pool)
         return (f"no node pool of GKE cluster {self.parent} carries node label {GROUP_TAG}={spec.node_pool}"
-                + (f" and can be resized: {why}" if why else ""))
-
-    def nodes(self, pool: str | None = None) -> list[CapacityNode]:
-        node_of = {str((n.get("spec") or {}).get("providerID") or ""): str(n["metadata"]["name"])
-                   for n in self.node_list()}
-        return group_nodes(self.groups(pool), node_of, self.products)
+                + self.why_left_out(spec.node_pool))
 
     def add(self, policy: str, spec: CapacitySpec, new: NewNode) -> str:
         """One more node in pool `new.group`: setSize to its group's target size + 1, read fresh, within max."""

@@ -39,12 +39,12 @@ to the API. What is modelled (docs/designs/packing.md, "Live nodes"), per GPU:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import replace
 from decimal import Decimal
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -183,6 +183,7 @@ class ParseMemo:
         table[key] = value
 
 
+T = TypeVar("T")
 _ACTIVE: ContextVar[ParseMemo | None] = ContextVar("kubeon_parse_memo", default=None)
 
 
@@ -204,18 +205,23 @@ def _version(pod: Obj) -> tuple[str, str] | None:
     return (uid, rv) if isinstance(uid, str) and isinstance(rv, str) and uid and rv else None
 
 
+def _remembered(table: dict[tuple[str, str], T], parse: Callable[[Obj], T], pod: Obj, memo: ParseMemo) -> T:
+    """`parse(pod)`, from `table` when this version of the pod was parsed before (no version: parsed)."""
+    key = _version(pod)
+    if key is None:
+        return parse(pod)
+    found = table.get(key)
+    if found is None:
+        found = parse(pod)
+        memo.remember(table, key, found)
+    return found
+
+
 def pod_requests(pod: Obj) -> dict[str, Decimal]:
     """Effective requests: sum over containers, at least the largest init container (per resource).
     Inside `parsing(memo)` the answer for a pod version parsed before is the one dict kept: read-only."""
     memo = _ACTIVE.get()
-    key = _version(pod) if memo is not None else None
-    if memo is None or key is None:
-        return _parse_requests(pod)
-    found = memo.requests.get(key)
-    if found is None:
-        found = _parse_requests(pod)
-        memo.remember(memo.requests, key, found)
-    return found
+    return _parse_requests(pod) if memo is None else _remembered(memo.requests, _parse_requests, pod, memo)
 
 
 def _parse_requests(pod: Obj) -> dict[str, Decimal]:
@@ -248,14 +254,7 @@ def _explicit_share(annotations: Mapping[str, Any]) -> int:
 def demand_from_pod(pod: Obj) -> PodDemand:
     """A Kubernetes Pod dict as a PodDemand (remembered inside `parsing(memo)`, by pod version)."""
     memo = _ACTIVE.get()
-    key = _version(pod) if memo is not None else None
-    if memo is None or key is None:
-        return _parse_demand(pod)
-    found = memo.demands.get(key)
-    if found is None:
-        found = _parse_demand(pod)
-        memo.remember(memo.demands, key, found)
-    return found
+    return _parse_demand(pod) if memo is None else _remembered(memo.demands, _parse_demand, pod, memo)
 
 
 def _parse_demand(pod: Obj) -> PodDemand:
