@@ -71,7 +71,7 @@ class ControllerContext:
     extender_url: str | None = None
     extender_error_ratio: float = DEFAULT_ERROR_RATIO
     failing: dict[Component, str] = field(default_factory=dict)
-    # The watch-fed Nodes, Pods and PodDisruptionBudgets every reconciler reads (kube/informers.py),
+    # The watch-fed Nodes, Pods, PodDisruptionBudgets and workloads the reconcilers read (kube/informers.py),
     # started by the first pass that asks (`cluster()`); the process stops it.
     cache: ClusterCache | None = None
     # Pods parsed, by version (gpupolicy/packing/kubemodel.py ParseMemo): the runner's passes parse a pod
