@@ -19,7 +19,8 @@ LARGE_RSS_MIB, LARGE_NODES, LARGE_PODS = 1536, 5000, 50000  # the issue's bound 
 
 
 def test_a_thousand_node_cluster_under_churn_is_read_from_watches() -> None:
-    args = argparse.Namespace(nodes=NODES, pods=PODS, minutes=0.25, churn_per_s=5.0, scheduled_share=0.1,
+    """30 s of churn: the layout's 20 s period puts at least one of its passes inside it."""
+    args = argparse.Namespace(nodes=NODES, pods=PODS, minutes=0.5, churn_per_s=5.0, scheduled_share=0.1,
                               gpu_fill=0.8, seed=42, threads=8, karpenter=True, keep_state=False)
     line = ScaleRun(args, log=lambda text: None).run()
     controller = line["components"]["controller"]
