@@ -43,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import statistics
 import sys
@@ -80,6 +81,7 @@ from tests.cluster.objects import OPENB_NODES_CSV  # noqa: E402
 
 PODS_CSV = OPENB_NODES_CSV.parent / "openb_pod_list_default.csv"
 SA = f"system:serviceaccount:{OURS_NS}:"
+PROC = Path(os.environ.get("KUBEON_PROC", "/proc"))  # the kernel's process table (Linux procfs)
 # every request at Metadata level but the lease renewals (KWOK's, one per node every 10 s: the largest
 # share of the log, and no component measured here makes them but for its own leader lease)
 AUDIT = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["RequestReceived"],
@@ -114,7 +116,7 @@ def policies(namespace: str, karpenter: bool) -> list[dict[str, Any]]:
 def tree(pid: int) -> list[int]:
     """`pid` and its descendants (gunicorn's workers)."""
     children: dict[int, list[int]] = defaultdict(list)
-    for stat in Path("/proc").glob("[0-9]*/stat"):
+    for stat in PROC.glob("[0-9]*/stat"):
         try:
             fields = stat.read_text().rsplit(")", 1)[1].split()
         except OSError:
@@ -132,7 +134,7 @@ def rss_mib(pid: int) -> float:
     total = 0
     for p in tree(pid):
         try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+            for line in (PROC / str(p) / "status").read_text().splitlines():
                 if line.startswith("VmRSS:"):
                     total += int(line.split()[1])
         except OSError:
@@ -146,7 +148,7 @@ def cpu_seconds(pid: int) -> float:
     total = 0.0
     for p in tree(pid):
         try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = (PROC / str(p) / "stat").read_text().rsplit(")", 1)[1].split()
             total += (int(fields[11]) + int(fields[12])) / tick
         except (OSError, IndexError, ValueError):
             continue
