@@ -23,7 +23,10 @@ Update rules (all under one lock; watch threads only record, requests apply):
 - assumptions: a pod the extender just prioritized counts on the node it
   chose until the watch shows it bound (anywhere) or deleted, or until it
   expires (`assume_seconds`, default 30 s), so back-to-back pods do not all
-  see the same free GPU.
+  see the same free GPU. Once the API accepted the extender's binding
+  (`confirm`), it no longer expires: the pod is bound, and only the watch
+  ends it, however late (kube-scheduler's own cache keeps a bound pod's
+  assumption the same way; pkg/scheduler/backend/cache, FinishBinding).
 
 Poison-proof (issue 37): what the watches deliver is read here once, shape
 first (`gpupolicy.admission.shape`, the webhook's check), then the model's
@@ -127,6 +130,7 @@ class ClusterCache:
         self._by_node: dict[str, dict[str, Held]] = {}
         self._assumed: dict[str, _Assumed] = {}  # insertion order = expiry order (constant assume_seconds)
         self._assumed_on: dict[str, dict[str, Held]] = {}  # node -> assumed pods there
+        self._confirmed: dict[str, str] = {}  # bound by the extender, not yet seen bound: key -> node
         self._structure_dirty = True
         self._dirty_nodes: set[str] = set()
         self._state: NodeState = NodeState.build([])
@@ -221,12 +225,13 @@ class ClusterCache:
 
     def _drop_assumption(self, key: str) -> None:
         assumed = self._assumed.pop(key, None)
-        if assumed is not None:
-            on_node = self._assumed_on.get(assumed.node, {})
+        node = assumed.node if assumed is not None else self._confirmed.pop(key, None)
+        if node is not None:
+            on_node = self._assumed_on.get(node, {})
             on_node.pop(key, None)
             if not on_node:
-                self._assumed_on.pop(assumed.node, None)
-            self._dirty_nodes.add(assumed.node)
+                self._assumed_on.pop(node, None)
+            self._dirty_nodes.add(node)
 
     # ---- request side -------------------------------------------------------------------------
     def assume(self, key: str, node: str, demand: PodDemand, gpus: tuple[int, ...] = ()) -> None:
@@ -245,10 +250,18 @@ class ClusterCache:
         with self.lock:
             self._drop_assumption(key)
 
+    def confirm(self, key: str) -> None:
+        """The API accepted pod `key`'s binding: its assumption stays, without expiry, until the watch shows
+        the pod bound or deleted (a watch slower than `assume_seconds` must not free what the pod holds)."""
+        with self.lock:
+            assumed = self._assumed.pop(key, None)
+            if assumed is not None:
+                self._confirmed[key] = assumed.node
+
     @property
     def assumed(self) -> dict[str, str]:
         with self.lock:
-            return {k: a.node for k, a in self._assumed.items()}
+            return {**{k: a.node for k, a in self._assumed.items()}, **self._confirmed}
 
     def node_pods(self, node: str) -> dict[str, PodDemand]:
         with self.lock:

@@ -347,6 +347,7 @@ class ExtenderService:
             self.cache.forget(key)
             log.info("bind %s to %s failed: %s", key, node, exc)
             return BindOutcome(node, gpus, f"binding {key} to {node}: {exc}")
+        self.cache.confirm(key)
         return BindOutcome(node, gpus, "")
 
 

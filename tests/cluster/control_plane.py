@@ -14,6 +14,7 @@ Differences from kwokctl, each on purpose:
 
 from __future__ import annotations
 
+import base64
 import json
 import shutil
 import ssl
@@ -269,10 +270,28 @@ class ControlPlane:
         finally:
             api.api_client.close()
 
-    def restart_apiserver(self) -> None:
-        """Kill kube-apiserver and start it again on the same port and etcd (a fault test)."""
+    def restart_apiserver(self, *, written_meanwhile: bool = False) -> None:
+        """Kill kube-apiserver and start it again on the same port and etcd (a fault test).
+
+        `written_meanwhile`: one key written to etcd while it is down, as the
+        other writers of a real cluster (leases, events, a second apiserver)
+        do. The new watch caches then start past every version a client saw,
+        so every watch from before answers 410 Gone; without it, a client
+        whose last event was etcd's last write may resume its watch.
+        """
         self.children.stop_one(self.children.get("kube-apiserver"), grace=0.1)
+        if written_meanwhile:
+            self.etcd_put("/kubeon-test/written-while-apiserver-down", str(time.time()))
         self.start_apiserver()
+
+    def etcd_put(self, key: str, value: str) -> None:
+        """One key into etcd through its v3 JSON gateway (outside kube-apiserver's /registry prefix)."""
+        body = json.dumps({"key": base64.b64encode(key.encode()).decode(),
+                           "value": base64.b64encode(value.encode()).decode()}).encode()
+        request = urllib.request.Request(f"http://127.0.0.1:{self.ports['etcd']}/v3/kv/put", data=body,
+                                         headers={"Content-Type": "application/json"}, method="POST")
+        with urllib.request.urlopen(request, timeout=10) as response:
+            json.loads(response.read())
 
     def stop(self) -> None:
         self.children.stop()

@@ -1,6 +1,6 @@
 """The controller's cluster cache (kube/informers.py) on the real API server: listed once, then fed by its
-watches; a watch that expired (kube-apiserver restarted mid-churn: its watch cache starts at the version it
-listed, so a watch from before answers 410 Gone) costs one relist per kind, and the cache converges.
+watches; a watch that expired (kube-apiserver restarted mid-churn while another writer wrote to etcd: its watch
+cache starts at the version it listed, so a watch from before answers 410 Gone) costs one relist per kind, and the cache converges.
 
 Real: etcd, kube-apiserver, kube-controller-manager, the default kube-scheduler and KWOK (tests/cluster).
 """
@@ -72,7 +72,7 @@ def test_a_watch_expired_mid_churn_relists_once_and_converges(cluster: Cluster) 
         writer = threading.Thread(target=churn, daemon=True)
         writer.start()
         time.sleep(2)
-        cluster.plane.restart_apiserver()
+        cluster.plane.restart_apiserver(written_meanwhile=True)
         time.sleep(3)
         stop.set()
         writer.join(timeout=30)

@@ -3,7 +3,7 @@
 Real: the extender's Flask app and node model, `kube.binding.ApiBinder` over
 the `kubernetes` client against the real kube-apiserver (tests/cluster),
 authenticated as the chart's extender ServiceAccount (so the chart's RBAC is
-what lets it patch the pod and create the binding), KWOK nodes running what
+what lets it create the binding that carries the record), KWOK nodes running what
 is bound. Faked: the watch (the test feeds the cache the pod as the API now
 holds it). Nothing else schedules the pods: they name the optimizer's
 scheduler, which this cluster does not run.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
@@ -45,6 +45,7 @@ class Bed:
     namespace: str
     a: str = ""
     b: str = ""
+    clock: list[float] = field(default_factory=lambda: [0.0])  # the cache's clock (seconds): tests move it
 
 
 def binder(cluster: Cluster) -> ApiBinder:
@@ -55,12 +56,13 @@ def binder(cluster: Cluster) -> ApiBinder:
 
 @pytest.fixture
 def bed(kube_cluster: Cluster, namespace: str) -> Iterator[Bed]:
-    cache = ClusterCache(clock=lambda: 0.0)
+    clock = [0.0]
+    cache = ClusterCache(clock=lambda: clock[0])
     a, b = f"{namespace}-a", f"{namespace}-b"
     for name in (a, b):
         cache.on_node("ADDED", kube_cluster.create_node(make_node(name, A100, 2, shared_replicas=4)))
     service = ExtenderService(cache, StaticView(), binder=binder(kube_cluster))
-    yield Bed(create_app(service).test_client(), cache, kube_cluster.core, namespace, a, b)
+    yield Bed(create_app(service).test_client(), cache, kube_cluster.core, namespace, a, b, clock)
     for name in (a, b):
         kube_cluster.core.delete_node(name)
 
@@ -95,6 +97,24 @@ def test_bind_records_the_gpu_index_and_binds_through_the_api(bed: Bed) -> None:
     assert sorted(row.tolist()[:2]) == [600, 1000]
 
 
+def test_a_bound_pod_counts_on_its_node_until_the_watch_shows_it_however_late(bed: Bed) -> None:
+    """The API accepted the binding, so the pod holds its GPU share whatever the watch's delay: past the
+    assumption's expiry the share is still taken (a late watch must not let a second pod onto that GPU)."""
+    pod = share_pod(bed, "late")
+    bed.http.post("/prioritize", json=args(pod, [bed.a, bed.b]))
+    picked = bed.cache.assumed[f"{bed.namespace}/late"]
+    assert bind(bed, pod, picked) == {"Error": ""}
+    bed.clock[0] += bed.cache.assume_seconds + 60
+    with bed.cache.lock:
+        state = bed.cache.fresh_state()
+        assert int(state.gpu_free_total[state.index[picked]]) == 1600
+    bed.cache.on_pod("ADDED", stored(bed, "late"))  # the watch, at last: the pod itself holds the share
+    assert f"{bed.namespace}/late" not in bed.cache.assumed
+    with bed.cache.lock:
+        state = bed.cache.fresh_state()
+        assert int(state.gpu_free_total[state.index[picked]]) == 1600
+
+
 def test_an_assumption_kube_scheduler_did_not_follow_is_dropped_at_bind(bed: Bed) -> None:
     pod = share_pod(bed, "s2")
     bed.http.post("/prioritize", json=args(pod, [bed.a, bed.b]))
@@ -108,7 +128,7 @@ def test_an_assumption_kube_scheduler_did_not_follow_is_dropped_at_bind(bed: Bed
         assert int(state.gpu_free_total[state.index[picked]]) == 2000  # the pick is free again
 
 
-def test_a_refused_binding_leaves_no_assumption(bed: Bed) -> None:
+def test_a_refused_binding_leaves_no_assumption_and_no_record(bed: Bed) -> None:
     pod = share_pod(bed, "s3")
     bed.http.post("/prioritize", json=args(pod, [bed.a, bed.b]))
     body = {"apiVersion": "v1", "kind": "Binding", "metadata": {"name": "s3", "namespace": bed.namespace},
@@ -117,6 +137,8 @@ def test_a_refused_binding_leaves_no_assumption(bed: Bed) -> None:
     answer = bind(bed, pod, bed.b)
     assert "409" in answer["Error"]
     assert f"{bed.namespace}/s3" not in bed.cache.assumed
+    # no record of GPUs decided for a binding that did not happen: it would double-book them
+    assert "gpu.kubeon.io/gpu-index" not in (stored(bed, "s3")["metadata"].get("annotations") or {})
 
 
 def test_a_pod_that_passed_the_filter_on_one_node_is_bound_with_its_gpu_index(bed: Bed) -> None:

@@ -582,7 +582,7 @@ def test_the_extenders_bind_grant_goes_with_the_bind_verb() -> None:
     """scheduler.extenderBinds=false: kube-scheduler binds itself, so the extender holds no write grant."""
     docs = render({})
     assert "bindVerb: bind" in one(docs, "ConfigMap", "kubeon-gpu-scheduler-config")["data"]["config.yaml"]
-    assert _extender_writes(docs) == [("pods", "patch"), ("pods/binding", "create")]
+    assert _extender_writes(docs) == [("pods/binding", "create")]  # the Binding carries the GPU index
     off = render({"scheduler.extenderBinds": "false"})
     assert "bindVerb" not in one(off, "ConfigMap", "kubeon-gpu-scheduler-config")["data"]["config.yaml"]
     assert _extender_writes(off) == []

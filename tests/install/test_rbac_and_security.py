@@ -149,7 +149,7 @@ def test_no_rule_anywhere_grants_secrets_or_wildcards() -> None:
 
 
 def test_webhook_and_extender_read_what_they_cache_and_the_extender_binds(docs: list[dict]) -> None:
-    """The extender is kube-scheduler's binder (bindVerb): it patches the GPU index onto the pod and binds it."""
+    """The extender is kube-scheduler's binder (bindVerb): its Binding carries the GPU index; no pod patch."""
     read = ("get", "list", "watch")
     webhook = {"kind": "ServiceAccount", "name": "kubeon-gpu-optimizer-webhook", "namespace": NAMESPACE}
     extender = {"kind": "ServiceAccount", "name": "kubeon-gpu-optimizer-extender", "namespace": NAMESPACE}
@@ -157,7 +157,7 @@ def test_webhook_and_extender_read_what_they_cache_and_the_extender_binds(docs: 
         _expand(["gpu.kubeon.io"], ["gpupolicies"], read) | _expand([""], ["namespaces", "nodes"], read))
     assert set().union(*(rule_triples(r["rules"]) for _, r in _roles_bound_to(docs, extender))) == (
         _expand([""], ["nodes", "pods", "namespaces"], read) | _expand(["gpu.kubeon.io"], ["gpupolicies"], read)
-        | _expand([""], ["pods"], ("patch",)) | _expand([""], ["pods/binding"], ("create",)))
+        | _expand([""], ["pods/binding"], ("create",)))
 
 
 def test_second_scheduler_rbac_matches_upstream_example(docs: list[dict]) -> None:
