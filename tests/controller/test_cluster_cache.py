@@ -1,6 +1,7 @@
 """The controller's cluster cache (kube/informers.py) on the real API server: listed once, then fed by its
 watches; a watch that expired (kube-apiserver restarted mid-churn while another writer wrote to etcd: its watch
-cache starts at the version it listed, so a watch from before answers 410 Gone) costs one relist per kind, and the cache converges.
+cache starts at the version it listed, so a watch from before answers 410 Gone) costs one relist per kind, and
+the cache converges.
 
 Real: etcd, kube-apiserver, kube-controller-manager, the default kube-scheduler and KWOK (tests/cluster).
 """
