@@ -29,6 +29,7 @@ from controller.hubreport import SummaryReport
 from controller.hubsync import MAX_POLL_SECONDS, MIN_POLL_SECONDS, HubSettings, HubState, HubSync
 from controller.leader import LeaderElector, exit_process
 from controller.loop import Reconciler, ReconcilerLoadError, ReconcileRunner, load_reconcilers
+from controller.pendingbatch import PendingBatch
 from controller.policies import PolicyStore
 from controller.recorder import ControllerMetrics, Recorder
 from gpupolicy.model import CAPACITY_PROVIDERS, GROUP, PLURAL, VERSION, Mode
@@ -286,6 +287,8 @@ def build(
         recorder.listeners.append(lambda policy, target, action, now: sync.applied(policy, target, action, now=now))
         chosen = [sync, *chosen]
     runner = ReconcileRunner(ctx, chosen)
+    # pods kube-scheduler gave up on wake the capacity pass, batched like Karpenter's launches
+    ctx.on_pod = PendingBatch(lambda when: runner.due_at("capacity", when), ctx.clock.now).on_pod
 
     def acquired() -> None:
         controller_metrics.leader.set(1)

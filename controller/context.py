@@ -74,6 +74,8 @@ class ControllerContext:
     # The watch-fed Nodes, Pods, PodDisruptionBudgets and workloads the reconcilers read (kube/informers.py),
     # started by the first pass that asks (`cluster()`); the process stops it.
     cache: ClusterCache | None = None
+    # Told each pod change the cache's watch sees (controller/pendingbatch.py wakes the capacity pass).
+    on_pod: Callable[[str, dict[str, Any]], None] | None = None
     # Pods parsed, by version (gpupolicy/packing/kubemodel.py ParseMemo): the runner's passes parse a pod
     # again only when it changed.
     parse_memo: ParseMemo = field(default_factory=ParseMemo)
@@ -81,7 +83,7 @@ class ControllerContext:
     def cluster(self) -> ClusterCache:
         """The process's cluster cache, started and synced on first use (a pass waits for the first lists)."""
         if self.cache is None:
-            self.cache = ClusterCache(self.api).start()
+            self.cache = ClusterCache(self.api, self.on_pod).start()
         self.cache.wait_for_sync()
         return self.cache
 

@@ -104,6 +104,7 @@ class ReconcileRunner:
     ctx: ControllerContext
     reconcilers: list[Reconciler]
     _due: dict[str, float] = field(default_factory=dict)
+    _periodic: dict[str, float] = field(default_factory=dict)  # when each is due by its period alone
     _wake: threading.Event = field(default_factory=threading.Event)
     passes: dict[str, int] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
@@ -117,6 +118,13 @@ class ReconcileRunner:
             if name is None or reconciler.name == name:
                 self._due[reconciler.name] = 0.0
         self._wake.set()
+
+    def due_at(self, name: str, when: float) -> None:
+        """Make `name` due at `when` (clock seconds), never later than its period makes it (a batch of watch
+        events moves it on each event, controller/pendingbatch.py); safe from other threads."""
+        if any(r.name == name for r in self.reconcilers):
+            self._due[name] = min(when, self._periodic.get(name, when))
+            self._wake.set()
 
     def policies_changed(self) -> None:
         """A GpuPolicy's spec changed in the cluster: every reconciler that reads them is due at once. Not
@@ -141,7 +149,7 @@ class ReconcileRunner:
             started = time.monotonic()
             self._run_one(reconciler)
             self.ctx.recorder.metrics.pass_seconds.labels(reconciler.name).observe(time.monotonic() - started)
-            self._due[reconciler.name] = now + reconciler.period_seconds
+            self._due[reconciler.name] = self._periodic[reconciler.name] = now + reconciler.period_seconds
             ran += 1
         return ran
 

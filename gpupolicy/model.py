@@ -70,6 +70,13 @@ class SharingStrategy(StrEnum):
     TIME_SLICING = "TimeSlicing"
 
 
+class WholeGpus(StrEnum):
+    """Who launches nodes for pending whole-GPU pods of a Karpenter pool (docs/designs/capacity.md)."""
+
+    KARPENTER = "Karpenter"  # Karpenter, from the NodePool (its own instance choice)
+    OPTIMIZER = "Optimizer"  # the optimizer's NodeClaims; the NodePool's limits keep Karpenter from launching
+
+
 class Rollout(StrEnum):
     NONE = "None"
     RESTART = "Restart"
@@ -351,6 +358,12 @@ class CapacitySpec(_Wire):
     node_class_ref: NodeClassRef
     gpu_models: list[str] = Field(default_factory=list)
     max_gpus: int | None = Field(default=None, ge=0, description="NodePool limits nvidia.com/gpu")
+    whole_gpus: WholeGpus = Field(
+        default=WholeGpus.KARPENTER,
+        description="Who launches nodes for pending whole-GPU pods: Karpenter from the NodePool, or the "
+                    "Optimizer with NodeClaims of the cheapest instance types that hold them (the NodePool's "
+                    "limits nvidia.com/gpu is then 0, so Karpenter launches nothing itself; maxGpus is "
+                    "counted by the optimizer). Node groups: always the optimizer.")
     consolidation: ConsolidationSpec = Field(default_factory=ConsolidationSpec)
 
     @field_validator("node_pool")

@@ -29,7 +29,7 @@ from typing import Any
 from kubernetes import client
 
 from kube import rest
-from kube.reflector import JsonObject, Reflector
+from kube.reflector import JsonObject, OnChange, Reflector
 from kube.trim import LAST_APPLIED
 from kube.workloads import PLURALS
 
@@ -53,12 +53,13 @@ class ClusterCache:
     """Nodes, Pods, PodDisruptionBudgets, Deployments and StatefulSets as watch-fed caches. Objects are
     shared: read-only."""
 
-    def __init__(self, api: client.ApiClient) -> None:
-        def feed(path: str, name: str) -> Reflector:
-            return Reflector(rest.lister(api, path), transform=slim, name=name)
+    def __init__(self, api: client.ApiClient, on_pod: OnChange | None = None) -> None:
+        """`on_pod(event, pod)`: told each pod change (the watch thread; keep it short)."""
+        def feed(path: str, name: str, on_change: OnChange | None = None) -> Reflector:
+            return Reflector(rest.lister(api, path), transform=slim, name=name, on_change=on_change)
 
         self.node_feed = feed("/api/v1/nodes", "controller-nodes")
-        self.pod_feed = feed("/api/v1/pods", "controller-pods")
+        self.pod_feed = feed("/api/v1/pods", "controller-pods", on_pod)
         self.budget_feed = feed("/apis/policy/v1/poddisruptionbudgets", "controller-pdbs")
         self.workload_feeds = {kind: feed(f"/apis/apps/v1/{plural}", f"controller-{plural}")
                                for kind, plural in PLURALS.items()}

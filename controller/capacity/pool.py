@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from controller.capacity.state import Pass
 from gpupolicy.capacity.nodepool import desired_nodepool
 from gpupolicy.catalog import GPU_RESOURCE, MIG_CONFIG_LABEL
-from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, Proposal
+from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, Proposal, WholeGpus
 from gpupolicy.model import ProposalState as State
 from gpupolicy.proposals import TargetRef, make_proposal
 from kube import karpenter as kk
@@ -47,7 +47,8 @@ def keep_pool(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode,
     if p.seen.groups is not None:
         return find_groups(p, spec, conditions)
     ctx = p.ctx
-    missed, shared = unseen_gpus(p, spec) if spec.max_gpus is not None else (0, 0)
+    optimizer = spec.whole_gpus is WholeGpus.OPTIMIZER  # limits 0: the optimizer launches for every GPU pod
+    missed, shared = unseen_gpus(p, spec) if spec.max_gpus is not None and not optimizer else (0, 0)
     declared = spec.max_gpus
     if missed and spec.max_gpus is not None:
         spec = spec.model_copy(update={"max_gpus": max(0, spec.max_gpus - missed)})
@@ -60,6 +61,9 @@ def keep_pool(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode,
     shape = p.provider.pool_in_shape(policy.name, spec)
     types = desired["spec"]["template"]["spec"]["requirements"][0]["values"]
     limit = f", limits nvidia.com/gpu={spec.max_gpus}" if spec.max_gpus is not None else ""
+    if optimizer:
+        limit = (", limits nvidia.com/gpu=0 (wholeGpus Optimizer: Karpenter launches no node itself; the "
+                 f"optimizer's NodeClaims serve every GPU pod{f' within maxGpus {spec.max_gpus}' if limit else ''})")
     if missed:
         limit += (f" (maxGpus {declared} less {missed} GPU(s) on {shared} time-sliced or MIG node(s) that "
                   "Karpenter's nvidia.com/gpu count does not see)")

@@ -1,7 +1,9 @@
 """Step 3 of a capacity pass: NodeClaims for pending shared-GPU pods that nothing can serve.
 
-Whole-GPU pods are Karpenter's own (it provisions them from the NodePool);
-with node groups (`provider.whole_gpus`) they are planned here too.
+Whole-GPU pods are Karpenter's own (it provisions them from the NodePool)
+unless the policy says `wholeGpus: Optimizer` (the NodePool's limits then
+keep Karpenter from launching); with node groups (`provider.whole_gpus`)
+they are planned here too.
 For pods on `nvidia.com/gpu.shared` / `nvidia.com/mig-*` (no instance type
 advertises them before the GPU Operator runs) the sharing-layout planner
 says which pods no node, re-laid node or launching NodeClaim can serve
@@ -36,7 +38,16 @@ from gpupolicy.capacity.nodepool import POLICY_LABEL, allowed_types, claim_name
 from gpupolicy.capacity.provider import CapacityNode, NewNode
 from gpupolicy.capacity.provisioning import Launch, plan_launches
 from gpupolicy.catalog import DEFAULT_CATALOG, GPU_RESOURCE, MIG_CONFIG_LABEL
-from gpupolicy.model import CapacitySpec, Condition, GpuPolicy, Mode, PolicyKind, Proposal, SharingStrategy
+from gpupolicy.model import (
+    CapacitySpec,
+    Condition,
+    GpuPolicy,
+    Mode,
+    PolicyKind,
+    Proposal,
+    SharingStrategy,
+    WholeGpus,
+)
 from gpupolicy.model import ProposalState as State
 from gpupolicy.packing.nodemodel import NodeState
 from gpupolicy.proposals import TargetRef, make_proposal
@@ -57,12 +68,13 @@ def provision(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_o
                 f"{'node' if groups else 'launch NodeClaim'} {claim.claim} ({claim.instance_type})",
                 f"launching for {', '.join(claim.launched_for) or 'pending pods'}", 0.0, State.APPLIED))
     pods = {pod_key(pod): pod for pod in seen.pods}
-    waiting = [(key, resource) for key, resource in unserved(p, claims)
+    whole = p.provider.whole_gpus or spec.whole_gpus is WholeGpus.OPTIMIZER
+    waiting = [(key, resource) for key, resource in unserved(p, claims, whole)
                if key not in claimed and covers(policy, pods[key])]
     claimed.update(key for key, _ in waiting)
     if not waiting:
         conditions.append(Condition(type="Provisioned", status="True", reason="NothingPending",
-                                    message="no pending shared-GPU pod lacks a node"))
+                                    message=f"no pending {'GPU' if whole else 'shared-GPU'} pod lacks a node"))
         return []
     sharing = p.ctx.policies.valid(PolicyKind.SHARING)
     demands: list[LaunchDemand] = []
@@ -107,8 +119,9 @@ def provision(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_o
     return [launch for launch, _, _ in launches]
 
 
-def unserved(p: Pass, claims: list[CapacityNode]) -> list[tuple[str, str]]:
-    """(pod key, resource) of pending shared-GPU pods nothing can serve, launching claims counted."""
+def unserved(p: Pass, claims: list[CapacityNode], whole: bool) -> list[tuple[str, str]]:
+    """(pod key, resource) of pending shared-GPU pods (`whole`: and whole-GPU pods) nothing can serve,
+    launching claims counted."""
     seen = p.seen
     by_type = p.by_type
     registered = {n["metadata"]["name"] for n in seen.nodes}
@@ -125,7 +138,7 @@ def unserved(p: Pass, claims: list[CapacityNode]) -> list[tuple[str, str]]:
             continue
         demand = read_demand([pod], sharing, DEFAULT_CATALOG)
         if demand and (is_shared_resource(demand[0].resource) or
-                       (p.provider.whole_gpus and demand[0].resource == GPU_RESOURCE)):
+                       (whole and demand[0].resource == GPU_RESOURCE)):
             found.append((pod_key(pod), demand[0].resource))
     return found
 

@@ -9,13 +9,16 @@ and the policy reports the conflict. The shape:
   `gpuModels` (every GPU type of the catalog when empty), on-demand;
 - `template.spec.taints`: `nvidia.com/gpu:NoSchedule`, so only GPU pods land;
 - `limits`: `nvidia.com/gpu: maxGpus` (Karpenter stops launching past it);
+  with `wholeGpus: Optimizer`, `nvidia.com/gpu: 0`: Karpenter launches no
+  node itself (it checks limits only before its own launches), and the
+  optimizer's NodeClaims serve every GPU pod of the pool;
 - `disruption`: `consolidationPolicy: WhenEmpty`, `consolidateAfter: Never`
   (the optimizer consolidates, usage-aware; Karpenter's requests-only
   consolidation would fight it), and a budget of `maxDisruptedNodes` nodes
   for what Karpenter still disrupts itself (drift, expiry).
 
-NodeClaims for shared GPUs carry the same requirements narrowed to one
-instance type, the taint, the pool label, and the sharing layout's node
+NodeClaims (for shared GPUs, and for whole GPUs under `wholeGpus: Optimizer`)
+carry the same requirements narrowed to one instance type, the taint, the pool label, and the sharing layout's node
 labels (`nvidia.com/mig.config`), so the GPU Operator prepares the node as it
 boots and the sharing-layout reconciler finds it ready.
 """
@@ -28,7 +31,7 @@ from typing import Any
 
 from gpupolicy.catalog import GPU_RESOURCE, normalise_product_label
 from gpupolicy.k8s.taints import GPU_TAINT
-from gpupolicy.model import CapacitySpec
+from gpupolicy.model import CapacitySpec, WholeGpus
 
 GROUP, VERSION = "karpenter.sh", "v1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -73,7 +76,9 @@ def desired_nodepool(policy: str, spec: CapacitySpec, products: Mapping[str, str
                            "budgets": [{"nodes": str(spec.consolidation.max_disrupted_nodes)}]},
         },
     }
-    if spec.max_gpus is not None:
+    if spec.whole_gpus is WholeGpus.OPTIMIZER:  # Karpenter checks limits before its own launches only
+        body["spec"]["limits"] = {GPU_RESOURCE: "0"}
+    elif spec.max_gpus is not None:
         body["spec"]["limits"] = {GPU_RESOURCE: str(spec.max_gpus)}
     return body
 

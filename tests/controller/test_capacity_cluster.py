@@ -520,6 +520,44 @@ def test_a_pending_whole_gpu_pod_is_karpenters_own_in_the_declared_nodepool(make
     assert provisioned["status"] == "True", provisioned
 
 
+def test_with_whole_gpus_by_the_optimizer_four_pods_get_four_cheap_nodes_and_karpenter_launches_none(
+        make_world: Any) -> None:
+    """`wholeGpus: Optimizer`: the NodePool's GPU limit is 0, so real Karpenter launches nothing itself, and
+    the controller launches for whole-GPU pods too, choosing by price: four 1-GPU pods get four g5.xlarge
+    ($1.006/h each, $4.02/h), not the one g5.12xlarge ($5.67/h) that holds all four, which real Karpenter
+    buys for the same four pods (next test)."""
+    world = make_world()
+    policy = capacity_policy(models=["NVIDIA-A10G"], max_gpus=8)
+    policy["spec"]["capacity"]["wholeGpus"] = "Optimizer"
+    world.create_policy(policy)
+    world.rounds(1)
+    assert world.nodepool()["spec"]["limits"] == {"nvidia.com/gpu": "0"}
+    assert "wholeGpus Optimizer" in world.condition("NodePool")["message"]
+    gpu_pods(world, 4, "nvidia.com/gpu")
+    world.pending(4)
+    world.runner.run_all()
+    claims = world.claims()
+    assert sorted(c["spec"]["requirements"][0]["values"][0] for c in claims.values()) == ["g5.xlarge"] * 4
+    assert all(c["metadata"]["labels"].get("app.kubernetes.io/managed-by") for c in claims.values()), "ours"
+    world.until(lambda: len(world.cluster.pods(world.ns, ready=True)) == 4, "the 4 pods running")
+    world.runner.run_all()
+    assert set(world.claims()) == set(claims)  # Karpenter launched none, and no second set of ours
+    assert set(world.bound().values()) == set(claims)
+
+
+def test_with_whole_gpus_by_karpenter_the_same_four_pods_get_one_dearer_node(make_world: Any) -> None:
+    """The default, `wholeGpus: Karpenter`: real Karpenter packs the batch onto one NodeClaim, whose only
+    type that holds four A10G pods is g5.12xlarge ($5.67/h against four g5.xlarge at $4.02/h)."""
+    world = make_world()
+    world.create_policy(capacity_policy(models=["NVIDIA-A10G"], max_gpus=8))
+    world.rounds(1)
+    assert world.nodepool()["spec"]["limits"] == {"nvidia.com/gpu": "8"}
+    gpu_pods(world, 4, "nvidia.com/gpu")
+    world.until(lambda: len(world.cluster.pods(world.ns, ready=True)) == 4, "the 4 pods running")
+    assert [c["metadata"]["labels"]["node.kubernetes.io/instance-type"]
+            for c in world.claims().values()] == ["g5.12xlarge"]
+
+
 # -- consolidation ---------------------------------------------------------------------------
 def two_nodes_one_pod_each(world: World, **pod_kw: Any) -> None:
     """gpu-a and gpu-b (8 GPUs each), one 1-GPU Deployment pod on each (the other node cordoned meanwhile)."""
