@@ -67,6 +67,7 @@ def test_a_stream_of_unschedulable_pods_still_runs_the_pass_ten_seconds_after_th
         if runner.run_due():
             ran_at.append(clock.now())
     assert ran_at and ran_at[0] - 1_700_000_000.0 <= 10.0 + 1e-9  # never past its period either
+    assert capacity.runs == 1 + len(ran_at)
 
 
 def test_pods_bound_deleted_or_merely_pending_wake_nothing() -> None:
