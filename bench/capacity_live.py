@@ -21,9 +21,10 @@ registration delay: the `--delay` of `simulate --capacity --compress 1` on the `
 Arms, each on a fresh cluster: `karpenter` (a NodePool over the catalog, WhenEmptyOrUnderutilized,
 consolidateAfter 0s, the default scheduler, no kubeon) and `kubeon` (the chart's webhook, extender,
 second scheduler and controller, the controller reading the same catalog, with a capacity policy in
-Automatic that declares its own NodePool). Output: one JSON line per arm (bench/capacity_live_record.py
-says how each figure is read back) and one for the simulator's karpenter and kubeon strategies on the
-same scenario (calibration).
+Automatic that declares its own NodePool, `wholeGpus: Optimizer`: the controller launches the nodes by
+price and Karpenter, its NodePool's GPU limit 0, launches none itself). Output: one JSON line per arm
+(bench/capacity_live_record.py says how each figure is read back) and one for the simulator's karpenter
+and kubeon strategies on the same scenario (calibration).
 """
 
 from __future__ import annotations
@@ -125,7 +126,7 @@ def capacity_policy(minutes: float, max_gpus: int) -> dict:
     k = 1 / DAY_FACTOR  # real seconds -> run seconds
     return {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "gpu-capacity"},
             "spec": {"mode": "Automatic", "selector": {"namespaces": [NAMESPACE]}, "capacity": {
-                "nodePool": "gpu", "nodeClassRef": node_class_ref(), "maxGpus": max_gpus,
+                "nodePool": "gpu", "nodeClassRef": node_class_ref(), "maxGpus": max_gpus, "wholeGpus": "Optimizer",
                 "consolidation": {"underusedBelowPercent": 10, "for": seconds(600 * k), "maxDisruptedNodes": 1,
                                   "emptyFor": seconds(60 * k), "drainTimeout": seconds(300 * k)}}}}
 
