@@ -236,7 +236,7 @@ def _apply_claim_policy(
     names = sorted({t.name for t in plan.containers.values()})
     what = f"claim {GPU_RESOURCE} through ResourceClaimTemplate {', '.join(names)}"
     if not may_apply(policy, mode, owner):
-        warnings.append(_not_applied_warning(policy, mode, owner, what))
+        warnings.append(_not_applied_warning(policy, mode, owner, f"use ResourceClaimTemplate {', '.join(names)}"))
         why = "Recommend mode" if mode == Mode.RECOMMEND else f"{owner} is not in approvals"
         return Decision(policy.name, mode, Action.USE_CLAIM, False, f"{what}: {plan.detail}; not applied ({why})")
     rewritten.update(writes.claim_through({c: t.name for c, t in plan.containers.items()}, POD_CLAIM_PREFIX))
