@@ -138,7 +138,8 @@ class ClaimPlan:
 
 
 def _left(reason: str) -> ClaimPlan:
-    return ClaimPlan(None, skip_reason=reason, warning=f"{reason}: pod left unchanged")
+    """Left alone, the verdict first: a warning is cut at 120 characters, and the reason may be long."""
+    return ClaimPlan(None, skip_reason=reason, warning=f"pod left unchanged: {reason}")
 
 
 def plan_claims(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView, scan: GpuScan,

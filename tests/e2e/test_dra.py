@@ -171,11 +171,12 @@ def test_bad_input_is_left_alone_with_the_reason(kube_cluster: Cluster, namespac
     wait_for_policy(cluster, "dra-bad", gpu_pod("probe", namespace))
 
     huge = kubectl_create(cluster, gpu_pod("huge", namespace, memory="200Gi"))
-    assert "Warning: kubeon-gpu dra-bad: no MIG profile holds 204800Mi" in huge.stderr, huge.stderr
+    assert "Warning: kubeon-gpu dra-bad: pod left unchanged: no MIG profile holds 204800Mi" in huge.stderr, \
+        huge.stderr
     own = gpu_pod("own", namespace)
     own["spec"]["resourceClaims"] = [{"name": "mine", "resourceClaimTemplateName": "someone-elses"}]
     mine = kubectl_create(cluster, own)
-    assert "Warning: kubeon-gpu dra-bad: the pod has its own spec.resourceClaims: pod left unchanged" \
+    assert "Warning: kubeon-gpu dra-bad: pod left unchanged: the pod has its own spec.resourceClaims" \
         in mine.stderr, mine.stderr
     for name in ("huge", "own"):
         pod = get(cluster, "pod", name, namespace)
