@@ -14,10 +14,18 @@ that act; nothing here looks at the mode again.
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 from controller.context import ControllerContext
-from gpupolicy.admission.claims import MANAGED_BY, MANAGED_BY_LABEL, TEMPLATE_ANNOTATION, named_templates
+from gpupolicy.admission.claims import (
+    MANAGED_BY,
+    MANAGED_BY_LABEL,
+    TEMPLATE_ANNOTATION,
+    ClaimTemplate,
+    named_templates,
+    policy_templates,
+)
 from gpupolicy.admission.rewrite import ANNOTATION_POLICY
 from gpupolicy.catalog import DEFAULT_CATALOG
 from gpupolicy.model import API_VERSION, KIND, GpuPolicy, PolicyKind, SharingVia
@@ -48,18 +56,20 @@ class ClaimTemplateReconciler:
             self._seen.clear()
         if not policies:
             return
+        sizes = {name: policy_templates(p.spec.sharing, DEFAULT_CATALOG) for name, p in policies.items()
+                 if p.spec.sharing is not None}  # worked out once a pass, not per pod
         for pod in ctx.cluster().pods():
             annotations = (pod.get("metadata") or {}).get("annotations") or {}
             if TEMPLATE_ANNOTATION in annotations:
                 for name in str(annotations.get(ANNOTATION_POLICY, "")).split(","):
-                    if name in policies:
-                        self._ensure(ctx, pod, policies[name])
+                    if name in sizes:
+                        self._ensure(ctx, pod, policies[name], sizes[name])
 
-    def _ensure(self, ctx: ControllerContext, pod: dict[str, Any], policy: GpuPolicy) -> None:
-        assert policy.spec.sharing is not None
+    def _ensure(self, ctx: ControllerContext, pod: dict[str, Any], policy: GpuPolicy,
+                known: Mapping[str, ClaimTemplate]) -> None:
         metadata = pod["metadata"]
         namespace = str(metadata.get("namespace"))
-        for template in named_templates(metadata.get("annotations") or {}, policy.spec.sharing, DEFAULT_CATALOG):
+        for template in named_templates(metadata.get("annotations") or {}, known):
             key = (namespace, template.name, str(policy.metadata.uid))
             if key in self._seen or not ctx.is_leader():
                 continue

@@ -169,6 +169,8 @@ def plan_claims(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
         chosen = {name: gpu_template(int(count), sharing, view.catalog) for name, count in wanting.items()}
         return ClaimPlan(chosen, detail="whole GPU (no GPU memory need declared, or more than one GPU)")
     products, why_none, known = landing_products(pod_allowed_products(pod), sharing, view, type_fit_models)
+    if not known:  # the profile of some catalog product no node may have: the claim would never be allocated
+        return _left("no GPU product known (no GFD product label on nodes): list the policy's gpuModels")
     choice = choose_mig_profile(need, products, view, fixed, pin=known) if products else None
     if choice is None:
         what = f"profile {fixed}" if fixed else f"no MIG profile holds {need:.0f}Mi ({source})"
@@ -185,9 +187,8 @@ def plan_claims(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
     return ClaimPlan({name: template for name in wanting}, detail=detail)
 
 
-def named_templates(annotations: Mapping[str, Any], sharing: SharingSpec, catalog: Catalog) -> list[ClaimTemplate]:
-    """The templates a rewritten pod (its annotations) names that its policy can produce; others are not ours
-    to create (a pod may carry any annotation)."""
-    known = policy_templates(sharing, catalog)
+def named_templates(annotations: Mapping[str, Any], known: Mapping[str, ClaimTemplate]) -> list[ClaimTemplate]:
+    """The templates a rewritten pod (its annotations) names among `known` (its policy's `policy_templates`);
+    others are not ours to create (a pod may carry any annotation)."""
     names = str(annotations.get(TEMPLATE_ANNOTATION) or "").split(",")
     return [known[name] for name in dict.fromkeys(names) if name in known]

@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpupolicy.admission.claims import named_templates
+from gpupolicy.admission.claims import named_templates, policy_templates
 from gpupolicy.admission.mutate import Action, AdmissionResult, mutate_pod, out_of_scope, short_warning, validate_pod
 from gpupolicy.admission.patch import diff
 from gpupolicy.admission.rewrite import CONTAINER_LISTS, is_gpu_resource
@@ -227,6 +227,6 @@ def claim_templates(obj: Mapping[str, Any], result: AdmissionResult, view: Clust
     found: list[dict[str, Any]] = []
     for policy in view.policies:
         if policy.name in policies and policy.spec.sharing is not None:
-            found += [t.object(ns, policy.name) for t in named_templates(annotations, policy.spec.sharing,
-                                                                           view.catalog)]
+            known = policy_templates(policy.spec.sharing, view.catalog)
+            found += [t.object(ns, policy.name) for t in named_templates(annotations, known)]
     return found

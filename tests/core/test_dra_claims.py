@@ -82,9 +82,12 @@ def test_template_selects_the_profile_and_its_real_memory() -> None:
       "spec": {**make_pod()["spec"], "resourceClaims": [{"name": "x", "resourceClaimName": "mine"}]}},
      "the pod has its own spec.resourceClaims"),
     (make_pod(annotations={"gpu.kubeon.io/gpu-memory": "ten"}), "is not a memory quantity"),
-], ids=["need-no-device-has", "own-claims", "bad-annotation"])
-def test_left_alone_with_the_reason(pod: dict, reason: str) -> None:
-    result = mutate_pod(pod, make_view(dra(), nodes=(make_node("n", H200, offers_slices=False),)))
+    (make_pod(annotations={"gpu.kubeon.io/gpu-memory": "10Gi"}), "no GPU product known"),
+], ids=["need-no-device-has", "own-claims", "bad-annotation", "no-product-known"])
+def test_left_alone_with_the_reason(pod: dict, reason: str, request: pytest.FixtureRequest) -> None:
+    # the ResourceSlices do not say the products yet: a node's GFD label or the policy's gpuModels must
+    nodes = () if request.node.callspec.id == "no-product-known" else (make_node("n", H200, offers_slices=False),)
+    result = mutate_pod(pod, make_view(dra(), nodes=nodes))
     assert result.patch == []
     assert [d.action for d in result.decisions] == [Action.SKIP]
     assert len(result.warnings) == 1 and reason in result.warnings[0] and "pod left unchanged" in result.warnings[0]
