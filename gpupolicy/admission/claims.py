@@ -164,6 +164,9 @@ def plan_claims(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
         need, source = declared_need_mib(str(text) if text else None, sharing)
     except QuantityError as exc:
         return _left(str(exc))
+    odd = next((name for name, count in wanting.items() if count != int(count) or count > MAX_WHOLE_GPUS), None)
+    if odd is not None:  # no template of the policy's sizes holds it (`policy_templates`)
+        return _left(f"container {odd} asks for {wanting[odd]:g} GPUs (whole GPUs: 1 to {MAX_WHOLE_GPUS})")
     fixed = None if sharing.mig_profile == "auto" else normalise_profile_name(sharing.mig_profile)
     if (need is None and fixed is None) or any(count != 1 for count in wanting.values()):
         chosen = {name: gpu_template(int(count), sharing, view.catalog) for name, count in wanting.items()}
@@ -179,9 +182,11 @@ def plan_claims(pod: Mapping[str, Any], sharing: SharingSpec, view: ClusterView,
     allowed = [p for p in allowed_products(sharing, view.catalog) if p.mig_capable]
     template = mig_template(choice.profile, allowed, None)
     floor = min((f.memory_mib for p in allowed if (f := p.profile(choice.profile.name)) is not None), default=0)
-    if choice.pin is not None or (need is not None and floor < need):
+    if choice.pin is not None or (need is not None and floor < need):  # on the product it was chosen on
         pinned = view.catalog.product(choice.pin or choice.product.split(", ")[0])
-        template = mig_template(choice.profile, allowed, pinned) if pinned is not None else template
+        if pinned is None or pinned not in allowed:
+            return _left(f"{choice.profile.name} chosen on {choice.product}, which the policy's products leave out")
+        template = mig_template(choice.profile, allowed, pinned)
     detail = (f"{choice.profile.name} on {choice.product} holds {choice.memory_mib}Mi"
               + (f" >= {need:.0f}Mi ({source})" if need is not None else " (fixed by policy)"))
     return ClaimPlan({name: template for name in wanting}, detail=detail)

@@ -83,7 +83,8 @@ def test_template_selects_the_profile_and_its_real_memory() -> None:
      "the pod has its own spec.resourceClaims"),
     (make_pod(annotations={"gpu.kubeon.io/gpu-memory": "ten"}), "is not a memory quantity"),
     (make_pod(annotations={"gpu.kubeon.io/gpu-memory": "10Gi"}), "no GPU product known"),
-], ids=["need-no-device-has", "own-claims", "bad-annotation", "no-product-known"])
+    (make_pod(gpus=16), "container c0 asks for 16 GPUs (whole GPUs: 1 to 8)"),
+], ids=["need-no-device-has", "own-claims", "bad-annotation", "no-product-known", "more-gpus-than-a-node"])
 def test_left_alone_with_the_reason(pod: dict, reason: str, request: pytest.FixtureRequest) -> None:
     # the ResourceSlices do not say the products yet: a node's GFD label or the policy's gpuModels must
     nodes = () if request.node.callspec.id == "no-product-known" else (make_node("n", H200, offers_slices=False),)
