@@ -36,7 +36,7 @@ from cli.sources import (
     scan,
 )
 from cli.writers import FORMATS, Writer
-from gpupolicy.admission.dryrun import SUPPORTED_KINDS, DryRunError, dry_run
+from gpupolicy.admission.dryrun import CLAIM_TEMPLATE_NOTE, SUPPORTED_KINDS, DryRunError, claim_templates, dry_run
 from gpupolicy.admission.mutate import AdmissionResult
 from gpupolicy.admission.shape import object_shape_error
 from gpupolicy.admission.validation import check_policy
@@ -57,7 +57,8 @@ Deployment or StatefulSet a ScaleToZero policy with autoscale selects also gets 
 name, yaml): the KEDA ScaledObject the controller offers as a recommendation while keda.enabled=false;
 an entry whose policies are enforced below the mode they request (sharing and scaleToZero stay Recommend
 without --metrics) gets enforcedBelowRequested (policy, requested, enforced, reason with the flag that
-changes it), which -o text puts on the entry's first line.
+changes it), which -o text puts on the entry's first line. A pod a `via: DRA` sharing policy rewrites is
+followed by an entry for each ResourceClaimTemplate it names (object: the template the controller creates).
   json:  a JSON list          yaml: a YAML stream, one document per entry, no anchors
   jsonl: one entry per line   text: a readable summary (the default with --example)
 Documents of other kinds ({", ".join(("Service", "ConfigMap", "..."))}) are skipped with a note on stderr.
@@ -301,9 +302,20 @@ def _isatty(stream: TextIO) -> bool:
         return False
 
 
+def _write_templates(obj: Any, result: AdmissionResult, view: ClusterView, writer: Writer,
+                     shown: set[tuple[str, str]]) -> None:
+    """Each ResourceClaimTemplate a rewritten object names, once per namespace and name, as its own entry."""
+    for template in claim_templates(obj, result, view):
+        key = (template["metadata"]["namespace"], template["metadata"]["name"])
+        if key not in shown:
+            shown.add(key)
+            writer.write(template, AdmissionResult(object=template, note=CLAIM_TEMPLATE_NOTE))
+
+
 def _evaluate_all(sources: list[tuple[Source, Scan]], view: ClusterView, writer: Writer, report: Report,
                   server_address: str = UNSET_SERVER) -> int:
     evaluated = 0
+    shown: set[tuple[str, str]] = set()  # ResourceClaimTemplates written: each once
     err = report.err
     # A bar on a terminal's stderr while the answers go elsewhere (a file, a pipe); on a terminal the
     # answers themselves show progress, and a bar would be torn by them.
@@ -330,6 +342,7 @@ def _evaluate_all(sources: list[tuple[Source, Scan]], view: ClusterView, writer:
                     try:
                         offered = offers(item.obj, view.policies, server_address)
                         writer.write(item.obj, result, offered, lowered_modes(view, result, offered))
+                        _write_templates(item.obj, result, view, writer, shown)
                     except RecursionError:
                         result = item.problem("nested too deeply to write the answer")
                     except (ValueError, TypeError) as exc:

@@ -225,6 +225,11 @@ def render_entry(obj: Mapping[str, Any], result: AdmissionResult, scaled_objects
         if len(value) > 90:
             value = value[:87] + "..."
         lines.append(f"    {op['op']:7} {op['path']}{value}")
+    if obj.get("kind") == "ResourceClaimTemplate":  # the dry-run's entry for a template a rewritten pod names
+        for request in obj["spec"]["spec"]["devices"]["requests"]:
+            exactly = request["exactly"]
+            lines.append(f"    request {request['name']}: {exactly['count']} x {exactly['deviceClassName']}")
+            lines.extend(f"      where {s['cel']['expression']}" for s in exactly.get("selectors") or ())
     for offer in scaled_objects or ():
         lines.append(f"  + {offer['policy']} recommends KEDA ScaledObject {offer['name']} "
                      "(apply it yourself; the controller writes it only with keda.enabled=true):")

@@ -46,6 +46,8 @@ class Reconciler(Protocol):
 # The ordered registry: (module, class). Each class is constructed with no arguments.
 # Order within one runner tick:
 #   1. policies     - lists and parses GpuPolicies; everything below reads them.
+#   1b. claim-templates - `via: DRA` sharing policies: the ResourceClaimTemplates rewritten pods name,
+#                     early so a pod waits on its claim as little as possible.
 #   2. rightsizing  - sharing policies: proposals from memory/utilisation history.
 #   3. layout       - sharing policies: node layouts (time-slicing keys, MIG) for the
 #                     pods waiting on slices; after right-sizing, whose rewrites make them.
@@ -62,6 +64,7 @@ class Reconciler(Protocol):
 #                     but the verdict the status writer reads, so its place is free.
 RECONCILERS: tuple[tuple[str, str], ...] = (
     ("controller.policysync", "PolicySync"),
+    ("controller.claimtemplates", "ClaimTemplateReconciler"),
     ("controller.rightsizing", "RightSizingReconciler"),
     ("controller.layout", "LayoutReconciler"),
     ("controller.scaletozero", "ScaleToZeroReconciler"),

@@ -47,7 +47,7 @@ from gpupolicy.model import (
     RestartRecord,
     Rollout,
 )
-from gpupolicy.modes import effective_mode
+from gpupolicy.modes import effective_mode, metric_driven
 from gpupolicy.proposals import TargetRef, decide_state, is_approved, make_proposal
 from gpupolicy.scaling.rightsizing import (
     Sizing,
@@ -103,7 +103,8 @@ class RightSizingReconciler:
         self.period_seconds = period_seconds
 
     def reconcile(self, ctx: ControllerContext) -> None:
-        policies = ctx.policies.valid(PolicyKind.SHARING)
+        # `via: DRA` policies claim by declared memory; right-sized device-plugin resources mean nothing there
+        policies = [p for p in ctx.policies.valid(PolicyKind.SHARING) if metric_driven(p)]
         if not policies:
             return
         workloads = [w for w in ctx.cluster().workloads()

@@ -118,6 +118,9 @@ def printer_columns() -> list[dict[str, Any]]:
         {"name": "Priority", "type": "integer", "jsonPath": ".spec.priority"},
         {"name": "Hub", "type": "string", "jsonPath": ".metadata.labels.gpu\\.kubeon\\.io/hub",
          "description": "Connected or Disconnected for hub-managed policies (set by the controller's hub sync)"},
+        {"name": "Via", "type": "string", "jsonPath": ".spec.sharing.via",
+         "description": "sharing policies: DRA when pods claim through ResourceClaimTemplates kubeon-<class>-<size> "
+                        "(docs/designs/dra.md), else the device plugin"},
         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
     ]
 

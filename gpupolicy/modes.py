@@ -19,9 +19,17 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from gpupolicy.model import GpuPolicy, Mode, PolicyKind
+from gpupolicy.model import GpuPolicy, Mode, PolicyKind, SharingVia
 
 METRIC_DRIVEN = frozenset({PolicyKind.SHARING, PolicyKind.SCALE_TO_ZERO})
+
+
+def metric_driven(policy: GpuPolicy) -> bool:
+    """Whether the policy acts on GPU metrics: sharing (right-sizing from measured peaks) and scale to zero. A
+    `via: DRA` sharing policy does not: its pods claim by declared memory only, and right-sizing writes
+    device-plugin resources its rewrite never reads (docs/designs/dra.md)."""
+    sharing = policy.spec.sharing
+    return policy.spec.kind in METRIC_DRIVEN and not (sharing is not None and sharing.via is SharingVia.DRA)
 
 
 class Component(StrEnum):
@@ -70,7 +78,7 @@ def effective_mode(policy: GpuPolicy, default_mode: Mode, prometheus_configured:
         cause = "the hub is unreachable or the cluster token was revoked"
         return EffectiveMode(Mode.RECOMMEND, requested, f"{cause}: staying Recommend (requested {requested})",
                              "HubDisconnected", cause)
-    if policy.spec.kind in METRIC_DRIVEN and not prometheus_configured and requested is not Mode.RECOMMEND:
+    if metric_driven(policy) and not prometheus_configured and requested is not Mode.RECOMMEND:
         cause = f"{policy.spec.kind.value} needs GPU metrics and no --prometheus-url is configured"
         return EffectiveMode(Mode.RECOMMEND, requested, f"{cause}: staying Recommend (requested {requested.value})",
                              "PrometheusNotConfigured", cause)

@@ -19,7 +19,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from gpupolicy.admission.mutate import AdmissionResult, mutate_pod, out_of_scope, short_warning, validate_pod
+from gpupolicy.admission.claims import named_templates, policy_templates
+from gpupolicy.admission.mutate import Action, AdmissionResult, mutate_pod, out_of_scope, short_warning, validate_pod
 from gpupolicy.admission.patch import diff
 from gpupolicy.admission.rewrite import CONTAINER_LISTS, is_gpu_resource
 from gpupolicy.admission.shape import TEMPLATE_PATHS
@@ -205,3 +206,27 @@ def _combine(
         warnings=mutation.warnings + validation.warnings, decisions=decisions,
         message=validation.message, object=result_obj, note=mutation.note or validation.note,
     )
+
+
+CLAIM_TEMPLATE_NOTE = ("the controller creates this ResourceClaimTemplate when a pod names it, owned by the "
+                       "policy (docs/designs/dra.md)")
+
+
+def claim_templates(obj: Mapping[str, Any], result: AdmissionResult, view: ClusterView,
+                    namespace: str | None = None) -> list[dict[str, Any]]:
+    """The ResourceClaimTemplates a rewritten Pod or workload names (`via: DRA` policies that applied), as
+    the controller would create them in its namespace; the dry-run shows each as an entry of its own."""
+    policies = {d.policy for d in result.decisions if d.action == Action.USE_CLAIM and d.applied}
+    if not policies:
+        return []
+    mutated = result.object
+    path = TEMPLATE_PATHS.get(str(obj.get("kind")), ())
+    pod = _dig(mutated, path) if path else mutated
+    annotations = _dig(pod, ("metadata", "annotations")) or {}
+    ns = namespace or str(_dig(obj, ("metadata", "namespace")) or "default")
+    found: list[dict[str, Any]] = []
+    for policy in view.policies:
+        if policy.name in policies and policy.spec.sharing is not None:
+            known = policy_templates(policy.spec.sharing, view.catalog)
+            found += [t.object(ns, policy.name) for t in named_templates(annotations, known)]
+    return found

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from gpupolicy.admission.claims import POD_CLAIM_PREFIX, TEMPLATE_ANNOTATION, plan_claims
 from gpupolicy.admission.patch import PatchOp
 from gpupolicy.admission.rewrite import (
     ANNOTATION_POLICY,
@@ -35,7 +36,7 @@ from gpupolicy.cluster import ClusterView
 from gpupolicy.k8s.owners import is_approved, pod_owner
 from gpupolicy.k8s.taints import GPU_TAINT, tolerates
 from gpupolicy.matching import winning_policies
-from gpupolicy.model import GpuPolicy, Mode, PolicyKind
+from gpupolicy.model import GpuPolicy, Mode, PolicyKind, SharingVia
 from gpupolicy.proposals import applied_resource
 
 WARNING_LIMIT = 120
@@ -46,6 +47,7 @@ class Action(StrEnum):
 
     USE_MIG = "UseMIG"
     USE_TIME_SLICING = "UseTimeSlicing"
+    USE_CLAIM = "UseResourceClaim"
     INJECT = "Inject"
     SKIP = "Skip"
     DENY = "Deny"
@@ -197,6 +199,8 @@ def _apply_sharing_policy(
 ) -> Decision:
     sharing = policy.spec.sharing
     assert sharing is not None
+    if sharing.via is SharingVia.DRA:
+        return _apply_claim_policy(policy, mode, owner, writes, view, warnings, rewritten, type_fit_models, scan)
     right_sized = applied_resource(policy.status.proposals, owner) if policy.status else None
     plan = plan_sharing(writes.pod, sharing, view, right_sized, type_fit_models, scan)
     if plan.resource is None:
@@ -216,6 +220,29 @@ def _apply_sharing_policy(
     rewritten.update(writes.swap_gpu(plan.resource, plan.containers))
     writes.tolerate([resource_toleration(plan.resource)])
     return Decision(policy.name, mode, action, True, f"{what}: {plan.detail}")
+
+
+def _apply_claim_policy(
+    policy: GpuPolicy, mode: Mode, owner: str, writes: PodWrites, view: ClusterView,
+    warnings: list[str], rewritten: dict[str, Any], type_fit_models: frozenset[str] | None, scan: GpuScan,
+) -> Decision:
+    """A `via: DRA` policy: claim the pod's GPUs through ResourceClaimTemplates (docs/designs/dra.md)."""
+    assert policy.spec.sharing is not None
+    plan = plan_claims(writes.pod, policy.spec.sharing, view, scan, type_fit_models)
+    if plan.containers is None:
+        if plan.warning:
+            warnings.append(short_warning(f"kubeon-gpu {policy.name}: {plan.warning}"))
+        return Decision(policy.name, mode, Action.SKIP, False, plan.skip_reason)
+    names = sorted({t.name for t in plan.containers.values()})
+    what = f"claim {GPU_RESOURCE} through ResourceClaimTemplate {', '.join(names)}"
+    if not may_apply(policy, mode, owner):
+        warnings.append(_not_applied_warning(policy, mode, owner, f"use ResourceClaimTemplate {', '.join(names)}"))
+        why = "Recommend mode" if mode == Mode.RECOMMEND else f"{owner} is not in approvals"
+        return Decision(policy.name, mode, Action.USE_CLAIM, False, f"{what}: {plan.detail}; not applied ({why})")
+    rewritten.update(writes.claim_through({c: t.name for c, t in plan.containers.items()}, POD_CLAIM_PREFIX))
+    writes.tolerate([resource_toleration(GPU_RESOURCE)])
+    writes.annotate({TEMPLATE_ANNOTATION: ",".join(names)})
+    return Decision(policy.name, mode, Action.USE_CLAIM, True, f"{what}: {plan.detail}")
 
 
 def _tolerations(policy: GpuPolicy, view: ClusterView) -> list[dict[str, Any]]:

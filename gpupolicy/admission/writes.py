@@ -146,6 +146,42 @@ class PodWrites:
             resources[section] = rebuilt
         return before
 
+    def claim_through(self, templates: Mapping[str, str], claim_prefix: str) -> dict[str, dict[str, dict[str, str]]]:
+        """Claim each named container's GPUs through a ResourceClaimTemplate (container name -> template):
+        a `spec.resourceClaims` entry `<claim_prefix><i>` per container, named in its `resources.claims`, and
+        its `nvidia.com/gpu` request and limit removed. Returns the original GPU resources per container."""
+        original: dict[str, dict[str, dict[str, str]]] = {}
+        entries: list[dict[str, str]] = []
+        spec = self._level("spec")
+        for list_key in CONTAINER_LISTS:
+            listed = spec.get(list_key)
+            for index, container in enumerate(listed if isinstance(listed, list) else ()):
+                name = str(container.get("name", "")) if isinstance(container, dict) else ""
+                if name not in templates:
+                    continue
+                claim = f"{claim_prefix}{len(entries)}"
+                entries.append({"name": claim, "resourceClaimTemplateName": templates[name]})
+                original[name] = self._claim_in(container, claim, f"/spec/{list_key}/{index}/resources")
+        self._make(spec, "resourceClaims", "/spec", entries)
+        return original
+
+    def _claim_in(self, container: dict[str, Any], claim: str, path: str) -> dict[str, dict[str, str]]:
+        resources = container["resources"]  # the container asks for a GPU, so it has resources
+        before: dict[str, dict[str, str]] = {}
+        for section in ("limits", "requests"):
+            values = resources.get(section)
+            if isinstance(values, dict) and GPU_RESOURCE in values:
+                before[section] = {GPU_RESOURCE: str(values[GPU_RESOURCE])}
+                resources[section] = {k: v for k, v in values.items() if k != GPU_RESOURCE}
+                self.ops.append({"op": "remove", "path": f"{path}/{section}/{escape(GPU_RESOURCE)}"})
+        claims = resources.get("claims")
+        if isinstance(claims, list):
+            resources["claims"] = [*claims, {"name": claim}]
+            self.ops.append({"op": "add", "path": f"{path}/claims/-", "value": {"name": claim}})
+        else:
+            self._make(resources, "claims", path, [{"name": claim}])
+        return before
+
     def tolerate(self, wanted: Iterable[Mapping[str, Any]]) -> bool:
         """Append each wanted toleration unless an equal one is there already; True when one was added."""
         spec = self._level("spec")

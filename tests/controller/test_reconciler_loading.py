@@ -49,5 +49,6 @@ def test_load_reconcilers_names_the_module_that_fails() -> None:
 
 def test_the_whole_registry_loads_in_order() -> None:
     names = [r.name for r in load_reconcilers({"policies": 7.0})]
-    assert names == ["policies", "rightsizing", "layout", "scaletozero", "autoscale", "capacity", "extender-health"]
+    assert names == ["policies", "claim-templates", "rightsizing", "layout", "scaletozero", "autoscale", "capacity",
+                     "extender-health"]
     assert load_reconcilers({"policies": 7.0})[0].period_seconds == 7.0

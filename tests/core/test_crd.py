@@ -43,7 +43,7 @@ def test_crd_identity_and_columns() -> None:
     version = spec["versions"][0]
     assert version["name"] == "v1alpha1" and version["subresources"] == {"status": {}}
     assert [c["name"] for c in version["additionalPrinterColumns"]] == ["Kind", "Mode", "Requested", "Priority",
-                                                                         "Hub", "Age"]
+                                                                         "Hub", "Via", "Age"]
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns["Mode"] == ".status.effectiveMode" and columns["Requested"] == ".status.requestedMode"
 

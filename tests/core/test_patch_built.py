@@ -43,6 +43,9 @@ KINDS = {
     "inject": ({"packing": {"strategy": "bestfit"}}, {}, Action.INJECT),
     # Nodes of two models with no profile in common: the pod is pinned (spec.nodeSelector written).
     "mig-pinned": ({"sharing": {"strategy": "MIG", "gpuMemory": "8Gi"}}, {}, Action.USE_MIG),
+    # `via: DRA`: spec.resourceClaims and containers' resources.claims written, nvidia.com/gpu removed
+    "dra-mig": ({"sharing": {"strategy": "MIG", "via": "DRA", "gpuMemory": "8Gi"}}, {}, Action.USE_CLAIM),
+    "dra-whole": ({"sharing": {"strategy": "MIG", "via": "DRA"}}, {}, Action.USE_CLAIM),
 }
 PINNED_NODES = (make_node("a", "NVIDIA-A100-SXM4-80GB"), make_node("h", "NVIDIA-H200"))
 ABSENT = object()

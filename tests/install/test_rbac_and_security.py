@@ -50,6 +50,9 @@ DELEGATION = {
     ("rbac.authorization.k8s.io", "rolebindings", "delete", "kubeon-gpu-optimizer-scaler"),
 }
 
+# Named addition 5 (docs/install.md): the ResourceClaimTemplates `via: DRA` policies' pods name (get, create).
+CLAIM_TEMPLATES = {("resource.k8s.io", "resourceclaimtemplates", verb, "*") for verb in ("get", "create")}
+
 
 @pytest.fixture(scope="module")
 def docs() -> list[dict]:
@@ -109,7 +112,7 @@ def test_controller_holds_the_guide_plus_only_named_additions(docs: list[dict]) 
     cluster = grants.pop("*")
     guide = rule_triples(GUIDE_CLUSTER_ROLE["rules"])
     assert {t[:3] for t in cluster} >= guide
-    assert {t for t in cluster if t[:3] not in guide} == DELEGATION
+    assert {t for t in cluster if t[:3] not in guide} == DELEGATION | CLAIM_TEMPLATES
     assert grants == {
         NAMESPACE: {("coordination.k8s.io", "leases", "create", "*"),
                     ("coordination.k8s.io", "leases", "get", "kubeon-gpu-optimizer"),
