@@ -15,7 +15,9 @@ replicas have been bound for its duration (an eviction starts that count again).
 Time scale: a run of M minutes stands for 10 M minutes of a real day (the openb trace compressed to a
 working day), so the 180 s a cloud takes to provision a GPU node (`simulate --capacity`'s default
 --delay) becomes the KWOKNodeClass nodeRegistrationDelay 18 s, and the kubeon policy's
-consolidation windows (1 m empty, 10 m underused) shrink the same way. The JSON's `delay` is that
+consolidation rules (the simulator's tuned ones, simulator/capacity_kubeon.py RULES: 2 h underused,
+24 h minimum pod age, 4 nodes at once; 1 m empty, which the simulator's 0 s would make a race with the
+pods' own binding) shrink the same way. The JSON's `delay` is that
 registration delay: the `--delay` of `simulate --capacity --compress 1` on the `--scenario` file.
 
 Arms, each on a fresh cluster: `karpenter` (a NodePool over the catalog, WhenEmptyOrUnderutilized,
@@ -48,6 +50,7 @@ os.environ.setdefault("PYTHONWARNINGS", "ignore")
 from bench.capacity_live_record import KARPENTER, Recorder
 from gpupolicy.capacity.instances import load_instances
 from simulator.capacity_compare import compare
+from simulator.capacity_kubeon import RULES
 from simulator.capacity_trace import load_timed_pods
 from tests.cluster.cluster import Cluster
 from tests.cluster.karpenter import INSTANCES, node_class_ref
@@ -123,12 +126,17 @@ def karpenter_pool(minutes: float) -> dict:
 
 
 def capacity_policy(minutes: float, max_gpus: int) -> dict:
+    """The simulator's kubeon rules (simulator/capacity_kubeon.py RULES, tuned there), on the run's time scale."""
     k = 1 / DAY_FACTOR  # real seconds -> run seconds
     return {"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "gpu-capacity"},
             "spec": {"mode": "Automatic", "selector": {"namespaces": [NAMESPACE]}, "capacity": {
                 "nodePool": "gpu", "nodeClassRef": node_class_ref(), "maxGpus": max_gpus, "wholeGpus": "Optimizer",
-                "consolidation": {"underusedBelowPercent": 10, "for": seconds(600 * k), "maxDisruptedNodes": 1,
-                                  "emptyFor": seconds(60 * k), "drainTimeout": seconds(300 * k)}}}}
+                "consolidation": {"underusedBelowPercent": RULES.underused_below_percent,
+                                  "for": seconds(RULES.window_seconds * k),
+                                  "maxDisruptedNodes": RULES.max_disrupted_nodes,
+                                  "emptyFor": seconds(max(RULES.empty_grace_seconds, 60.0) * k),
+                                  "drainTimeout": seconds(300 * k),
+                                  "minPodAge": seconds(RULES.min_pod_age_seconds * k)}}}}
 
 
 def start_arm(arm: str, root: Path, catalog: Path, minutes: float, max_gpus: int) -> Cluster:

@@ -24,6 +24,8 @@ from tests.cluster.loops import read_items
 KARPENTER = ("karpenter.sh", "v1")
 HOSTNAME = "kubernetes.io/hostname"
 TYPE_LABEL = "node.kubernetes.io/instance-type"
+DISRUPTED_TAINT = "karpenter.sh/disrupted"  # Karpenter taints a node it disrupts (consolidation, drift)
+FIGHT_SECONDS = 60.0  # "in the same minute": a pod Karpenter evicts this soon after it was placed
 
 
 def stamp(text: str | None) -> float | None:
@@ -45,6 +47,7 @@ class Claim:
     ready: float | None = None
     deleted: float | None = None
     cordoned: bool = False
+    disrupted_since: float | None = None  # the poll that first saw Karpenter's disruption taint on its Node
 
 
 @dataclass
@@ -59,6 +62,7 @@ class PodSeen:
     gpu_indexes: str = ""
     gone: float | None = None
     evicted: bool = False
+    on_draining: bool = False  # first seen bound to a node that was cordoned (a drain under way) at that poll
 
 
 @dataclass
@@ -98,7 +102,11 @@ class Recorder:
             if claim in self.claims:
                 # ready when its Node is (what the scheduler waits for), not when Karpenter says Initialized
                 self.claims[claim].ready = self.claims[claim].ready or condition_time(n, "Ready")
-                self.claims[claim].cordoned = bool(n["spec"].get("unschedulable"))
+                seen = self.claims[claim]
+                seen.cordoned = bool(n["spec"].get("unschedulable"))
+                if seen.disrupted_since is None and any(t.get("key") == DISRUPTED_TAINT
+                                                        for t in n["spec"].get("taints") or []):
+                    seen.disrupted_since = now
         self._pods(now, hosts)
 
     def _pods(self, now: float, hosts: dict[str, str]) -> None:
@@ -115,6 +123,7 @@ class Recorder:
                 seen.scheduled = condition_time(p, "PodScheduled") or now
                 seen.bound_seen = now
                 seen.claim = hosts.get(p["spec"]["nodeName"], p["spec"]["nodeName"])
+                seen.on_draining = seen.claim in self.claims and self.claims[seen.claim].cordoned
             seen.gpu_indexes = (p["metadata"].get("annotations") or {}).get("gpu.kubeon.io/gpu-index", "")
         for key, seen in self.pods.items():
             if key not in live and seen.gone is None:
@@ -146,7 +155,22 @@ class Recorder:
                 "pods_never_placed": sum(max(0, n - finished.get(w, 0)) for w, n in self.replicas.items()),
                 "peak_nodes": self.peak_nodes,
                 "nodeclaims_left": sum(1 for c in self.claims.values() if c.deleted is None),
-                "nodes_cordoned_left": sum(1 for c in self.claims.values() if c.deleted is None and c.cordoned)}
+                "nodes_cordoned_left": sum(1 for c in self.claims.values() if c.deleted is None and c.cordoned),
+                **self.fights()}
+
+    def fights(self) -> dict[str, int]:
+        """Our controller against Karpenter: pods bound to a node after it was cordoned for a drain (re-used
+        while it goes), and pods Karpenter's disruption evicted within FIGHT_SECONDS of their placement."""
+        reused = sum(1 for p in self.pods.values() if p.on_draining)
+        karpenter_fresh = 0
+        for p in self.pods.values():
+            claim = self.claims.get(p.claim)
+            if claim is None or p.bound_seen is None:
+                continue
+            if (p.evicted and claim.disrupted_since is not None and p.gone is not None
+                    and p.gone - p.bound_seen < FIGHT_SECONDS):
+                karpenter_fresh += 1
+        return {"pods_placed_on_draining_nodes": reused, "karpenter_evictions_within_a_minute": karpenter_fresh}
 
     def events(self) -> list[tuple[str, ...]]:
         """`simulate --capacity --events` rows (time from the start of the run): launch, ready, delete of each
