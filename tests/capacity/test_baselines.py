@@ -36,6 +36,15 @@ def test_karpenter_batches_pending_pods_onto_the_cheapest_type_that_holds_them_a
     assert [(t, kind) for t, _, _, kind, _ in launches] == [(0.0, "t4x4")]  # not three P100 nodes
 
 
+def test_karpenter_launches_for_pods_apart_by_more_than_its_batch_idle_second_separately() -> None:
+    """Two pods 5 s apart are two batches (1 s idle closes one), though one 10 s loop sees both pending: two
+    P100 nodes (3.04/h, as the real Karpenter buys on the loopback cluster), not one T4 x4 for both."""
+    events = replay(Karpenter(instance_types=[T4X4, P100X1, BIG]), [pod("a", 1, HOUR), pod("b", 6, HOUR)])
+    assert sorted(kind for _, e, _, kind, _ in events if e == "launch") == ["p100x1", "p100x1"]
+    together = replay(Karpenter(instance_types=[T4X4, P100X1, BIG]), [pod("a", 1, HOUR), pod("b", 1.5, HOUR)])
+    assert [kind for _, e, _, kind, _ in together if e == "launch"] == ["t4x4"]  # one batch: one node for both
+
+
 def test_karpenter_emptiness_deletes_a_node_once_its_command_is_validated() -> None:
     # the loop after the last pod computes the Emptiness command; it acts after the 15 s validation delay
     # (disruption/consolidation.go commandValidationDelay), in the first loop at or after it
