@@ -50,10 +50,20 @@ from typing import Any
 import numpy as np
 
 from gpupolicy.admission.shape import node_shape_error, pod_shape_error
+from gpupolicy.packing.dradevices import (
+    Device,
+    NodeDevices,
+    SliceError,
+    allocation,
+    dra_node_spec,
+    held_by_claim,
+    read_slice,
+)
 from gpupolicy.packing.kubemodel import (
     FINISHED_PHASES,
     OUT_OF_RANGE,
     ObjectError,
+    bound_demand,
     demand_from_pod,
     gpu_indices_from_pod,
     node_schedulable,
@@ -105,7 +115,7 @@ def read_pod(obj: Mapping[str, Any]) -> Held:
     problem = pod_shape_error(obj, "pod")
     if problem:
         raise ObjectError(problem)
-    return demand_from_pod(obj), gpu_indices_from_pod(obj)
+    return bound_demand(obj), gpu_indices_from_pod(obj)
 
 
 class ClusterCache:
@@ -131,6 +141,10 @@ class ClusterCache:
         self._assumed: dict[str, _Assumed] = {}  # insertion order = expiry order (constant assume_seconds)
         self._assumed_on: dict[str, dict[str, Held]] = {}  # node -> assumed pods there
         self._confirmed: dict[str, str] = {}  # bound by the extender, not yet seen bound: key -> node
+        self._slices: dict[str, tuple[str, str, list[Device]]] = {}  # ResourceSlice -> (node, pool, devices)
+        self._devices: dict[str, NodeDevices] = {}  # node -> its DRA devices (from its slices)
+        self._claims: dict[str, tuple[str, tuple[str, ...]]] = {}  # allocated claim -> (node, device names)
+        self._claims_on: dict[str, dict[str, tuple[str, ...]]] = {}  # node -> its allocated claims
         self._structure_dirty = True
         self._dirty_nodes: set[str] = set()
         self._state: NodeState = NodeState.build([])
@@ -206,12 +220,65 @@ class ClusterCache:
             old = self._pods.get(key)
             if old == (node, held):
                 return
-            if old is None:
-                self.observe(key, demand)  # the workload's typical mix, learned from GPU pods
+            if old is None:  # the workload's typical mix, learned from GPU pods (with what their claims hold)
+                self.observe(key, demand_from_pod(obj))
             self._forget(key)
             self._pods[key] = (str(node), held)
             self._by_node.setdefault(str(node), {})[key] = held
             self._dirty_nodes.add(str(node))
+
+    def on_slice(self, event: str, obj: Mapping[str, Any]) -> None:
+        """A ResourceSlice of NVIDIA's DRA driver: its node's GPU rows change (rare: a node joins, a
+        re-layout), so the state is rebuilt on the next request; parsed here, never per request."""
+        meta = obj.get("metadata")
+        name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+        if not name:
+            return
+        with self.lock:
+            old = self._slices.pop(name, None)
+            if event != "DELETED":
+                try:
+                    node, pool, devices = read_slice(obj)
+                except SliceError as exc:  # out of the model: its node has no DRA devices until fixed
+                    self.ignored.left_out("resourceslice", name, "malformed", str(exc))
+                    node, pool, devices = "", "", []
+                else:
+                    self.ignored.taken("resourceslice", name)
+                if node:
+                    self._slices[name] = (node, pool, devices)
+            else:
+                self.ignored.taken("resourceslice", name)
+            for node in {n for n, _, _ in (old or ("", "", []), self._slices.get(name, ("", "", [])))} - {""}:
+                self._devices[node] = NodeDevices.of(d for n, _, ds in self._slices.values() if n == node for d in ds)
+                if not self._devices[node].devices:
+                    del self._devices[node]
+                self._structure_dirty = True
+
+    def on_claim(self, event: str, obj: Mapping[str, Any]) -> None:
+        """A ResourceClaim: while allocated, the devices the scheduler allocated are held on their node."""
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        try:
+            node, held = ("", []) if event == "DELETED" else allocation(obj)
+        except SliceError as exc:
+            self.ignored.left_out("resourceclaim", key, "malformed", str(exc))
+            node, held = "", []
+        with self.lock:
+            if not node and held:  # no node selector: the node of the pool's slices
+                node = next((n for n, pool, _ in self._slices.values() if pool == held[0][0]), "")
+            entry = (node, tuple(device for _, device in held)) if node and held else None
+            old = self._claims.get(key)
+            if old == entry:
+                return
+            if old is not None:
+                self._claims_on.get(old[0], {}).pop(key, None)
+                self._dirty_nodes.add(old[0])
+                del self._claims[key]
+            if entry is not None:
+                self._claims[key] = entry
+                self._claims_on.setdefault(node, {})[key] = entry[1]
+                self._dirty_nodes.add(node)
 
     def _forget(self, key: str) -> None:
         old = self._pods.pop(key, None)
@@ -353,7 +420,7 @@ class ClusterCache:
 
     def _rebuild(self) -> None:
         names = sorted(self._nodes)
-        state = NodeState.build(self._nodes[n].spec for n in names)
+        state = NodeState.build(self._spec(n) for n in names)
         for i, name in enumerate(names):
             state.schedulable[i] = self._nodes[name].schedulable
             self._occupy_all(state, i, name)
@@ -363,9 +430,22 @@ class ClusterCache:
         self._dirty_nodes.clear()
         self.rebuilds += 1
 
+    def _spec(self, name: str) -> NodeSpec:
+        """The node's spec with the GPU rows of its DRA devices (`dradevices.dra_node_spec`)."""
+        spec, devices = self._nodes[name].spec, self._devices.get(name)
+        if devices is None:
+            return spec
+        try:
+            return dra_node_spec(spec, devices)
+        except (SliceError, ValueError) as exc:  # more GPUs than a node may have: its slices left out
+            self.ignored.left_out("node", name, OUT_OF_RANGE, f"its ResourceSlices: {exc}")
+            return spec
+
     def _occupy_all(self, state: NodeState, index: int, name: str) -> None:
-        """Bound and assumed pods on one row, those with recorded GPU indices first."""
-        held = [*self._by_node.get(name, {}).values(), *self._assumed_on.get(name, {}).values()]
+        """Bound and assumed pods and allocated claims on one row, those with recorded GPU indices first."""
+        devices = self._devices.get(name, NodeDevices({}, {}))
+        claims = [held_by_claim(devices, names, key) for key, names in self._claims_on.get(name, {}).items()]
+        held = [*self._by_node.get(name, {}).values(), *self._assumed_on.get(name, {}).values(), *claims]
         for demand, gpus in sorted(held, key=lambda h: not h[1]):
             occupy(state, index, demand, gpus)
 
@@ -375,6 +455,6 @@ class ClusterCache:
         if node is None:
             self._state.reset_row(index, schedulable=False)
         else:
-            self._state.reset_row(index, node.spec, schedulable=node.schedulable)
+            self._state.reset_row(index, self._spec(name), schedulable=node.schedulable)
         self._occupy_all(self._state, index, name)
         self.row_updates += 1
