@@ -189,7 +189,7 @@ def claimed_templates(pod: Obj) -> list[str]:
 def claims_demand(pod: Obj) -> tuple[int, dict[str, int]]:
     """(whole GPUs, MIG devices per resource) the pod's claims on our templates will hold once allocated:
     the demand of a pending claim-based pod."""
-    gpus, mig = 0, {}
+    gpus, mig = 0, dict[str, int]()
     for name in claimed_templates(pod):
         request = template_request(name)
         assert request is not None
