@@ -50,31 +50,13 @@ NEVER = 1 << 30  # gen1 collections before a full one: never, in practice (modul
 YOUNG_SECONDS = 1.0  # the young generations collected at least this often while the watch runs
 
 
-DRA_API = "/apis/resource.k8s.io/v1"
-
-
-def serves_dra(api_client: Any) -> bool:
-    """Whether the API serves DRA's `resource.k8s.io/v1` (Kubernetes 1.34+): only then are ResourceSlices and
-    ResourceClaims watched (an older cluster has no DRA devices to model, and a watch there would never sync)."""
-    from kubernetes.client.exceptions import ApiException
-
-    from kube import rest
-
-    try:
-        rest.call(api_client, "GET", DRA_API)
-    except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return True
-
-
 class ClusterWatch(WatchedView):
     """The policy view plus Reflectors on nodes and assigned pods feeding `cache`; `start()` freezes the lists."""
 
     def __init__(self, api_client: Any, cache: ClusterCache, *, default_mode: Mode = Mode.RECOMMEND,
                  watch_timeout: int = 300) -> None:
         from kube import rest
+        from kube.claims import DRA_API, serves_dra
         from kube.reflector import Reflector
         from kube.trim import claim_fields, node_fields, pod_fields
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from gpupolicy.catalog import MIG_RESOURCE_PREFIX, normalise_product_label
+from gpupolicy.catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, normalise_product_label
 from gpupolicy.dra import DRIVER, template_request
 from gpupolicy.k8s.quantity import QuantityError, parse_bytes_mib, shown
 from gpupolicy.packing.nodemodel import MAX_GPUS_PER_NODE, NodeSpec, PodDemand
@@ -121,17 +121,44 @@ def dra_node_spec(spec: NodeSpec, devices: NodeDevices) -> NodeSpec:
     if not devices.mig:
         return replace(spec, gpu_count=len(devices.rows), model=model, exclusive=True,
                        gpu_memory_mib=memory or max(d.memory_mib for d in devices.devices.values()))
-    counts: dict[str, int] = {}
+    counts = device_counts(devices)
     per_gpu: dict[tuple[str, str], int] = {}
     for device in devices.devices.values():
-        resource = MIG_RESOURCE_PREFIX + device.profile.replace("+", ".")
-        counts[resource] = counts.get(resource, 0) + 1
+        resource = mig_resource(device.profile)
         per_gpu[device.parent, resource] = per_gpu.get((device.parent, resource), 0) + 1
     layout: dict[str, int] = {}
     for (_, resource), count in per_gpu.items():
         layout[resource] = max(layout.get(resource, 0), count)
     return replace(spec, gpu_count=len(devices.rows), model=model, mig=counts, mig_per_gpu=layout, exclusive=False,
                    shared=0)
+
+
+def mig_resource(profile: str) -> str:
+    """The device plugin's resource name for a MIG profile: what the model's MIG rows and counts are keyed by."""
+    return MIG_RESOURCE_PREFIX + profile.replace("+", ".")
+
+
+def device_counts(devices: NodeDevices) -> dict[str, int]:
+    """The node's devices as the device plugin would advertise them: `nvidia.com/mig-<profile>` counts, or
+    `nvidia.com/gpu` for whole GPUs (the capacity planner's offers, `gpupolicy.capacity.layout`)."""
+    counts: dict[str, int] = {}
+    for device in devices.devices.values():
+        resource = mig_resource(device.profile) if device.profile else GPU_RESOURCE
+        counts[resource] = counts.get(resource, 0) + 1
+    return counts
+
+
+def node_devices(slices: Iterable[Obj]) -> dict[str, NodeDevices]:
+    """Each node's devices from a list of ResourceSlices (those that cannot be read are left out)."""
+    found: dict[str, list[Device]] = {}
+    for obj in slices:
+        try:
+            node, _, devices = read_slice(obj)
+        except SliceError:
+            continue
+        if node:
+            found.setdefault(node, []).extend(devices)
+    return {node: NodeDevices.of(devices) for node, devices in found.items() if devices}
 
 
 def allocation(claim: Obj) -> tuple[str, list[tuple[str, str]]]:
@@ -167,7 +194,7 @@ def held_by_claim(devices: NodeDevices, names: Iterable[str], name: str = "") ->
         if device is None:
             continue
         if device.profile:
-            mig.append((MIG_RESOURCE_PREFIX + device.profile.replace("+", "."), devices.rows[device.parent]))
+            mig.append((mig_resource(device.profile), devices.rows[device.parent]))
         else:
             whole.append(devices.rows[device.parent])
     counts: dict[str, int] = {}
