@@ -142,7 +142,9 @@ class ClusterCache:
         self._assumed_on: dict[str, dict[str, Held]] = {}  # node -> assumed pods there
         self._confirmed: dict[str, str] = {}  # bound by the extender, not yet seen bound: key -> node
         self._slices: dict[str, tuple[str, str, list[Device]]] = {}  # ResourceSlice -> (node, pool, devices)
+        self._slices_of: dict[str, set[str]] = {}  # node -> its slices' names
         self._devices: dict[str, NodeDevices] = {}  # node -> its DRA devices (from its slices)
+        self._specs: dict[str, NodeSpec] = {}  # node -> its spec with its DRA rows, as of the last rebuild
         self._claims: dict[str, tuple[str, tuple[str, ...]]] = {}  # allocated claim -> (node, device names)
         self._claims_on: dict[str, dict[str, tuple[str, ...]]] = {}  # node -> its allocated claims
         self._structure_dirty = True
@@ -234,24 +236,29 @@ class ClusterCache:
         name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
         if not name:
             return
+        node, pool, problem = "", "", ""
+        devices: list[Device] = []
+        if event != "DELETED":
+            try:
+                node, pool, devices = read_slice(obj)
+            except SliceError as exc:  # out of the model: its node has no DRA devices until fixed
+                problem = str(exc)
         with self.lock:
-            old = self._slices.pop(name, None)
-            if event != "DELETED":
-                try:
-                    node, pool, devices = read_slice(obj)
-                except SliceError as exc:  # out of the model: its node has no DRA devices until fixed
-                    self.ignored.left_out("resourceslice", name, "malformed", str(exc))
-                    node, pool, devices = "", "", []
-                else:
-                    self.ignored.taken("resourceslice", name)
-                if node:
-                    self._slices[name] = (node, pool, devices)
+            if problem:
+                self.ignored.left_out("resourceslice", name, "malformed", problem)
             else:
                 self.ignored.taken("resourceslice", name)
-            for node in {n for n, _, _ in (old or ("", "", []), self._slices.get(name, ("", "", [])))} - {""}:
-                self._devices[node] = NodeDevices.of(d for n, _, ds in self._slices.values() if n == node for d in ds)
-                if not self._devices[node].devices:
-                    del self._devices[node]
+            old = self._slices.pop(name, None)
+            if node:
+                self._slices[name] = (node, pool, devices)
+                self._slices_of.setdefault(node, set()).add(name)
+            if old is not None and old[0] != node:
+                self._slices_of.get(old[0], set()).discard(name)
+            for changed in {node, old[0] if old is not None else ""} - {""}:
+                self._devices[changed] = NodeDevices.of(d for s in self._slices_of.get(changed, ())
+                                                        for d in self._slices[s][2])
+                if not self._devices[changed].devices:
+                    del self._devices[changed]
                 self._structure_dirty = True
 
     def on_claim(self, event: str, obj: Mapping[str, Any]) -> None:
@@ -420,7 +427,8 @@ class ClusterCache:
 
     def _rebuild(self) -> None:
         names = sorted(self._nodes)
-        state = NodeState.build(self._spec(n) for n in names)
+        self._specs = {n: self._spec(n) for n in names}  # DRA rows worked out once per rebuild (slices change rarely)
+        state = NodeState.build(self._specs[n] for n in names)
         for i, name in enumerate(names):
             state.schedulable[i] = self._nodes[name].schedulable
             self._occupy_all(state, i, name)
@@ -443,9 +451,12 @@ class ClusterCache:
 
     def _occupy_all(self, state: NodeState, index: int, name: str) -> None:
         """Bound and assumed pods and allocated claims on one row, those with recorded GPU indices first."""
-        devices = self._devices.get(name, NodeDevices({}, {}))
-        claims = [held_by_claim(devices, names, key) for key, names in self._claims_on.get(name, {}).items()]
-        held = [*self._by_node.get(name, {}).values(), *self._assumed_on.get(name, {}).values(), *claims]
+        claims = self._claims_on.get(name)
+        devices = self._devices.get(name)
+        held_by_claims = ([held_by_claim(devices, names, key) for key, names in claims.items()]
+                          if claims and devices is not None else [])
+        held = [*self._by_node.get(name, {}).values(), *self._assumed_on.get(name, {}).values(),
+                *held_by_claims]
         for demand, gpus in sorted(held, key=lambda h: not h[1]):
             occupy(state, index, demand, gpus)
 
@@ -455,6 +466,6 @@ class ClusterCache:
         if node is None:
             self._state.reset_row(index, schedulable=False)
         else:
-            self._state.reset_row(index, self._spec(name), schedulable=node.schedulable)
+            self._state.reset_row(index, self._specs.get(name, node.spec), schedulable=node.schedulable)
         self._occupy_all(self._state, index, name)
         self.row_updates += 1

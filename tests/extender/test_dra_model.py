@@ -108,3 +108,10 @@ def free_devices_or_none(harness: Harness, node: str) -> int | None:
         if MIG not in state.mig_resources:
             return None
         return int(state.mig_free[state.index[node], state.mig_resources.index(MIG)])
+
+
+def test_a_slice_deleted_takes_its_devices_out_of_the_model() -> None:
+    harness = dra_harness("a", "b")
+    harness.cache.on_slice("DELETED", resource_slice("a", H200, 1, LAYOUT))
+    assert free_devices_or_none(harness, "b") == 7
+    assert free_devices(harness, "a") == 0  # a node without DRA devices: no row of the profile
