@@ -61,7 +61,7 @@ from gpupolicy.catalog import (
 )
 from gpupolicy.k8s.quantity import QuantityError, parse_bytes_mib, parse_quantity, shown
 from gpupolicy.matching import pod_allowed_products as allowed_products
-from gpupolicy.packing.dradevices import claims_demand
+from gpupolicy.packing.dradevices import claims_demand, dra_node_spec, node_devices
 from gpupolicy.packing.migdevices import pick
 from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU
 from gpupolicy.packing.nodemodel import MAX_AMOUNT, MILLI, NodeSpec, NodeState, PodDemand
@@ -510,7 +510,7 @@ def _hold_mig(state: NodeState, node: int, devices: list[int], recorded: tuple[i
 
 
 def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj],
-                          unreadable: dict[str, str] | None = None) -> NodeState:
+                          unreadable: dict[str, str] | None = None, slices: Iterable[Obj] = ()) -> NodeState:
     """A NodeState from Node dicts and the Pod dicts bound to them (others are ignored). Pure.
 
     Pods with recorded GPU indices are counted first, so pods without them
@@ -518,15 +518,19 @@ def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj],
     the rest (issue 37): such a node is left out with its pods, and the node
     of such a pod is unschedulable (nothing is planned onto a node whose load
     is not known). Each is named in `unreadable` (`Node/name`, `Pod/ns/name`
-    -> the problem) when the caller passes a dict.
+    -> the problem) when the caller passes a dict. A node with DRA devices in `slices` gets their rows
+    (`dradevices.dra_node_spec`), and a bound pod's claims on our templates hold the devices they name.
     """
+    devices = node_devices(slices)
     unreadable = {} if unreadable is None else unreadable
     specs: list[NodeSpec] = []
     schedulable: list[bool] = []
     for n in nodes:
         try:
             spec, ok = node_spec(n), node_schedulable(n)
-        except ObjectError as exc:
+            if spec.name in devices:
+                spec = dra_node_spec(spec, devices[spec.name])
+        except ValueError as exc:  # ObjectError, SliceError, or a DRA row count out of range
             unreadable[f"Node/{_get(n, 'metadata', 'name')}"] = str(exc)
             continue
         specs.append(spec)

@@ -41,3 +41,16 @@ def test_a_dra_node_with_a_free_device_serves_it_and_a_full_one_does_not() -> No
     full = [claim_pod(f"b{i}", node="dra") for i in range(7)]
     assert unserved([node], [*full, claim_pod("p")], slices) == ["default/p"]
     assert unserved([node], [claim_pod("p")], []) == ["default/p"]  # no slice, no device
+
+
+def test_consolidation_state_sees_dra_devices_and_what_bound_claim_pods_hold() -> None:
+    """The state consolidation and drains plan on (`state_from_kubernetes`): a DRA node's devices are rows,
+    and a bound claim pod holds its device, so a node full of them never looks empty."""
+    from gpupolicy.packing.kubemodel import state_from_kubernetes
+
+    node = make_node("dra", None)
+    slices = [resource_slice("dra", A100, 1, ["1g.10gb"] * 7)]
+    pods = [claim_pod(f"b{i}", node="dra") for i in range(3)]
+    state = state_from_kubernetes([node], pods, slices=slices)
+    resource = state.mig_resources.index("nvidia.com/mig-1g.10gb")
+    assert (int(state.gpu_count[0]), int(state.mig_free[0, resource])) == (1, 4)
