@@ -9,8 +9,10 @@ prometheus.url, scale to zero and sharing stay in Recommend mode") and
 whether the hub is reachable with a valid token (a revoked token stops every
 action: the guide's "it takes no further action").
 
-`HANDLERS` is the one list of which component acts on which policy kind; a
-kind no running component handles says so in its status (`Ready=False`).
+`HANDLERS` is the one list of which component acts on which policy kind
+(`handlers(policy)` adds the controller for a `via: DRA` sharing policy, whose
+templates it creates); a policy whose components do not all run says so in
+its status (`Ready=False`).
 """
 
 from __future__ import annotations
