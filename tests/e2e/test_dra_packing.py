@@ -56,6 +56,8 @@ def test_claims_fill_the_partly_used_node_and_a_freed_device_is_used_again(kube_
     device = allocated_device(cluster, second)
     assert second["spec"]["nodeName"] == device["node"] == b  # the partly used node, its last 1g.18gb
     assert device["attributes"]["profile"] == {"string": "1g.18gb"}
+    # bound by the extender (bindVerb), with no GPU index of ours: the claim's allocation names the device
+    assert "gpu.kubeon.io/gpu-index" not in (second["metadata"].get("annotations") or {})
 
     claim = second["status"]["resourceClaimStatuses"][0]["resourceClaimName"]
     cluster.kubectl("delete", "pod", "second", "-n", namespace, "--grace-period=0", "--force")
