@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpupolicy.capacity.layout import plan_layout, read_demand, read_nodes
+from gpupolicy.model import parse_policy
 from tests.cluster.dra_driver import resource_slice
 from tests.cluster.objects import make_node, make_pod
 
@@ -54,3 +55,20 @@ def test_consolidation_state_sees_dra_devices_and_what_bound_claim_pods_hold() -
     state = state_from_kubernetes([node], pods, slices=slices)
     resource = state.mig_resources.index("nvidia.com/mig-1g.10gb")
     assert (int(state.gpu_count[0]), int(state.mig_free[0, resource])) == (1, 4)
+
+
+def test_a_claim_pod_a_free_dra_device_serves_asks_for_no_relayout() -> None:
+    """The layout reconciler plans on the same offers. A DRA node (GFD labels, no device plugin) whose slice
+    lists free 1g.10gb devices serves a pending 1g.10gb claim pod as it is; read without its slice it looks
+    like an empty whole-GPU node, and would be re-laid all-1g.10gb for the pod."""
+    policy = parse_policy({"apiVersion": "gpu.kubeon.io/v1alpha1", "kind": "GpuPolicy", "metadata": {"name": "m"},
+                           "spec": {"sharing": {"strategy": "MIG", "via": "DRA", "gpuModels": [A100]}}})
+    node = make_node("dra", A100, 1)
+    node["status"]["allocatable"] = {k: v for k, v in node["status"]["allocatable"].items()
+                                     if not k.startswith("nvidia.com/")}
+    slices = [resource_slice("dra", A100, 1, ["1g.10gb"] * 7)]
+    pods = [claim_pod("p")]
+    with_slice = plan_layout(read_nodes([node], pods, {}, slices=slices), read_demand(pods, [policy]))
+    assert (with_slice.targets, with_slice.matched) == ((), 1)
+    [target] = plan_layout(read_nodes([node], pods, {}), read_demand(pods, [policy])).targets
+    assert target.target.mig == "all-1g.10gb"
