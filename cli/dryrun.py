@@ -219,7 +219,13 @@ def read_all(sources: list[Source]) -> tuple[Context, list[Document], list[Probl
     return context, others, problems
 
 
-def catalog_note() -> str:
+def catalog_note(view: ClusterView) -> str:
+    """What MIG profiles are chosen over without nodes: the sharing policies' gpuModels when every one lists
+    some (admission's `landing_products`), else the whole catalog."""
+    sharing = [p.spec.sharing for p in view.policies if p.spec.sharing is not None]
+    if sharing and all(s.gpu_models for s in sharing):
+        listed = ", ".join(sorted({m for s in sharing for m in s.gpu_models}))
+        return f"none given (--nodes): MIG profiles are chosen over the sharing policies' gpuModels ({listed})"
     models = ", ".join(p.product for p in DEFAULT_CATALOG.products if p.mig_capable)
     return (f"none given (--nodes): MIG profiles are chosen over every MIG-capable model of the built-in "
             f"catalog ({models})")
@@ -261,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
     view = context.view(Mode(args.default_mode), bool(args.metrics or args.example or args.prometheus_url),
                         args.route_cpu_pods_on_gpu_nodes == "true")
     output = args.output or ("text" if args.example else "yaml")
-    note = "" if view.nodes else catalog_note()
+    note = "" if view.nodes else catalog_note(view)
     if note and output != "text":
         report.note(f"nodes: {note}")
     writer = Writer(sys.stdout, output)

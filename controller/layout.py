@@ -114,7 +114,8 @@ class LayoutReconciler:
         seen = self._read(ctx, nodes)
         replicas = key_replicas(seen.data)
         in_flight = self._advance(ctx, seen, policies)
-        plan = plan_nodes(read_nodes(seen.nodes, seen.pods, replicas, DEFAULT_CATALOG),
+        # DRA nodes offer the devices their slices list: a claim pod a free device waits for changes no layout
+        plan = plan_nodes(read_nodes(seen.nodes, seen.pods, replicas, DEFAULT_CATALOG, ctx.cluster().slices()),
                           read_demand(seen.pods, policies, DEFAULT_CATALOG))
         modes = {p.name: effective_mode(p, ctx.default_mode, ctx.prometheus_configured).mode for p in policies}
         needed = plan.keys()
@@ -161,7 +162,8 @@ class LayoutReconciler:
     def _advance(self, ctx: ControllerContext, seen: _Pass, policies: list[GpuPolicy]) -> dict[str, list[Proposal]]:
         shown: dict[str, list[Proposal]] = {}
         by_name = {p.name: p for p in policies}
-        gpu_pods = {n.name: n.gpu_pods for n in read_nodes(seen.nodes, seen.pods, {}, DEFAULT_CATALOG)}
+        gpu_pods = {n.name: n.gpu_pods for n in read_nodes(seen.nodes, seen.pods, {}, DEFAULT_CATALOG,
+                                                           ctx.cluster().slices())}
         for node in seen.nodes:
             meta = node.get("metadata") or {}
             record = relayout.read_record(meta.get("annotations") or {})

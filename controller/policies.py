@@ -31,7 +31,7 @@ from controller.recorder import ControllerMetrics
 from controller.sources import Clock
 from gpupolicy.cluster import hub_cut_off
 from gpupolicy.model import Condition, GpuPolicy, GpuPolicyStatus, Mode, PolicyKind, Proposal, parse_policy
-from gpupolicy.modes import ALL_COMPONENTS, Component, effective_mode, handling
+from gpupolicy.modes import ALL_COMPONENTS, Component, effective_mode, handlers, handling
 from kube.policies import patch_status_entry, write_status
 
 log = logging.getLogger(__name__)
@@ -218,7 +218,8 @@ class PolicyStore:
                 for pid, proposal in previous_proposals(entry).items():
                     proposals.setdefault(pid, proposal)
             status.proposals = sorted(proposals.values(), key=lambda p: (p.target, p.action))
-            handled = handling(entry.policy.spec.kind, components, capacity_provider, failing)
+            handled = handling(entry.policy.spec.kind, components, capacity_provider, failing,
+                               handlers(entry.policy))
             if handled.handled:
                 message = f"effective mode {eff.mode.value}" + (" (degraded)" if eff.degraded else "")
                 conditions.append(Condition(type="Ready", status="True", reason=handled.reason,

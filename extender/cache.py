@@ -50,10 +50,20 @@ from typing import Any
 import numpy as np
 
 from gpupolicy.admission.shape import node_shape_error, pod_shape_error
+from gpupolicy.packing.dradevices import (
+    Device,
+    NodeDevices,
+    SliceError,
+    allocation,
+    dra_node_spec,
+    held_by_claim,
+    read_slice,
+)
 from gpupolicy.packing.kubemodel import (
     FINISHED_PHASES,
     OUT_OF_RANGE,
     ObjectError,
+    bound_demand,
     demand_from_pod,
     gpu_indices_from_pod,
     node_schedulable,
@@ -105,7 +115,7 @@ def read_pod(obj: Mapping[str, Any]) -> Held:
     problem = pod_shape_error(obj, "pod")
     if problem:
         raise ObjectError(problem)
-    return demand_from_pod(obj), gpu_indices_from_pod(obj)
+    return bound_demand(obj), gpu_indices_from_pod(obj)
 
 
 class ClusterCache:
@@ -131,6 +141,12 @@ class ClusterCache:
         self._assumed: dict[str, _Assumed] = {}  # insertion order = expiry order (constant assume_seconds)
         self._assumed_on: dict[str, dict[str, Held]] = {}  # node -> assumed pods there
         self._confirmed: dict[str, str] = {}  # bound by the extender, not yet seen bound: key -> node
+        self._slices: dict[str, tuple[str, str, list[Device]]] = {}  # ResourceSlice -> (node, pool, devices)
+        self._slices_of: dict[str, set[str]] = {}  # node -> its slices' names
+        self._devices: dict[str, NodeDevices] = {}  # node -> its DRA devices (from its slices)
+        self._specs: dict[str, NodeSpec] = {}  # node -> its spec with its DRA rows, as of the last rebuild
+        self._claims: dict[str, tuple[str, tuple[str, ...]]] = {}  # allocated claim -> (node, device names)
+        self._claims_on: dict[str, dict[str, tuple[str, ...]]] = {}  # node -> its allocated claims
         self._structure_dirty = True
         self._dirty_nodes: set[str] = set()
         self._state: NodeState = NodeState.build([])
@@ -206,12 +222,70 @@ class ClusterCache:
             old = self._pods.get(key)
             if old == (node, held):
                 return
-            if old is None:
-                self.observe(key, demand)  # the workload's typical mix, learned from GPU pods
+            if old is None:  # the workload's typical mix, learned from GPU pods (with what their claims hold)
+                self.observe(key, demand_from_pod(obj))
             self._forget(key)
             self._pods[key] = (str(node), held)
             self._by_node.setdefault(str(node), {})[key] = held
             self._dirty_nodes.add(str(node))
+
+    def on_slice(self, event: str, obj: Mapping[str, Any]) -> None:
+        """A ResourceSlice of NVIDIA's DRA driver: its node's GPU rows change (rare: a node joins, a
+        re-layout), so the state is rebuilt on the next request; parsed here, never per request."""
+        meta = obj.get("metadata")
+        name = str(meta.get("name") or "") if isinstance(meta, Mapping) else ""
+        if not name:
+            return
+        node, pool, problem = "", "", ""
+        devices: list[Device] = []
+        if event != "DELETED":
+            try:
+                node, pool, devices = read_slice(obj)
+            except SliceError as exc:  # out of the model: its node has no DRA devices until fixed
+                problem = str(exc)
+        with self.lock:
+            if problem:
+                self.ignored.left_out("resourceslice", name, "malformed", problem)
+            else:
+                self.ignored.taken("resourceslice", name)
+            old = self._slices.pop(name, None)
+            if node:
+                self._slices[name] = (node, pool, devices)
+                self._slices_of.setdefault(node, set()).add(name)
+            if old is not None and old[0] != node:
+                self._slices_of.get(old[0], set()).discard(name)
+            for changed in {node, old[0] if old is not None else ""} - {""}:
+                self._devices[changed] = NodeDevices.of(d for s in self._slices_of.get(changed, ())
+                                                        for d in self._slices[s][2])
+                if not self._devices[changed].devices:
+                    del self._devices[changed]
+                self._structure_dirty = True
+
+    def on_claim(self, event: str, obj: Mapping[str, Any]) -> None:
+        """A ResourceClaim: while allocated, the devices the scheduler allocated are held on their node."""
+        meta = obj.get("metadata")
+        meta = meta if isinstance(meta, Mapping) else {}
+        key = f"{meta.get('namespace', '')}/{meta.get('name', '')}"
+        try:
+            node, held = ("", []) if event == "DELETED" else allocation(obj)
+        except SliceError as exc:
+            self.ignored.left_out("resourceclaim", key, "malformed", str(exc))
+            node, held = "", []
+        with self.lock:
+            if not node and held:  # no node selector: the node of the pool's slices
+                node = next((n for n, pool, _ in self._slices.values() if pool == held[0][0]), "")
+            entry = (node, tuple(device for _, device in held)) if node and held else None
+            old = self._claims.get(key)
+            if old == entry:
+                return
+            if old is not None:
+                self._claims_on.get(old[0], {}).pop(key, None)
+                self._dirty_nodes.add(old[0])
+                del self._claims[key]
+            if entry is not None:
+                self._claims[key] = entry
+                self._claims_on.setdefault(node, {})[key] = entry[1]
+                self._dirty_nodes.add(node)
 
     def _forget(self, key: str) -> None:
         old = self._pods.pop(key, None)
@@ -353,7 +427,8 @@ class ClusterCache:
 
     def _rebuild(self) -> None:
         names = sorted(self._nodes)
-        state = NodeState.build(self._nodes[n].spec for n in names)
+        self._specs = {n: self._spec(n) for n in names}  # DRA rows worked out once per rebuild (slices change rarely)
+        state = NodeState.build(self._specs[n] for n in names)
         for i, name in enumerate(names):
             state.schedulable[i] = self._nodes[name].schedulable
             self._occupy_all(state, i, name)
@@ -363,9 +438,25 @@ class ClusterCache:
         self._dirty_nodes.clear()
         self.rebuilds += 1
 
+    def _spec(self, name: str) -> NodeSpec:
+        """The node's spec with the GPU rows of its DRA devices (`dradevices.dra_node_spec`)."""
+        spec, devices = self._nodes[name].spec, self._devices.get(name)
+        if devices is None:
+            return spec
+        try:
+            return dra_node_spec(spec, devices)
+        except (SliceError, ValueError) as exc:  # more GPUs than a node may have: its slices left out
+            self.ignored.left_out("node", name, OUT_OF_RANGE, f"its ResourceSlices: {exc}")
+            return spec
+
     def _occupy_all(self, state: NodeState, index: int, name: str) -> None:
-        """Bound and assumed pods on one row, those with recorded GPU indices first."""
-        held = [*self._by_node.get(name, {}).values(), *self._assumed_on.get(name, {}).values()]
+        """Bound and assumed pods and allocated claims on one row, those with recorded GPU indices first."""
+        claims = self._claims_on.get(name)
+        devices = self._devices.get(name)
+        held_by_claims = ([held_by_claim(devices, names, key) for key, names in claims.items()]
+                          if claims and devices is not None else [])
+        held = [*self._by_node.get(name, {}).values(), *self._assumed_on.get(name, {}).values(),
+                *held_by_claims]
         for demand, gpus in sorted(held, key=lambda h: not h[1]):
             occupy(state, index, demand, gpus)
 
@@ -375,6 +466,6 @@ class ClusterCache:
         if node is None:
             self._state.reset_row(index, schedulable=False)
         else:
-            self._state.reset_row(index, node.spec, schedulable=node.schedulable)
+            self._state.reset_row(index, self._specs.get(name, node.spec), schedulable=node.schedulable)
         self._occupy_all(self._state, index, name)
         self.row_updates += 1

@@ -162,7 +162,7 @@ class ExtenderService:
         self.cache = cache
         self.binder = binder
         # uid -> (key, demand, plan) of the pods placed, for /bind; oldest dropped past PENDING_REMEMBERED
-        self._placed_for_bind: dict[str, tuple[str, PodDemand, Plan]] = {}
+        self._placed_for_bind: dict[str, tuple[str, PodDemand, Plan, bool]] = {}
         self.source = source
         self.default_strategy = default_strategy
         self.rows = NodeNameRows()
@@ -311,7 +311,7 @@ class ExtenderService:
         return decision.gpu_indices if decision.node == row else None
 
     def _remember(self, request: PodRequest, demand: PodDemand, plan: Plan) -> None:
-        self._placed_for_bind[request.uid] = (request.key, demand, plan)
+        self._placed_for_bind[request.uid] = (request.key, demand, plan, request.claimed)
         while len(self._placed_for_bind) > PENDING_REMEMBERED:
             del self._placed_for_bind[next(iter(self._placed_for_bind))]
 
@@ -327,8 +327,9 @@ class ExtenderService:
         key = f"{namespace}/{name}"
         remembered = self._placed_for_bind.pop(uid or key, None)
         gpus: tuple[int, ...] = ()
+        claimed = False
         if remembered is not None:
-            key, demand, plan = remembered
+            key, demand, plan, claimed = remembered
             with self.cache.lock:
                 state = self.cache.fresh_state(forget=key)  # decide on the node without this very pod on it
                 row = state.index.get(node)
@@ -340,7 +341,9 @@ class ExtenderService:
                     log.info("bind %s to %s: no room left there in the model; bound without a GPU index", key, node)
                 gpus = placed or ()
                 self.cache.assume(key, node, demand, gpus)
-        annotations = {GPU_INDEX_ANNOTATION: ",".join(str(g) for g in gpus)} if gpus else {}
+        # a claim-based pod's devices are the ones its claims' allocation names (the model reads them there):
+        # no index to record on it
+        annotations = {GPU_INDEX_ANNOTATION: ",".join(str(g) for g in gpus)} if gpus and not claimed else {}
         try:
             self.binder.bind(namespace, name, uid, node, annotations)
         except Exception as exc:  # the API refused: kube-scheduler retries the pod; nothing stays assumed

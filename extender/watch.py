@@ -1,6 +1,8 @@
 """Where the extender's knowledge comes from: the shared watch cache (`kube.views`) plus two feeds.
 
-- Nodes and bound pods feed the `ClusterCache` (the node model). Pods are
+- Nodes and bound pods feed the `ClusterCache` (the node model); so do ResourceSlices and ResourceClaims
+  (`resource.k8s.io/v1`, when the API serves it): the devices NVIDIA's DRA driver publishes per node and
+  the ones the scheduler allocated to each claim (docs/designs/dra.md, "The live model"). Pods are
   watched with kube-scheduler's own field selector for assigned pods
   (`spec.nodeName!=`, not Succeeded/Failed): pending pods cost nothing, and
   a pod getting bound arrives as an ADDED event, which is the signal that
@@ -54,8 +56,9 @@ class ClusterWatch(WatchedView):
     def __init__(self, api_client: Any, cache: ClusterCache, *, default_mode: Mode = Mode.RECOMMEND,
                  watch_timeout: int = 300) -> None:
         from kube import rest
+        from kube.claims import DRA_API, serves_dra
         from kube.reflector import Reflector
-        from kube.trim import node_fields, pod_fields
+        from kube.trim import claim_fields, node_fields, pod_fields
 
         t = watch_timeout
         self.cache = cache
@@ -65,7 +68,13 @@ class ClusterWatch(WatchedView):
                               on_change=cache.on_pod, transform=pod_fields, name="pods", timeout_seconds=t)
         self.node_feed = Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=cache.on_node,
                                    transform=node_fields, name="nodes", timeout_seconds=t)
-        super().__init__(api_client, default_mode=default_mode, feeds=(self.node_feed, self.pods),
+        self.dra_feeds = tuple(
+            Reflector(rest.lister(api_client, f"{DRA_API}/{plural}"), on_change=on_change, transform=transform,
+                      name=plural, timeout_seconds=t)
+            for plural, on_change, transform in (("resourceslices", cache.on_slice, None),
+                                                 ("resourceclaims", cache.on_claim, claim_fields))
+        ) if serves_dra(api_client) else ()
+        super().__init__(api_client, default_mode=default_mode, feeds=(self.node_feed, self.pods, *self.dra_feeds),
                          watch_timeout=t, ignored=cache.ignored)
 
     def start(self, *, freeze_after_sync: bool = True) -> ClusterWatch:

@@ -9,8 +9,10 @@ prometheus.url, scale to zero and sharing stay in Recommend mode") and
 whether the hub is reachable with a valid token (a revoked token stops every
 action: the guide's "it takes no further action").
 
-`HANDLERS` is the one list of which component acts on which policy kind; a
-kind no running component handles says so in its status (`Ready=False`).
+`HANDLERS` is the one list of which component acts on which policy kind
+(`handlers(policy)` adds the controller for a `via: DRA` sharing policy, whose
+templates it creates); a policy whose components do not all run says so in
+its status (`Ready=False`).
 """
 
 from __future__ import annotations
@@ -102,9 +104,21 @@ class Handling:
     message: str
 
 
+def handlers(policy: GpuPolicy) -> frozenset[Component]:
+    """The components that must all run for `policy` to be acted on: its kind's (`HANDLERS`), and for a
+    `via: DRA` sharing policy the controller too (it creates the ResourceClaimTemplates the webhook's
+    rewrite names; without it the pods wait Pending, docs/designs/dra.md)."""
+    sharing = policy.spec.sharing
+    dra = policy.spec.kind is PolicyKind.SHARING and sharing is not None and sharing.via is SharingVia.DRA
+    return HANDLERS.get(policy.spec.kind, frozenset()) | ({Component.CONTROLLER} if dra else frozenset())
+
+
 def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
-             capacity_provider: str = "karpenter", failing: Mapping[Component, str] | None = None) -> Handling:
+             capacity_provider: str = "karpenter", failing: Mapping[Component, str] | None = None,
+             needed: frozenset[Component] | None = None) -> Handling:
     """Who acts on `kind` among the `running` components, for the policy's Ready condition.
+
+    `needed`: the components that must all run (`handlers(policy)`; default the kind's `HANDLERS`).
 
     Capacity policies under a `capacity.provider` this version does not implement are NotImplemented
     (a guard: all four the install accepts are implemented). A kind whose
@@ -117,15 +131,16 @@ def handling(kind: PolicyKind, running: Iterable[Component] = ALL_COMPONENTS,
                         "GPU nodes are added and removed through Karpenter (capacity.provider=karpenter), EKS "
                         "managed node groups (eks-nodegroups), GKE (gke-nodepools) or AKS node pools "
                         "(aks-nodepools)")
-    needed = HANDLERS.get(kind, frozenset())
+    needed = HANDLERS.get(kind, frozenset()) if needed is None else needed
     if not needed:
         return Handling(False, "NotImplemented",
                         f"no component of this version acts on {kind.value} policies")
     up = needed & frozenset(running)
-    if not up:
-        names = ", ".join(sorted(needed))
+    if up != needed:
+        names, missing = " and the ".join(sorted(needed)), ", ".join(sorted(needed - up))
         return Handling(False, "ControllerDisabled",
-                        f"{kind.value} policies are handled by the {names}, which this install does not run")
+                        f"{kind.value} policies like this one are handled by the {names}; this install does not "
+                        f"run the {missing}")
     broken = sorted(c for c in up if c in (failing or {}))
     if failing and len(broken) == len(up):
         return Handling(False, f"{broken[0].value.capitalize()}Degraded",

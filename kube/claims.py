@@ -1,4 +1,5 @@
-"""ResourceClaimTemplates (resource.k8s.io/v1): the verbs the controller's claim-template reconciler needs."""
+"""DRA's API (resource.k8s.io/v1): whether it is served, and the ResourceClaimTemplate verbs the controller's
+claim-template reconciler needs."""
 
 from __future__ import annotations
 
@@ -10,7 +11,20 @@ from kubernetes.client.exceptions import ApiException
 
 from kube import rest
 
-_PATH = "/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaimtemplates"
+DRA_API = "/apis/resource.k8s.io/v1"
+_PATH = DRA_API + "/namespaces/{namespace}/resourceclaimtemplates"
+
+
+def serves_dra(api: client.ApiClient) -> bool:
+    """Whether the API serves `resource.k8s.io/v1` (Kubernetes 1.34+): only then are ResourceSlices and
+    ResourceClaims watched (an older cluster has no DRA devices, and a watch there would never sync)."""
+    try:
+        rest.call(api, "GET", DRA_API)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
 
 
 def get_template(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:

@@ -29,6 +29,7 @@ from typing import Any
 from kubernetes import client
 
 from kube import rest
+from kube.claims import DRA_API, serves_dra
 from kube.reflector import JsonObject, OnChange, Reflector
 from kube.trim import LAST_APPLIED
 from kube.workloads import PLURALS
@@ -63,7 +64,10 @@ class ClusterCache:
         self.budget_feed = feed("/apis/policy/v1/poddisruptionbudgets", "controller-pdbs")
         self.workload_feeds = {kind: feed(f"/apis/apps/v1/{plural}", f"controller-{plural}")
                                for kind, plural in PLURALS.items()}
-        self.feeds = (self.node_feed, self.pod_feed, self.budget_feed, *self.workload_feeds.values())
+        # DRA (Kubernetes 1.34+): the devices each node's driver publishes, for the capacity planner
+        self.slice_feed = feed(f"{DRA_API}/resourceslices", "controller-resourceslices") if serves_dra(api) else None
+        self.feeds = (self.node_feed, self.pod_feed, self.budget_feed, *self.workload_feeds.values(),
+                      *([self.slice_feed] if self.slice_feed is not None else []))
 
     def start(self) -> ClusterCache:
         for feed in self.feeds:
@@ -100,6 +104,10 @@ class ClusterCache:
 
     def budgets(self) -> list[JsonObject]:
         return _sorted(self.budget_feed)
+
+    def slices(self) -> list[JsonObject]:
+        """Every ResourceSlice ([] where the API serves no DRA)."""
+        return _sorted(self.slice_feed) if self.slice_feed is not None else []
 
     def workloads(self) -> list[JsonObject]:
         """Every Deployment, then every StatefulSet (each with its `kind`), each kind in key order."""

@@ -76,3 +76,16 @@ def _container(container: Any) -> Any:
     if not isinstance(container, Mapping):
         return container
     return {k: container[k] for k in _CONTAINER_FIELDS if k in container}
+
+
+def claim_fields(obj: JsonObject) -> JsonObject:
+    """A ResourceClaim as the extender's cache keeps it: its name and its allocation (what the model reads:
+    `gpupolicy.packing.dradevices.allocation`), not its spec or reservedFor list."""
+    metadata, status = obj.get("metadata"), obj.get("status")
+    if not isinstance(metadata, Mapping):
+        return obj
+    kept: JsonObject = {k: obj[k] for k in ("kind", "apiVersion") if k in obj}
+    kept["metadata"] = {k: metadata[k] for k in ("name", "namespace", "uid", "resourceVersion") if k in metadata}
+    if isinstance(status, Mapping) and "allocation" in status:
+        kept["status"] = {"allocation": status["allocation"]}
+    return kept

@@ -114,7 +114,8 @@ def _rows(p: Pass, policy: GpuPolicy, spec: CapacitySpec, used: Usage, empty: Em
     claims = {c.node: c for c in seen.pool_claims(spec.node_pool) if c.node is not None}
     gpu_nodes = [n for n in seen.nodes if is_gpu_node(n)]
     unreadable: dict[str, str] = {}
-    state = state_from_kubernetes(gpu_nodes, seen.pods, unreadable)  # a node of an unreadable pod: not a target
+    # a node of an unreadable pod: not a target; DRA nodes with their devices
+    state = state_from_kubernetes(gpu_nodes, seen.pods, unreadable, seen.slices)
     for what, problem in unreadable.items():
         log.warning("consolidation of %s: %s left out: %s", policy.name, what, problem)
     gpu_nodes = [n for n in gpu_nodes if str(n["metadata"]["name"]) in state.index]  # rows, in state order

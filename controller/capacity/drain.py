@@ -47,7 +47,8 @@ def advance_drains(p: Pass, policies: Mapping[str, GpuPolicy]) -> dict[str, list
         name = str(node["metadata"]["name"])
         pods = seen.by_node.get(name, [])
         if state is None:
-            state = state_from_kubernetes(gpu_nodes, seen.pods)  # unreadable objects left out (kubemodel)
+            # unreadable objects left out (kubemodel); DRA nodes with their devices
+            state = state_from_kubernetes(gpu_nodes, seen.pods, slices=seen.slices)
         outcome, message = step(p, name, record, notes, pods, policies.get(record.policy),
                                 _still_fits(state, name, pods))
         if record.policy in policies:

@@ -1,5 +1,10 @@
 """Step 3 of a capacity pass: NodeClaims for pending shared-GPU pods that nothing can serve.
 
+Pods claiming their GPU through one of our ResourceClaimTemplates (`sharing.via: DRA`) count as asking
+for the devices the template names (`gpupolicy.packing.dradevices`), and nodes whose DRA driver publishes
+ResourceSlices offer the devices listed there: the launch is the same NodeClaim booting the MIG layout,
+whose devices the driver then publishes (Karpenter cannot provision for claims: karpenter #1231, #3228).
+
 Whole-GPU pods are Karpenter's own (it provisions them from the NodePool)
 unless the policy says `wholeGpus: Optimizer` (the NodePool's limits then
 keep Karpenter from launching); with node groups (`provider.whole_gpus`)
@@ -129,7 +134,7 @@ def unserved(p: Pass, claims: list[CapacityNode], whole: bool) -> list[tuple[str
     virtual = [claim_as_node(c.claim, by_type[c.instance_type], c.labels) for c in claims
                if not c.deleting and c.node not in registered and c.instance_type in by_type]
     sharing = p.ctx.policies.valid(PolicyKind.SHARING)
-    plan = plan_nodes(read_nodes([*nodes, *virtual], seen.pods, {}, DEFAULT_CATALOG),
+    plan = plan_nodes(read_nodes([*nodes, *virtual], seen.pods, {}, DEFAULT_CATALOG, seen.slices),
                       read_demand(seen.pods, sharing, DEFAULT_CATALOG))
     left = {pod for pod, _ in plan.unserved}
     found = []

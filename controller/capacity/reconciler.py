@@ -133,7 +133,7 @@ class CapacityReconciler:
             return
         try:
             provider = self.provider_factory(ctx, self.products)
-            seen = Seen(nodes, cluster.pods(), provider.nodes(), groups=provider.groups())
+            seen = Seen(nodes, cluster.pods(), provider.nodes(), groups=provider.groups(), slices=cluster.slices())
             self._pass(ctx, provider, seen, policies)
         except ProviderError as exc:  # the cloud refused: its words in every policy's status, nothing more done
             log.warning("capacity: %s refused: %s", ctx.capacity_provider, exc)

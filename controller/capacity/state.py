@@ -85,6 +85,7 @@ class Seen:
     claims: list[CapacityNode]
     by_node: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
     groups: list[NodeGroup] | None = None  # the provider's node groups (None: it has none, Karpenter)
+    slices: list[dict[str, Any]] = field(default_factory=list)  # DRA ResourceSlices: devices per node
 
     def __post_init__(self) -> None:
         for pod in self.pods:

@@ -27,13 +27,11 @@ from gpupolicy.admission.rewrite import (
 )
 from gpupolicy.catalog import GPU_RESOURCE, Catalog, GpuProduct, MigProfile, normalise_profile_name
 from gpupolicy.cluster import ClusterView
+from gpupolicy.dra import DRIVER, GPU_CLASS, MIG_CLASS, gpu_template_name, mig_template_name
 from gpupolicy.k8s.quantity import QuantityError
 from gpupolicy.matching import pod_allowed_products
 from gpupolicy.model import SharingSpec
 
-DRIVER = "gpu.nvidia.com"  # the driver name its ResourceSlices and CEL attribute domain use
-MIG_CLASS = "mig.nvidia.com"
-GPU_CLASS = "gpu.nvidia.com"
 TEMPLATE_ANNOTATION = "gpu.kubeon.io/claim-template"
 MANAGED_BY_LABEL = "gpu.kubeon.io/managed-by"
 MANAGED_BY = "kubeon-gpu-optimizer"
@@ -95,20 +93,19 @@ def mig_template(profile: MigProfile, products: list[GpuProduct], pinned: GpuPro
     floor = min(found.memory_mib for p in having if (found := p.profile(profile.name)) is not None)
     terms = [f"device.attributes['{DRIVER}'].profile == '{profile.name}'",
              f"device.capacity['{DRIVER}'].memory.compareTo(quantity('{floor}Mi')) >= 0"]
-    name = f"kubeon-mig-{profile.name.replace('+', '.')}"
     if pinned is not None:
         terms.append(_product_names([pinned]))
-        name += f"-{_slug(pinned.product)}"
-    return ClaimTemplate(name[:253], MIG_CLASS, " && ".join(terms))
+    name = mig_template_name(profile.name, _slug(pinned.product) if pinned is not None else "")
+    return ClaimTemplate(name, MIG_CLASS, " && ".join(terms))
 
 
 def gpu_template(count: int, sharing: SharingSpec, catalog: Catalog) -> ClaimTemplate:
     """`kubeon-gpu-<count>`: whole GPUs, of the policy's gpuModels when it lists some (then a digest of
     them in the name: two policies never want different templates under one name)."""
     if not sharing.gpu_models:
-        return ClaimTemplate(f"kubeon-gpu-{count}", GPU_CLASS, count=count)
+        return ClaimTemplate(gpu_template_name(count), GPU_CLASS, count=count)
     digest = hashlib.sha256(",".join(sorted(sharing.gpu_models)).encode()).hexdigest()[:8]
-    return ClaimTemplate(f"kubeon-gpu-{count}-{digest}", GPU_CLASS, _product_names(
+    return ClaimTemplate(gpu_template_name(count, digest), GPU_CLASS, _product_names(
         allowed_products(sharing, catalog)), count)
 
 

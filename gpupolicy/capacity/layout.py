@@ -48,6 +48,7 @@ from gpupolicy.catalog import (
 )
 from gpupolicy.cluster import names_mig_per_profile, names_shares_apart
 from gpupolicy.model import GpuPolicy, SharingStrategy
+from gpupolicy.packing.dradevices import NodeDevices, claims_demand, device_counts, node_devices
 from gpupolicy.packing.kubemodel import ObjectError, pod_requests
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -178,11 +179,17 @@ class LayoutPlan:
 
 # -- reading nodes and pods -------------------------------------------------------------
 def _gpu_requests(pod: Mapping[str, Any]) -> dict[str, float]:
+    """The pod's GPU resources, with what its claims on our templates ask for as the device plugin's names
+    (a claim-based pod needs the same devices, published as ResourceSlices: `dradevices`)."""
     try:
         requests = pod_requests(pod)
     except ObjectError:
         return {}
-    return {name: float(v) for name, v in requests.items() if name.startswith("nvidia.com/") and v > 0}
+    found = {name: float(v) for name, v in requests.items() if name.startswith("nvidia.com/") and v > 0}
+    gpus, mig = claims_demand(pod)
+    for name, count in [*([(GPU_RESOURCE, gpus)] if gpus else []), *mig.items()]:
+        found[name] = found.get(name, 0.0) + count
+    return found
 
 
 def _is_live(pod: Mapping[str, Any]) -> bool:
@@ -215,8 +222,11 @@ def current_layout(labels: Mapping[str, str], key_replicas: Mapping[str, int]) -
 
 
 def read_nodes(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]],
-               key_replicas: Mapping[str, int], catalog: Catalog = DEFAULT_CATALOG) -> list[GpuNode]:
-    """GPU nodes (a product label or GPU count) with what they offer and what bound pods hold."""
+               key_replicas: Mapping[str, int], catalog: Catalog = DEFAULT_CATALOG,
+               slices: Iterable[Mapping[str, Any]] = ()) -> list[GpuNode]:
+    """GPU nodes (a product label, a GPU count or DRA devices) with what they offer and what bound pods hold.
+    A node whose NVIDIA DRA driver publishes devices (`slices`) offers those (`_dra_node`)."""
+    published = node_devices(slices)
     busy: dict[str, dict[str, float]] = {}
     counts: dict[str, int] = {}
     for pod in pods:
@@ -234,6 +244,10 @@ def read_nodes(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
         allocatable = (obj.get("status") or {}).get("allocatable") or {}
         gpus = int(_number(labels.get(GPU_COUNT_LABEL, allocatable.get(GPU_RESOURCE, 0))))
         product_label = labels.get(PRODUCT_LABEL)
+        name = str(meta.get("name", ""))
+        if name in published:
+            found.append(_dra_node(obj, labels, published[name], busy.get(name, {}), counts.get(name, 0), catalog))
+            continue
         if gpus <= 0 and not product_label:
             continue
         product = catalog.product(product_label) if product_label else None
@@ -244,7 +258,6 @@ def read_nodes(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
                    names_shares_apart(labels.get(PLUGIN_CONFIG_LABEL, "")) if layout.kind == TIME_SLICING else True)
         told = layout.offers(product, gpus) if trusted else None
         offers = {str(k): _number(v) for k, v in allocatable.items() if str(k).startswith("nvidia.com/")}
-        name = str(meta.get("name", ""))
         found.append(GpuNode(
             name=name, product=product, gpus=gpus, labels=labels, layout=layout,
             offers={k: float(v) for k, v in told.items()} if told is not None else offers,
@@ -270,6 +283,19 @@ def _policy_for(resource: str, named: str | None, policies: list[GpuPolicy]) -> 
         wanted = None
     return next((p for p in sharing if wanted is None or (p.spec.sharing and p.spec.sharing.strategy == wanted)),
                 None)
+
+
+def _dra_node(obj: Mapping[str, Any], labels: dict[str, str], devices: NodeDevices, busy: Mapping[str, float],
+              gpu_pods: int, catalog: Catalog) -> GpuNode:
+    """A node with DRA devices: it offers what its slices list (the device plugin's names for them), its
+    product is GFD's label or the devices' own, its layout what its labels ask the GPU Operator for."""
+    meta = obj.get("metadata") or {}
+    first = next(iter(devices.devices.values()))
+    product = catalog.product(labels.get(PRODUCT_LABEL) or first.product)
+    return GpuNode(name=str(meta.get("name", "")), product=product, gpus=len(devices.rows), labels=labels,
+                   layout=current_layout(labels, {}), offers={k: float(v) for k, v in device_counts(devices).items()},
+                   busy=busy, gpu_pods=gpu_pods, unschedulable=bool((obj.get("spec") or {}).get("unschedulable")),
+                   relayout_in_flight=RELAYOUT_ANNOTATION in (meta.get("annotations") or {}))
 
 
 def read_demand(pods: Iterable[Mapping[str, Any]], policies: Iterable[GpuPolicy],

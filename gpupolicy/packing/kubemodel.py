@@ -61,6 +61,7 @@ from gpupolicy.catalog import (
 )
 from gpupolicy.k8s.quantity import QuantityError, parse_bytes_mib, parse_quantity, shown
 from gpupolicy.matching import pod_allowed_products as allowed_products
+from gpupolicy.packing.dradevices import claims_demand, dra_node_spec, node_devices
 from gpupolicy.packing.migdevices import pick
 from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU
 from gpupolicy.packing.nodemodel import MAX_AMOUNT, MILLI, NodeSpec, NodeState, PodDemand
@@ -271,6 +272,10 @@ def _parse_demand(pod: Obj) -> PodDemand:
     gpus = _whole(req.get(GPU_RESOURCE, Decimal(0)), f"resources.{GPU_RESOURCE}")
     mig = {name: _whole(v, f"resources.{name}") for name, v in req.items()
            if name.startswith(MIG_RESOURCE_PREFIX) and v > 0}
+    claimed_gpus, claimed_mig = claims_demand(pod)  # what its claims on our templates will hold (dradevices)
+    gpus += claimed_gpus
+    for name, count in claimed_mig.items():
+        mig[name] = mig.get(name, 0) + count
     annotations = _mapping(meta.get("annotations"), "metadata.annotations")
     gpu_mem = annotations.get(GPU_MEMORY_ANNOTATION)
     shared = _whole(req.get(SHARED_GPU_RESOURCE, Decimal(0)), f"resources.{SHARED_GPU_RESOURCE}")
@@ -289,6 +294,18 @@ def _parse_demand(pod: Obj) -> PodDemand:
         )
     except ValueError as exc:  # a negative request (PodDemand's bounds)
         raise ObjectError(f"pod: {exc}", OUT_OF_RANGE) from exc
+
+
+def bound_demand(pod: Obj) -> PodDemand:
+    """What a bound pod holds itself: its demand less what its claims on our templates ask for, which the
+    claims' allocations hold (`dradevices.held_by_claim`: the device the scheduler allocated, never a guess)."""
+    demand = demand_from_pod(pod)
+    gpus, mig = claims_demand(pod)
+    if not (gpus or mig):
+        return demand
+    left = {name: count - mig.get(name, 0) for name, count in demand.mig.items() if count > mig.get(name, 0)}
+    num_gpu = max(0, demand.num_gpu - gpus)
+    return replace(demand, num_gpu=num_gpu, gpu_milli=demand.gpu_milli if num_gpu else 0, mig=left)
 
 
 def share_milli(demand: PodDemand, gpu_memory_mib: int, replicas: int) -> int:
@@ -493,7 +510,7 @@ def _hold_mig(state: NodeState, node: int, devices: list[int], recorded: tuple[i
 
 
 def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj],
-                          unreadable: dict[str, str] | None = None) -> NodeState:
+                          unreadable: dict[str, str] | None = None, slices: Iterable[Obj] = ()) -> NodeState:
     """A NodeState from Node dicts and the Pod dicts bound to them (others are ignored). Pure.
 
     Pods with recorded GPU indices are counted first, so pods without them
@@ -501,15 +518,19 @@ def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj],
     the rest (issue 37): such a node is left out with its pods, and the node
     of such a pod is unschedulable (nothing is planned onto a node whose load
     is not known). Each is named in `unreadable` (`Node/name`, `Pod/ns/name`
-    -> the problem) when the caller passes a dict.
+    -> the problem) when the caller passes a dict. A node with DRA devices in `slices` gets their rows
+    (`dradevices.dra_node_spec`), and a bound pod's claims on our templates hold the devices they name.
     """
+    devices = node_devices(slices)
     unreadable = {} if unreadable is None else unreadable
     specs: list[NodeSpec] = []
     schedulable: list[bool] = []
     for n in nodes:
         try:
             spec, ok = node_spec(n), node_schedulable(n)
-        except ObjectError as exc:
+            if spec.name in devices:
+                spec = dra_node_spec(spec, devices[spec.name])
+        except ValueError as exc:  # ObjectError, SliceError, or a DRA row count out of range
             unreadable[f"Node/{_get(n, 'metadata', 'name')}"] = str(exc)
             continue
         specs.append(spec)

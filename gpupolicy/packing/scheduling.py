@@ -47,6 +47,7 @@ from gpupolicy.cluster import ClusterView
 from gpupolicy.k8s.owners import is_approved, pod_owner
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
+from gpupolicy.packing.dradevices import claimed_templates
 from gpupolicy.packing.engine import STRATEGIES, NodeVerdict, Placement, decide, explain, get_strategy
 from gpupolicy.packing.kubemodel import cluster_share_basis, demand_from_pod, resolve_share
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
@@ -130,6 +131,7 @@ class PodRequest:
     labels: Mapping[str, str]
     owner: str
     demand: PodDemand
+    claimed: bool = False  # its GPU comes through claims on our templates: the allocation, not us, picks devices
 
     @classmethod
     def parse(cls, pod: Mapping[str, Any]) -> PodRequest:
@@ -140,7 +142,7 @@ class PodRequest:
         name = f"{namespace}/{meta.get('name') or meta.get('generateName') or '?'}"
         labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
         return cls(pod_key(pod), str(meta.get("uid") or name), name, namespace, labels,
-                   pod_owner(pod, namespace), demand)
+                   pod_owner(pod, namespace), demand, bool(claimed_templates(pod)))
 
 
 def _applies(policy: GpuPolicy, view: ClusterView, request: PodRequest) -> bool:

@@ -240,3 +240,9 @@ def test_an_output_that_cannot_be_written_is_one_line(command: list[str]) -> Non
     assert result.returncode == 2, result.stderr
     assert "Traceback" not in result.stderr and "Exception ignored" not in result.stderr, result.stderr
     assert result.stderr.strip().splitlines()[-1] == "kubeon-gpu: cannot write the output: No space left on device"
+
+
+def test_without_nodes_the_policies_gpu_models_are_named(capsys) -> None:
+    machine = dry_run(capsys, "-f", str(EXAMPLES / "dra.yaml"), "-o", "json")
+    assert f"{PROG}note: nodes: none given (--nodes): MIG profiles are chosen over the sharing policies' " \
+           "gpuModels (NVIDIA-H200)" in machine.notes()

@@ -39,6 +39,11 @@ class CaughtUpCache(ClusterCache):
         self._catch_up(self.budget_feed, "/apis/policy/v1/poddisruptionbudgets")
         return super().budgets()
 
+    def slices(self) -> list[JsonObject]:
+        if self.slice_feed is not None:
+            self._catch_up(self.slice_feed, "/apis/resource.k8s.io/v1/resourceslices")
+        return super().slices()
+
     def workloads(self) -> list[JsonObject]:
         for kind, feed in self.workload_feeds.items():
             self._catch_up(feed, f"/apis/apps/v1/{PLURALS[kind]}")

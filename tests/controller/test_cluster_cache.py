@@ -69,7 +69,8 @@ def test_a_watch_expired_mid_churn_relists_once_and_converges(cluster: Cluster) 
 
     try:
         cache.wait_for_sync(60)
-        assert cache.relists == len(cache.feeds) == 5  # nodes, pods, budgets, deployments, statefulsets: once each
+        # nodes, pods, budgets, deployments, statefulsets and resourceslices (the API serves DRA): once each
+        assert cache.relists == len(cache.feeds) == 6
         writer = threading.Thread(target=churn, daemon=True)
         writer.start()
         time.sleep(2)

@@ -50,8 +50,10 @@ DELEGATION = {
     ("rbac.authorization.k8s.io", "rolebindings", "delete", "kubeon-gpu-optimizer-scaler"),
 }
 
-# Named addition 5 (docs/install.md): the ResourceClaimTemplates `via: DRA` policies' pods name (get, create).
-CLAIM_TEMPLATES = {("resource.k8s.io", "resourceclaimtemplates", verb, "*") for verb in ("get", "create")}
+# Named addition 5 (docs/install.md): the ResourceClaimTemplates `via: DRA` policies' pods name (get, create),
+# and the ResourceSlices capacity counts devices in (list, watch).
+CLAIM_TEMPLATES = ({("resource.k8s.io", "resourceclaimtemplates", verb, "*") for verb in ("get", "create")}
+                   | {("resource.k8s.io", "resourceslices", verb, "*") for verb in ("list", "watch")})
 
 
 @pytest.fixture(scope="module")
@@ -160,6 +162,7 @@ def test_webhook_and_extender_read_what_they_cache_and_the_extender_binds(docs: 
         _expand(["gpu.kubeon.io"], ["gpupolicies"], read) | _expand([""], ["namespaces", "nodes"], read))
     assert set().union(*(rule_triples(r["rules"]) for _, r in _roles_bound_to(docs, extender))) == (
         _expand([""], ["nodes", "pods", "namespaces"], read) | _expand(["gpu.kubeon.io"], ["gpupolicies"], read)
+        | _expand(["resource.k8s.io"], ["resourceslices", "resourceclaims"], read)  # DRA devices and allocations
         | _expand([""], ["pods/binding"], ("create",)))
 
 
