@@ -211,7 +211,7 @@ def test_readme_install_block_runs_verbatim(cluster: Cluster, network: Egress,
         deploy_line = next(line for line in lines if "get deploy" in line)
         assert re.search(rf"^{RELEASE}\s+\d/\d", outputs[deploy_line], re.M), outputs[deploy_line]
         listing = outputs[next(line for line in lines if line.startswith("kubectl get gpupolicies"))].splitlines()
-        assert listing[0].split() == ["NAME", "KIND", "MODE", "REQUESTED", "PRIORITY", "HUB", "AGE"], listing
+        assert listing[0].split() == ["NAME", "KIND", "MODE", "REQUESTED", "PRIORITY", "HUB", "VIA", "AGE"], listing
         rows = {row.split()[0]: row.split() for row in listing[1:]}
         # Kind: labelled by the real webhook, called by kube-apiserver through the helm-made configuration.
         # MODE: what is enforced; the guide's install has no prometheus.url, so the Automatic sharing
