@@ -76,7 +76,7 @@ def test_an_unchanged_pod_names_the_shared_claim_and_keeps_no_gpu_request() -> N
     assert "nvidia.com/gpu" not in container["resources"]["limits"]
     assert after["metadata"]["labels"]["gpu.kubeon.io/shared-claim"] == "kubeon-ts-llm-0"
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in after["spec"]["tolerations"]
-    assert [d.action for d in result.decisions][0] == Action.USE_CLAIM
+    assert [(d.policy, d.action, d.applied) for d in result.decisions][:1] == [("llm", Action.USE_CLAIM, True)]
     assert mutate_pod(after, ts_view()).patch == [], "mutation must be idempotent (a reinvocation)"
 
 
