@@ -1,7 +1,7 @@
 """The webhook's count of pods per shared claim (kube/shares.py) from a real watch.
 
-Real: kube-apiserver v1.35 (with the chart's CRDs) and the `WatchedView` the webhook builds (`with_shares=True`), its label-selected
-Reflector on pods listing and watching through the real API; pods created and deleted through kubectl.
+Real: kube-apiserver v1.35 (with the chart's CRDs) and the `WatchedView` the webhook builds (`with_shares=True`),
+its label-selected Reflector on pods listing and watching through the real API; pods created and deleted.
 Faked: nothing; no pod is scheduled (the count reads labels and phase only). The tally's clock is a fake
 one, so forgetting takes no waiting.
 """
