@@ -1,11 +1,12 @@
-"""The shared ResourceClaim that time-slicing through DRA will name (docs/designs/dra.md, "Time-slicing through
-one shared claim"; not wired: the policy is still refused), checked against the real control plane.
+"""The shared ResourceClaim of time-slicing through DRA (docs/designs/dra.md, "Time-slicing through one shared
+claim"), as `shared_claim` builds it, on the real control plane: what the design relies on.
 
 Real: kube-apiserver v1.35 accepting the claim `gpupolicy.admission.sharedclaims.shared_claim` builds,
 kube-scheduler v1.35's DynamicResources plugin allocating it once for the pods that name it,
-kube-controller-manager's resource-claim controller releasing it when they end, KWOK running the pods.
-Faked: the GPUs (tests/cluster/dra_driver.py publishes whole-GPU ResourceSlices as NVIDIA's driver would).
-Written by hand here: the pods' `resourceClaimName`, which the webhook is to write once it is wired.
+kube-controller-manager's resource-claim controller releasing it when they end (so an emptied claim pins
+no node), KWOK running the pods. Faked: the GPUs (tests/cluster/dra_driver.py publishes whole-GPU
+ResourceSlices as NVIDIA's driver would). Written by hand here: the pods' `resourceClaimName` (the webhook's
+rewrite of unchanged pods, and the controller creating the claim, are tests/e2e/test_dra.py's).
 """
 
 from __future__ import annotations
