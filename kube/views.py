@@ -99,7 +99,9 @@ class WatchedView:
         self.nodes = (Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=self._checking("Node", NODE),
                                 transform=node_fields, name="nodes", timeout_seconds=t) if with_nodes else None)
         # the webhook's pods per shared claim (kube/shares.py): a change rebuilds the view, as a node's does
-        self.shares = SharedClaimPods(api_client, self._changed, timeout_seconds=t) if with_shares else None
+        # (its events and the webhook's admissions only recount: the view is copied with the new counts)
+        self._recount = False
+        self.shares = SharedClaimPods(api_client, self._counts_changed, timeout_seconds=t) if with_shares else None
         own = ((self.policies, self.namespaces) + ((self.nodes,) if self.nodes is not None else ())
                + ((self.shares.reflector,) if self.shares is not None else ()))
         self._reflectors: tuple[Reflector, ...] = own + tuple(feeds)
@@ -135,11 +137,14 @@ class WatchedView:
     def _changed(self, _event: str, _obj: dict[str, Any]) -> None:
         self._dirty = True
 
+    def _counts_changed(self, _event: str, _obj: dict[str, Any]) -> None:
+        self._recount = True
+
     def note_share(self, namespace: str, claim: str) -> None:
         """A pod just admitted naming a shared claim: counted from the next view on (kube/shares.py)."""
         if self.shares is not None:
             self.shares.note(namespace, claim)
-            self._dirty = True
+            self._recount = True
 
     def _checking(self, kind: str, spec: Spec) -> Callable[[str, dict[str, Any]], None]:
         """An on_change that checks each event's object against the shape the view reads: one that fails is
@@ -175,11 +180,14 @@ class WatchedView:
         return readable, problems
 
     def current(self) -> ClusterView:
-        if not self._dirty:
+        if not self._dirty and not self._recount:
             return self._view
         with self._lock:
+            if self._recount and not self._dirty and self.shares is not None:
+                self._recount = False  # only the counts changed: the same view with new counts, nothing re-read
+                self._view = replace(self._view, shared_claim_pods=self.shares.counts())
             if self._dirty:
-                self._dirty = False  # cleared first: an event during the rebuild marks it again
+                self._dirty = self._recount = False  # cleared first: an event during the rebuild marks it again
                 self.rebuilds += 1
                 nodes = self._readable("Node", self.nodes.snapshot()) if self.nodes is not None else ()
                 policies, problems = self._policies()

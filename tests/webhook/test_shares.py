@@ -45,6 +45,7 @@ def test_watched_pods_and_own_admissions_count_once_each(kube_cluster: Cluster, 
     view.note_share(namespace, CLAIM)
     view.note_share(namespace, CLAIM)
     assert view.current().shared_claim_pods.get(key) == 2  # admitted, not yet watched: a burst fills the claim
+    rebuilt = view.rebuilds
 
     cluster.create(shared_pod("a", namespace))  # the watch shows one of them: it takes its admission's place
     eventually(lambda: view.shares is not None and len([p for p in view.shares.reflector.snapshot().values()
@@ -58,3 +59,4 @@ def test_watched_pods_and_own_admissions_count_once_each(kube_cluster: Cluster, 
 
     cluster.kubectl("delete", "pod", "a", "-n", namespace, "--wait=false")
     eventually(lambda: view.current().shared_claim_pods.get(key) is None, "a deleted pod no longer counted")
+    assert view.rebuilds == rebuilt  # counts change a copy of the view: no policy, namespace or node re-read
