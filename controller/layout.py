@@ -60,6 +60,7 @@ from gpupolicy.model import (
     Proposal,
     ProposalState,
     SharingStrategy,
+    SharingVia,
 )
 from gpupolicy.modes import effective_mode
 from gpupolicy.proposals import TargetRef, decide_state, make_proposal
@@ -127,7 +128,9 @@ class LayoutReconciler:
                 proposals.append(self._target(ctx, policy, modes[policy.name], target, seen))
             proposals += self._kept(ctx, policy, proposals, seen, replicas)
             conditions = [self._planned_condition(mine, change, plan)]
-            slicing = policy.spec.sharing is not None and policy.spec.sharing.strategy is SharingStrategy.TIME_SLICING
+            sharing = policy.spec.sharing  # TimeSlicing through DRA shares a claim: the ConfigMap plays no part
+            slicing = sharing is not None and sharing.strategy is SharingStrategy.TIME_SLICING and \
+                sharing.via is SharingVia.DEVICE_PLUGIN
             if seen.missing and (slicing or any(t.target.kind == TIME_SLICING for t in mine)):
                 conditions.append(self._missing_condition(ctx, policy, seen.missing))
             ctx.policies.publish(policy.name, SOURCE, proposals, conditions)

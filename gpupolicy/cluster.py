@@ -102,6 +102,9 @@ class ClusterView:
     # CPU-only pods that tolerate the GPU taint get the schedulerName of the policies they match
     # (admission.mutate.routes_cpu_pod; the chart's webhook.routeCpuPodsOnGpuNodes).
     route_cpu_pods: bool = True
+    # (namespace, claim) -> pods naming that shared claim (`kubeon-ts-...`) that have not ended, as the
+    # webhook's watch and its own recent admissions count them (gpupolicy.admission.sharedclaims)
+    shared_claim_pods: Mapping[tuple[str, str], int] = field(default_factory=dict)
 
     def mode_of(self, policy: GpuPolicy) -> EffectiveMode:
         """The mode `policy` runs in here: the one function every component uses (once per policy and view)."""

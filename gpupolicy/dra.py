@@ -48,3 +48,14 @@ def template_request(name: str) -> TemplateRequest | None:
         count = name[len(GPU_TEMPLATE_PREFIX):].split("-", 1)[0]
         return TemplateRequest(count=int(count)) if count.isascii() and count.isdigit() and len(count) < 4 else None
     return None
+
+
+SHARED_CLAIM_PREFIX = "kubeon-ts-"  # a ResourceClaim several pods name: one GPU time-sliced among them
+SHARED_CLAIM_LABEL = "gpu.kubeon.io/shared-claim"  # on a pod naming one: the webhook counts pods per claim by it
+
+
+def shared_claim_name(policy: str, index: int) -> str:
+    """`kubeon-ts-<policy>-<index>`: deterministic, so that two admissions finding every claim full name the same
+    next claim, never two new ones (policy names are DNS subdomains, at most 253; the index stays whole)."""
+    suffix = f"-{index}"
+    return f"{SHARED_CLAIM_PREFIX}{policy}"[:253 - len(suffix)] + suffix

@@ -85,10 +85,6 @@ class SharingVia(StrEnum):
     DRA = "DRA"
 
 
-DRA_TIME_SLICING = ("via DRA serves MIG only: the DRA driver's TimeSlicing config shares a device among one "
-                    "claim's containers, and a ResourceClaimTemplate makes a claim per pod (docs/designs/dra.md)")
-
-
 class Rollout(StrEnum):
     NONE = "None"
     RESTART = "Restart"
@@ -127,9 +123,6 @@ def _spec_rules() -> list[dict[str, str]]:
          "fieldPath": ".sharing.rollout",
          "message": "rollout Restart needs selector.namespaces: a restart evicts running pods, and only "
                     "in named namespaces"},
-        {"rule": "!has(self.sharing) || !has(self.sharing.via) || self.sharing.via != 'DRA' || "
-                 "self.sharing.strategy == 'MIG'",
-         "fieldPath": ".sharing.via", "message": DRA_TIME_SLICING},
     ]
 
 
@@ -242,14 +235,6 @@ class SharingSpec(_Wire):
         if value is not None and value < 2:
             raise ValueError("replicas must be at least 2 (one replica is a whole GPU)")
         return value
-
-    @model_validator(mode="after")
-    def _dra_serves_mig(self) -> SharingSpec:
-        """The CRD's rule on `.sharing.via`, with the same message (why: docs/designs/dra.md)."""
-        if self.via is SharingVia.DRA and self.strategy is not SharingStrategy.MIG:
-            raise ValidationError.from_exception_data("SharingSpec", [InitErrorDetails(
-                type=PydanticCustomError("value_error", DRA_TIME_SLICING), loc=("via",), input=self.via.value)])
-        return self
 
     @property
     def time_slicing_replicas(self) -> int:

@@ -28,8 +28,8 @@ METRIC_DRIVEN = frozenset({PolicyKind.SHARING, PolicyKind.SCALE_TO_ZERO})
 
 def metric_driven(policy: GpuPolicy) -> bool:
     """Whether the policy acts on GPU metrics: sharing (right-sizing from measured peaks) and scale to zero. A
-    `via: DRA` sharing policy does not: its pods claim by declared memory only, and right-sizing writes
-    device-plugin resources its rewrite never reads (docs/designs/dra.md)."""
+    `via: DRA` sharing policy does not: its pods claim by declared memory (MIG) or a share of a claim
+    (TimeSlicing), and right-sizing writes device-plugin resources its rewrite never reads (docs/designs/dra.md)."""
     sharing = policy.spec.sharing
     return policy.spec.kind in METRIC_DRIVEN and not (sharing is not None and sharing.via is SharingVia.DRA)
 

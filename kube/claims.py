@@ -1,5 +1,5 @@
-"""DRA's API (resource.k8s.io/v1): whether it is served, and the ResourceClaimTemplate verbs the controller's
-claim-template reconciler needs."""
+"""DRA's API (resource.k8s.io/v1): whether it is served, and the ResourceClaimTemplate and ResourceClaim verbs
+the controller's claim-template reconciler needs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,10 @@ from kubernetes.client.exceptions import ApiException
 from kube import rest
 
 DRA_API = "/apis/resource.k8s.io/v1"
-_PATH = DRA_API + "/namespaces/{namespace}/resourceclaimtemplates"
+
+
+def _path(namespace: str, plural: str) -> str:
+    return f"{DRA_API}/namespaces/{namespace}/{plural}"
 
 
 def serves_dra(api: client.ApiClient) -> bool:
@@ -27,10 +30,11 @@ def serves_dra(api: client.ApiClient) -> bool:
     return True
 
 
-def get_template(api: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
-    """The template, or None when there is none of that name."""
+def get_template(api: client.ApiClient, namespace: str, name: str,
+                 plural: str = "resourceclaimtemplates") -> dict[str, Any] | None:
+    """The template (`plural` resourceclaims: the claim), or None when there is none of that name."""
     try:
-        return rest.call(api, "GET", f"{_PATH.format(namespace=namespace)}/{name}")
+        return rest.call(api, "GET", f"{_path(namespace, plural)}/{name}")
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -38,9 +42,10 @@ def get_template(api: client.ApiClient, namespace: str, name: str) -> dict[str, 
 
 
 def create_template(api: client.ApiClient, body: Mapping[str, Any]) -> dict[str, Any] | None:
-    """Create it; None when one of that name appeared meanwhile (409)."""
+    """Create it (a ResourceClaimTemplate or a ResourceClaim); None when one of that name appeared meanwhile (409)."""
+    plural = "resourceclaims" if body.get("kind") == "ResourceClaim" else "resourceclaimtemplates"
     try:
-        return rest.call(api, "POST", _PATH.format(namespace=body["metadata"]["namespace"]), body=dict(body))
+        return rest.call(api, "POST", _path(body["metadata"]["namespace"], plural), body=dict(body))
     except ApiException as exc:
         if exc.status == 409:
             return None

@@ -26,6 +26,7 @@ import gc
 import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from typing import Any, Protocol
 
 from gpupolicy.admission.shape import NAMESPACE, NODE, POLICY, Spec, check
@@ -34,6 +35,7 @@ from gpupolicy.model import GROUP, PLURAL, VERSION, Mode
 from kube import rest
 from kube.ignored import IgnoredObjects
 from kube.reflector import Reflector, custom_objects_lister, object_key
+from kube.shares import SharedClaimPods
 from kube.trim import node_fields
 
 log = logging.getLogger(__name__)
@@ -45,6 +47,8 @@ class ViewSource(Protocol):
     def current(self) -> ClusterView: ...
 
     def ready(self) -> bool: ...
+
+    def note_share(self, namespace: str, claim: str) -> None: ...
 
 
 class StaticView:
@@ -59,6 +63,9 @@ class StaticView:
     def ready(self) -> bool:
         return True
 
+    def note_share(self, namespace: str, claim: str) -> None:
+        """Nothing: a fixed view counts no shared-claim pods."""
+
 
 class WatchedView:
     """A view from Reflectors on GpuPolicies, Namespaces (and Nodes, `with_nodes`); rebuilt, at the next
@@ -68,7 +75,7 @@ class WatchedView:
                  own_namespace: str = DEFAULT_NAMESPACE, with_nodes: bool = False,
                  feeds: Sequence[Reflector] = (), watch_timeout: int = 300,
                  metrics_configured: bool = False, route_cpu_pods: bool = True,
-                 ignored: IgnoredObjects | None = None) -> None:
+                 ignored: IgnoredObjects | None = None, with_shares: bool = False) -> None:
         self.ignored = ignored or IgnoredObjects()  # objects left out of the view, said once (module doc)
         self._unreadable: dict[str, set[str]] = {"Namespace": set(), "Node": set()}  # keys failing the shape
         self._default_mode = default_mode
@@ -91,7 +98,12 @@ class WatchedView:
         # name, labels, spec or allocatable changed, never of a kubelet's status heartbeat
         self.nodes = (Reflector(rest.lister(api_client, "/api/v1/nodes"), on_change=self._checking("Node", NODE),
                                 transform=node_fields, name="nodes", timeout_seconds=t) if with_nodes else None)
-        own = (self.policies, self.namespaces) + ((self.nodes,) if self.nodes is not None else ())
+        # the webhook's pods per shared claim (kube/shares.py): a change rebuilds the view, as a node's does
+        # (its events and the webhook's admissions only recount: the view is copied with the new counts)
+        self._recount = False
+        self.shares = SharedClaimPods(api_client, self._counts_changed, timeout_seconds=t) if with_shares else None
+        own = ((self.policies, self.namespaces) + ((self.nodes,) if self.nodes is not None else ())
+               + ((self.shares.reflector,) if self.shares is not None else ()))
         self._reflectors: tuple[Reflector, ...] = own + tuple(feeds)
 
     def start(self, *, freeze_after_sync: bool = False) -> WatchedView:
@@ -124,6 +136,15 @@ class WatchedView:
 
     def _changed(self, _event: str, _obj: dict[str, Any]) -> None:
         self._dirty = True
+
+    def _counts_changed(self, _event: str, _obj: dict[str, Any]) -> None:
+        self._recount = True
+
+    def note_share(self, namespace: str, claim: str) -> None:
+        """A pod just admitted naming a shared claim: counted from the next view on (kube/shares.py)."""
+        if self.shares is not None:
+            self.shares.note(namespace, claim)
+            self._recount = True
 
     def _checking(self, kind: str, spec: Spec) -> Callable[[str, dict[str, Any]], None]:
         """An on_change that checks each event's object against the shape the view reads: one that fails is
@@ -159,11 +180,14 @@ class WatchedView:
         return readable, problems
 
     def current(self) -> ClusterView:
-        if not self._dirty:
+        if not self._dirty and not self._recount:
             return self._view
         with self._lock:
+            if self._recount and not self._dirty and self.shares is not None:
+                self._recount = False  # only the counts changed: the same view with new counts, nothing re-read
+                self._view = replace(self._view, shared_claim_pods=self.shares.counts())
             if self._dirty:
-                self._dirty = False  # cleared first: an event during the rebuild marks it again
+                self._dirty = self._recount = False  # cleared first: an event during the rebuild marks it again
                 self.rebuilds += 1
                 nodes = self._readable("Node", self.nodes.snapshot()) if self.nodes is not None else ()
                 policies, problems = self._policies()
@@ -171,6 +195,8 @@ class WatchedView:
                     policies, self._readable("Namespace", self.namespaces.snapshot()), nodes,
                     default_mode=self._default_mode, own_namespace=self._own_namespace,
                     metrics_configured=self._metrics_configured, route_cpu_pods=self._route_cpu_pods)
+                if self.shares is not None:
+                    self._view = replace(self._view, shared_claim_pods=self.shares.counts())
                 self.ignored.only("GpuPolicy", {**problems,
                                                 **{name: ("invalid-policy", error) for name, error in invalid}})
             return self._view

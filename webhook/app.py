@@ -39,6 +39,7 @@ from gpupolicy.admission.replicas import decision_input
 from gpupolicy.admission.shape import dry_run_body_error, pod_shape_error, template_shape_error
 from gpupolicy.admission.validation import check_policy, hub_edit_warning, kind_label_patch
 from gpupolicy.cluster import ClusterView
+from gpupolicy.dra import SHARED_CLAIM_LABEL
 from gpupolicy.model import GROUP, KIND
 from kube.ignored import IgnoredObjects
 from kube.views import ViewSource
@@ -76,6 +77,7 @@ class PodAnswer(NamedTuple):
     warnings: tuple[str, ...]
     message: str
     counts: tuple[Any, ...]  # the decision counters to increment per request (WebhookMetrics.children)
+    share: str = ""  # the shared ResourceClaim the patch names (kube/shares.py counts it), or none
 
 
 def create_app(source: ViewSource, registry: CollectorRegistry | None = None,
@@ -140,7 +142,10 @@ class WebhookHandlers:
         """A pod CREATE: the core's patch; a GpuPolicy: its kind label; anything else: allowed as is."""
         obj = review.object
         if _is_pod(review) and review.operation == "CREATE":
-            return self._answer(review, self._pod_result("/mutate", review, mutate_pod))
+            answer = self._pod_result("/mutate", review, mutate_pod)
+            if answer.share and not review.dry_run:  # counted from the next view on: a burst fills a claim
+                self.source.note_share(review.namespace or "", answer.share)
+            return self._answer(review, answer)
         if _is_policy(review) and review.operation in ("CREATE", "UPDATE") and isinstance(obj, dict):
             return response(review, patch=encode_patch(kind_label_patch(obj)))
         return response(review)
@@ -210,10 +215,18 @@ class WebhookHandlers:
                 raise ReviewError(shape)
             result = decide(review.object, view, review.namespace)
             return PodAnswer(result.allowed, encode_patch(result.patch), tuple(result.warnings), result.message,
-                             metrics.children(result.decisions))
+                             metrics.children(result.decisions), added_share(review.object, result.object))
 
         return self.memo.result(view, (path, review.namespace),
                                 decision_input(review.object, review.namespace, view), build)
+
+
+def added_share(before: Any, after: Any) -> str:
+    """The shared claim the core's patch gave the pod (its `gpu.kubeon.io/shared-claim` label), or ""."""
+    def claim(pod: Any) -> str:
+        labels = ((pod.get("metadata") or {}).get("labels") or {}) if isinstance(pod, dict) else {}
+        return str(labels.get(SHARED_CLAIM_LABEL) or "") if isinstance(labels, dict) else ""
+    return claim(after) if claim(after) != claim(before) else ""
 
 
 def _is_pod(review: Review) -> bool:

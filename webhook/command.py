@@ -114,7 +114,7 @@ def make_app_factory(args: argparse.Namespace, static: ClusterView) -> Any:
             from kube.config import load_api_client
 
             watched = WatchedView(load_api_client(args.kubeconfig), default_mode=Mode(args.default_mode),
-                                  own_namespace=args.namespace, with_nodes=True,
+                                  own_namespace=args.namespace, with_nodes=True, with_shares=True,
                                   metrics_configured=bool(args.prometheus_url),
                                   route_cpu_pods=routes_cpu_pods(args)).start(freeze_after_sync=True)
             source, ignored = watched, watched.ignored

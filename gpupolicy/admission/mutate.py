@@ -30,13 +30,15 @@ from gpupolicy.admission.rewrite import (
     would_add_tolerations,
     would_set_scheduler,
 )
+from gpupolicy.admission.sharedclaims import plan_share
 from gpupolicy.admission.writes import PodWrites
 from gpupolicy.catalog import GPU_RESOURCE, SHARED_GPU_RESOURCE, WANTED_RESOURCE_ANNOTATION
 from gpupolicy.cluster import ClusterView
+from gpupolicy.dra import SHARED_CLAIM_LABEL
 from gpupolicy.k8s.owners import is_approved, pod_owner
 from gpupolicy.k8s.taints import GPU_TAINT, tolerates
 from gpupolicy.matching import winning_policies
-from gpupolicy.model import GpuPolicy, Mode, PolicyKind, SharingVia
+from gpupolicy.model import GpuPolicy, Mode, PolicyKind, SharingStrategy, SharingVia
 from gpupolicy.proposals import applied_resource
 
 WARNING_LIMIT = 120
@@ -196,9 +198,12 @@ def _enforced_type_fit(winners: Mapping[PolicyKind, GpuPolicy], view: ClusterVie
 def _apply_sharing_policy(
     policy: GpuPolicy, mode: Mode, owner: str, writes: PodWrites, view: ClusterView,
     warnings: list[str], rewritten: dict[str, Any], type_fit_models: frozenset[str] | None, scan: GpuScan,
+    namespace: str,
 ) -> Decision:
     sharing = policy.spec.sharing
     assert sharing is not None
+    if sharing.via is SharingVia.DRA and sharing.strategy is SharingStrategy.TIME_SLICING:
+        return _apply_share_policy(policy, mode, owner, writes, view, warnings, rewritten, scan, namespace)
     if sharing.via is SharingVia.DRA:
         return _apply_claim_policy(policy, mode, owner, writes, view, warnings, rewritten, type_fit_models, scan)
     right_sized = applied_resource(policy.status.proposals, owner) if policy.status else None
@@ -243,6 +248,30 @@ def _apply_claim_policy(
     writes.tolerate([resource_toleration(GPU_RESOURCE)])
     writes.annotate({TEMPLATE_ANNOTATION: ",".join(names)})
     return Decision(policy.name, mode, Action.USE_CLAIM, True, f"{what}: {plan.detail}")
+
+
+def _apply_share_policy(
+    policy: GpuPolicy, mode: Mode, owner: str, writes: PodWrites, view: ClusterView,
+    warnings: list[str], rewritten: dict[str, Any], scan: GpuScan, namespace: str,
+) -> Decision:
+    """A TimeSlicing `via: DRA` policy: the pod's GPU is a share of one ResourceClaim several pods name
+    (docs/designs/dra.md, "Time-slicing through one shared claim")."""
+    assert policy.spec.sharing is not None
+    plan = plan_share(writes.pod, policy.name, policy.spec.sharing.time_slicing_replicas, scan, view, namespace)
+    if not plan.claim:
+        if plan.warning:
+            warnings.append(short_warning(f"kubeon-gpu {policy.name}: {plan.warning}"))
+        return Decision(policy.name, mode, Action.SKIP, False, plan.skip_reason)
+    what = f"share a GPU through ResourceClaim {plan.claim}"
+    if not may_apply(policy, mode, owner):
+        warnings.append(_not_applied_warning(policy, mode, owner, f"use ResourceClaim {plan.claim}"))
+        why = "Recommend mode" if mode == Mode.RECOMMEND else f"{owner} is not in approvals"
+        return Decision(policy.name, mode, Action.USE_CLAIM, False, f"{what}; not applied ({why})")
+    rewritten.update(writes.claim_through({plan.container: plan.claim}, POD_CLAIM_PREFIX, "resourceClaimName"))
+    writes.tolerate([resource_toleration(GPU_RESOURCE)])
+    writes.label({SHARED_CLAIM_LABEL: plan.claim})
+    return Decision(policy.name, mode, Action.USE_CLAIM, True,
+                    f"{what} (at most {policy.spec.sharing.time_slicing_replicas} pods each)")
 
 
 def _tolerations(policy: GpuPolicy, view: ClusterView) -> list[dict[str, Any]]:
@@ -309,7 +338,7 @@ def mutate_pod(
         quiet = route_only  # a CPU-only pod's author has nothing to act on; the decision still says it
         if kind == PolicyKind.SHARING and not route_only:
             decision = _apply_sharing_policy(policy, mode, owner, writes, view, warnings, rewritten,
-                                             _enforced_type_fit(winners, view, owner), scan)
+                                             _enforced_type_fit(winners, view, owner), scan, ns)
             decisions.append(decision)
             quiet = not decision.applied and decision.action != Action.SKIP
             if decision.applied:

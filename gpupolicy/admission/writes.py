@@ -98,6 +98,15 @@ class PodWrites:
         for key, value in values.items():
             self._put(annotations, key, value, "/metadata/annotations")
 
+    def label(self, values: Mapping[str, str]) -> None:
+        """Set metadata.labels[key] for each of `values`."""
+        metadata = self._level("metadata")
+        labels = metadata.get("labels")
+        if not isinstance(labels, dict):
+            labels = self._make(metadata, "labels", "/metadata", {})
+        for key, value in values.items():
+            self._put(labels, key, value, "/metadata/labels")
+
     def select_nodes(self, selector: Mapping[str, str]) -> None:
         """Add `selector`'s labels to spec.nodeSelector (the pod's own labels kept, ours win)."""
         spec = self._level("spec")
@@ -146,7 +155,8 @@ class PodWrites:
             resources[section] = rebuilt
         return before
 
-    def claim_through(self, templates: Mapping[str, str], claim_prefix: str) -> dict[str, dict[str, dict[str, str]]]:
+    def claim_through(self, templates: Mapping[str, str], claim_prefix: str,
+                      source: str = "resourceClaimTemplateName") -> dict[str, dict[str, dict[str, str]]]:
         """Claim each named container's GPUs through a ResourceClaimTemplate (container name -> template):
         a `spec.resourceClaims` entry `<claim_prefix><i>` per container, named in its `resources.claims`, and
         its `nvidia.com/gpu` request and limit removed. Returns the original GPU resources per container."""
@@ -160,7 +170,7 @@ class PodWrites:
                 if name not in templates:
                     continue
                 claim = f"{claim_prefix}{len(entries)}"
-                entries.append({"name": claim, "resourceClaimTemplateName": templates[name]})
+                entries.append({"name": claim, source: templates[name]})
                 original[name] = self._claim_in(container, claim, f"/spec/{list_key}/{index}/resources")
         self._make(spec, "resourceClaims", "/spec", entries)
         return original

@@ -84,7 +84,7 @@ CASES = {
     "restart-without-namespaces": (_spec(sharing={"strategy": "MIG", "rollout": "Restart"}), "rollout Restart"),
     "restart-with-namespaces": (_spec(sharing={"strategy": "MIG", "rollout": "Restart"},
                                       selector={"namespaces": ["a"]}), None),
-    "time-slicing-via-dra": (_spec(sharing={"strategy": "TimeSlicing", "via": "DRA"}), "via DRA serves MIG only"),
+    "time-slicing-via-dra": (_spec(sharing={"strategy": "TimeSlicing", "via": "DRA"}), None),
     "mig-via-dra": (_spec(sharing={"strategy": "MIG", "via": "DRA"}), None),
     "autoscale-max-below-min": (_spec(sharing=None, scaleToZero={"namespaces": ["a"], "autoscale": {
         "targetUtilizationPercent": 50, "min": 3, "max": 2}}), "max must be >= min"),

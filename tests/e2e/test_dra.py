@@ -1,4 +1,5 @@
-"""GPU requests through DRA (issue 42, docs/designs/dra.md): unchanged `nvidia.com/gpu` pods claim MIG devices.
+"""GPU requests through DRA (issue 42, docs/designs/dra.md): unchanged `nvidia.com/gpu` pods claim MIG devices,
+or a time-sliced share of one GPU through a ResourceClaim several pods name.
 
 Real: kubectl, kube-apiserver v1.35 calling the chart's webhook, the chart's controller (its
 claim-templates reconciler creating ResourceClaimTemplates as its ServiceAccount), kube-controller-manager's
@@ -185,8 +186,91 @@ def test_bad_input_is_left_alone_with_the_reason(kube_cluster: Cluster, namespac
 
     unknown = kubectl_create(cluster, dra_policy("dra-unknown", namespace, migProfile="9g.999gb"), check=False)
     assert unknown.returncode != 0 and "spec.sharing.migProfile" in unknown.stderr, unknown.stderr
-    shared = dra_policy("dra-ts", namespace)
-    shared["spec"]["sharing"] = {"strategy": "TimeSlicing", "via": "DRA"}
-    refused = kubectl_create(cluster, shared, check=False)
-    assert refused.returncode != 0 and "spec.sharing.via" in refused.stderr, refused.stderr
     cluster.kubectl("delete", "gpupolicy", "dra-bad")
+
+
+def ts_policy(name: str, namespace: str, mode: str = "Automatic", replicas: int = 2) -> dict[str, Any]:
+    policy = dra_policy(name, namespace, mode)
+    policy["spec"]["sharing"] = {"strategy": "TimeSlicing", "replicas": replicas, "via": "DRA", "gpuModels": [H200]}
+    return policy
+
+
+def named_claim(cluster: Cluster, name: str, namespace: str) -> str:
+    pod = get(cluster, "pod", name, namespace)
+    assert pod is not None
+    return str(pod["spec"]["resourceClaims"][0]["resourceClaimName"])
+
+
+def claims(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
+    out = cluster.kubectl("get", "resourceclaims", "-n", namespace, "-o", "json").stdout
+    return list(yaml.safe_load(out)["items"])
+
+
+def test_time_sliced_pods_share_one_claim_and_the_next_gets_another(kube_cluster: Cluster, namespace: str) -> None:
+    cluster = kube_cluster
+    nodes = [f"{namespace}-h200-{i}"[-63:] for i in range(2)]
+    for node in nodes:
+        cluster.create(make_node(node, None, labels=in_group(namespace), taints=[GPU_TAINT]))
+    publish_slices(cluster, [resource_slice(node, H200, 1) for node in nodes])
+    cluster.wait_nodes_settled(*nodes)
+    policy = f"{namespace}-ts"
+    kubectl_create(cluster, ts_policy(policy, namespace))
+    wait_for_policy(cluster, policy, gpu_pod("probe", namespace, memory=None))
+
+    for name in ("a", "b", "c"):
+        created = kubectl_create(cluster, gpu_pod(name, namespace, memory=None))
+        assert "Warning:" not in created.stderr, created.stderr
+    first, second = f"kubeon-ts-{policy}-0", f"kubeon-ts-{policy}-1"
+    assert [named_claim(cluster, n, namespace) for n in ("a", "b", "c")] == [first, first, second]
+    running = cluster.wait_for(lambda: (lambda pods: pods if len(pods) == 3 else None)(
+        [p for n in ("a", "b", "c") for p in cluster.pods(namespace, f"app={n}", ready=True)]),
+        timeout=90, message="the three pods Running")
+    a, b, c = running
+    assert "nvidia.com/gpu" not in (a["spec"]["containers"][0]["resources"].get("limits") or {})
+    assert a["spec"]["nodeName"] == b["spec"]["nodeName"] != c["spec"]["nodeName"]  # one GPU per node
+    shared = get(cluster, "resourceclaim", first, namespace)
+    assert shared is not None
+    assert len(shared["status"]["allocation"]["devices"]["results"]) == 1  # allocated once, for both pods
+    assert sorted(r["name"] for r in shared["status"]["reservedFor"]) == ["a", "b"]
+    assert shared["metadata"]["labels"]["gpu.kubeon.io/managed-by"] == "kubeon-gpu-optimizer"
+    assert [r["name"] for r in shared["metadata"]["ownerReferences"]] == [policy]
+    writes = [e for e in cluster.plane.audit_events(CONTROLLER)
+              if (e.get("objectRef") or {}).get("resource") == "resourceclaims" and e.get("verb") == "create"
+              and (e.get("objectRef") or {}).get("namespace") == namespace]
+    assert len(writes) == 2  # by the controller, as its ServiceAccount
+
+    cluster.kubectl("delete", "gpupolicy", policy)
+    cluster.kubectl("delete", "pod", "a", "b", "c", "-n", namespace, "--wait=true")
+    cluster.wait_for(lambda: claims(cluster, namespace) == [], timeout=60,
+                     message="the garbage collector deleting the shared claims with their policy")
+
+
+def test_time_slicing_recommend_warns_and_writes_nothing(kube_cluster: Cluster, namespace: str) -> None:
+    cluster = kube_cluster
+    kubectl_create(cluster, ts_policy("ts-rec", namespace, "Recommend"))
+    wait_for_policy(cluster, "ts-rec", gpu_pod("probe", namespace, memory=None))
+    created = kubectl_create(cluster, gpu_pod("llm", namespace, memory=None))
+    assert "Warning: kubeon-gpu ts-rec (Recommend): would use ResourceClaim kubeon-ts-ts-rec-0" in created.stderr, \
+        created.stderr
+    pod = get(cluster, "pod", "llm", namespace)
+    assert pod is not None and "resourceClaims" not in pod["spec"]
+    assert "gpu.kubeon.io/shared-claim" not in pod["metadata"].get("labels", {})
+    time.sleep(12)  # more than two passes of the claim-templates reconciler (every 5 s)
+    assert claims(cluster, namespace) == []
+    cluster.kubectl("delete", "gpupolicy", "ts-rec")
+
+
+def test_time_slicing_bad_input_is_named(kube_cluster: Cluster, namespace: str) -> None:
+    cluster = kube_cluster
+    kubectl_create(cluster, ts_policy("ts-bad", namespace))
+    wait_for_policy(cluster, "ts-bad", gpu_pod("probe", namespace, memory=None))
+    two = gpu_pod("two", namespace, memory=None)
+    two["spec"]["containers"][0]["resources"] = {"limits": {"nvidia.com/gpu": "2"}}
+    created = kubectl_create(cluster, two)
+    assert "Warning: kubeon-gpu ts-bad: pod left unchanged: a time-sliced share is one GPU for one container" \
+        in created.stderr, created.stderr
+    pod = get(cluster, "pod", "two", namespace)
+    assert pod is not None and pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == "2"
+    one = kubectl_create(cluster, ts_policy("ts-one", namespace, replicas=1), check=False)
+    assert one.returncode != 0 and "spec.sharing.replicas" in one.stderr, one.stderr
+    cluster.kubectl("delete", "gpupolicy", "ts-bad")

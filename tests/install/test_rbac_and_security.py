@@ -50,9 +50,10 @@ DELEGATION = {
     ("rbac.authorization.k8s.io", "rolebindings", "delete", "kubeon-gpu-optimizer-scaler"),
 }
 
-# Named addition 5 (docs/install.md): the ResourceClaimTemplates `via: DRA` policies' pods name (get, create),
-# and the ResourceSlices capacity counts devices in (list, watch).
-CLAIM_TEMPLATES = ({("resource.k8s.io", "resourceclaimtemplates", verb, "*") for verb in ("get", "create")}
+# Named addition 5 (docs/install.md): the ResourceClaimTemplates and shared ResourceClaims `via: DRA` policies'
+# pods name (get, create), and the ResourceSlices capacity counts devices in (list, watch).
+CLAIM_TEMPLATES = ({("resource.k8s.io", plural, verb, "*") for verb in ("get", "create")
+                    for plural in ("resourceclaimtemplates", "resourceclaims")}
                    | {("resource.k8s.io", "resourceslices", verb, "*") for verb in ("list", "watch")})
 
 
@@ -159,7 +160,8 @@ def test_webhook_and_extender_read_what_they_cache_and_the_extender_binds(docs: 
     webhook = {"kind": "ServiceAccount", "name": "kubeon-gpu-optimizer-webhook", "namespace": NAMESPACE}
     extender = {"kind": "ServiceAccount", "name": "kubeon-gpu-optimizer-extender", "namespace": NAMESPACE}
     assert set().union(*(rule_triples(r["rules"]) for _, r in _roles_bound_to(docs, webhook))) == (
-        _expand(["gpu.kubeon.io"], ["gpupolicies"], read) | _expand([""], ["namespaces", "nodes"], read))
+        _expand(["gpu.kubeon.io"], ["gpupolicies"], read) | _expand([""], ["namespaces", "nodes"], read)
+        | _expand([""], ["pods"], ("list", "watch")))  # pods per shared claim (a label-selected watch)
     assert set().union(*(rule_triples(r["rules"]) for _, r in _roles_bound_to(docs, extender))) == (
         _expand([""], ["nodes", "pods", "namespaces"], read) | _expand(["gpu.kubeon.io"], ["gpupolicies"], read)
         | _expand(["resource.k8s.io"], ["resourceslices", "resourceclaims"], read)  # DRA devices and allocations
