@@ -206,13 +206,19 @@ def claims(cluster: Cluster, namespace: str) -> list[dict[str, Any]]:
     return list(yaml.safe_load(out)["items"])
 
 
-def test_time_sliced_pods_share_one_claim_and_the_next_gets_another(kube_cluster: Cluster, namespace: str) -> None:
-    cluster = kube_cluster
-    nodes = [f"{namespace}-h200-{i}"[-63:] for i in range(2)]
+def h200_nodes(cluster: Cluster, namespace: str, count: int = 2) -> list[str]:
+    """`count` KWOK nodes of the test's group, each with one whole H200 in its driver's slice, settled."""
+    nodes = [f"{namespace}-h200-{i}"[-63:] for i in range(count)]
     for node in nodes:
         cluster.create(make_node(node, None, labels=in_group(namespace), taints=[GPU_TAINT]))
     publish_slices(cluster, [resource_slice(node, H200, 1) for node in nodes])
     cluster.wait_nodes_settled(*nodes)
+    return nodes
+
+
+def test_time_sliced_pods_share_one_claim_and_the_next_gets_another(kube_cluster: Cluster, namespace: str) -> None:
+    cluster = kube_cluster
+    h200_nodes(cluster, namespace)
     policy = f"{namespace}-ts"
     kubectl_create(cluster, ts_policy(policy, namespace))
     wait_for_policy(cluster, policy, gpu_pod("probe", namespace, memory=None))

@@ -17,11 +17,9 @@ from gpupolicy.admission.sharedclaims import shared_claim
 from gpupolicy.catalog import DEFAULT_CATALOG
 from gpupolicy.model import SharingSpec
 from tests.cluster.cluster import Cluster
-from tests.cluster.dra_driver import publish as publish_slices
-from tests.cluster.dra_driver import resource_slice
-from tests.cluster.objects import make_node, make_pod
+from tests.cluster.objects import make_pod
 from tests.e2e.conftest import in_group
-from tests.e2e.test_dra import GPU_TAINT, H200, get, kubectl_create
+from tests.e2e.test_dra import GPU_TAINT, H200, get, h200_nodes, kubectl_create
 
 CLUSTER: dict[str, Any] = {}  # the control plane alone: nothing of ours acts on these pods yet
 CLAIM = "kubeon-ts-llm-0"
@@ -37,11 +35,7 @@ def share(name: str, namespace: str) -> dict[str, Any]:
 
 def test_pods_naming_the_shared_claim_share_one_device_on_one_node(kube_cluster: Cluster, namespace: str) -> None:
     cluster = kube_cluster
-    nodes = [f"{namespace}-h200-{i}"[-63:] for i in range(2)]
-    for node in nodes:
-        cluster.create(make_node(node, None, labels=in_group(namespace), taints=[GPU_TAINT]))
-    publish_slices(cluster, [resource_slice(node, H200, 1) for node in nodes])
-    cluster.wait_nodes_settled(*nodes)
+    nodes = h200_nodes(cluster, namespace)
     sharing = SharingSpec.model_validate({"strategy": "TimeSlicing", "replicas": 2, "gpuModels": [H200]})
     kubectl_create(cluster, shared_claim(CLAIM, namespace, sharing, DEFAULT_CATALOG, "llm"))
 
