@@ -123,7 +123,7 @@ def shared_pod(world: World, name: str, policy: str, claim: str) -> dict[str, An
 def test_a_burst_on_one_shared_claim_gets_one_gpu_and_its_pods_share_it(
         make_world: Any, dra: Callable[[World], DraDriver]) -> None:  # noqa: F811 (the fixture imported above)
     """Four pods of one shared claim (replicas 4) ask for one GPU, not four: one NodeClaim of the 1-GPU L4
-    type (g6.xlarge; four GPUs would take another type), the driver publishes its GPU, and the four pods
+    type (g6.xlarge; counted per pod, four such NodeClaims), the driver publishes its GPU, and the four pods
     run there on the claim's one device."""
     world = make_world()
     sharing = sharing_policy("ts", "TimeSlicing", via="DRA", replicas=4, gpuModels=[L4])
