@@ -260,6 +260,8 @@ def shared_claim_takers(pods: Iterable[Obj]) -> set[str]:
             continue
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
+        if meta.get("deletionTimestamp") and not spec.get("nodeName"):
+            continue  # never to run: another pending pod of its claim asks for the GPU
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
         for claim in shared_claims(pod):
             (bound if spec.get("nodeName") else pending).setdefault(claim, key)
