@@ -36,7 +36,14 @@ from cli.sources import (
     scan,
 )
 from cli.writers import FORMATS, Writer
-from gpupolicy.admission.dryrun import CLAIM_TEMPLATE_NOTE, SUPPORTED_KINDS, DryRunError, claim_templates, dry_run
+from gpupolicy.admission.dryrun import (
+    CLAIM_TEMPLATE_NOTE,
+    SHARED_CLAIM_NOTE,
+    SUPPORTED_KINDS,
+    DryRunError,
+    claim_templates,
+    dry_run,
+)
 from gpupolicy.admission.mutate import AdmissionResult
 from gpupolicy.admission.shape import object_shape_error
 from gpupolicy.admission.validation import check_policy
@@ -58,7 +65,8 @@ name, yaml): the KEDA ScaledObject the controller offers as a recommendation whi
 an entry whose policies are enforced below the mode they request (sharing and scaleToZero stay Recommend
 without --metrics) gets enforcedBelowRequested (policy, requested, enforced, reason with the flag that
 changes it), which -o text puts on the entry's first line. A pod a `via: DRA` sharing policy rewrites is
-followed by an entry for each ResourceClaimTemplate it names (object: the template the controller creates).
+followed by an entry for each ResourceClaimTemplate or shared ResourceClaim (TimeSlicing) it names (object:
+what the controller creates).
   json:  a JSON list          yaml: a YAML stream, one document per entry, no anchors
   jsonl: one entry per line   text: a readable summary (the default with --example)
 Documents of other kinds ({", ".join(("Service", "ConfigMap", "..."))}) are skipped with a note on stderr.
@@ -309,19 +317,21 @@ def _isatty(stream: TextIO) -> bool:
 
 
 def _write_templates(obj: Any, result: AdmissionResult, view: ClusterView, writer: Writer,
-                     shown: set[tuple[str, str]]) -> None:
-    """Each ResourceClaimTemplate a rewritten object names, once per namespace and name, as its own entry."""
+                     shown: set[tuple[str, str, str]]) -> None:
+    """Each ResourceClaimTemplate or shared ResourceClaim a rewritten object names, once per kind, namespace and
+    name, as its own entry."""
     for template in claim_templates(obj, result, view):
-        key = (template["metadata"]["namespace"], template["metadata"]["name"])
+        key = (template["kind"], template["metadata"]["namespace"], template["metadata"]["name"])
         if key not in shown:
             shown.add(key)
-            writer.write(template, AdmissionResult(object=template, note=CLAIM_TEMPLATE_NOTE))
+            note = SHARED_CLAIM_NOTE if template["kind"] == "ResourceClaim" else CLAIM_TEMPLATE_NOTE
+            writer.write(template, AdmissionResult(object=template, note=note))
 
 
 def _evaluate_all(sources: list[tuple[Source, Scan]], view: ClusterView, writer: Writer, report: Report,
                   server_address: str = UNSET_SERVER) -> int:
     evaluated = 0
-    shown: set[tuple[str, str]] = set()  # ResourceClaimTemplates written: each once
+    shown: set[tuple[str, str, str]] = set()  # claim templates and shared claims written: each once
     err = report.err
     # A bar on a terminal's stderr while the answers go elsewhere (a file, a pipe); on a terminal the
     # answers themselves show progress, and a bar would be torn by them.

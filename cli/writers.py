@@ -225,8 +225,9 @@ def render_entry(obj: Mapping[str, Any], result: AdmissionResult, scaled_objects
         if len(value) > 90:
             value = value[:87] + "..."
         lines.append(f"    {op['op']:7} {op['path']}{value}")
-    if obj.get("kind") == "ResourceClaimTemplate":  # the dry-run's entry for a template a rewritten pod names
-        for request in obj["spec"]["spec"]["devices"]["requests"]:
+    if obj.get("kind") in ("ResourceClaimTemplate", "ResourceClaim"):  # the dry-run's entry for a claim a pod names
+        spec = obj["spec"]["spec"] if obj["kind"] == "ResourceClaimTemplate" else obj["spec"]
+        for request in spec["devices"]["requests"]:
             exactly = request["exactly"]
             lines.append(f"    request {request['name']}: {exactly['count']} x {exactly['deviceClassName']}")
             lines.extend(f"      where {s['cel']['expression']}" for s in exactly.get("selectors") or ())

@@ -287,6 +287,13 @@ class ClusterCache:
                 self._claims_on.setdefault(node, {})[key] = entry[1]
                 self._dirty_nodes.add(node)
 
+    def claim_allocated(self, key: str) -> bool:
+        """Whether the claim `namespace/name` is allocated: a pending pod naming a shared claim so allocated
+        asks for no GPU (kube-scheduler's DynamicResources filter keeps it on the claim's node; the claim's
+        allocation holds the GPU here)."""
+        with self.lock:
+            return key in self._claims
+
     def _forget(self, key: str) -> None:
         old = self._pods.pop(key, None)
         if old is not None:

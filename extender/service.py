@@ -177,7 +177,7 @@ class ExtenderService:
         last = self._last_pod
         if last is not None and last[0] is pod:
             return last[1]
-        request = PodRequest.parse(pod)  # ObjectError names the field
+        request = PodRequest.parse(pod, self.cache.claim_allocated)  # ObjectError names the field
         self._last_pod = (pod, request)
         return request
 

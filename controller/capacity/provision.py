@@ -4,6 +4,9 @@ Pods claiming their GPU through one of our ResourceClaimTemplates (`sharing.via:
 for the devices the template names (`gpupolicy.packing.dradevices`), and nodes whose DRA driver publishes
 ResourceSlices offer the devices listed there: the launch is the same NodeClaim booting the MIG layout,
 whose devices the driver then publishes (Karpenter cannot provision for claims: karpenter #1231, #3228).
+Pods naming a shared claim (`kubeon-ts-<policy>-<i>`, time-slicing through DRA) ask for one whole GPU per
+claim not yet allocated, once for all its pods; a claim already allocated pins its pods to its node
+(`dradevices.shared_claim_takers`). A claim-based pod's whole GPU is ours to launch for, `wholeGpus` or not.
 
 Whole-GPU pods are Karpenter's own (it provisions them from the NodePool)
 unless the policy says `wholeGpus: Optimizer` (the NodePool's limits then
@@ -54,6 +57,7 @@ from gpupolicy.model import (
     WholeGpus,
 )
 from gpupolicy.model import ProposalState as State
+from gpupolicy.packing.dradevices import is_claim_based
 from gpupolicy.packing.nodemodel import NodeState
 from gpupolicy.proposals import TargetRef, make_proposal
 from kube import karpenter as kk
@@ -143,7 +147,7 @@ def unserved(p: Pass, claims: list[CapacityNode], whole: bool) -> list[tuple[str
             continue
         demand = read_demand([pod], sharing, DEFAULT_CATALOG)
         if demand and (is_shared_resource(demand[0].resource) or
-                       (whole and demand[0].resource == GPU_RESOURCE)):
+                       ((whole or is_claim_based(pod)) and demand[0].resource == GPU_RESOURCE)):
             found.append((pod_key(pod), demand[0].resource))
     return found
 

@@ -24,9 +24,11 @@ from gpupolicy.admission.mutate import Action, AdmissionResult, mutate_pod, out_
 from gpupolicy.admission.patch import diff
 from gpupolicy.admission.rewrite import CONTAINER_LISTS, is_gpu_resource
 from gpupolicy.admission.shape import TEMPLATE_PATHS
+from gpupolicy.admission.sharedclaims import is_shared_claim_of, shared_claim
 from gpupolicy.admission.validation import check_policy
 from gpupolicy.catalog import DEFAULT_CATALOG, Catalog
 from gpupolicy.cluster import ClusterView, node_from_object
+from gpupolicy.dra import SHARED_CLAIM_LABEL
 from gpupolicy.k8s.quantity import shown
 from gpupolicy.model import GpuPolicy
 
@@ -210,12 +212,15 @@ def _combine(
 
 CLAIM_TEMPLATE_NOTE = ("the controller creates this ResourceClaimTemplate when a pod names it, owned by the "
                        "policy (docs/designs/dra.md)")
+SHARED_CLAIM_NOTE = ("the controller creates this ResourceClaim when a pod names it, owned by the policy; the pods "
+                     "naming it share its one GPU (docs/designs/dra.md)")
 
 
 def claim_templates(obj: Mapping[str, Any], result: AdmissionResult, view: ClusterView,
                     namespace: str | None = None) -> list[dict[str, Any]]:
-    """The ResourceClaimTemplates a rewritten Pod or workload names (`via: DRA` policies that applied), as
-    the controller would create them in its namespace; the dry-run shows each as an entry of its own."""
+    """The ResourceClaimTemplates and shared ResourceClaims a rewritten Pod or workload names (`via: DRA`
+    policies that applied), as the controller would create them in its namespace; the dry-run shows each as
+    an entry of its own."""
     policies = {d.policy for d in result.decisions if d.action == Action.USE_CLAIM and d.applied}
     if not policies:
         return []
@@ -223,10 +228,13 @@ def claim_templates(obj: Mapping[str, Any], result: AdmissionResult, view: Clust
     path = TEMPLATE_PATHS.get(str(obj.get("kind")), ())
     pod = _dig(mutated, path) if path else mutated
     annotations = _dig(pod, ("metadata", "annotations")) or {}
+    shared = str((_dig(pod, ("metadata", "labels")) or {}).get(SHARED_CLAIM_LABEL) or "")
     ns = namespace or str(_dig(obj, ("metadata", "namespace")) or "default")
     found: list[dict[str, Any]] = []
     for policy in view.policies:
         if policy.name in policies and policy.spec.sharing is not None:
+            if shared and is_shared_claim_of(policy.name, shared):
+                found.append(shared_claim(shared, ns, policy.spec.sharing, view.catalog, policy.name))
             known = policy_templates(policy.spec.sharing, view.catalog)
             found += [t.object(ns, policy.name) for t in named_templates(annotations, known)]
     return found

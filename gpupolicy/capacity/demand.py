@@ -42,6 +42,7 @@ from gpupolicy.catalog import (
     normalise_product_label,
 )
 from gpupolicy.model import GpuPolicy
+from gpupolicy.packing.dradevices import claims_demand
 from gpupolicy.packing.kubemodel import ObjectError, pod_requests
 from gpupolicy.packing.migslices import slice_milli
 from gpupolicy.packing.nodemodel import MILLI, PodDemand
@@ -84,8 +85,10 @@ def _milli_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
 
 
 def _gpu_count(pod: Mapping[str, Any]) -> int:
+    """Whole GPUs the pod asks for, its claims' included (`dradevices.claims_demand`: a shared claim's one GPU
+    reaches here only for the pod that counts it, `layout.read_demand`)."""
     try:
-        return int(pod_requests(pod).get(GPU_RESOURCE, 0))
+        return int(pod_requests(pod).get(GPU_RESOURCE, 0)) + claims_demand(pod)[0]
     except ObjectError:
         return 0
 

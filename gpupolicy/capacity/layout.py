@@ -48,7 +48,13 @@ from gpupolicy.catalog import (
 )
 from gpupolicy.cluster import names_mig_per_profile, names_shares_apart
 from gpupolicy.model import GpuPolicy, SharingStrategy
-from gpupolicy.packing.dradevices import NodeDevices, claims_demand, device_counts, node_devices
+from gpupolicy.packing.dradevices import (
+    NodeDevices,
+    claims_demand,
+    device_counts,
+    node_devices,
+    shared_claim_takers,
+)
 from gpupolicy.packing.kubemodel import ObjectError, pod_requests
 
 GPU_COUNT_LABEL = "nvidia.com/gpu.count"
@@ -178,15 +184,17 @@ class LayoutPlan:
 
 
 # -- reading nodes and pods -------------------------------------------------------------
-def _gpu_requests(pod: Mapping[str, Any]) -> dict[str, float]:
+def _gpu_requests(pod: Mapping[str, Any], takers: set[str]) -> dict[str, float]:
     """The pod's GPU resources, with what its claims on our templates ask for as the device plugin's names
-    (a claim-based pod needs the same devices, published as ResourceSlices: `dradevices`)."""
+    (a claim-based pod needs the same devices, published as ResourceSlices: `dradevices`); a shared claim's
+    GPU only on the one pod of `takers` that counts it (`shared_claim_takers`)."""
     try:
         requests = pod_requests(pod)
     except ObjectError:
         return {}
     found = {name: float(v) for name, v in requests.items() if name.startswith("nvidia.com/") and v > 0}
-    gpus, mig = claims_demand(pod)
+    meta = pod.get("metadata") or {}
+    gpus, mig = claims_demand(pod, f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}" in takers)
     for name, count in [*([(GPU_RESOURCE, gpus)] if gpus else []), *mig.items()]:
         found[name] = found.get(name, 0.0) + count
     return found
@@ -229,9 +237,11 @@ def read_nodes(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
     published = node_devices(slices)
     busy: dict[str, dict[str, float]] = {}
     counts: dict[str, int] = {}
+    pods = list(pods)
+    takers = shared_claim_takers(pods)
     for pod in pods:
         node = (pod.get("spec") or {}).get("nodeName")
-        requests = _gpu_requests(pod)
+        requests = _gpu_requests(pod, takers)
         if node and requests and _is_live(pod):
             held = busy.setdefault(node, {})
             for name, count in requests.items():
@@ -303,13 +313,15 @@ def read_demand(pods: Iterable[Mapping[str, Any]], policies: Iterable[GpuPolicy]
     """Pending GPU pods, and pods left on whole GPUs that want a slice, oldest first."""
     ordered = sorted(policies, key=lambda p: (-p.spec.priority, p.name))
     found: list[tuple[str, Demand]] = []
+    pods = list(pods)
+    takers = shared_claim_takers(pods)
     for pod in pods:
         if not _is_live(pod):
             continue
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
         annotations = meta.get("annotations") or {}
-        requests = _gpu_requests(pod)
+        requests = _gpu_requests(pod, takers)
         pending = not spec.get("nodeName")
         wanted = str(annotations.get(WANTED_ANNOTATION) or "")
         if wanted and requests.get(wanted):

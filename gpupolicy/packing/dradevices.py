@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from gpupolicy.catalog import GPU_RESOURCE, MIG_RESOURCE_PREFIX, normalise_product_label
-from gpupolicy.dra import DRIVER, template_request
+from gpupolicy.dra import DRIVER, SHARED_CLAIM_PREFIX, template_request
 from gpupolicy.k8s.quantity import QuantityError, parse_bytes_mib, shown
 from gpupolicy.packing.nodemodel import MAX_GPUS_PER_NODE, NodeSpec, PodDemand
 
@@ -213,10 +213,30 @@ def claimed_templates(pod: Obj) -> list[str]:
         if isinstance(claims, list) else []
 
 
-def claims_demand(pod: Obj) -> tuple[int, dict[str, int]]:
+def shared_claims(pod: Obj) -> list[str]:
+    """The shared claims of ours (`kubeon-ts-<policy>-<i>`, time-slicing through DRA) a pod's
+    `spec.resourceClaims` name, as `namespace/name` (the key a claim watch uses)."""
+    spec = pod.get("spec")
+    claims = spec.get("resourceClaims") if isinstance(spec, Mapping) else None
+    meta = pod.get("metadata")
+    namespace = str(meta.get("namespace") or "default") if isinstance(meta, Mapping) else "default"
+    return [f"{namespace}/{c['resourceClaimName']}" for c in claims if isinstance(c, Mapping)
+            and str(c.get("resourceClaimName") or "").startswith(SHARED_CLAIM_PREFIX)] \
+        if isinstance(claims, list) else []
+
+
+def is_claim_based(pod: Obj) -> bool:
+    """Whether the pod's GPU comes through claims of ours (a template's or a shared claim), which Karpenter
+    cannot provision for (karpenter #1231, #3228)."""
+    return bool(claimed_templates(pod) or shared_claims(pod))
+
+
+def claims_demand(pod: Obj, shared: bool = True) -> tuple[int, dict[str, int]]:
     """(whole GPUs, MIG devices per resource) the pod's claims on our templates will hold once allocated:
-    the demand of a pending claim-based pod."""
-    gpus, mig = 0, dict[str, int]()
+    the demand of a pending claim-based pod. A shared claim takes one whole GPU (its `replicas` pods
+    time-slice it); `shared=False` for a pod whose shared claim another pod already counts
+    (`shared_claim_takers`), so that N pods of one claim ask for one GPU, not N."""
+    gpus, mig = len(shared_claims(pod)) if shared else 0, dict[str, int]()
     for name in claimed_templates(pod):
         request = template_request(name)
         assert request is not None
@@ -224,3 +244,25 @@ def claims_demand(pod: Obj) -> tuple[int, dict[str, int]]:
         if request.mig_resource:
             mig[request.mig_resource] = mig.get(request.mig_resource, 0) + 1
     return gpus, mig
+
+
+def shared_claim_takers(pods: Iterable[Obj]) -> set[str]:
+    """The pods (`namespace/name`) that count the GPU of their shared claims, one per claim among the live
+    `pods`: a bound one if any (its claim is allocated on its node: the pods still pending on it are pinned
+    there and ask for nothing more), else the first pending one (the claim's GPU, asked for once for the
+    burst). A reader without the claims themselves (the controller) counts a claim allocated once a pod
+    naming it is bound; the scheduler allocates it just before binding its first pod."""
+    pending: dict[str, str] = {}
+    bound: dict[str, str] = {}
+    for pod in pods:
+        status = pod.get("status")
+        if isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed"):
+            continue
+        meta = pod.get("metadata") or {}
+        spec = pod.get("spec") or {}
+        if meta.get("deletionTimestamp") and not spec.get("nodeName"):
+            continue  # never to run: another pending pod of its claim asks for the GPU
+        key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"
+        for claim in shared_claims(pod):
+            (bound if spec.get("nodeName") else pending).setdefault(claim, key)
+    return {*bound.values(), *(key for claim, key in pending.items() if claim not in bound)}

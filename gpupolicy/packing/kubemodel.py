@@ -61,7 +61,13 @@ from gpupolicy.catalog import (
 )
 from gpupolicy.k8s.quantity import QuantityError, parse_bytes_mib, parse_quantity, shown
 from gpupolicy.matching import pod_allowed_products as allowed_products
-from gpupolicy.packing.dradevices import claims_demand, dra_node_spec, node_devices
+from gpupolicy.packing.dradevices import (
+    claims_demand,
+    dra_node_spec,
+    node_devices,
+    shared_claim_takers,
+    shared_claims,
+)
 from gpupolicy.packing.migdevices import pick
 from gpupolicy.packing.migslices import MAX_DEVICES_PER_GPU
 from gpupolicy.packing.nodemodel import MAX_AMOUNT, MILLI, NodeSpec, NodeState, PodDemand
@@ -299,13 +305,23 @@ def _parse_demand(pod: Obj) -> PodDemand:
 def bound_demand(pod: Obj) -> PodDemand:
     """What a bound pod holds itself: its demand less what its claims on our templates ask for, which the
     claims' allocations hold (`dradevices.held_by_claim`: the device the scheduler allocated, never a guess)."""
-    demand = demand_from_pod(pod)
-    gpus, mig = claims_demand(pod)
+    return _less(demand_from_pod(pod), *claims_demand(pod))
+
+
+def _less(demand: PodDemand, gpus: int, mig: Mapping[str, int]) -> PodDemand:
+    """`demand` without `gpus` whole GPUs and the `mig` devices (what claims hold instead of the pod)."""
     if not (gpus or mig):
         return demand
     left = {name: count - mig.get(name, 0) for name, count in demand.mig.items() if count > mig.get(name, 0)}
     num_gpu = max(0, demand.num_gpu - gpus)
     return replace(demand, num_gpu=num_gpu, gpu_milli=demand.gpu_milli if num_gpu else 0, mig=left)
+
+
+def pending_claim_demand(pod: Obj, allocated: Callable[[str], bool]) -> PodDemand:
+    """A pending pod's demand, less the GPU of each shared claim it names that is `allocated` already: that
+    claim's allocation holds the GPU on its node, where kube-scheduler's DynamicResources filter keeps the
+    pod (docs/designs/dra.md)."""
+    return _less(demand_from_pod(pod), sum(1 for claim in shared_claims(pod) if allocated(claim)), {})
 
 
 def share_milli(demand: PodDemand, gpu_memory_mib: int, replicas: int) -> int:
@@ -538,14 +554,19 @@ def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj],
     state = NodeState.build(specs)
     state.schedulable[:] = schedulable
     bound = []
+    pods = list(pods)
+    takers = shared_claim_takers(pods)
     for pod in pods:
         node_name = _get(pod, "spec", "nodeName")
         if not isinstance(node_name, str) or node_name not in state.index:
             continue
         if _get(pod, "status", "phase") in FINISHED_PHASES:
             continue
-        try:
+        try:  # a shared claim's GPU is held once, by the pod that counts it (dradevices.shared_claim_takers)
             demand = demand_from_pod(pod)
+            if shared_claims(pod) and \
+                    f"{_get(pod, 'metadata', 'namespace') or 'default'}/{_get(pod, 'metadata', 'name')}" not in takers:
+                demand = _less(demand, len(shared_claims(pod)), {})
         except ObjectError as exc:
             unreadable[f"Pod/{_get(pod, 'metadata', 'namespace')}/{_get(pod, 'metadata', 'name')}"] = str(exc)
             state.schedulable[state.index[node_name]] = False

@@ -36,7 +36,7 @@ call one of the two decisions below, write the answer:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,9 +47,9 @@ from gpupolicy.cluster import ClusterView
 from gpupolicy.k8s.owners import is_approved, pod_owner
 from gpupolicy.matching import winning_policies
 from gpupolicy.model import GpuPolicy, Mode, PolicyKind
-from gpupolicy.packing.dradevices import claimed_templates
+from gpupolicy.packing.dradevices import is_claim_based
 from gpupolicy.packing.engine import STRATEGIES, NodeVerdict, Placement, decide, explain, get_strategy
-from gpupolicy.packing.kubemodel import cluster_share_basis, demand_from_pod, resolve_share
+from gpupolicy.packing.kubemodel import cluster_share_basis, pending_claim_demand, resolve_share
 from gpupolicy.packing.nodemodel import BoolArray, IntArray, NodeState, PodDemand
 from gpupolicy.packing.placement import (
     REASON_BY_CODE,
@@ -131,18 +131,20 @@ class PodRequest:
     labels: Mapping[str, str]
     owner: str
     demand: PodDemand
-    claimed: bool = False  # its GPU comes through claims on our templates: the allocation, not us, picks devices
+    claimed: bool = False  # its GPU comes through claims of ours (templates, shared): the allocation picks devices
 
     @classmethod
-    def parse(cls, pod: Mapping[str, Any]) -> PodRequest:
-        """Raises `kubemodel.ObjectError` naming the field the model cannot read."""
-        demand = demand_from_pod(pod)
+    def parse(cls, pod: Mapping[str, Any], allocated: Callable[[str], bool] = lambda claim: False) -> PodRequest:
+        """Raises `kubemodel.ObjectError` naming the field the model cannot read. `allocated`: whether a
+        shared claim (`namespace/name`) is allocated already; the pod then asks for no GPU of its own
+        (`kubemodel.pending_claim_demand`)."""
+        demand = pending_claim_demand(pod, allocated)
         meta = pod.get("metadata") or {}
         namespace = str(meta.get("namespace") or "default")
         name = f"{namespace}/{meta.get('name') or meta.get('generateName') or '?'}"
         labels = {str(k): str(v) for k, v in (meta.get("labels") or {}).items()}
         return cls(pod_key(pod), str(meta.get("uid") or name), name, namespace, labels,
-                   pod_owner(pod, namespace), demand, bool(claimed_templates(pod)))
+                   pod_owner(pod, namespace), demand, is_claim_based(pod))
 
 
 def _applies(policy: GpuPolicy, view: ClusterView, request: PodRequest) -> bool:

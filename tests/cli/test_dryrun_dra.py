@@ -6,6 +6,8 @@ Faked: nothing; no cluster (the ResourceSlices in the file are skipped with a no
 
 from __future__ import annotations
 
+import pathlib
+
 import pytest
 import yaml
 
@@ -42,3 +44,55 @@ def test_text_output_names_the_template_and_its_selector(capsys: pytest.CaptureF
     assert f"UseResourceClaim, applied: claim nvidia.com/gpu through ResourceClaimTemplate {TEMPLATE}" in run.out
     assert f"ResourceClaimTemplate inference/{TEMPLATE}: allowed" in run.out
     assert "request gpu: 1 x mig.nvidia.com" in run.out
+
+
+SHARED = """\
+apiVersion: gpu.kubeon.io/v1alpha1
+kind: GpuPolicy
+metadata: {name: ts-through-dra}
+spec:
+  mode: Automatic
+  selector: {namespaces: [inference]}
+  sharing: {strategy: TimeSlicing, via: DRA, replicas: 4}
+---
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: chat, namespace: inference}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: chat}}
+  template:
+    metadata: {labels: {app: chat}}
+    spec:
+      containers:
+      - name: server
+        image: vllm/vllm-openai:v0.6.3
+        resources: {limits: {nvidia.com/gpu: 1}}
+"""
+
+
+def test_a_time_slicing_policy_shows_its_shared_claim_as_an_entry(
+        capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path) -> None:
+    """A TimeSlicing `via: DRA` policy's pod names `kubeon-ts-<policy>-0`; the claim the controller creates
+    follows as its own entry: one whole GPU, labelled ours, in the workload's namespace."""
+    path = tmp_path / "ts.yaml"
+    path.write_text(SHARED)
+    run = dry_run(capsys, "-f", str(path), "-o", "yaml")
+    assert run.code == 0 and run.errors() == [], run.err
+    workload, claim = yaml.safe_load_all(run.out)
+    spec = workload["object"]["spec"]["template"]["spec"]
+    assert spec["resourceClaims"] == [{"name": "kubeon-claim-0", "resourceClaimName": "kubeon-ts-ts-through-dra-0"}]
+    assert [d["action"] for d in workload["decisions"]] == ["UseResourceClaim"] and workload["decisions"][0]["applied"]
+    obj = claim["object"]
+    assert (obj["kind"], obj["metadata"]["namespace"], obj["metadata"]["name"]) == (
+        "ResourceClaim", "inference", "kubeon-ts-ts-through-dra-0")
+    assert obj["metadata"]["labels"] == {"gpu.kubeon.io/managed-by": "kubeon-gpu-optimizer",
+                                         "gpu.kubeon.io/policy": "ts-through-dra"}
+    exactly = obj["spec"]["devices"]["requests"][0]["exactly"]
+    assert (exactly["deviceClassName"], exactly["count"]) == ("gpu.nvidia.com", 1)
+    assert "the pods naming it share its one GPU" in claim["note"]
+
+    text = dry_run(capsys, "-f", str(path), "-o", "text")
+    assert text.code == 0, text.err
+    assert "ResourceClaim inference/kubeon-ts-ts-through-dra-0: allowed" in text.out
+    assert "request gpu: 1 x gpu.nvidia.com" in text.out

@@ -17,9 +17,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+import yaml
 
 from gpupolicy.admission.claims import POD_CLAIM_PREFIX, TEMPLATE_ANNOTATION, policy_templates
+from gpupolicy.admission.sharedclaims import shared_claim
 from gpupolicy.catalog import DEFAULT_CATALOG
+from gpupolicy.dra import SHARED_CLAIM_LABEL, shared_claim_name
 from gpupolicy.model import parse_policy
 from tests.cluster.cluster import Cluster
 from tests.cluster.dra_driver import DraDriver, device_classes
@@ -34,7 +37,7 @@ from tests.controller.test_capacity_cluster import (  # noqa: F401 (the fixtures
     sharing_policy,
     time_slicing_config,
 )
-from tests.e2e.test_dra import allocated_device
+from tests.e2e.test_dra import allocated_device, get
 
 A100 = "NVIDIA-A100-SXM4-80GB"
 TEMPLATE = "kubeon-mig-1g.10gb"
@@ -103,3 +106,52 @@ def test_pending_claim_pods_get_one_nodeclaim_and_are_allocated_on_its_devices(
     world.rounds(3)
     assert list(world.claims()) == [name]
     world.until(lambda: len(world.cluster.pods(world.ns, ready=True)) == 4, "the fourth pod running there too")
+
+
+L4 = "NVIDIA-L4"
+
+
+def shared_pod(world: World, name: str, policy: str, claim: str) -> dict[str, Any]:
+    """A pod as the webhook rewrote it under a TimeSlicing `via: DRA` policy: its GPU is a share of `claim`."""
+    pod = make_pod(name, world.ns, tolerations=TOLERATE_GPU, annotations={"gpu.kubeon.io/policy": policy},
+                   labels={SHARED_CLAIM_LABEL: claim})
+    pod["spec"]["resourceClaims"] = [{"name": f"{POD_CLAIM_PREFIX}0", "resourceClaimName": claim}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": f"{POD_CLAIM_PREFIX}0"}]
+    return pod
+
+
+def test_a_burst_on_one_shared_claim_gets_one_gpu_and_its_pods_share_it(
+        make_world: Any, dra: Callable[[World], DraDriver]) -> None:  # noqa: F811 (the fixture imported above)
+    """Four pods of one shared claim (replicas 4) ask for one GPU, not four: one NodeClaim of the 1-GPU L4
+    type (g6.xlarge; counted per pod, four such NodeClaims), the driver publishes its GPU, and the four pods
+    run there on the claim's one device."""
+    world = make_world()
+    sharing = sharing_policy("ts", "TimeSlicing", via="DRA", replicas=4, gpuModels=[L4])
+    world.create_policy(sharing)
+    world.create_policy(capacity_policy(models=[L4]))
+    dra(world)
+    policy = world.scoped("ts")
+    spec = parse_policy({**sharing, "metadata": {"name": policy}}).spec.sharing
+    assert spec is not None
+    claim_name = shared_claim_name(policy, 0)
+    world.create(shared_claim(claim_name, world.ns, spec, DEFAULT_CATALOG, policy))
+    for i in range(4):
+        world.create(shared_pod(world, f"s{i}", policy, claim_name))
+    world.pending(4)
+
+    world.rounds(3)  # the burst: one launch for the claim, counted once while it boots
+    [(name, claim)] = world.claims().items()
+    assert claim["spec"]["requirements"][0]["values"] == ["g6.xlarge"]
+    pods = world.until(lambda: (found := world.cluster.pods(world.ns, ready=True)) and len(found) == 4 and found,
+                       "the 4 pods running on the new node")
+    node = world.node_name(name)
+    allocation = get(world.cluster, "resourceclaim", claim_name, world.ns)["status"]["allocation"]
+    [result] = allocation["devices"]["results"]  # the claim holds one whole GPU of the new node
+    slices = yaml.safe_load(world.cluster.kubectl("get", "resourceslices", "-o", "json").stdout)["items"]
+    pool = next(s for s in slices if s["spec"]["pool"]["name"] == result["pool"])
+    assert pool["spec"]["nodeName"] == node and result["device"] == "gpu-0"
+    assert {pod["spec"]["nodeName"] for pod in pods} == {node}
+    reserved = get(world.cluster, "resourceclaim", claim_name, world.ns)["status"]["reservedFor"]
+    assert sorted(r["name"] for r in reserved) == [f"s{i}" for i in range(4)]  # the four share it
+    world.rounds(2)  # the claim is allocated: its pods ask for nothing more
+    assert list(world.claims()) == [name]

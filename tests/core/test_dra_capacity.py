@@ -72,3 +72,39 @@ def test_a_claim_pod_a_free_dra_device_serves_asks_for_no_relayout() -> None:
     assert (with_slice.targets, with_slice.matched) == ((), 1)
     [target] = plan_layout(read_nodes([node], pods, {}), read_demand(pods, [policy])).targets
     assert target.target.mig == "all-1g.10gb"
+
+
+def shared_pod(name: str, claim: str = "kubeon-ts-chat-0", node: str | None = None) -> dict[str, Any]:
+    """A pod naming a shared claim (TimeSlicing `via: DRA`, docs/designs/dra.md)."""
+    pod = make_pod(name, "default")
+    pod["spec"]["resourceClaims"] = [{"name": "kubeon-claim-0", "resourceClaimName": claim}]
+    if node:
+        pod["spec"]["nodeName"] = node
+        pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def test_a_burst_on_one_unallocated_shared_claim_asks_for_one_gpu() -> None:
+    pods = [shared_pod(f"p{i}") for i in range(4)] + [shared_pod("q", "kubeon-ts-chat-1")]
+    demands = read_demand(pods, [])
+    assert [(d.pod, d.resource, d.count) for d in demands] == [
+        ("default/p0", "nvidia.com/gpu", 1.0), ("default/q", "nvidia.com/gpu", 1.0)]
+
+
+def test_an_allocated_shared_claim_pins_its_pending_pods_and_holds_one_gpu() -> None:
+    node = make_node("dra", None)
+    slices = [resource_slice("dra", A100, 2)]
+    pods = [shared_pod("b0", node="dra"), shared_pod("b1", node="dra"), shared_pod("late")]
+    assert read_demand(pods, []) == []  # its claim is allocated (a pod of it is bound): no launch for it
+    assert unserved([node], [*pods, shared_pod("n0", "kubeon-ts-chat-1")], slices) == []  # one GPU left
+    other = [shared_pod("o0", "kubeon-ts-other-0", node="dra")]
+    assert unserved([node], [*pods, *other, shared_pod("n0", "kubeon-ts-chat-1")], slices) == ["default/n0"]
+
+
+def test_consolidation_state_counts_a_shared_claim_gpu_once() -> None:
+    from gpupolicy.packing.kubemodel import state_from_kubernetes
+
+    node = make_node("dra", None)
+    pods = [shared_pod(f"b{i}", node="dra") for i in range(3)]
+    state = state_from_kubernetes([node], pods, slices=[resource_slice("dra", A100, 2)])
+    assert (int(state.gpu_count[0]), int(state.full_count[0])) == (2, 1)

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from gpupolicy.packing.kubemodel import demand_from_pod
+from gpupolicy.packing.scheduling import PodRequest
 from tests.cluster.dra_driver import resource_slice
 from tests.cluster.objects import make_node
 from tests.extender.payloads import Harness, bound, wire_pod
@@ -115,3 +116,53 @@ def test_a_slice_deleted_takes_its_devices_out_of_the_model() -> None:
     harness.cache.on_slice("DELETED", resource_slice("a", H200, 1, LAYOUT))
     assert free_devices_or_none(harness, "b") == 7
     assert free_devices(harness, "a") == 0  # a node without DRA devices: no row of the profile
+
+
+def shared_pod(name: str, claim: str = "kubeon-ts-chat-0") -> dict[str, Any]:
+    """A pod as the webhook rewrites it under a TimeSlicing `via: DRA` policy: its one GPU is a share of the
+    shared ResourceClaim it names (docs/designs/dra.md, "Time-slicing through one shared claim")."""
+    pod = wire_pod(name, gpus=0)
+    pod["spec"]["resourceClaims"] = [{"name": "kubeon-claim-0", "resourceClaimName": claim}]
+    pod["spec"]["containers"][0]["resources"]["claims"] = [{"name": "kubeon-claim-0"}]
+    return pod
+
+
+def whole_harness(*names: str) -> Harness:
+    """DRA nodes with two whole H200s each (no MIG)."""
+    harness = Harness(nodes=[make_node(n, None) for n in names])
+    for n in names:
+        harness.cache.on_slice("ADDED", resource_slice(n, H200, 2))
+    return harness
+
+
+def free_gpus(harness: Harness, node: str) -> int:
+    with harness.cache.lock:
+        state = harness.cache.fresh_state()
+        return int(state.full_count[state.index[node]])
+
+
+def test_a_pending_shared_claim_pod_asks_for_the_whole_gpu_its_claim_will_take() -> None:
+    demand = demand_from_pod(shared_pod("p"))
+    assert (demand.num_gpu, demand.gpu_milli, dict(demand.mig)) == (1, 1000, {})
+    pinned = PodRequest.parse(shared_pod("q"), lambda claim: claim == "default/kubeon-ts-chat-0").demand
+    assert (pinned.num_gpu, pinned.gpu_milli) == (0, 0)  # its allocated claim holds the GPU
+
+
+def test_a_shared_claim_pod_is_scored_onto_the_node_with_a_gpu_taken_and_its_claim_holds_one_gpu() -> None:
+    harness = whole_harness("a", "b")
+    harness.cache.on_claim("ADDED", allocated("other", "b", "gpu-0"))
+    assert harness.schedule(shared_pod("first"), ["a", "b"]) == "b"
+    harness.cache.on_claim("ADDED", allocated("kubeon-ts-chat-0", "b", "gpu-1"))
+    for i in range(3):  # the claim's pods hold nothing more than the claim's one GPU
+        harness.cache.on_pod("MODIFIED", bound(shared_pod(f"p{i}"), "b"))
+    assert free_gpus(harness, "b") == 0 and free_gpus(harness, "a") == 2
+
+
+def test_a_pod_of_an_allocated_claim_passes_its_full_node_and_one_of_a_new_claim_does_not() -> None:
+    """kube-scheduler's DynamicResources filter keeps a pod of an allocated claim on the claim's node (the
+    allocation's nodeSelector); the extender does not repeat it, and must not refuse that node as full."""
+    harness = whole_harness("a")
+    harness.cache.on_claim("ADDED", allocated("kubeon-ts-chat-0", "a", "gpu-0"))
+    harness.cache.on_claim("ADDED", allocated("other", "a", "gpu-1"))
+    assert harness.filter(shared_pod("late"), ["a"])["NodeNames"] == ["a"]
+    assert harness.filter(shared_pod("new", "kubeon-ts-chat-1"), ["a"])["NodeNames"] == []
