@@ -30,6 +30,7 @@ def small_catalog(path: Path) -> dict[str, tuple[int, float]]:
     return {r["instance_type"]: (int(r["gpus"]), float(r["price_per_hour"])) for r in rows}
 
 
+@pytest.mark.first  # about seven minutes: started first, beside the rest of the suite
 @pytest.mark.timeout(1200)  # two arms of 3 minutes at once, each with its cluster's start and its capacity's tail
 def test_three_minutes_of_gpu_workloads_cost_less_with_kubeon_than_with_karpenter_alone(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import argparse
 
+import pytest
+
 from bench.cluster_scale import ScaleRun
 
 NODES, PODS = 1000, 600
 LARGE_RSS_MIB, LARGE_NODES, LARGE_PODS = 1536, 5000, 50000  # the issue's bound at the large run
 
 
+@pytest.mark.first  # the suite's second longest (about 80 s)
 def test_a_thousand_node_cluster_under_churn_is_read_from_watches() -> None:
     """30 s of churn: the layout's 20 s period puts at least one of its passes inside it."""
     args = argparse.Namespace(nodes=NODES, pods=PODS, minutes=0.5, churn_per_s=5.0, scheduled_share=0.1,
