@@ -5,12 +5,15 @@ against Karpenter alone, on the same seeded scenario.
 
 The scenario: workloads drawn (seeded) from the openb default trace's GPU pods, with their GPU counts,
 CPU and memory (a pod with a GPU share asks for one whole GPU: neither arm shares GPUs here, and the
-trace names no GPU model, so none is asked for), each a Deployment of 1 to 4 replicas. Arrivals fill
+trace names no GPU model, so none is asked for), each of 1 to 4 replicas. Arrivals fill
 `--minutes`: a burst (a quarter of the workloads in the first tenth), a steady part (half, to 60%) and
 a tail (the rest, to 80%); each runs a duration drawn from the trace's, scaled to the run (10% to 50% of
 it). KWOK finishes a Job's pod as soon as it runs (its pod-complete stage has no delay), so a Job
-could not hold a GPU for a duration: every workload is a Deployment the bench deletes once all its
-replicas have been bound for its duration (an eviction starts that count again).
+could not hold a GPU for a duration: each replica is a Deployment of its own (`w003-1`: workload w003's
+second replica) that the bench deletes once its pod has been bound for the workload's duration (an eviction
+starts that count again). Replicas run apart, as the simulator runs the scenario's rows: one Deployment
+of several replicas, deleted when all had run, would be a gang that holds the GPUs of its bound replicas
+while the others wait, and under a GPU limit below demand such gangs deadlock.
 
 Time scale: a run of M minutes stands for 10 M minutes of a real day (the openb trace compressed to a
 working day), so the 180 s a cloud takes to provision a GPU node (`simulate --capacity`'s default
@@ -40,7 +43,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -102,16 +105,21 @@ def scenario(seed: int, minutes: float, count: int, catalog: Path) -> list[Workl
     return out
 
 
+def independent(workloads: list[Workload]) -> list[Workload]:
+    """Each replica as a workload of its own (`<workload>-<k>`, one replica), arriving and running as its workload."""
+    return [replace(w, name=f"{w.name}-{k}", replicas=1) for w in workloads for k in range(w.replicas)]
+
+
 def write_scenario(path: Path, workloads: list[Workload]) -> None:
-    """The scenario as an openb pod list (one row per replica, whole GPUs) for `simulate --capacity --compress 1`."""
+    """The scenario as an openb pod list for `simulate --capacity --compress 1`: a row per replica, named as its
+    Deployment, whole GPUs."""
     with open(path, "w", newline="") as fh:
         out = csv.writer(fh)
         out.writerow(["name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
                       "creation_time", "deletion_time", "scheduled_time"])
-        for w in workloads:
-            for k in range(w.replicas):
-                out.writerow([f"{w.name}-{k}", w.cpu_milli, w.memory_mib, w.gpus, 1000, "", "LS", "Running",
-                              w.arrival, round(w.arrival + w.duration, 1), w.arrival])
+        for w in independent(workloads):
+            out.writerow([w.name, w.cpu_milli, w.memory_mib, w.gpus, 1000, "", "LS", "Running",
+                          w.arrival, round(w.arrival + w.duration, 1), w.arrival])
 
 
 def seconds(x: float) -> str:
@@ -259,11 +267,12 @@ def main(argv: list[str] | None = None) -> int:
     workloads = scenario(args.seed, args.minutes, args.workloads or math.ceil(4 * args.minutes), catalog)
     scenario_csv = Path(args.scenario) if args.scenario else Path(tempfile.mkstemp(suffix=".csv")[1])
     write_scenario(scenario_csv, workloads)
+    replicas = independent(workloads)
     common = {"minutes": args.minutes, "seed": args.seed, "workloads": len(workloads),
               "pods": sum(w.replicas for w in workloads), "gpus_asked": sum(w.replicas * w.gpus for w in workloads),
               "max_gpus": args.max_gpus, "delay": REAL_DELAY / DAY_FACTOR, "real_delay": REAL_DELAY}
     def one(arm: str) -> dict:
-        return {**common, **run_arm(arm, workloads, catalog, args.minutes, args.max_gpus, args.events)}
+        return {**common, **run_arm(arm, replicas, catalog, args.minutes, args.max_gpus, args.events)}
 
     if args.parallel:
         with ThreadPoolExecutor(max_workers=len(arms)) as pool:
