@@ -1,4 +1,4 @@
-"""The cluster summary sent to the hub on every poll: read the cluster, let gpupolicy/hubsummary.py decide.
+"""The cluster summary sent to the hub on every poll: read the cluster, let gpupolicy/capacity/summary.py decide.
 
 I/O only: the nodes and pods (the controller's watch cache, as the layout reconciler
 makes), DCGM utilisation where Prometheus is set, the instance catalog the
@@ -18,7 +18,7 @@ from controller.capacity.reconciler import DEFAULT_INSTANCES, INSTANCES_ENV
 from controller.metrics_source import MetricsError, gpu_host
 from gpupolicy.capacity.instances import InstanceType, load_instances
 from gpupolicy.capacity.layout import GpuNode, read_nodes
-from gpupolicy.hubsummary import IDLE_QUERY, AppliedSaving, GpuSample, idle_gpus, pending_gpu_pods, summarize
+from gpupolicy.capacity.summary import IDLE_QUERY, AppliedSaving, GpuSample, idle_gpus, pending_gpu_pods, summarize
 
 if TYPE_CHECKING:
     from controller.context import ControllerContext

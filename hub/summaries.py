@@ -1,6 +1,6 @@
 """Cluster summary reports in the hub: stored once each, bounded per cluster, read back for pages and the API.
 
-The controller sends one `ClusterSummary` per poll (gpupolicy/hubsummary.py
+The controller sends one `ClusterSummary` per poll (gpupolicy/capacity/summary.py
 makes it). A report id already stored is not stored again, so a batch retried
 after a lost answer is stored once. Each cluster keeps its newest
 `Hub.summary_retention` reports; older ones are deleted in the transaction

@@ -206,7 +206,7 @@ def cluster() -> str:
 
 def summary_report(time: float, *, gpus: int = 8, allocated: int = 5, idle: int | None = 2, pending: int = 1,
                    cost: float = 11.34, saving: float = 0.0, report_id: str | None = None) -> dict[str, Any]:
-    """A `ClusterSummary` as the controller sends it (gpupolicy/hubsummary.py), with the given figures."""
+    """A `ClusterSummary` as the controller sends it (gpupolicy/capacity/summary.py), with the given figures."""
     return {"version": 1, "id": report_id or uuid.uuid4().hex, "time": time, "gpuNodes": 2, "gpus": gpus,
             "allocatedGpus": allocated, "idleGpus": idle, "pendingGpuPods": pending,
             "byModel": [{"model": "NVIDIA-A10G", "layout": "whole GPUs", "nodes": 2, "gpus": gpus,

@@ -3,7 +3,7 @@ against `kubeon-gpu hub serve`, with axe-core (npm) run inside every page.
 
 Real: the browser, the hub process and its database, axe-core. The optimizer's side is played by the test over
 HTTP with the controller's own client (controller.hubsync.HubClient) and its own summary code
-(gpupolicy.hubsummary.summarize over nodes and pods built as the API server returns them); faked: nothing else.
+(gpupolicy.capacity.summary.summarize over nodes and pods built as the API server returns them); faked: nothing else.
 Screenshots at 1280 and 390 pixels wide are written under $KUBEON_ARTIFACTS (default /tmp/kubeon-artifacts)/hub-console;
 with KUBEON_UPDATE_DOCS_IMAGES=1 they are copied into docs/images/ too (the ones docs/hub-console.md shows).
 """
@@ -26,7 +26,7 @@ from controller.capacity.reconciler import DEFAULT_INSTANCES
 from controller.hubsync import HubClient, HubSettings
 from gpupolicy.capacity.instances import load_instances
 from gpupolicy.capacity.layout import read_nodes
-from gpupolicy.hubsummary import AppliedSaving, GpuSample, idle_gpus, pending_gpu_pods, summarize
+from gpupolicy.capacity.summary import AppliedSaving, GpuSample, idle_gpus, pending_gpu_pods, summarize
 from tests.cluster.objects import make_node, make_pod
 from tests.hub.conftest import ADMIN, HubProcess, start_hub
 from tests.hub.test_console_browser import CHROMIUM, DRIVER

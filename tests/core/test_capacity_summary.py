@@ -1,4 +1,4 @@
-"""The cluster summary the controller reports to the hub (gpupolicy/hubsummary.py), on plain data.
+"""The cluster summary the controller reports to the hub (gpupolicy/capacity/summary.py), on plain data.
 
 Real: the layout planner's node reading, the packaged instance catalog, the summary as it goes on the wire
 (checked against hub/openapi.yaml). Faked: nothing; nodes and pods are built as the API server returns them.
@@ -13,7 +13,7 @@ import pytest
 from controller.capacity.reconciler import DEFAULT_INSTANCES
 from gpupolicy.capacity.instances import load_instances
 from gpupolicy.capacity.layout import read_nodes
-from gpupolicy.hubsummary import (
+from gpupolicy.capacity.summary import (
     HOURS_PER_MONTH,
     AppliedSaving,
     GpuSample,
