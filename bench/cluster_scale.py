@@ -63,6 +63,7 @@ from bench.cluster_replay import (  # noqa: E402
     NAMESPACE,
     build_trace,
     core_api,
+    drained,
     in_parallel,
     node_object,
     pod_object,
@@ -305,7 +306,7 @@ class ScaleRun:
                 self.cluster.create(obj)
             pods = self.place()
             self.log(f"creating {len(pods)} pods ({sum(1 for _, n in pods if n is None)} through the schedulers)")
-            in_parallel(lambda pair: core.create_namespaced_pod(NAMESPACE, pair[0], _preload_content=False),
+            in_parallel(lambda pair: drained(core.create_namespaced_pod(NAMESPACE, pair[0], _preload_content=False)),
                         pods, a.threads)
             kubeon = self.cluster.kubeon
             assert kubeon is not None
@@ -354,8 +355,8 @@ class ScaleRun:
             node, demand = self.live.pop(name)
             obj, _ = self.pod(demand, node)
             try:
-                core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0, _preload_content=False)
-                core.create_namespaced_pod(NAMESPACE, obj, _preload_content=False)
+                drained(core.delete_namespaced_pod(name, NAMESPACE, grace_period_seconds=0, _preload_content=False))
+                drained(core.create_namespaced_pod(NAMESPACE, obj, _preload_content=False))
             except ApiException:
                 errors += 1
             next_at += interval
