@@ -102,6 +102,7 @@ sys.path.insert(0, str(ROOT))
 import yaml  # noqa: E402
 from kubernetes import config  # noqa: E402
 
+from bench.cluster_replay import drained  # noqa: E402
 from cli.livereplay import load_scheduler_config  # noqa: E402
 from simulator.kubescheduler import ClusterScores, Profile  # noqa: E402
 from tests.cluster.control_plane import ControlPlane, remove_state, scratch_dir  # noqa: E402
@@ -151,8 +152,8 @@ def populate(kubeconfig: Path, nodes: list[dict[str, Any]], rng: random.Random,
             bound.append(pod)
     core = core_api(kubeconfig, threads)
     with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(lambda n: core.create_node(n, _preload_content=False), nodes))
-        list(pool.map(lambda p: core.create_namespaced_pod("default", p, _preload_content=False), bound))
+        list(pool.map(lambda n: drained(core.create_node(n, _preload_content=False)), nodes))
+        list(pool.map(lambda p: drained(core.create_namespaced_pod("default", p, _preload_content=False)), bound))
     return bound
 
 
