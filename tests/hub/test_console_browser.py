@@ -14,6 +14,7 @@ from urllib.parse import quote
 import pytest
 import requests
 
+from tests.hub.browsing import click_through
 from tests.hub.conftest import ADMIN, HubProcess, start_hub
 from tests.loopback import wait_for
 from tests.missing import missing
@@ -52,17 +53,6 @@ def _poll(hub: HubProcess, token: str) -> int:
                         headers={"Authorization": f"Bearer {token}"}, timeout=5).status_code
 
 
-def _stale(element: Any) -> bool:
-    """Whether the page that held `element` has been replaced (the browser reloaded after a submit)."""
-    from selenium.common.exceptions import StaleElementReferenceException
-
-    try:
-        element.is_enabled()
-    except StaleElementReferenceException:
-        return True
-    return False
-
-
 def _policy_set(hub: HubProcess, token: str) -> dict[str, Any]:
     answer = requests.get(f"{hub.url}/api/v1/clusters/{quote(NAME, safe='')}/policies", timeout=5,
                           headers={"Authorization": f"Bearer {token}"})
@@ -80,30 +70,30 @@ def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
     d.get(hub.url + "/console/audit")  # type: ignore[attr-defined]
     assert "/console/sign-in" in d.current_url  # type: ignore[attr-defined]
     d.find_element(By.ID, "credential").send_keys("wrong")  # type: ignore[attr-defined]
-    d.find_element(By.CSS_SELECTOR, "button[type=submit]").click()  # type: ignore[attr-defined]
+    click_through(d, By.CSS_SELECTOR, "button[type=submit]")
     assert d.find_element(By.ID, "credential-error").text == "That is not the admin credential."  # type: ignore[attr-defined]
     d.find_element(By.ID, "credential").send_keys(ADMIN)  # type: ignore[attr-defined]
-    d.find_element(By.CSS_SELECTOR, "main button[type=submit]").click()  # type: ignore[attr-defined]
+    click_through(d, By.CSS_SELECTOR, "main button[type=submit]")
     wait_for(lambda: d.current_url.endswith("/console/audit"),  # type: ignore[attr-defined]
              what="sign-in to lead back to the page asked for")
 
     # Add cluster: the token is shown once
-    d.find_element(By.LINK_TEXT, "Clusters").click()  # type: ignore[attr-defined]
+    click_through(d, By.LINK_TEXT, "Clusters")
     d.find_element(By.ID, "name").send_keys(NAME)  # type: ignore[attr-defined]
-    d.find_element(By.XPATH, "//button[text()='Add cluster']").click()  # type: ignore[attr-defined]
+    click_through(d, By.XPATH, "//button[text()='Add cluster']")
     token = d.find_element(By.ID, "token").text  # type: ignore[attr-defined]
     assert token.startswith("kgo_")
     assert _poll(hub, token) == 200
-    d.find_element(By.LINK_TEXT, "Clusters").click()  # type: ignore[attr-defined]
+    click_through(d, By.LINK_TEXT, "Clusters")
     assert token not in d.page_source  # type: ignore[attr-defined]
     assert d.find_element(By.LINK_TEXT, NAME)  # type: ignore[attr-defined]  # the SQL-looking name, literally
     assert d.find_element(By.CSS_SELECTOR, "td[data-state]").text == "connected"  # type: ignore[attr-defined]
 
     # Rotate token, with a confirmation
-    d.find_element(By.LINK_TEXT, NAME).click()  # type: ignore[attr-defined]
-    d.find_element(By.LINK_TEXT, "Rotate token").click()  # type: ignore[attr-defined]
+    click_through(d, By.LINK_TEXT, NAME)
+    click_through(d, By.LINK_TEXT, "Rotate token")
     assert "Rotate the token of" in d.find_element(By.TAG_NAME, "h1").text  # type: ignore[attr-defined]
-    d.find_element(By.XPATH, "//button[text()='Yes, rotate the token']").click()  # type: ignore[attr-defined]
+    click_through(d, By.XPATH, "//button[text()='Yes, rotate the token']")
     rotated = d.find_element(By.ID, "token").text  # type: ignore[attr-defined]
     assert rotated.startswith("kgo_") and rotated != token
     assert _poll(hub, token) == 200, "the old token works until the new one is used"
@@ -111,14 +101,14 @@ def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
     assert _poll(hub, token) == 401
 
     # a policy with an invalid field: the message stands next to the field
-    d.find_element(By.PARTIAL_LINK_TEXT, "Go to").click()  # type: ignore[attr-defined]
-    d.find_element(By.LINK_TEXT, "Add policy").click()  # type: ignore[attr-defined]
+    click_through(d, By.PARTIAL_LINK_TEXT, "Go to")
+    click_through(d, By.LINK_TEXT, "Add policy")
     d.find_element(By.ID, "name").send_keys("llm-sharing")  # type: ignore[attr-defined]
     Select(d.find_element(By.ID, "mode")).select_by_value("Approve")  # type: ignore[attr-defined]
     spec = d.find_element(By.ID, "spec")  # type: ignore[attr-defined]
     spec.clear()
     spec.send_keys("sharing:\n  strategy: MIG\n  migProfle: auto\n")
-    d.find_element(By.XPATH, "//button[text()='Save policy']").click()  # type: ignore[attr-defined]
+    click_through(d, By.XPATH, "//button[text()='Save policy']")
     error = d.find_element(By.ID, "spec-error")  # type: ignore[attr-defined]
     assert "sharing.migProfle" in error.text and "Extra inputs are not permitted" in error.text
     assert d.find_element(By.ID, "spec").get_attribute("aria-describedby") == "spec-error"  # type: ignore[attr-defined]
@@ -126,19 +116,18 @@ def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
     spec = d.find_element(By.ID, "spec")  # type: ignore[attr-defined]
     spec.clear()
     spec.send_keys("sharing:\n  strategy: TimeSlicing\n  timeSlicingReplicas: !!int x\n")
-    d.find_element(By.XPATH, "//button[text()='Save policy']").click()  # type: ignore[attr-defined]
-    wait_for(lambda: _stale(error), what="the form to come back")  # the last answer's message is the same element
+    click_through(d, By.XPATH, "//button[text()='Save policy']")
     error = d.find_element(By.ID, "spec-error")  # type: ignore[attr-defined]
     assert error.text == "not valid YAML at line 3, column 24: int value 'x' cannot be read", error.text
     spec = d.find_element(By.ID, "spec")  # type: ignore[attr-defined]
     spec.clear()
     spec.send_keys("selector:\n  namespaces: [inference]\nsharing:\n  strategy: MIG\n")
-    d.find_element(By.XPATH, "//button[text()='Save policy']").click()  # type: ignore[attr-defined]
+    click_through(d, By.XPATH, "//button[text()='Save policy']")
     assert d.find_element(By.LINK_TEXT, "llm-sharing")  # type: ignore[attr-defined]
 
     # the mode switch
     Select(d.find_element(By.ID, "mode-1")).select_by_value("Automatic")  # type: ignore[attr-defined]
-    d.find_element(By.XPATH, "//button[text()='Set mode']").click()  # type: ignore[attr-defined]
+    click_through(d, By.XPATH, "//button[text()='Set mode']")
     wait_for(lambda: _policy_set(hub, rotated)["policies"][0]["spec"]["mode"] == "Automatic",
              what="the mode switch to reach the hub")
 
@@ -150,23 +139,23 @@ def test_console_end_to_end(browser: object, hub: HubProcess) -> None:
                          headers={"Authorization": f"Bearer {rotated}", "Idempotency-Key": "k1"},
                          timeout=5).status_code == 200
     d.refresh()  # type: ignore[attr-defined]
-    d.find_element(By.CSS_SELECTOR, "button[aria-label='Approve Deployment/inference/llm']").click()  # type: ignore[attr-defined]
+    click_through(d, By.CSS_SELECTOR, "button[aria-label='Approve Deployment/inference/llm']")
     wait_for(lambda: [(a["policy"], a["target"]) for a in _policy_set(hub, rotated)["approvals"]]
              == [("llm-sharing", "Deployment/inference/llm")], what="the approval to reach the cluster's poll")
     assert d.find_element(By.CSS_SELECTOR, "button[aria-label='Withdraw approval of Deployment/inference/llm']")  # type: ignore[attr-defined]
 
     # Revoke token, with a confirmation: the cluster shows disconnected, its token is refused
-    d.find_element(By.LINK_TEXT, "Revoke token").click()  # type: ignore[attr-defined]
-    d.find_element(By.XPATH, "//button[text()='Yes, revoke the token']").click()  # type: ignore[attr-defined]
+    click_through(d, By.LINK_TEXT, "Revoke token")
+    click_through(d, By.XPATH, "//button[text()='Yes, revoke the token']")
     wait_for(lambda: _poll(hub, rotated) == 401, what="the revoked token to be refused")
     d.refresh()  # type: ignore[attr-defined]
     assert d.find_element(By.ID, "cluster-state").text == "disconnected"  # type: ignore[attr-defined]
-    d.find_element(By.XPATH, "//button[text()='Create token']").click()  # type: ignore[attr-defined]
+    click_through(d, By.XPATH, "//button[text()='Create token']")
     fresh = d.find_element(By.ID, "token").text  # type: ignore[attr-defined]
     assert fresh.startswith("kgo_") and _poll(hub, fresh) == 200
 
     # the audit log says who did what
-    d.find_element(By.LINK_TEXT, "Audit log").click()  # type: ignore[attr-defined]
+    click_through(d, By.LINK_TEXT, "Audit log")
     audit = d.find_element(By.ID, "audit").text  # type: ignore[attr-defined]
     for verb in ("token.create", "token.rotate", "token.revoke", "policy.apply", "approval.add"):
         assert verb in audit

@@ -28,6 +28,7 @@ from gpupolicy.capacity.instances import load_instances
 from gpupolicy.capacity.layout import read_nodes
 from gpupolicy.capacity.summary import AppliedSaving, GpuSample, idle_gpus, pending_gpu_pods, summarize
 from tests.cluster.objects import make_node, make_pod
+from tests.hub.browsing import click_through
 from tests.hub.conftest import ADMIN, HubProcess, start_hub
 from tests.hub.test_console_browser import CHROMIUM, DRIVER
 from tests.loopback import wait_for
@@ -212,7 +213,7 @@ def test_a_platform_engineer_sees_gpus_and_money_and_approves(browser: Any, hub:
     _shoot(d, "sign-in", "phone")
     _width(d, "wide")
     d.find_element(By.ID, "credential").send_keys(ADMIN)
-    d.find_element(By.CSS_SELECTOR, "main button[type=submit]").click()
+    click_through(d, By.CSS_SELECTOR, "main button[type=submit]")
     wait_for(lambda: d.current_url.endswith("/console/"), what="sign-in to lead to the clusters")
 
     # the overview: each cluster's state, GPUs, allocated %, idle, cost per hour, savings this month
@@ -228,7 +229,7 @@ def test_a_platform_engineer_sees_gpus_and_money_and_approves(browser: Any, hub:
     _every_width(d, "clusters")
 
     # the cluster page: figures, charts, the proposal with its estimated saving, one-click approval
-    d.find_element(By.LINK_TEXT, "prod").click()
+    click_through(d, By.LINK_TEXT, "prod")
     assert _figure(d, "gpus") == "8" and _figure(d, "idle") == "5" and _figure(d, "pending") == "2"
     assert _figure(d, "cost") == "$11.34"
     assert d.find_element(By.CSS_SELECTOR, "#by-model tbody td").text == "NVIDIA-A10G"
@@ -238,7 +239,7 @@ def test_a_platform_engineer_sees_gpus_and_money_and_approves(browser: Any, hub:
     assert saving.startswith(f"${7300 * first['pricePerGpuHour']:,.2f}/month"), saving
     _check_page(d, "cluster", "wide")
     _shoot(d, "proposal", "wide")
-    d.find_element(By.CSS_SELECTOR, f"button[aria-label='Approve {TARGET}']").click()
+    click_through(d, By.CSS_SELECTOR, f"button[aria-label='Approve {TARGET}']")
     wait_for(lambda: [(a["policy"], a["target"]) for a in optimizer.poll()["approvals"]] == [("llm-sharing", TARGET)],
              what="the approval to reach the optimizer's next poll")
     assert d.find_element(By.CSS_SELECTOR, f"button[aria-label='Withdraw approval of {TARGET}']")
@@ -258,7 +259,7 @@ def test_a_platform_engineer_sees_gpus_and_money_and_approves(browser: Any, hub:
     assert "Saved per hour $14.18" in savings_chart
     assert "applied" in d.find_element(By.ID, "actions").text
     _every_width(d, "cluster")
-    d.find_element(By.LINK_TEXT, "Last 7 days").click()  # the charts' range: 24 hours unless asked
+    click_through(d, By.LINK_TEXT, "Last 7 days")  # the charts' range: 24 hours unless asked
     assert d.find_element(By.CSS_SELECTOR, "a[aria-current=true]").text == "Last 7 days"
     assert "Now: GPUs 8; Allocated 6; Idle (DCGM) 2." in d.find_element(By.CSS_SELECTOR, "#chart-gpus desc") \
         .get_attribute("textContent")
@@ -268,16 +269,16 @@ def test_a_platform_engineer_sees_gpus_and_money_and_approves(browser: Any, hub:
     d.get(hub.url + "/console/clusters/prod")
 
     # the other pages: a new policy, the audit log, a confirmation, a token shown once
-    d.find_element(By.LINK_TEXT, "Add policy").click()
+    click_through(d, By.LINK_TEXT, "Add policy")
     _every_width(d, "policy", shoot=False)
-    d.find_element(By.LINK_TEXT, "Audit log").click()
+    click_through(d, By.LINK_TEXT, "Audit log")
     assert "approval.add" in d.find_element(By.ID, "audit").text
     _every_width(d, "audit", shoot=False)
     d.get(hub.url + "/console/clusters/prod/rotate")
     _every_width(d, "confirm", shoot=False)
-    d.find_element(By.LINK_TEXT, "Clusters").click()
+    click_through(d, By.LINK_TEXT, "Clusters")
     d.find_element(By.ID, "name").send_keys("edge")
-    d.find_element(By.XPATH, "//button[text()='Add cluster']").click()
+    click_through(d, By.XPATH, "//button[text()='Add cluster']")
     shown = d.find_element(By.ID, "token").text
     assert shown.startswith("kgo_")
     assert f"--from-literal=token='{shown}'" in d.find_element(By.ID, "secret-command").text
