@@ -30,7 +30,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from gpupolicy.capacity.timeslicing import config_key
+from gpupolicy.capacity.timeslicing import config_key, own_key_replicas
 from gpupolicy.catalog import (
     DEFAULT_CATALOG,
     DISABLED_LAYOUT,
@@ -217,13 +217,15 @@ def _number(text: Any) -> float:
 
 
 def current_layout(labels: Mapping[str, str], key_replicas: Mapping[str, int]) -> Layout:
-    """The layout a node's labels ask the GPU Operator for (replicas from the ConfigMap key it names)."""
+    """The layout a node's labels ask the GPU Operator for: replicas from the ConfigMap key it names, as read
+    (`key_replicas`), else as our key's name says, else GFD's label."""
     mig = labels.get(MIG_CONFIG_LABEL)
     if mig and mig != DISABLED_LAYOUT:
         return Layout(MIG, mig=mig)
     key = labels.get(PLUGIN_CONFIG_LABEL)
     if key:
-        replicas = key_replicas.get(key) or int(_number(labels.get(GPU_REPLICAS_LABEL, "1")) or 1)
+        replicas = (key_replicas.get(key) or own_key_replicas(key)
+                    or int(_number(labels.get(GPU_REPLICAS_LABEL, "1")) or 1))
         if replicas > 1:
             return Layout(TIME_SLICING, replicas)
     return Layout()

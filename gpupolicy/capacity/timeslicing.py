@@ -45,6 +45,18 @@ def config_key(replicas: int) -> str:
     return f"{KEY_PREFIX}r{replicas}-{digest}"
 
 
+def own_key_replicas(key: str) -> int | None:
+    """The replicas of one of our keys, read from the key itself (None for any other key).
+
+    `config_key` names each text it writes, so `kubeon-ts-r4-<digest>` holds the 4-share config whatever a
+    ConfigMap read or GPU Feature Discovery's `nvidia.com/gpu.replicas` (relabelled some time after the
+    device plugin advertises the shares) says at the moment."""
+    head = key.removeprefix(KEY_PREFIX).partition("-")[0]
+    if key.startswith(KEY_PREFIX) and head[:1] == "r" and head[1:].isdigit() and config_key(int(head[1:])) == key:
+        return int(head[1:])
+    return None
+
+
 def is_our_key(key: str) -> bool:
     return key.startswith(KEY_PREFIX)
 

@@ -12,6 +12,7 @@ from gpupolicy.capacity.layout import (
     MIG,
     TIME_SLICING,
     WANTED_ANNOTATION,
+    current_layout,
     plan_layout,
     read_demand,
     read_nodes,
@@ -166,6 +167,22 @@ def test_an_operators_time_slicing_key_offers_what_the_node_advertises() -> None
     ours = make_node("gpu-0", gpus=1)
     ours["metadata"]["labels"]["nvidia.com/device-plugin.config"] = config_key(4)
     assert plan([ours], pods, keys={config_key(4): 4}).matched == 1
+
+def test_our_key_offers_its_shares_before_gpu_feature_discovery_relabels_the_node() -> None:
+    """The device plugin advertises the shares of a new key before GPU Feature Discovery moves
+    `nvidia.com/gpu.replicas`; the capacity pass (which reads no ConfigMap) read such a node, half full of
+    shared pods, as whole and launched a second node for the pods about to land on it. Our key names its
+    replicas (`config_key`)."""
+    node = make_node("gpu-0", gpus=1)
+    node["metadata"]["labels"]["nvidia.com/device-plugin.config"] = config_key(4)
+    node["status"]["allocatable"] = {**node["status"]["allocatable"], "nvidia.com/gpu.shared": "4"}
+    pods = [bound("b0", "gpu-0", "nvidia.com/gpu.shared"), bound("b1", "gpu-0", "nvidia.com/gpu.shared"),
+            pending("p0", "nvidia.com/gpu.shared"), pending("p1", "nvidia.com/gpu.shared")]
+    result = plan([node], pods)
+    assert (result.matched, result.unserved, result.targets) == (2, (), ())
+    assert current_layout({"nvidia.com/device-plugin.config": "kubeon-ts-r4-00000000"}, {}).kind == "whole", \
+        "a key that only looks like ours says nothing"
+
 
 def test_configmap_keys_are_content_named_and_only_ours_are_removed() -> None:
     assert replicas_of(config_text(4)) == 4
