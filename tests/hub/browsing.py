@@ -8,13 +8,18 @@ from tests.loopback import wait_for
 
 
 def stale(element: Any) -> bool:
-    """Whether the page that held `element` has been replaced (the browser loaded another one)."""
-    from selenium.common.exceptions import StaleElementReferenceException
+    """Whether the page that held `element` has been replaced (the browser loaded another one, or is
+    replacing it: chromedriver then answers "Node with given id does not belong to the document")."""
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
 
     try:
         element.is_enabled()
     except StaleElementReferenceException:
         return True
+    except WebDriverException as exc:
+        if "does not belong to the document" in str(exc.msg):
+            return True
+        raise
     return False
 
 
