@@ -28,9 +28,12 @@ level, the optimizer's by ServiceAccount, the two by user agent):
 - API requests per minute by verb and resource; LISTs of pods or nodes after start-up; watches
   (re)started during the churn;
 - the controller's pass time (its kubeon_gpu_reconcile_duration_seconds histogram over the churn,
-  p50/p99 from the buckets: upper bounds), against each reconciler's period;
+  p50/p99 from the buckets: upper bounds), against each reconciler's period, and the CPU the pass's
+  thread used (kubeon_gpu_reconcile_cpu_seconds): on a machine the cluster itself loads, the wall time
+  is mostly waiting;
 - the extender's request time during the churn (its own histogram, /filter and /prioritize, p99 from
-  the buckets: an upper bound), as kube-scheduler's calls met it;
+  the buckets: an upper bound), as kube-scheduler's calls met it, and how its node model was kept
+  (kubeon_extender_model_rebuilds_total: new states, a node joined or left; rows copied or occupied);
 - nothing lost: pods created through the schedulers and not bound at the end, and why.
 
 The last line is one JSON object: {"nodes", "pods", "minutes", "ours": {"rss_mib_peak",
@@ -70,6 +73,7 @@ from bench.cluster_replay import (  # noqa: E402
     samples,
     scaled,
     scrape,
+    total,
 )
 from gpupolicy.packing.nodemodel import PodDemand  # noqa: E402
 from serving.metrics import LATENCY_BUCKETS  # noqa: E402
@@ -89,6 +93,7 @@ AUDIT = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["Requ
          "rules": [{"level": "None", "resources": [{"group": "coordination.k8s.io", "resources": ["leases"]}]},
                    {"level": "Metadata"}]}
 PASS_BUCKETS_METRIC = "kubeon_gpu_reconcile_duration_seconds_bucket"
+PASS_CPU_BUCKETS_METRIC = "kubeon_gpu_reconcile_cpu_seconds_bucket"  # the pass thread's own CPU
 EXTENDER_BUCKETS_METRIC = "kubeon_extender_http_request_duration_seconds_bucket"
 EXTENDER_LAST_BOUND = LATENCY_BUCKETS[-1]
 PERIODS = {"capacity": 10.0, "layout": 20.0, "scale-to-zero": 30.0, "autoscale": 60.0, "rightsizing": 300.0,
@@ -242,18 +247,22 @@ def _ms(seconds: float | None) -> float | str | None:
 
 # ---------------------------------------------------------------- the run
 
-class ScaleRun:
-    def __init__(self, args: argparse.Namespace, log: Callable[[str], None]) -> None:
-        self.args, self.log = args, log
+class Workload:
+    """The nodes and pods of a run (`--nodes`, `--pods`, `--gpu-fill`, `--scheduled-share`, `--seed`); also
+    bench/controller_pass.py's, which runs the controller's passes on them without a cluster."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
         nodes = load_nodes(str(OPENB_NODES_CSV))
         copies = max(1, -(-args.nodes // len(nodes)))
         self.trace = build_trace(scaled(nodes, copies)[:args.nodes], load_pods(str(PODS_CSV)), args.seed)
         self.rng = random.Random(args.seed)
-        self.cluster = Cluster(kubeon=True, karpenter=args.karpenter, gpu_operator=False,
-                               kubeon_sets=("prometheus.url=http://127.0.0.1:9",), keep_state=args.keep_state)
-        self.cluster.plane.audit_policy = AUDIT
         self.live: dict[str, tuple[str | None, Any]] = {}  # pod name -> (node or None, demand)
         self.seq = 0
+
+    def node_objects(self) -> list[dict[str, Any]]:
+        return [node_object(spec, name, self.trace.replicas)
+                for spec, name in zip(self.trace.nodes, self.trace.names, strict=True)]
 
     def place(self) -> list[tuple[dict[str, Any], str | None]]:
         """M pods: GPU pods of the trace's shapes in the seed's arrival order, each given room by first fit
@@ -294,13 +303,22 @@ class ScaleRun:
         self.live[obj["metadata"]["name"]] = (node, demand)
         return obj, node
 
+
+
+class ScaleRun(Workload):
+    def __init__(self, args: argparse.Namespace, log: Callable[[str], None]) -> None:
+        super().__init__(args)
+        self.log = log
+        self.cluster = Cluster(kubeon=True, karpenter=args.karpenter, gpu_operator=False,
+                               kubeon_sets=("prometheus.url=http://127.0.0.1:9",), keep_state=args.keep_state)
+        self.cluster.plane.audit_policy = AUDIT
+
     def run(self) -> dict[str, Any]:
         a = self.args
         with self.cluster:
             core = core_api(self.cluster.kubeconfig, a.threads * 2)
             self.log(f"cluster up; creating {len(self.trace.names)} nodes")
-            in_parallel(lambda pair: self.cluster.create_node(node_object(pair[0], pair[1], self.trace.replicas)),
-                        list(zip(self.trace.nodes, self.trace.names, strict=True)), a.threads)
+            in_parallel(self.cluster.create_node, self.node_objects(), a.threads)
             self.cluster.ensure_namespace(NAMESPACE)
             for obj in policies(NAMESPACE, a.karpenter):
                 self.cluster.create(obj)
@@ -408,15 +426,22 @@ class ScaleRun:
         for reconciler, period in PERIODS.items():
             def keep(labels: dict[str, str], r: str = reconciler) -> bool:
                 return labels.get("reconciler") == r
-            p99 = quantile(buckets(pass0, PASS_BUCKETS_METRIC, keep), buckets(pass1, PASS_BUCKETS_METRIC, keep), 0.99)
-            p50 = quantile(buckets(pass0, PASS_BUCKETS_METRIC, keep), buckets(pass1, PASS_BUCKETS_METRIC, keep), 0.5)
+            wall = buckets(pass0, PASS_BUCKETS_METRIC, keep), buckets(pass1, PASS_BUCKETS_METRIC, keep)
+            cpu = buckets(pass0, PASS_CPU_BUCKETS_METRIC, keep), buckets(pass1, PASS_CPU_BUCKETS_METRIC, keep)
+            p99 = quantile(*wall, 0.99)
             if p99 is not None:
-                passes[reconciler] = {"p50_s": p50, "p99_s": p99, "period_s": period}
+                passes[reconciler] = {"p50_s": quantile(*wall, 0.5), "p99_s": p99, "period_s": period,
+                                      "cpu_p50_s": quantile(*cpu, 0.5), "cpu_p99_s": quantile(*cpu, 0.99)}
 
         def scheduling(labels: dict[str, str]) -> bool:
             return labels.get("route") in ("/filter", "/prioritize")
         ext_p99 = quantile(buckets(ext0, EXTENDER_BUCKETS_METRIC, scheduling),
                            buckets(ext1, EXTENDER_BUCKETS_METRIC, scheduling), 0.99)
+        model = {"rebuilds": total(ext1, "kubeon_extender_model_rebuilds_total")
+                 - total(ext0, "kubeon_extender_model_rebuilds_total"),
+                 **{f"rows_{how}": total(ext1, "kubeon_extender_model_rows_total", how=how)
+                    - total(ext0, "kubeon_extender_model_rows_total", how=how)
+                    for how in ("recomputed", "copied", "occupied")}}
         ours = components["controller"]
         return {"nodes": len(self.trace.names), "pods": self.args.pods, "minutes": round(minutes, 2),
                 "churn_per_s": self.args.churn_per_s,
@@ -425,7 +450,7 @@ class ScaleRun:
                 "kube_controller_manager": {"requests_per_min": per_min("kube-controller-manager")},
                 "kube_scheduler": {"requests_per_min": per_min("kube-scheduler")},
                 "controller_pass_p99_s": max((p["p99_s"] for p in passes.values()), default=None),
-                "extender_p99_ms": _ms(ext_p99),
+                "extender_p99_ms": _ms(ext_p99), "extender_model": model,
                 "passes": passes, "components": components, "unbound_at_end": unbound, "churn_errors": errors}
 
 

@@ -149,9 +149,10 @@ class ReconcileRunner:
             now = self.ctx.clock.now()
             if self._due.get(reconciler.name, 0.0) > now:
                 continue
-            started = time.monotonic()
+            started, cpu = time.monotonic(), time.thread_time()
             self._run_one(reconciler)
             self.ctx.recorder.metrics.pass_seconds.labels(reconciler.name).observe(time.monotonic() - started)
+            self.ctx.recorder.metrics.pass_cpu_seconds.labels(reconciler.name).observe(time.thread_time() - cpu)
             self._due[reconciler.name] = self._periodic[reconciler.name] = now + reconciler.period_seconds
             ran += 1
         return ran

@@ -111,6 +111,29 @@ class MixCollector(Collector):
                                 value=float(self.service.cache.gpu_pods_learned))
 
 
+class ModelCollector(Collector):
+    """How the node model was kept, read from the process at scrape: `kubeon_extender_model_rebuilds_total`
+    (new states: a node joined, left or changed capacity; each the slowest kind of request) and
+    `kubeon_extender_model_rows_total{how}` (rows recomputed for their pods, copied into a new state, or
+    occupied again in one)."""
+
+    def __init__(self, service: ExtenderService) -> None:
+        self.service = service
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily
+
+        cache = self.service.cache
+        yield CounterMetricFamily("kubeon_extender_model_rebuilds", "Node states built anew.",
+                                  value=float(cache.rebuilds))
+        rows = CounterMetricFamily("kubeon_extender_model_rows", "Rows of the node model worked out, by how.",
+                                   labels=["how"])
+        for how, count in (("recomputed", cache.row_updates), ("copied", cache.rows_copied),
+                           ("occupied", cache.rows_occupied)):
+            rows.add_metric([how], float(count))
+        yield rows
+
+
 def mix_rows(service: ExtenderService) -> list[dict[str, Any]]:
     mix = service.cache.mix_in_force()
     if mix is None:
@@ -150,6 +173,7 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     install_error_handlers(app)
     live = CollectorRegistry()  # read from this process at scrape, beside the workers' summed files
     live.register(MixCollector(service))
+    live.register(ModelCollector(service))
     request_metrics = instrument(app, prefix="kubeon_extender", registry=registry, live=live)
     metrics, errors = ExtenderMetrics(registry), InternalErrors(registry)
     service.cache.ignored.export(registry)  # kubeon_gpu_objects_ignored_total{reason}

@@ -51,7 +51,7 @@ from gpupolicy.capacity.provider import CapacityNode
 from gpupolicy.model import CapacitySpec, Condition, ConsolidationSpec, GpuPolicy, Mode, Proposal
 from gpupolicy.model import ProposalState as State
 from gpupolicy.modes import disruption_mode
-from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, state_from_kubernetes
+from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod
 from gpupolicy.packing.nodemodel import PodDemand
 from gpupolicy.proposals import TargetRef, make_proposal
 
@@ -115,7 +115,7 @@ def _rows(p: Pass, policy: GpuPolicy, spec: CapacitySpec, used: Usage, empty: Em
     gpu_nodes = [n for n in seen.nodes if is_gpu_node(n)]
     unreadable: dict[str, str] = {}
     # a node of an unreadable pod: not a target; DRA nodes with their devices
-    state = state_from_kubernetes(gpu_nodes, seen.pods, unreadable, seen.slices)
+    state = p.states.state(gpu_nodes, seen.pods, unreadable, seen.slices)  # kept between passes
     for what, problem in unreadable.items():
         log.warning("consolidation of %s: %s left out: %s", policy.name, what, problem)
     gpu_nodes = [n for n in gpu_nodes if str(n["metadata"]["name"]) in state.index]  # rows, in state order

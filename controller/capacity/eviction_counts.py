@@ -41,19 +41,22 @@ def settle(p: Pass, policies: Iterable[GpuPolicy]) -> None:
     if not p.ctx.is_leader():
         return
     now = p.ctx.clock.now()
+    known = {policy.name: records(p, policy.name) for policy in policies}
+    if not any(known.values()):
+        return  # nothing recorded (most passes): no pod need be read
     pods = {str(meta(pod).get("uid") or ""): pod for pod in p.seen.pods}
     owners = {key for key in (owner_key(pod) for pod in p.seen.pods) if key is not None}
     draining = {str(n["metadata"]["name"]) for n in p.seen.nodes if DRAINING_ANNOTATION in annotations_of(n)}
-    for policy in policies:
-        for key, record in records(p, policy.name).items():
+    for name, recorded in known.items():
+        for key, record in recorded.items():
             gone = [u for u in record.pending if u not in pods or meta(pods[u]).get("deletionTimestamp")]
             kept = [u for u in record.pending if u not in gone
                     and (pods[u].get("spec") or {}).get("nodeName") in draining]
             updated = _counted(record, gone).model_copy(update={"pending": kept}) if record.pending else record
             if key not in owners and not updated.pending and now - updated.at > FORGET_AFTER:
-                _write(p, policy.name, key, None)
+                _write(p, name, key, None)
             elif updated != record:
-                _write(p, policy.name, key, updated)
+                _write(p, name, key, updated)
 
 
 def before_evictions(p: Pass, policy: GpuPolicy | None, uids: Sequence[str]) -> None:
@@ -85,6 +88,8 @@ def per_pod(p: Pass, policies: Iterable[GpuPolicy]) -> dict[str, int]:
     for policy in policies:
         for key, record in records(p, policy.name).items():
             counts[key] = max(counts.get(key, 0), record.count)
+    if not counts:
+        return {}
     members: dict[str, list[str]] = {}
     for pod in p.seen.pods:
         owner = owner_key(pod)

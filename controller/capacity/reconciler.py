@@ -69,6 +69,7 @@ from gpupolicy.capacity.provider import (
 from gpupolicy.capacity.provisioning import Launch
 from gpupolicy.model import Condition, GpuPolicy, PolicyKind
 from gpupolicy.modes import effective_mode
+from gpupolicy.packing.kubestate import StateMemo
 from kube import karpenter as kk
 
 log = logging.getLogger(__name__)
@@ -101,6 +102,7 @@ class CapacityReconciler:
         self.checkpoint = checkpoint or crashpoints.from_env(SOURCE, CHECKPOINTS)
         self.empty = EmptyTracker()
         self.failed = FailedLaunches()
+        self.states = StateMemo()  # the GPU nodes' packing state between passes (consolidation)
         self.last_launches: list[Launch] = []
         self.last_disruptions: list[Disruption] = []
 
@@ -149,7 +151,7 @@ class CapacityReconciler:
                 log.warning("capacity: NodeClaim %s (%s) went before its node registered: new launches leave %s "
                             "out for %.0fs", claim, kind, kind, self.failed.ttl)
         p = Pass(ctx, provider, seen, self.instances, self.checkpoint, failed=self.failed,
-                 unavailable=self.failed.unavailable(now))
+                 unavailable=self.failed.unavailable(now), states=self.states)
         eviction_counts.settle(p, policies)  # what a crash between an eviction and its count left
         by_name = {policy.name: policy for policy in policies}
         shown = advance_drains(p, by_name)

@@ -9,6 +9,7 @@ drain (`Pass.budgets`; gpupolicy/capacity/budgets.py says which one blocks).
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
@@ -26,6 +27,7 @@ from gpupolicy.capacity.provider import CapacityNode, CapacityProvider, NewNode
 from gpupolicy.matching import selector_matches
 from gpupolicy.model import API_VERSION, KIND, CapacitySpec, GpuPolicy, Mode
 from gpupolicy.model import ProposalState as State
+from gpupolicy.packing.kubestate import StateMemo
 from gpupolicy.proposals import StateDecision, decide_state, make_proposal
 from kube.calls import API_ERRORS, one_line
 from kube.events import ObjectRef
@@ -38,18 +40,28 @@ HOURS_PER_MONTH = 730.0
 
 def timestamp(text: Any) -> float | None:
     """An RFC 3339 timestamp as epoch seconds; None when absent or unreadable."""
+    return _epoch(text) if isinstance(text, str) else None
+
+
+@functools.lru_cache(maxsize=16_384)
+def _epoch(text: str) -> float | None:
+    """Memoised: a pass reads a stamp of every bound pod, and pods made together share a second's text
+    (5,000 nodes / 50,000 pods: 0.4 s of a pass, `python bench/controller_pass.py`)."""
     try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(text.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
 
 
-def meta(obj: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(obj.get("metadata") or {})
+def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The object's metadata, read-only (the cache's own; a pass reads it for every pod, so not copied)."""
+    found = obj.get("metadata")
+    return found if isinstance(found, Mapping) else {}
 
 
-def annotations_of(obj: Mapping[str, Any]) -> dict[str, str]:
-    return dict(meta(obj).get("annotations") or {})
+def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    found = meta(obj).get("annotations")
+    return found if isinstance(found, Mapping) else {}
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -112,6 +124,8 @@ class Pass:
     unavailable: Mapping[str, float] = field(default_factory=dict)
     _budgets: tuple[list[Budget], str] | None = field(default=None, init=False, repr=False)
     raised: dict[str, int] = field(default_factory=dict)  # node group -> nodes asked for in this pass
+    # the packing state of the GPU nodes, kept between passes by the reconciler (gpupolicy/packing/kubestate.py)
+    states: StateMemo = field(default_factory=StateMemo)
 
     @property
     def by_type(self) -> dict[str, InstanceType]:

@@ -99,8 +99,11 @@ def undo_patch(record: Record, now: float, message: str) -> dict[str, Any]:
 
 def read_undone(annotations: Mapping[str, str]) -> dict[str, Any] | None:
     """The note an undone drain left ({"at", "plan", "policy", "message"}), None when none or unreadable."""
+    text = annotations.get(UNDONE_ANNOTATION)
+    if not text:
+        return None  # most nodes: read every pass, parsing "null" was a tenth of the consolidation's rows
     try:
-        raw = json.loads(annotations.get(UNDONE_ANNOTATION) or "null")
+        raw = json.loads(text)
         return raw if isinstance(raw, dict) and isinstance(raw.get("at"), int | float) else None
     except ValueError:
         return None

@@ -255,11 +255,13 @@ def shared_claim_takers(pods: Iterable[Obj]) -> set[str]:
     pending: dict[str, str] = {}
     bound: dict[str, str] = {}
     for pod in pods:
+        spec = pod.get("spec") or {}
+        if not spec.get("resourceClaims"):
+            continue  # most pods: no claim at all
         status = pod.get("status")
         if isinstance(status, Mapping) and status.get("phase") in ("Succeeded", "Failed"):
             continue
         meta = pod.get("metadata") or {}
-        spec = pod.get("spec") or {}
         if meta.get("deletionTimestamp") and not spec.get("nodeName"):
             continue  # never to run: another pending pod of its claim asks for the GPU
         key = f"{meta.get('namespace') or 'default'}/{meta.get('name', '')}"

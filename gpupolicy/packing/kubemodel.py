@@ -183,6 +183,7 @@ class ParseMemo:
         self.limit = limit
         self.requests: dict[tuple[str, str], dict[str, Decimal]] = {}
         self.demands: dict[tuple[str, str], PodDemand] = {}
+        self.tables: dict[str, dict[tuple[str, str], Any]] = {}  # other readings of a pod, by name (`memoised`)
 
     def remember(self, table: dict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
         if len(table) >= self.limit:
@@ -204,17 +205,18 @@ def parsing(memo: ParseMemo) -> Iterator[None]:
         _ACTIVE.reset(token)
 
 
-def _version(pod: Obj) -> tuple[str, str] | None:
-    meta = pod.get("metadata") if isinstance(pod, Mapping) else None
-    if not isinstance(meta, Mapping):
+def pod_version(pod: Obj) -> tuple[str, str] | None:
+    """(uid, resourceVersion): one version of an object never changes; None without them."""
+    meta = pod.get("metadata") if type(pod) is dict or isinstance(pod, Mapping) else None
+    if not (type(meta) is dict or isinstance(meta, Mapping)):
         return None
     uid, rv = meta.get("uid"), meta.get("resourceVersion")
-    return (uid, rv) if isinstance(uid, str) and isinstance(rv, str) and uid and rv else None
+    return (uid, rv) if type(uid) is str and type(rv) is str and uid and rv else None
 
 
 def _remembered(table: dict[tuple[str, str], T], parse: Callable[[Obj], T], pod: Obj, memo: ParseMemo) -> T:
     """`parse(pod)`, from `table` when this version of the pod was parsed before (no version: parsed)."""
-    key = _version(pod)
+    key = pod_version(pod)
     if key is None:
         return parse(pod)
     found = table.get(key)
@@ -222,6 +224,13 @@ def _remembered(table: dict[tuple[str, str], T], parse: Callable[[Obj], T], pod:
         found = parse(pod)
         memo.remember(table, key, found)
     return found
+
+
+def memoised(kind: str, read: Callable[[Obj], T], pod: Obj) -> T:
+    """`read(pod)`, remembered per pod version in the active memo's table `kind` (outside `parsing`: read).
+    `read` must depend on the pod alone."""
+    memo = _ACTIVE.get()
+    return read(pod) if memo is None else _remembered(memo.tables.setdefault(kind, {}), read, pod, memo)
 
 
 def pod_requests(pod: Obj) -> dict[str, Decimal]:
@@ -536,9 +545,21 @@ def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj],
     is not known). Each is named in `unreadable` (`Node/name`, `Pod/ns/name`
     -> the problem) when the caller passes a dict. A node with DRA devices in `slices` gets their rows
     (`dradevices.dra_node_spec`), and a bound pod's claims on our templates hold the devices they name.
+    (`kubestate.StateMemo` builds the same state, keeping it between a controller's passes.)
     """
-    devices = node_devices(slices)
     unreadable = {} if unreadable is None else unreadable
+    specs, schedulable = node_specs(nodes, slices, unreadable)
+    state = NodeState.build(specs)
+    state.schedulable[:] = schedulable
+    pods = list(pods)
+    occupy_rows(state, bound_by_row(pods, state.index), shared_claim_takers(pods), unreadable)
+    return state
+
+
+def node_specs(nodes: Iterable[Obj], slices: Iterable[Obj], unreadable: dict[str, str]) -> tuple[list[NodeSpec],
+                                                                                                 list[bool]]:
+    """Each readable node's spec (with its DRA rows) and whether it is schedulable, in `nodes` order."""
+    devices = node_devices(slices)
     specs: list[NodeSpec] = []
     schedulable: list[bool] = []
     for n in nodes:
@@ -551,27 +572,37 @@ def state_from_kubernetes(nodes: Iterable[Obj], pods: Iterable[Obj],
             continue
         specs.append(spec)
         schedulable.append(ok)
-    state = NodeState.build(specs)
-    state.schedulable[:] = schedulable
-    bound = []
-    pods = list(pods)
-    takers = shared_claim_takers(pods)
+    return specs, schedulable
+
+
+def bound_by_row(pods: Iterable[Obj], index: Mapping[str, int]) -> dict[int, list[Obj]]:
+    """The unfinished pods bound to each row's node, in `pods` order."""
+    out: dict[int, list[Obj]] = {}
     for pod in pods:
-        node_name = _get(pod, "spec", "nodeName")
-        if not isinstance(node_name, str) or node_name not in state.index:
-            continue
-        if _get(pod, "status", "phase") in FINISHED_PHASES:
-            continue
-        try:  # a shared claim's GPU is held once, by the pod that counts it (dradevices.shared_claim_takers)
-            demand = demand_from_pod(pod)
-            if shared_claims(pod) and \
-                    f"{_get(pod, 'metadata', 'namespace') or 'default'}/{_get(pod, 'metadata', 'name')}" not in takers:
-                demand = _less(demand, len(shared_claims(pod)), {})
-        except ObjectError as exc:
-            unreadable[f"Pod/{_get(pod, 'metadata', 'namespace')}/{_get(pod, 'metadata', 'name')}"] = str(exc)
-            state.schedulable[state.index[node_name]] = False
-            continue
-        bound.append((state.index[node_name], demand, gpu_indices_from_pod(pod)))
+        row = index.get(node_name) if isinstance(node_name := _get(pod, "spec", "nodeName"), str) else None
+        if row is not None and _get(pod, "status", "phase") not in FINISHED_PHASES:
+            out.setdefault(row, []).append(pod)
+    return out
+
+
+def occupy_rows(state: NodeState, by_row: Mapping[int, list[Obj]], takers: set[str],
+                unreadable: dict[str, str]) -> None:
+    """Take each row's pods off it, those with recorded GPU indices first; a row with an unreadable pod
+    becomes unschedulable (`state_from_kubernetes`). Rows are independent: a subset of rows gets the same
+    rows as all of them."""
+    bound = []
+    for row, pods in by_row.items():
+        for pod in pods:
+            try:  # a shared claim's GPU is held once, by the pod that counts it (dradevices.shared_claim_takers)
+                demand = demand_from_pod(pod)
+                if shared_claims(pod) and \
+                        f"{_get(pod, 'metadata', 'namespace') or 'default'}/{_get(pod, 'metadata', 'name')}" \
+                        not in takers:
+                    demand = _less(demand, len(shared_claims(pod)), {})
+            except ObjectError as exc:
+                unreadable[f"Pod/{_get(pod, 'metadata', 'namespace')}/{_get(pod, 'metadata', 'name')}"] = str(exc)
+                state.schedulable[row] = False
+                continue
+            bound.append((row, demand, gpu_indices_from_pod(pod)))
     for index, demand, gpus in sorted(bound, key=lambda b: not b[2]):
         occupy(state, index, demand, gpus)
-    return state

@@ -239,6 +239,24 @@ class NodeState:
             other.__dict__[key] = value.copy() if isinstance(value, np.ndarray | dict) else value
         return other
 
+    # the arrays a row's load lives in (what `_apply`, `hold_mig`, `refresh` and `reset_row` write)
+    _LOAD = ("cpu_free", "mem_free", "gpu_free", "mig_held", "mig_free", "shared_free", "full_count", "max_partial",
+             "gpu_free_total", "schedulable")
+
+    def take_rows(self, other: NodeState, names: Sequence[str]) -> bool:
+        """Copy the load of the rows `names` from `other`, a state where each has the same spec (the caller
+        knows). Why: a node joining a 5,000-node cluster builds a new state, and taking every pod off every
+        row again cost the extender 0.6 s; the rows that did not change are copied instead. Only between
+        states of the same GPU width and MIG resources (else False, nothing copied: occupy them again)."""
+        if self.gpu_free.shape[1] != other.gpu_free.shape[1] or self.mig_resources != other.mig_resources:
+            return False
+        mine = np.array([self.index[n] for n in names], dtype=np.int64)
+        theirs = np.array([other.index[n] for n in names], dtype=np.int64)
+        for key in self._LOAD:
+            getattr(self, key)[mine] = getattr(other, key)[theirs]
+        self.row_version[mine] = next_versions(len(mine))
+        return True
+
     def static(self, key: str, build: Callable[[], T]) -> T:
         """`build()`, once per state: for values that depend on capacity alone (no row update changes
         them; a change of capacity builds a new state)."""

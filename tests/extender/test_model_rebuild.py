@@ -1,0 +1,85 @@
+"""A node joining, leaving or changing capacity builds the extender's node model anew: the rows of the other
+nodes are copied from the last model (`NodeState.take_rows`) and must be what taking every pod off them again
+gives. Real: `extender.cache.ClusterCache` fed the objects its watches deliver, the engine's NodeState.
+Faked: the objects are literal dicts shaped like the API server's."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from extender.cache import ClusterCache
+from gpupolicy.packing.nodemodel import NodeState, PodDemand
+from tests.cluster.objects import make_node, make_pod
+
+LOAD = ("cpu_free", "mem_free", "gpu_free", "mig_held", "mig_free", "shared_free", "full_count", "max_partial",
+        "gpu_free_total", "schedulable")
+
+
+def bound(name: str, node: str, **kw: Any) -> dict[str, Any]:
+    pod = make_pod(name, "ml", **kw)
+    pod["metadata"]["uid"] = f"uid-{name}"
+    pod["spec"]["nodeName"] = node
+    pod["status"] = {"phase": "Running"}
+    return pod
+
+
+def fed(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> ClusterCache:
+    cache = ClusterCache(clock=lambda: 0.0)
+    for node in nodes:
+        cache.on_node("ADDED", node)
+    for pod in pods:
+        cache.on_pod("ADDED", pod)
+    return cache
+
+
+def state(cache: ClusterCache) -> NodeState:
+    with cache.lock:
+        return cache.fresh_state()
+
+
+def test_a_node_joining_copies_the_rows_that_did_not_change_and_they_equal_a_model_built_from_scratch() -> None:
+    nodes = [make_node("a", gpus=8), make_node("b", gpus=8), make_node("ts", "NVIDIA-L4", gpus=1, shared_replicas=4),
+             make_node("mig", gpus=1, mig={"1g.10gb": 7})]
+    pods = [bound("p1", "a", gpus=2), bound("p2", "a", gpus=1, cpu="10"), bound("p3", "b", gpus=3),
+            bound("s1", "ts", gpus=1, gpu_resource="nvidia.com/gpu.shared"),
+            bound("m1", "mig", gpus=1, gpu_resource="nvidia.com/mig-1g.10gb")]
+    cache = fed(nodes, pods)
+    state(cache)
+    cache.assume("ml/next", "b", PodDemand(name="next", cpu_milli=1000, memory_mib=1024, num_gpu=1, gpu_milli=1000),
+                 (5,))
+    # between two requests: a node joins, a pod on `a` ends, node `b` changes capacity
+    joined = make_node("c", gpus=4)
+    cache.on_node("ADDED", joined)
+    cache.on_pod("DELETED", pods[1])
+    bigger = make_node("b", gpus=8, cpu="128")
+    cache.on_node("MODIFIED", bigger)
+    rebuilds, copied = cache.rebuilds, cache.rows_copied
+    kept = state(cache)
+    assert cache.rebuilds == rebuilds + 1
+    assert cache.rows_copied - copied == 2, "ts and mig copied; a (a pod ended), b (capacity) and c occupied"
+
+    scratch = fed([nodes[0], bigger, nodes[2], nodes[3], joined], [p for p in pods if p is not pods[1]])
+    scratch.assume("ml/next", "b", PodDemand(name="next", cpu_milli=1000, memory_mib=1024, num_gpu=1,
+                                             gpu_milli=1000), (5,))
+    fresh = state(scratch)
+    assert kept.names == fresh.names
+    for key in LOAD:
+        assert np.array_equal(getattr(kept, key), getattr(fresh, key)), key
+
+
+def test_metrics_say_how_the_model_was_kept() -> None:
+    from extender.app import create_app
+    from extender.service import ExtenderService
+    from kube.views import StaticView
+
+    cache = fed([make_node("a", gpus=8), make_node("b", gpus=8)], [bound("p1", "a", gpus=2)])
+    http = create_app(ExtenderService(cache, StaticView())).test_client()
+    state(cache)
+    cache.on_node("ADDED", make_node("c", gpus=8))
+    state(cache)
+    metrics = http.get("/metrics").get_data(as_text=True)
+    assert "kubeon_extender_model_rebuilds_total 2.0" in metrics  # the first model, then c joined
+    assert 'kubeon_extender_model_rows_total{how="copied"} 2.0' in metrics
+    assert 'kubeon_extender_model_rows_total{how="occupied"} 3.0' in metrics
