@@ -11,6 +11,7 @@ uses any more are removed. Keys someone else wrote are never touched.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,8 +40,10 @@ def config_text(replicas: int) -> str:
     return yaml.safe_dump(sharing_config(replicas), sort_keys=False)
 
 
+@functools.lru_cache(maxsize=64)
 def config_key(replicas: int) -> str:
-    """The key holding `config_text(replicas)`: a new text gives a new key."""
+    """The key holding `config_text(replicas)`: a new text gives a new key. Memoised: every pass reads the key
+    of every time-sliced node (`own_key_replicas`), and a YAML dump and hash is about 50 us."""
     digest = hashlib.sha256(config_text(replicas).encode()).hexdigest()[:8]
     return f"{KEY_PREFIX}r{replicas}-{digest}"
 
