@@ -35,3 +35,5 @@ def test_a_thousand_node_cluster_under_churn_is_read_from_watches() -> None:
     assert controller["rss_mib_steady"] <= bound, (controller, bound)
     passes = line["passes"]
     assert {"capacity", "layout"} <= passes.keys() and all(p["p99_s"] < p["period_s"] for p in passes.values()), passes
+    # each pass's own CPU beside its wall time (kubeon_gpu_reconcile_cpu_seconds): never more than the wall time
+    assert all(p["cpu_p99_s"] is not None and p["cpu_p50_s"] <= p["p50_s"] for p in passes.values()), passes
