@@ -32,7 +32,8 @@ level, the optimizer's by ServiceAccount, the two by user agent):
   thread used (kubeon_gpu_reconcile_cpu_seconds): on a machine the cluster itself loads, the wall time
   is mostly waiting;
 - the extender's request time during the churn (its own histogram, /filter and /prioritize, p99 from
-  the buckets: an upper bound), as kube-scheduler's calls met it, and how its node model was kept
+  the buckets: an upper bound), as kube-scheduler's calls met it, the CPU of the thread answering
+  (kubeon_extender_http_request_cpu_seconds), and how its node model was kept
   (kubeon_extender_model_rebuilds_total: new states, a node joined or left; rows copied or occupied);
 - nothing lost: pods created through the schedulers and not bound at the end, and why.
 
@@ -95,6 +96,7 @@ AUDIT = {"apiVersion": "audit.k8s.io/v1", "kind": "Policy", "omitStages": ["Requ
 PASS_BUCKETS_METRIC = "kubeon_gpu_reconcile_duration_seconds_bucket"
 PASS_CPU_BUCKETS_METRIC = "kubeon_gpu_reconcile_cpu_seconds_bucket"  # the pass thread's own CPU
 EXTENDER_BUCKETS_METRIC = "kubeon_extender_http_request_duration_seconds_bucket"
+EXTENDER_CPU_BUCKETS_METRIC = "kubeon_extender_http_request_cpu_seconds_bucket"  # the answering thread's CPU
 EXTENDER_LAST_BOUND = LATENCY_BUCKETS[-1]
 PERIODS = {"capacity": 10.0, "layout": 20.0, "scale-to-zero": 30.0, "autoscale": 60.0, "rightsizing": 300.0,
            "policies": 60.0, "extender-health": 30.0}
@@ -437,6 +439,8 @@ class ScaleRun(Workload):
             return labels.get("route") in ("/filter", "/prioritize")
         ext_p99 = quantile(buckets(ext0, EXTENDER_BUCKETS_METRIC, scheduling),
                            buckets(ext1, EXTENDER_BUCKETS_METRIC, scheduling), 0.99)
+        ext_cpu = buckets(ext0, EXTENDER_CPU_BUCKETS_METRIC, scheduling), buckets(ext1, EXTENDER_CPU_BUCKETS_METRIC,
+                                                                                   scheduling)
         model = {"rebuilds": total(ext1, "kubeon_extender_model_rebuilds_total")
                  - total(ext0, "kubeon_extender_model_rebuilds_total"),
                  **{f"rows_{how}": total(ext1, "kubeon_extender_model_rows_total", how=how)
@@ -450,7 +454,8 @@ class ScaleRun(Workload):
                 "kube_controller_manager": {"requests_per_min": per_min("kube-controller-manager")},
                 "kube_scheduler": {"requests_per_min": per_min("kube-scheduler")},
                 "controller_pass_p99_s": max((p["p99_s"] for p in passes.values()), default=None),
-                "extender_p99_ms": _ms(ext_p99), "extender_model": model,
+                "extender_p99_ms": _ms(ext_p99), "extender_cpu_p50_ms": _ms(quantile(*ext_cpu, 0.5)),
+                "extender_cpu_p99_ms": _ms(quantile(*ext_cpu, 0.99)), "extender_model": model,
                 "passes": passes, "components": components, "unbound_at_end": unbound, "churn_errors": errors}
 
 

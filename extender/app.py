@@ -174,7 +174,7 @@ def create_app(service: ExtenderService, registry: CollectorRegistry | None = No
     live = CollectorRegistry()  # read from this process at scrape, beside the workers' summed files
     live.register(MixCollector(service))
     live.register(ModelCollector(service))
-    request_metrics = instrument(app, prefix="kubeon_extender", registry=registry, live=live)
+    request_metrics = instrument(app, prefix="kubeon_extender", registry=registry, live=live, cpu=True)
     metrics, errors = ExtenderMetrics(registry), InternalErrors(registry)
     service.cache.ignored.export(registry)  # kubeon_gpu_objects_ignored_total{reason}
     reader = ArgsReader(loads=_loads)

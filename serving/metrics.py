@@ -75,9 +75,14 @@ class RequestMetrics:
     """Requests by route and status, and their latency."""
 
     def __init__(self, registry: CollectorRegistry, prefix: str = "kubeon",
-                 live: CollectorRegistry | None = None) -> None:
+                 live: CollectorRegistry | None = None, cpu: bool = False) -> None:
         self.registry = registry
         self.live = live
+        # `cpu`: also the CPU time of the thread answering (by route): beside the latency, how much of a slow
+        # answer was the server's own work and how much waiting (a lock, the GIL, a busy machine)
+        self.cpu = Histogram(f"{prefix}_http_request_cpu_seconds", "CPU time of the thread answering an HTTP request.",
+                             ["route"], buckets=LATENCY_BUCKETS, registry=registry) if cpu else None
+        self._cpu_children: dict[str, Any] = {}
         self.requests = Counter(
             f"{prefix}_http_requests_total", "HTTP requests by route and status code.",
             ["route", "status"], registry=registry)
@@ -97,6 +102,13 @@ class RequestMetrics:
             children = self._children[key] = (self.requests.labels(*labels), self.latency.labels(*labels))
         TALLY.record(children[0], children[1], seconds)
 
+    def record_cpu(self, route: str, seconds: float) -> None:
+        assert self.cpu is not None
+        child = self._cpu_children.get(route)
+        if child is None:
+            child = self._cpu_children[route] = self.cpu.labels(route)
+        TALLY.observe(child, seconds)
+
     def exposition(self) -> bytes:
         TALLY.flush()  # this worker's counts; the others' are at most serving.tally.INTERVAL late
         live = generate_latest(self.live) if self.live is not None else b""
@@ -108,17 +120,20 @@ class RequestMetrics:
 
 
 def instrument(app: Flask, *, prefix: str = "kubeon", registry: CollectorRegistry | None = None,
-               metrics_path: str = "/metrics", live: CollectorRegistry | None = None) -> RequestMetrics:
+               metrics_path: str = "/metrics", live: CollectorRegistry | None = None, cpu: bool = False
+               ) -> RequestMetrics:
     """Count and time every request of `app` and serve `metrics_path` (with `live`'s collectors, read from
     the answering process at scrape: module doc).
 
     The route label is the URL rule (`/mutate`), never the raw path, so label
     values stay bounded; unmatched paths are labelled `<unmatched>`."""
-    metrics = RequestMetrics(registry or CollectorRegistry(), prefix, live)
+    metrics = RequestMetrics(registry or CollectorRegistry(), prefix, live, cpu)
 
     @app.before_request
     def _start() -> None:
         g.kubeon_started = time.perf_counter()
+        if cpu:
+            g.kubeon_cpu = time.thread_time()
 
     @app.after_request
     def _record(response: Response) -> Response:
@@ -126,6 +141,8 @@ def instrument(app: Flask, *, prefix: str = "kubeon", registry: CollectorRegistr
         if started is not None:
             route = request.url_rule.rule if request.url_rule is not None else "<unmatched>"
             metrics.record(route, response.status_code, time.perf_counter() - started)
+            if cpu:
+                metrics.record_cpu(route, time.thread_time() - g.kubeon_cpu)
         return response
 
     def metrics_view() -> Response:

@@ -82,6 +82,21 @@ class Tally:
         if self._thread is None:
             self._start()
 
+    def observe(self, histogram: Any, value: float) -> None:
+        """`histogram.observe(value)`, held back while buffered."""
+        if not self.buffered:
+            histogram.observe(value)
+            return
+        bounds = histogram._upper_bounds
+        with self._lock:
+            pending = self._observed.get(histogram)
+            if pending is None:
+                pending = self._observed[histogram] = ([0] * len(bounds), [0.0])
+            pending[0][bisect.bisect_left(bounds, value)] += 1
+            pending[1][0] += value
+        if self._thread is None:
+            self._start()
+
     def flush(self) -> None:
         """Write every pending amount (one write per child and bucket)."""
         with self._lock:

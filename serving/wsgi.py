@@ -96,6 +96,7 @@ class HotRoutes:
         if route is None:
             return self.fallback(environ, start_response)
         started = time.perf_counter()
+        cpu = time.thread_time() if self.metrics.cpu is not None else 0.0  # a system call: only where asked
         method, handler = route
         extra: Headers = []
         then: Then | None = None
@@ -116,6 +117,8 @@ class HotRoutes:
         start_response(_status_line(status), [("Content-Type", "application/json"),
                                               ("Content-Length", str(len(body))), *extra])
         self.metrics.record(path, status, time.perf_counter() - started)
+        if self.metrics.cpu is not None:
+            self.metrics.record_cpu(path, time.thread_time() - cpu)
         return [body] if then is None else _ThenBody(body, then)
 
     def _body(self, environ: Mapping[str, Any]) -> bytes:

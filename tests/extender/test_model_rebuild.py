@@ -12,6 +12,7 @@ import numpy as np
 from extender.cache import ClusterCache
 from gpupolicy.packing.nodemodel import NodeState, PodDemand
 from tests.cluster.objects import make_node, make_pod
+from tests.extender.payloads import args
 
 LOAD = ("cpu_free", "mem_free", "gpu_free", "mig_held", "mig_free", "shared_free", "full_count", "max_partial",
         "gpu_free_total", "schedulable")
@@ -79,7 +80,12 @@ def test_metrics_say_how_the_model_was_kept() -> None:
     state(cache)
     cache.on_node("ADDED", make_node("c", gpus=8))
     state(cache)
+    pod = make_pod("next", "ml", gpus=1)
+    pod["metadata"]["uid"] = "uid-next"
+    assert http.post("/filter", json=args(pod, ["a", "b", "c"])).status_code == 200
     metrics = http.get("/metrics").get_data(as_text=True)
     assert "kubeon_extender_model_rebuilds_total 2.0" in metrics  # the first model, then c joined
+    # the answering thread's CPU beside the latency, one observation per request
+    assert 'kubeon_extender_http_request_cpu_seconds_count{route="/filter"} 1.0' in metrics
     assert 'kubeon_extender_model_rows_total{how="copied"} 2.0' in metrics
     assert 'kubeon_extender_model_rows_total{how="occupied"} 3.0' in metrics
