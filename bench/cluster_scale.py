@@ -35,7 +35,9 @@ level, the optimizer's by ServiceAccount, the two by user agent):
   the buckets: an upper bound), as kube-scheduler's calls met it, the CPU of the thread answering
   (kubeon_extender_http_request_cpu_seconds), and how its node model was kept
   (kubeon_extender_model_rebuilds_total: new states, a node joined or left; rows copied or occupied);
-- nothing lost: pods created through the schedulers and not bound at the end, and why.
+- nothing lost: pods created through the schedulers and not bound at the end, and why;
+- the floor under every time above, on this machine during the churn: how late a process that only
+  sleeps 10 ms at a time wakes (`wake_delay`, its own process; `--wake-probe SECONDS` runs it alone).
 
 The last line is one JSON object: {"nodes", "pods", "minutes", "ours": {"rss_mib_peak",
 "rss_mib_steady", "cpu_s_per_min", "requests_per_min", "lists_after_start"}, "kube_controller_manager":
@@ -50,6 +52,7 @@ import json
 import os
 import random
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -341,7 +344,10 @@ class ScaleRun(Workload):
             started, mono0 = time.time(), time.monotonic()
             cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             pass0, ext0 = scrape(controller_metrics), scrape(f"{kubeon.extender_url}/metrics")
+            probe = subprocess.Popen([sys.executable, __file__, "--wake-probe", str(a.minutes * 60)],
+                                     stdout=subprocess.PIPE, text=True)
             errors = self.churn(core, a.minutes * 60)
+            wake = json.loads(probe.communicate(timeout=120)[0])
             ended, mono1 = time.time(), time.monotonic()
             cpu1 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             pass1, ext1 = scrape(controller_metrics), scrape(f"{kubeon.extender_url}/metrics")
@@ -349,8 +355,8 @@ class ScaleRun(Workload):
             sampler.join()
             unbound = self.unbound(core)
             events = read_audit(self.cluster.plane.audit_log)
-            return self.summary(events, started, ended, mono0, mono1, cpu0, cpu1, sampler, pass0, pass1, ext0, ext1,
-                                unbound, errors)
+            return {**self.summary(events, started, ended, mono0, mono1, cpu0, cpu1, sampler, pass0, pass1, ext0,
+                                   ext1, unbound, errors), "wake_delay": wake}
 
     def settle(self, controller_metrics: str, timeout: float = 900.0) -> None:
         """Until every reconciler of the controller has run a pass (its caches listed) and the schedulers
@@ -459,6 +465,22 @@ class ScaleRun(Workload):
                 "passes": passes, "components": components, "unbound_at_end": unbound, "churn_errors": errors}
 
 
+def wake_probe(seconds: float, interval: float = 0.01) -> dict[str, float]:
+    """How late a process that does nothing else wakes on this machine: sleeps of `interval` for `seconds`,
+    each one's overshoot. The floor under any answer timed here (a request that waits for the CPU waits
+    at least this); run as its own process beside the churn (`--wake-probe`)."""
+    late: list[float] = []
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        started = time.perf_counter()
+        time.sleep(interval)
+        late.append(time.perf_counter() - started - interval)
+    late.sort()
+    return {"p50_ms": round(1000 * late[len(late) // 2], 2),
+            "p99_ms": round(1000 * late[int(0.99 * (len(late) - 1))], 2),
+            "max_ms": round(1000 * late[-1], 2), "samples": len(late)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=1000)
@@ -474,7 +496,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-karpenter", dest="karpenter", action="store_false",
                         help="no Karpenter and no capacity policy")
     parser.add_argument("--keep-state", action="store_true", help="keep the cluster's folder (logs, audit)")
+    parser.add_argument("--wake-probe", type=float, metavar="SECONDS",
+                        help="only measure how late a sleeping process wakes here for SECONDS (the run starts one)")
     args = parser.parse_args(argv)
+    if args.wake_probe is not None:
+        if args.wake_probe <= 0:
+            print(f"error: --wake-probe must be positive, got {args.wake_probe}", file=sys.stderr)
+            return 2
+        print(json.dumps(wake_probe(args.wake_probe)), flush=True)
+        return 0
     for flag, value in (("--nodes", args.nodes), ("--pods", args.pods), ("--minutes", args.minutes),
                         ("--churn-per-s", args.churn_per_s), ("--threads", args.threads)):
         if value <= 0:
