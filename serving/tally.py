@@ -71,14 +71,9 @@ class Tally:
             counter.inc()
             histogram.observe(value)
             return
-        bounds = histogram._upper_bounds
         with self._lock:
             self._counts[counter] = self._counts.get(counter, 0) + 1
-            pending = self._observed.get(histogram)
-            if pending is None:
-                pending = self._observed[histogram] = ([0] * len(bounds), [0.0])
-            pending[0][bisect.bisect_left(bounds, value)] += 1  # as its observe: the first bound >= value
-            pending[1][0] += value
+            self._hold(histogram, value)
         if self._thread is None:
             self._start()
 
@@ -87,15 +82,19 @@ class Tally:
         if not self.buffered:
             histogram.observe(value)
             return
-        bounds = histogram._upper_bounds
         with self._lock:
-            pending = self._observed.get(histogram)
-            if pending is None:
-                pending = self._observed[histogram] = ([0] * len(bounds), [0.0])
-            pending[0][bisect.bisect_left(bounds, value)] += 1
-            pending[1][0] += value
+            self._hold(histogram, value)
         if self._thread is None:
             self._start()
+
+    def _hold(self, histogram: Any, value: float) -> None:
+        """One observation kept back (call with the lock held)."""
+        bounds = histogram._upper_bounds
+        pending = self._observed.get(histogram)
+        if pending is None:
+            pending = self._observed[histogram] = ([0] * len(bounds), [0.0])
+        pending[0][bisect.bisect_left(bounds, value)] += 1  # as its observe: the first bound >= value
+        pending[1][0] += value
 
     def flush(self) -> None:
         """Write every pending amount (one write per child and bucket)."""
