@@ -451,7 +451,7 @@ class ScaleRun(Workload):
                  - total(ext0, "kubeon_extender_model_rebuilds_total"),
                  **{f"rows_{how}": total(ext1, "kubeon_extender_model_rows_total", how=how)
                     - total(ext0, "kubeon_extender_model_rows_total", how=how)
-                    for how in ("recomputed", "copied", "occupied")}}
+                    for how in ("recomputed", "settled", "copied", "occupied")}}
         ours = components["controller"]
         return {"nodes": len(self.trace.names), "pods": self.args.pods, "minutes": round(minutes, 2),
                 "churn_per_s": self.args.churn_per_s,

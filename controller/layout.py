@@ -165,13 +165,15 @@ class LayoutReconciler:
     def _advance(self, ctx: ControllerContext, seen: _Pass, policies: list[GpuPolicy]) -> dict[str, list[Proposal]]:
         shown: dict[str, list[Proposal]] = {}
         by_name = {p.name: p for p in policies}
-        gpu_pods = {n.name: n.gpu_pods for n in read_nodes(seen.nodes, seen.pods, {}, DEFAULT_CATALOG,
-                                                           ctx.cluster().slices())}
+        gpu_pods: dict[str, int] | None = None  # read once a node has a re-layout in flight (most passes: none)
         for node in seen.nodes:
             meta = node.get("metadata") or {}
             record = relayout.read_record(meta.get("annotations") or {})
             if record is None:
                 continue
+            if gpu_pods is None:
+                gpu_pods = {n.name: n.gpu_pods for n in read_nodes(seen.nodes, seen.pods, {}, DEFAULT_CATALOG,
+                                                                   ctx.cluster().slices())}
             name = str(meta.get("name"))
             labels = meta.get("labels") or {}
             product = DEFAULT_CATALOG.product(str(labels.get("nvidia.com/gpu.product", "")))

@@ -114,8 +114,8 @@ class MixCollector(Collector):
 class ModelCollector(Collector):
     """How the node model was kept, read from the process at scrape: `kubeon_extender_model_rebuilds_total`
     (new states: a node joined, left or changed capacity; each the slowest kind of request) and
-    `kubeon_extender_model_rows_total{how}` (rows recomputed for their pods, copied into a new state, or
-    occupied again in one)."""
+    `kubeon_extender_model_rows_total{how}` (rows recomputed for their pods inside a request, or between
+    requests by the settle thread, copied into a new state, or occupied again in one)."""
 
     def __init__(self, service: ExtenderService) -> None:
         self.service = service
@@ -128,8 +128,8 @@ class ModelCollector(Collector):
                                   value=float(cache.rebuilds))
         rows = CounterMetricFamily("kubeon_extender_model_rows", "Rows of the node model worked out, by how.",
                                    labels=["how"])
-        for how, count in (("recomputed", cache.row_updates), ("copied", cache.rows_copied),
-                           ("occupied", cache.rows_occupied)):
+        for how, count in (("recomputed", cache.row_updates - cache.rows_settled), ("settled", cache.rows_settled),
+                           ("copied", cache.rows_copied), ("occupied", cache.rows_occupied)):
             rows.add_metric([how], float(count))
         yield rows
 

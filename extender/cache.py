@@ -83,6 +83,7 @@ DEFAULT_ASSUME_SECONDS = 30.0
 DEFAULT_MIX_REFRESH_SECONDS = 30.0
 MIN_MIX_PODS = 20  # below this many GPU pods seen, the pod being scheduled joins the learned mix
 SEEN_PODS = 50_000  # keys remembered so a pod is learned once (pending, then bound)
+SETTLE_ROWS = 20  # rows `settle` recomputes per hold of the lock: about 5 ms
 
 
 @dataclass(frozen=True)
@@ -161,6 +162,7 @@ class ClusterCache:
         self.row_updates = 0  # rows recomputed for their pods
         self.rows_copied = 0  # rows a rebuild took from the last state (`_rebuild`)
         self.rows_occupied = 0  # rows a rebuild occupied again
+        self.rows_settled = 0  # rows recomputed by `settle`, between requests
 
     # ---- watch side ---------------------------------------------------------------------------
     def on_node(self, event: str, obj: Mapping[str, Any]) -> None:
@@ -371,14 +373,48 @@ class ClusterCache:
             self._rebuild()
             self.version += 1
         elif self._dirty_nodes:
-            for name in self._dirty_nodes:
-                index = self._state.index.get(name)
-                if index is not None:
-                    self._recompute_row(index, name)
-            self._dirty_nodes.clear()
-            self.version += 1
+            self._apply_rows(list(self._dirty_nodes))
         self._refresh_mix(now)
         return self._state
+
+    def settle(self, max_rows: int = SETTLE_ROWS) -> int:
+        """Recompute up to `max_rows` dirty rows now, off the request path; returns how many are still dirty.
+
+        Rows dirtied while no request came (pods bound directly, a quiet
+        scheduler) were all recomputed inside the next request: some 250 us
+        a row, a second at 5,000 nodes (docs/benchmarks.md, issue 47). The
+        watch's settle thread (`extender.watch`) calls this between requests,
+        a few rows per hold of the lock so a request never waits long for it.
+        A changed node list or capacity is not rebuilt here (`rebuild`).
+        """
+        with self.lock:
+            if not self._dirty_nodes:
+                return 0
+            batch = [self._dirty_nodes.pop() for _ in range(min(max_rows, len(self._dirty_nodes)))]
+            self._apply_rows(batch)
+            self.rows_settled += len(batch)
+            return len(self._dirty_nodes)
+
+    @property
+    def dirty_rows(self) -> int:
+        """Rows marked dirty and not yet recomputed (by `settle` or the next request)."""
+        return len(self._dirty_nodes)
+
+    def rebuild(self) -> None:
+        """Build the state now if the node list or a capacity changed (the settle thread, after start-up and
+        node joins; otherwise the next request would)."""
+        with self.lock:
+            if self._structure_dirty:
+                self.fresh_state()
+
+    def _apply_rows(self, names: list[str]) -> None:
+        """Recompute the named dirty rows of the current state (rows of nodes it lacks wait for a rebuild)."""
+        for name in names:
+            index = self._state.index.get(name)
+            if index is not None:
+                self._recompute_row(index, name)
+        self._dirty_nodes.difference_update(names)
+        self.version += 1
 
     def observe(self, key: str, demand: PodDemand) -> None:
         """Learn a GPU pod (whole, share, MIG or replica) into the typical mix, once per pod key.

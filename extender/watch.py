@@ -33,12 +33,23 @@ gen0 and a gen1 collection of 180 ms each after 18,000 node reports (when
 heartbeats still replaced objects). A thread collects the young generations
 every `YOUNG_SECONDS` instead (a second of events: under a millisecond at 50
 reports a second).
+
+Settling. The same holds for the model itself: a pod event only marks its
+node's row dirty, and the next request recomputed every dirty row, some 250
+us each. A scheduler that sent nothing while pods were bound directly, or
+the first request after start-up, paid for all of them: a second at 5,000
+nodes (docs/benchmarks.md, issue 47). A settle thread builds the model once
+the lists are synced, rebuilds it after a node joins or changes capacity (at
+most every `REBUILD_SECONDS`), and recomputes dirty rows every
+`SETTLE_SECONDS`, `SETTLE_ROWS` per hold of the lock, so a request finds the
+rows of the last moment at most.
 """
 
 from __future__ import annotations
 
 import gc
 import threading
+import time
 from typing import Any
 
 from extender.cache import ClusterCache
@@ -48,6 +59,8 @@ from kube.views import WatchedView
 ASSIGNED_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 NEVER = 1 << 30  # gen1 collections before a full one: never, in practice (module doc)
 YOUNG_SECONDS = 1.0  # the young generations collected at least this often while the watch runs
+SETTLE_SECONDS = 0.1  # dirty rows recomputed at least this often, between requests (module doc)
+REBUILD_SECONDS = 1.0  # the settle thread rebuilds a changed node list at most this often
 
 
 class ClusterWatch(WatchedView):
@@ -84,7 +97,22 @@ class ClusterWatch(WatchedView):
             gc.set_threshold(self._thresholds[0], self._thresholds[1], NEVER)
             threading.Thread(target=self._collect_young, name="gc-young", daemon=True).start()
         super().start(freeze_after_sync=freeze_after_sync)
+        threading.Thread(target=self._settle, name="model-settle", daemon=True).start()
         return self
+
+    def _settle(self) -> None:
+        """Keep the model applied between requests (module doc, "Settling")."""
+        feeds = (self.node_feed, self.pods, *self.dra_feeds)
+        while not all(f.wait_for_sync(SETTLE_SECONDS) for f in feeds):
+            if self._stopped.is_set():
+                return
+        rebuilt = -REBUILD_SECONDS
+        while not self._stopped.wait(SETTLE_SECONDS):
+            if time.monotonic() - rebuilt >= REBUILD_SECONDS:
+                self.cache.rebuild()
+                rebuilt = time.monotonic()
+            while self.cache.settle() and not self._stopped.wait(0.001):  # a waiting request takes the lock
+                pass
 
     def _collect_young(self) -> None:
         while not self._stopped.wait(YOUNG_SECONDS):

@@ -76,10 +76,10 @@ def provision(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, pool_o
                 policy.name, f"NodePool/{spec.node_pool}",
                 f"{'node' if groups else 'launch NodeClaim'} {claim.claim} ({claim.instance_type})",
                 f"launching for {', '.join(claim.launched_for) or 'pending pods'}", 0.0, State.APPLIED))
-    pods = {pod_key(pod): pod for pod in seen.pods}
     whole = p.provider.whole_gpus or spec.whole_gpus is WholeGpus.OPTIMIZER
-    waiting = [(key, resource) for key, resource in unserved(p, claims, whole)
-               if key not in claimed and covers(policy, pods[key])]
+    lacking = unserved(p, claims, whole)
+    pods = {pod_key(pod): pod for pod in seen.pods} if lacking else {}  # most passes: no pod lacks a node
+    waiting = [(key, resource) for key, resource in lacking if key not in claimed and covers(policy, pods[key])]
     claimed.update(key for key, _ in waiting)
     if not waiting:
         conditions.append(Condition(type="Provisioned", status="True", reason="NothingPending",

@@ -56,12 +56,12 @@ def _epoch(text: str) -> float | None:
 def meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
     """The object's metadata, read-only (the cache's own; a pass reads it for every pod, so not copied)."""
     found = obj.get("metadata")
-    return found if isinstance(found, Mapping) else {}
+    return found if type(found) is dict or isinstance(found, Mapping) else {}  # dicts: no ABC check
 
 
 def annotations_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
     found = meta(obj).get("annotations")
-    return found if isinstance(found, Mapping) else {}
+    return found if type(found) is dict or isinstance(found, Mapping) else {}
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:
@@ -195,10 +195,12 @@ class Pass:
     def held_by_budget(self, pods: Iterable[Mapping[str, Any]]) -> str | None:
         """Why a drain of a node holding `pods` must not start now (gpupolicy/capacity/budgets.py): a
         PodDisruptionBudget allowing no disruption, or the budgets unreadable; None when none stands in the way."""
+        budgets, error = self.budgets()
+        if not budgets and not error:  # most clusters, most passes: nothing to read of the pods
+            return None
         movable = [pod for pod in pods if drainable(pod)]
         if not movable:
             return None
-        budgets, error = self.budgets()
         if error:
             return f"PodDisruptionBudgets could not be listed ({error}); no drain starts"
         return blocking_budget(movable, budgets)

@@ -54,6 +54,7 @@ from gpupolicy.packing.dradevices import (
     device_counts,
     node_devices,
     shared_claim_takers,
+    shared_claims,
 )
 from gpupolicy.packing.kubemodel import ObjectError, memoised, pod_requests
 
@@ -191,16 +192,42 @@ class _EveryPod:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """What `read_nodes` and `read_demand` read of one pod version before anything else (`_reading`)."""
+
+    asks: bool  # asks for a GPU (a resource, a claim) or waits for a slice: the only pods they count
+    live: bool  # not terminating, not finished
+    node: str  # spec.nodeName; "" while pending
+    wanted: bool  # annotation WANTED_ANNOTATION set
+    fixed: dict[str, float] | None  # its GPU resources (read-only); None when a shared claim makes them depend
+    #                                 on the other pods (`shared_claim_takers`)
+
+
+def _reading(pod: Mapping[str, Any]) -> _Reading:
+    """The pod's reading, remembered per pod version within a pass (`memoised`): a pass reads every pod of
+    the cluster, twice in a layout pass, and between two passes few change (5,000 nodes / 50,000 pods:
+    about a second of each capacity and layout pass, `python bench/controller_pass.py --churn 500`)."""
+    return memoised("gpu-reading", _read, pod)
+
+
+def _read(pod: Mapping[str, Any]) -> _Reading:
+    every = _gpu_requests(pod, _EveryPod())
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    wanted = WANTED_ANNOTATION in annotations
+    node = str((pod.get("spec") or {}).get("nodeName") or "")
+    return _Reading(asks=bool(every) or wanted, live=_is_live(pod), node=node, wanted=wanted,
+                    fixed=None if shared_claims(pod) else every)
+
+
 def _asks_gpu(pod: Mapping[str, Any]) -> bool:
-    """Whether the pod asks for a GPU (a resource, a claim) or waits for a slice: the only pods `read_nodes`
-    and `read_demand` count. Remembered per pod version within a pass (`memoised`): a pass reads every pod
-    of the cluster, most of them without a GPU (5,000 nodes / 50,000 pods: 0.8 s of a capacity pass)."""
-    return memoised("asks-gpu", _reads_gpu, pod)
+    """Whether the pod asks for a GPU (a resource, a claim) or waits for a slice (`_reading`)."""
+    return _reading(pod).asks
 
 
-def _reads_gpu(pod: Mapping[str, Any]) -> bool:
-    return bool(_gpu_requests(pod, _EveryPod())) or WANTED_ANNOTATION in ((pod.get("metadata") or {})
-                                                                        .get("annotations") or {})
+def _requests_of(pod: Mapping[str, Any], reading: _Reading, takers: Container[str]) -> dict[str, float]:
+    """`_gpu_requests(pod, takers)`, from the reading where no shared claim makes it depend on `takers`."""
+    return reading.fixed if reading.fixed is not None else _gpu_requests(pod, takers)
 
 
 def _gpu_requests(pod: Mapping[str, Any], takers: Container[str]) -> dict[str, float]:
@@ -258,12 +285,14 @@ def read_nodes(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, A
     published = node_devices(slices)
     busy: dict[str, dict[str, float]] = {}
     counts: dict[str, int] = {}
-    pods = [pod for pod in pods if _asks_gpu(pod)]
-    takers = shared_claim_takers(pods)
-    for pod in pods:
-        node = (pod.get("spec") or {}).get("nodeName")
-        requests = _gpu_requests(pod, takers)
-        if node and requests and _is_live(pod):
+    readings = [(pod, reading) for pod in pods if (reading := _reading(pod)).asks]
+    takers = shared_claim_takers(pod for pod, _ in readings)
+    for pod, reading in readings:
+        node = reading.node
+        if not node or not reading.live:
+            continue
+        requests = _requests_of(pod, reading, takers)
+        if requests:
             held = busy.setdefault(node, {})
             for name, count in requests.items():
                 held[name] = held.get(name, 0.0) + count
@@ -334,16 +363,16 @@ def read_demand(pods: Iterable[Mapping[str, Any]], policies: Iterable[GpuPolicy]
     """Pending GPU pods, and pods left on whole GPUs that want a slice, oldest first."""
     ordered = sorted(policies, key=lambda p: (-p.spec.priority, p.name))
     found: list[tuple[str, Demand]] = []
-    pods = [pod for pod in pods if _asks_gpu(pod)]
-    takers = shared_claim_takers(pods)
-    for pod in pods:
-        if not _is_live(pod):
-            continue
+    readings = [(pod, reading) for pod in pods if (reading := _reading(pod)).asks]
+    takers = shared_claim_takers(pod for pod, _ in readings)
+    for pod, reading in readings:
+        if not reading.live or (reading.node and not reading.wanted):
+            continue  # most pods: bound, wanting nothing more
         meta = pod.get("metadata") or {}
         spec = pod.get("spec") or {}
         annotations = meta.get("annotations") or {}
-        requests = _gpu_requests(pod, takers)
-        pending = not spec.get("nodeName")
+        requests = _requests_of(pod, reading, takers)
+        pending = not reading.node
         wanted = str(annotations.get(WANTED_ANNOTATION) or "")
         if wanted and requests.get(wanted):
             wanted = ""  # it got its slice after all

@@ -119,7 +119,7 @@ def _label_count(labels: Mapping[str, Any], key: str) -> int | None:
 def _get(obj: Obj, *path: str) -> Any:
     cur: Any = obj
     for key in path:
-        if not isinstance(cur, Mapping):
+        if not (type(cur) is dict or isinstance(cur, Mapping)):  # a watch's objects are dicts: no ABC check
             return None
         cur = cur.get(key)
     return cur
@@ -206,11 +206,13 @@ def parsing(memo: ParseMemo) -> Iterator[None]:
 
 
 def pod_version(pod: Obj) -> tuple[str, str] | None:
-    """(uid, resourceVersion): one version of an object never changes; None without them."""
-    meta = pod.get("metadata") if type(pod) is dict or isinstance(pod, Mapping) else None
-    if not (type(meta) is dict or isinstance(meta, Mapping)):
+    """(uid, resourceVersion): one version of an object never changes; None without them. Read for every
+    pod several times a pass (each memo's key): indexing, not type checks, which a non-mapping fails."""
+    try:
+        meta = pod["metadata"]
+        uid, rv = meta["uid"], meta["resourceVersion"]
+    except (KeyError, TypeError, IndexError):
         return None
-    uid, rv = meta.get("uid"), meta.get("resourceVersion")
     return (uid, rv) if type(uid) is str and type(rv) is str and uid and rv else None
 
 
@@ -564,7 +566,7 @@ def node_specs(nodes: Iterable[Obj], slices: Iterable[Obj], unreadable: dict[str
     schedulable: list[bool] = []
     for n in nodes:
         try:
-            spec, ok = node_spec(n), node_schedulable(n)
+            spec, ok = memoised("node-spec", _node_reading, n)  # a pass reads every node; few change between two
             if spec.name in devices:
                 spec = dra_node_spec(spec, devices[spec.name])
         except ValueError as exc:  # ObjectError, SliceError, or a DRA row count out of range
@@ -573,6 +575,10 @@ def node_specs(nodes: Iterable[Obj], slices: Iterable[Obj], unreadable: dict[str
         specs.append(spec)
         schedulable.append(ok)
     return specs, schedulable
+
+
+def _node_reading(node: Obj) -> tuple[NodeSpec, bool]:
+    return node_spec(node), node_schedulable(node)
 
 
 def bound_by_row(pods: Iterable[Obj], index: Mapping[str, int]) -> dict[int, list[Obj]]:
