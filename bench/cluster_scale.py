@@ -34,10 +34,13 @@ level, the optimizer's by ServiceAccount, the two by user agent):
 - the extender's request time during the churn (its own histogram, /filter and /prioritize, p99 from
   the buckets: an upper bound), as kube-scheduler's calls met it, the CPU of the thread answering
   (kubeon_extender_http_request_cpu_seconds), and how its node model was kept
-  (kubeon_extender_model_rebuilds_total: new states, a node joined or left; rows copied or occupied);
+  (kubeon_extender_model_rebuilds_total: new states, a node joined or left; kubeon_extender_model_rows_total:
+  rows recomputed inside a request or settled between requests, copied or occupied in a new state);
 - nothing lost: pods created through the schedulers and not bound at the end, and why;
 - the floor under every time above, on this machine during the churn: how late a process that only
-  sleeps 10 ms at a time wakes (`wake_delay`, its own process; `--wake-probe SECONDS` runs it alone).
+  sleeps 10 ms at a time wakes (`wake_delay`, its own process; `--wake-probe SECONDS` runs it alone), and
+  how long 1 ms of its CPU takes on the wall clock (`wake_delay.work_wall`): a request using that much
+  CPU cannot answer faster here.
 
 The last line is one JSON object: {"nodes", "pods", "minutes", "ours": {"rss_mib_peak",
 "rss_mib_steady", "cpu_s_per_min", "requests_per_min", "lists_after_start"}, "kube_controller_manager":
@@ -465,20 +468,34 @@ class ScaleRun(Workload):
                 "passes": passes, "components": components, "unbound_at_end": unbound, "churn_errors": errors}
 
 
-def wake_probe(seconds: float, interval: float = 0.01) -> dict[str, float]:
+def wake_probe(seconds: float, interval: float = 0.01, work: float = 0.001, every: int = 5) -> dict[str, Any]:
     """How late a process that does nothing else wakes on this machine: sleeps of `interval` for `seconds`,
     each one's overshoot. The floor under any answer timed here (a request that waits for the CPU waits
-    at least this); run as its own process beside the churn (`--wake-probe`)."""
+    at least this); run as its own process beside the churn (`--wake-probe`). Every `every`-th wake it
+    also spins until its thread used `work` seconds of CPU (1 ms: about one /filter or /prioritize at
+    1,000-5,000 nodes), timing the wall clock that took (`work_wall`): what the machine makes of a
+    request's CPU, however the request is written."""
     late: list[float] = []
+    spun: list[float] = []
     end = time.monotonic() + seconds
     while time.monotonic() < end:
         started = time.perf_counter()
         time.sleep(interval)
-        late.append(time.perf_counter() - started - interval)
-    late.sort()
-    return {"p50_ms": round(1000 * late[len(late) // 2], 2),
-            "p99_ms": round(1000 * late[int(0.99 * (len(late) - 1))], 2),
-            "max_ms": round(1000 * late[-1], 2), "samples": len(late)}
+        woke = time.perf_counter()
+        late.append(woke - started - interval)
+        if len(late) % every == 0:
+            cpu = time.thread_time()
+            while time.thread_time() - cpu < work:
+                pass
+            spun.append(time.perf_counter() - woke)
+    return {**spread(late), "samples": len(late), "work_cpu_ms": 1000 * work, "work_wall": spread(spun)}
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """p50, p99 and max of `values` (seconds) in milliseconds."""
+    values = sorted(values) or [0.0]
+    return {"p50_ms": round(1000 * values[len(values) // 2], 2),
+            "p99_ms": round(1000 * values[int(0.99 * (len(values) - 1))], 2), "max_ms": round(1000 * values[-1], 2)}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,17 +8,19 @@ scheduler, picks devices; docs/designs/extender.md):
   the extender's bind (`kubemodel.py` has the rules); MIG device and
   replica counts per node, which the fit reads.
 
-Update rules (all under one lock; watch threads only record, requests apply):
+Update rules (all under one lock; watch threads only record; the watch's
+settle thread, `settle` and `rebuild`, and requests apply):
 - node ADDED/DELETED, or a change of its capacity, GPU product or memory:
-  the row layout changes, so the state is rebuilt on the next request
-  (rare: node joins, device-plugin reconfiguration). Status heartbeats that
+  the row layout changes, so the state is rebuilt by the settle thread or
+  the next request (rare: node joins, device-plugin reconfiguration). Status heartbeats that
   change nothing the model reads are ignored, before any parsing (the
   allocatable resources, labels and spec compared with the last event's:
   every kubelet reports every 5 minutes, 50 events a second at 15,000
   nodes, each parsed in a watch thread while requests wait for the
   interpreter); cordon/drain flips one flag.
 - pod bound/unbound/finished/deleted: its node's row is marked dirty and
-  recomputed on the next request from capacity minus that node's pods
+  recomputed (by the settle thread, or the next request if that comes
+  first) from capacity minus that node's pods
   (O(pods on the node)), so one event never costs O(cluster).
 - assumptions: a pod the extender just prioritized counts on the node it
   chose until the watch shows it bound (anywhere) or deleted, or until it
@@ -83,7 +85,7 @@ DEFAULT_ASSUME_SECONDS = 30.0
 DEFAULT_MIX_REFRESH_SECONDS = 30.0
 MIN_MIX_PODS = 20  # below this many GPU pods seen, the pod being scheduled joins the learned mix
 SEEN_PODS = 50_000  # keys remembered so a pod is learned once (pending, then bound)
-SETTLE_ROWS = 20  # rows `settle` recomputes per hold of the lock: about 5 ms
+SETTLE_ROWS = 4  # rows `settle` recomputes per hold of the lock: about a millisecond
 
 
 @dataclass(frozen=True)

@@ -43,11 +43,17 @@ the lists are synced, rebuilds it after a node joins or changes capacity (at
 most every `REBUILD_SECONDS`), and recomputes dirty rows every
 `SETTLE_SECONDS`, `SETTLE_ROWS` per hold of the lock, so a request finds the
 rows of the last moment at most.
+
+The interpreter. The watch and settle threads run Python too, and a request
+thread that wakes while one of them holds the interpreter waited up to its
+switch interval, 5 ms by default: the size of the whole budget of a request
+(issue 47). While the watch runs the interval is `SWITCH_SECONDS`.
 """
 
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import time
 from typing import Any
@@ -61,6 +67,7 @@ NEVER = 1 << 30  # gen1 collections before a full one: never, in practice (modul
 YOUNG_SECONDS = 1.0  # the young generations collected at least this often while the watch runs
 SETTLE_SECONDS = 0.1  # dirty rows recomputed at least this often, between requests (module doc)
 REBUILD_SECONDS = 1.0  # the settle thread rebuilds a changed node list at most this often
+SWITCH_SECONDS = 0.0005  # how long a request waits for the interpreter behind another thread (module doc)
 
 
 class ClusterWatch(WatchedView):
@@ -75,7 +82,7 @@ class ClusterWatch(WatchedView):
 
         t = watch_timeout
         self.cache = cache
-        self._thresholds = gc.get_threshold()
+        self._thresholds, self._switch = gc.get_threshold(), sys.getswitchinterval()
         self._stopped = threading.Event()
         self.pods = Reflector(rest.lister(api_client, "/api/v1/pods", fieldSelector=ASSIGNED_PODS),
                               on_change=cache.on_pod, transform=pod_fields, name="pods", timeout_seconds=t)
@@ -92,7 +99,8 @@ class ClusterWatch(WatchedView):
 
     def start(self, *, freeze_after_sync: bool = True) -> ClusterWatch:
         """Start the Reflectors; `freeze_after_sync`: keep the cluster's objects out of full collections."""
-        self._thresholds = gc.get_threshold()
+        self._thresholds, self._switch = gc.get_threshold(), sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_SECONDS)
         if freeze_after_sync:
             gc.set_threshold(self._thresholds[0], self._thresholds[1], NEVER)
             threading.Thread(target=self._collect_young, name="gc-young", daemon=True).start()
@@ -122,3 +130,4 @@ class ClusterWatch(WatchedView):
         self._stopped.set()
         super().stop()
         gc.set_threshold(*self._thresholds)
+        sys.setswitchinterval(self._switch)
