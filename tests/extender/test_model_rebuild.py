@@ -89,3 +89,24 @@ def test_metrics_say_how_the_model_was_kept() -> None:
     assert 'kubeon_extender_http_request_cpu_seconds_count{route="/filter"} 1.0' in metrics
     assert 'kubeon_extender_model_rows_total{how="copied"} 2.0' in metrics
     assert 'kubeon_extender_model_rows_total{how="occupied"} 3.0' in metrics
+
+
+def test_rows_settled_between_requests_equal_a_model_built_from_scratch_and_leave_the_request_nothing() -> None:
+    """The settle thread's step (`ClusterCache.settle`): a few dirty rows per call, until none is left; the
+    next request then recomputes nothing, and what it reads equals a model fed the same objects at once."""
+    nodes = [make_node(name, gpus=8) for name in "abcdefg"]
+    pods = [bound(f"p{i}", "abcdefg"[i % 7], gpus=1 + i % 3) for i in range(14)]
+    cache = fed(nodes, pods[:7])
+    state(cache)
+    for pod in pods[7:]:
+        cache.on_pod("ADDED", pod)  # bound directly: no request comes
+    cache.on_pod("DELETED", pods[0])
+    assert cache.dirty_rows == 7
+    assert cache.settle(max_rows=3) == 4 and cache.settle(max_rows=3) == 1 and cache.settle(max_rows=3) == 0
+    assert cache.rows_settled == 7
+    before = cache.row_updates
+    settled = state(cache)
+    assert cache.row_updates == before, "the request found every row applied"
+    fresh = state(fed(nodes, pods[1:]))
+    for key in LOAD:
+        assert np.array_equal(getattr(settled, key), getattr(fresh, key)), key
