@@ -39,6 +39,7 @@ to the API. What is modelled (docs/designs/packing.md, "Live nodes"), per GPU:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -177,13 +178,43 @@ class ParseMemo:
     parse is exact. Why: the controller's passes read every pod of the cluster from its watch cache each
     time (10,000 pods: parsing their quantities was about half of a capacity pass, bench/cluster_scale.py),
     and between two passes few pods change. Owned by the controller (ControllerContext.parse_memo),
-    consulted only inside `parsing(memo)`; emptied whole past `limit` entries of a kind."""
+    consulted only inside `parsing(memo)`.
 
-    def __init__(self, limit: int = 262_144) -> None:
-        self.limit = limit
-        self.requests: dict[tuple[str, str], dict[str, Decimal]] = {}
-        self.demands: dict[tuple[str, str], PodDemand] = {}
-        self.tables: dict[str, dict[tuple[str, str], Any]] = {}  # other readings of a pod, by name (`memoised`)
+    Dropped: an entry no pass read for `age_seconds` (60 s, beyond the capacity and layout periods) is
+    gone within twice that. Each table is replaced by an empty one every `age_seconds` (`rotate`, as a pass
+    starts), and an entry read from the one before is carried over. Versions come and go with every pod
+    and node event: kept whole, a table held every version until `limit` (262,144 entries of a kind, some
+    130 MB of node specs at 5,000 nodes), then emptied whole; it still is past `limit`."""
+
+    def __init__(self, limit: int = 262_144, age_seconds: float = 60.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.limit, self.age_seconds, self._clock = limit, age_seconds, clock
+        self._tables: dict[str, dict[tuple[str, str], Any]] = {}  # kind -> version -> reading
+        self._older: dict[str, dict[tuple[str, str], Any]] = {}  # the tables before the last rotation
+        self._rotated = clock()
+
+    @property
+    def requests(self) -> dict[tuple[str, str], dict[str, Decimal]]:
+        return self.table("requests")
+
+    @property
+    def demands(self) -> dict[tuple[str, str], PodDemand]:
+        return self.table("demands")
+
+    def table(self, kind: str) -> dict[tuple[str, str], Any]:
+        return self._tables.setdefault(kind, {})
+
+    def carried(self, kind: str, key: tuple[str, str]) -> Any:
+        """The reading of `key` in the table before the last rotation (None: none)."""
+        older = self._older.get(kind)
+        return older.get(key) if older else None
+
+    def rotate(self) -> None:
+        """Start new tables once `age_seconds` passed since the last: what the older ones hold and nobody
+        reads meanwhile is dropped with them."""
+        now = self._clock()
+        if now - self._rotated >= self.age_seconds:
+            self._older, self._tables, self._rotated = self._tables, {}, now
 
     def remember(self, table: dict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
         if len(table) >= self.limit:
@@ -198,6 +229,7 @@ _ACTIVE: ContextVar[ParseMemo | None] = ContextVar("kubeon_parse_memo", default=
 @contextmanager
 def parsing(memo: ParseMemo) -> Iterator[None]:
     """Within this block (a controller pass), pod_requests and demand_from_pod use `memo`."""
+    memo.rotate()
     token = _ACTIVE.set(memo)
     try:
         yield
@@ -216,14 +248,18 @@ def pod_version(pod: Obj) -> tuple[str, str] | None:
     return (uid, rv) if type(uid) is str and type(rv) is str and uid and rv else None
 
 
-def _remembered(table: dict[tuple[str, str], T], parse: Callable[[Obj], T], pod: Obj, memo: ParseMemo) -> T:
-    """`parse(pod)`, from `table` when this version of the pod was parsed before (no version: parsed)."""
+def _remembered(kind: str, parse: Callable[[Obj], T], pod: Obj, memo: ParseMemo) -> T:
+    """`parse(pod)`, from `memo`'s table `kind` when this version of the pod was parsed before (no version:
+    parsed)."""
     key = pod_version(pod)
     if key is None:
         return parse(pod)
+    table = memo.table(kind)
     found = table.get(key)
     if found is None:
-        found = parse(pod)
+        found = memo.carried(kind, key)
+        if found is None:
+            found = parse(pod)
         memo.remember(table, key, found)
     return found
 
@@ -232,14 +268,14 @@ def memoised(kind: str, read: Callable[[Obj], T], pod: Obj) -> T:
     """`read(pod)`, remembered per pod version in the active memo's table `kind` (outside `parsing`: read).
     `read` must depend on the pod alone."""
     memo = _ACTIVE.get()
-    return read(pod) if memo is None else _remembered(memo.tables.setdefault(kind, {}), read, pod, memo)
+    return read(pod) if memo is None else _remembered(kind, read, pod, memo)
 
 
 def pod_requests(pod: Obj) -> dict[str, Decimal]:
     """Effective requests: sum over containers, at least the largest init container (per resource).
     Inside `parsing(memo)` the answer for a pod version parsed before is the one dict kept: read-only."""
     memo = _ACTIVE.get()
-    return _parse_requests(pod) if memo is None else _remembered(memo.requests, _parse_requests, pod, memo)
+    return _parse_requests(pod) if memo is None else _remembered("requests", _parse_requests, pod, memo)
 
 
 def _parse_requests(pod: Obj) -> dict[str, Decimal]:
@@ -272,7 +308,7 @@ def _explicit_share(annotations: Mapping[str, Any]) -> int:
 def demand_from_pod(pod: Obj) -> PodDemand:
     """A Kubernetes Pod dict as a PodDemand (remembered inside `parsing(memo)`, by pod version)."""
     memo = _ACTIVE.get()
-    return _parse_demand(pod) if memo is None else _remembered(memo.demands, _parse_demand, pod, memo)
+    return _parse_demand(pod) if memo is None else _remembered("demands", _parse_demand, pod, memo)
 
 
 def _parse_demand(pod: Obj) -> PodDemand:

@@ -40,3 +40,21 @@ def test_the_memo_is_emptied_whole_past_its_limit() -> None:
         for rv in ("1", "2", "3"):
             demand_from_pod(versioned(rv))
     assert list(memo.demands) == [("u-1", "3")]
+
+
+def test_a_version_no_pass_reads_for_its_age_is_dropped_and_one_read_meanwhile_is_kept() -> None:
+    """Versions come and go with every pod event: a memo that kept each until its limit grew by hundreds of
+    megabytes in a long-running controller. A pass that reads a version carries it into the new tables."""
+    now = [0.0]
+    memo = ParseMemo(age_seconds=60.0, clock=lambda: now[0])
+    read, gone = versioned("1"), make_pod("q", "ns", gpus=2)
+    gone["metadata"].update(uid="u-2", resourceVersion="7")
+    with parsing(memo):
+        kept = demand_from_pod(read)
+        demand_from_pod(gone)
+    for _ in range(2):  # two passes, an age apart: `read` read in each, `gone` deleted from the cluster
+        now[0] += 60.0
+        with parsing(memo):
+            assert demand_from_pod(copy.deepcopy(read)) is kept  # carried over, not parsed again
+    assert list(memo.demands) == [("u-1", "1")]
+    assert memo.carried("demands", ("u-2", "7")) is None
