@@ -205,9 +205,9 @@ class _Reading:
 
 
 def _reading(pod: Mapping[str, Any]) -> _Reading:
-    """The pod's reading, remembered per pod version within a pass (`memoised`): a pass reads every pod of
-    the cluster, twice in a layout pass, and between two passes few change (5,000 nodes / 50,000 pods:
-    about a second of each capacity and layout pass, `python bench/controller_pass.py --churn 500`)."""
+    """The pod's reading, remembered per pod version (`memoised`): a capacity or layout pass reads every pod
+    of the cluster, most bound and wanting nothing more, and between two passes few change
+    (controller/capacity/consolidation.py `pod_facts` says what both saved)."""
     return memoised("gpu-reading", _read, pod)
 
 
