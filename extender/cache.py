@@ -45,7 +45,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -375,7 +375,8 @@ class ClusterCache:
             self._rebuild()
             self.version += 1
         elif self._dirty_nodes:
-            self._apply_rows(list(self._dirty_nodes))
+            self._apply_rows(self._dirty_nodes)
+            self._dirty_nodes.clear()
         self._refresh_mix(now)
         return self._state
 
@@ -409,13 +410,13 @@ class ClusterCache:
             if self._structure_dirty:
                 self.fresh_state()
 
-    def _apply_rows(self, names: list[str]) -> None:
-        """Recompute the named dirty rows of the current state (rows of nodes it lacks wait for a rebuild)."""
+    def _apply_rows(self, names: Iterable[str]) -> None:
+        """Recompute the named rows of the current state (rows of nodes it lacks wait for a rebuild); the
+        caller takes them out of the dirty set."""
         for name in names:
             index = self._state.index.get(name)
             if index is not None:
                 self._recompute_row(index, name)
-        self._dirty_nodes.difference_update(names)
         self.version += 1
 
     def observe(self, key: str, demand: PodDemand) -> None:

@@ -148,7 +148,7 @@ def _rows(p: Pass, policy: GpuPolicy, spec: CapacitySpec, used: Usage, empty: Em
         if _blocked(node, claim, replacing, pending, any(f.do_not_disrupt for f in bound), now, cooldown):
             blocked.add(row)
         empty_since[row] = empty.empty_since(name, node, seen, bool(movable), now)
-        if (changed := empty.changed_of(name, movable, facts, now)) is not None:
+        if (changed := empty.changed_at(name, movable, facts, now)) is not None:
             changed_at[row] = changed
         if movable and row not in blocked and (why := p.held_by_budget(on_node)):
             held[row] = why
@@ -219,7 +219,7 @@ class PodFacts:
     """What consolidation reads of one pod version (`pod_facts`)."""
 
     key: str  # namespace/name
-    member: str  # the uid (else the key): the node's set of pods (`EmptyTracker.changed_of`)
+    member: str  # the uid (else the key): the node's set of pods (`EmptyTracker.changed_at`)
     live: bool  # not terminating, not finished
     movable: bool  # a drain evicts it (gpupolicy/capacity/drain.drainable)
     demand: PodDemand | None  # None: unreadable (its node is no candidate)
@@ -354,14 +354,10 @@ class EmptyTracker:
     members: dict[str, frozenset[str]] = field(default_factory=dict)
     changed: dict[str, float] = field(default_factory=dict)
 
-    def changed_at(self, name: str, bound: list[dict[str, Any]], seen: Seen, now: float) -> float | None:
-        """When a pod last came to or left the node: the newest pod's start (else creation), the last
-        finish, and when this process saw the set of pods change (a deleted pod leaves no trace)."""
-        return self.changed_of(name, [pod_facts(pod) for pod in bound],
-                               [pod_facts(pod) for pod in seen.by_node.get(name, [])], now)
-
-    def changed_of(self, name: str, bound: list[PodFacts], on_node: list[PodFacts], now: float) -> float | None:
-        """`changed_at` from the facts of the pods counted (`bound`) and of every pod bound to the node."""
+    def changed_at(self, name: str, bound: list[PodFacts], on_node: list[PodFacts], now: float) -> float | None:
+        """When a pod last came to or left the node: the newest start (else creation) of the pods counted
+        (`bound`), the last finish of any pod bound to it (`on_node`), and when this process saw the set of
+        pods change (a deleted pod leaves no trace)."""
         keys = frozenset(f.member for f in bound)
         if name in self.members and self.members[name] != keys:
             self.changed[name] = now

@@ -220,11 +220,6 @@ def _read(pod: Mapping[str, Any]) -> _Reading:
                     fixed=None if shared_claims(pod) else every)
 
 
-def _asks_gpu(pod: Mapping[str, Any]) -> bool:
-    """Whether the pod asks for a GPU (a resource, a claim) or waits for a slice (`_reading`)."""
-    return _reading(pod).asks
-
-
 def _requests_of(pod: Mapping[str, Any], reading: _Reading, takers: Container[str]) -> dict[str, float]:
     """`_gpu_requests(pod, takers)`, from the reading where no shared claim makes it depend on `takers`."""
     return reading.fixed if reading.fixed is not None else _gpu_requests(pod, takers)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.capacity.consolidation import EmptyTracker
-from controller.capacity.state import Seen, timestamp
+from controller.capacity.consolidation import EmptyTracker, PodFacts, pod_facts
+from controller.capacity.state import timestamp
 
 
 def pod(name: str, uid: str, node: str, start: str | None, created: str = "2026-01-01T00:00:00Z",
@@ -24,20 +24,23 @@ def pod(name: str, uid: str, node: str, start: str | None, created: str = "2026-
             "spec": {"nodeName": node}, "status": status}
 
 
+def facts(*pods: dict[str, Any]) -> list[PodFacts]:
+    return [pod_facts(p) for p in pods]
+
+
 def test_pod_ages_are_the_newest_start_then_what_the_process_saw_leave() -> None:
     tracker = EmptyTracker()
     a = pod("a", "u1", "n1", "2026-01-01T01:00:00Z")
     b = pod("b", "u2", "n1", None, created="2026-01-01T02:00:00Z")  # not started yet: its creation
-    seen = Seen([], [a, b], [])
-    assert tracker.changed_at("n1", [a, b], seen, now=1e10) == timestamp("2026-01-01T02:00:00Z")
+    assert tracker.changed_at("n1", facts(a, b), facts(a, b), now=1e10) == timestamp("2026-01-01T02:00:00Z")
     # b deleted: nothing in the objects says when, so the pass that saw it go is the mark
     later = timestamp("2026-01-01T05:00:00Z")
     assert later is not None
-    assert tracker.changed_at("n1", [a], Seen([], [a], []), now=later) == later
+    assert tracker.changed_at("n1", facts(a), facts(a), now=later) == later
     # a finished container counts as a departure
     done = pod("c", "u3", "n2", "2026-01-01T00:30:00Z", finished="2026-01-01T03:00:00Z")
-    assert tracker.changed_at("n2", [], Seen([], [done], []), now=1e10) == timestamp("2026-01-01T03:00:00Z")
-    assert tracker.changed_at("n3", [], Seen([], [], []), now=1e10) is None
+    assert tracker.changed_at("n2", [], facts(done), now=1e10) == timestamp("2026-01-01T03:00:00Z")
+    assert tracker.changed_at("n3", [], [], now=1e10) is None
 
 
 def test_a_pod_stamp_ahead_of_the_controllers_clock_reads_as_now() -> None:
@@ -46,7 +49,7 @@ def test_a_pod_stamp_ahead_of_the_controllers_clock_reads_as_now() -> None:
     early = timestamp("2026-01-01T00:00:00Z")
     assert early is not None
     ahead = pod("a", "u1", "n1", "2026-01-01T00:00:02Z")
-    assert EmptyTracker().changed_at("n1", [ahead], Seen([], [ahead], []), now=early) == early
+    assert EmptyTracker().changed_at("n1", facts(ahead), facts(ahead), now=early) == early
 
 
 def test_a_pods_age_counts_from_its_binding_then_its_start_then_its_creation() -> None:
