@@ -103,6 +103,7 @@ PASS_BUCKETS_METRIC = "kubeon_gpu_reconcile_duration_seconds_bucket"
 PASS_CPU_BUCKETS_METRIC = "kubeon_gpu_reconcile_cpu_seconds_bucket"  # the pass thread's own CPU
 EXTENDER_BUCKETS_METRIC = "kubeon_extender_http_request_duration_seconds_bucket"
 EXTENDER_CPU_BUCKETS_METRIC = "kubeon_extender_http_request_cpu_seconds_bucket"  # the answering thread's CPU
+LOCK_WAIT_BUCKETS_METRIC = "kubeon_extender_model_lock_wait_seconds_bucket"  # waiting for the node model
 EXTENDER_LAST_BOUND = LATENCY_BUCKETS[-1]
 PERIODS = {"capacity": 10.0, "layout": 20.0, "scale-to-zero": 30.0, "autoscale": 60.0, "rightsizing": 300.0,
            "policies": 60.0, "extender-health": 30.0}
@@ -244,6 +245,39 @@ def quantile(before: dict[float, float], after: dict[float, float], q: float) ->
     if total <= 0:
         return None
     return next(le for le, count in diff if count >= q * total)
+
+
+def pass_means(before: str, after: str, reconciler: str) -> dict[str, Any]:
+    """A reconciler's passes during the churn: how many, their mean wall time and mean CPU (the histograms'
+    sums: exact, where the buckets only bound the quantiles)."""
+    def delta(metric: str) -> float:
+        return total(after, metric, reconciler=reconciler) - total(before, metric, reconciler=reconciler)
+    count = delta("kubeon_gpu_reconcile_cpu_seconds_count")
+    if not count:
+        return {"passes": 0}
+    return {"passes": int(count),
+            "wall_mean_s": round(delta("kubeon_gpu_reconcile_duration_seconds_sum") / count, 3),
+            "cpu_mean_s": round(delta("kubeon_gpu_reconcile_cpu_seconds_sum") / count, 3)}
+
+
+def extender_means(ext0: str, ext1: str, waits: tuple[dict[float, float], dict[float, float]]) -> dict[str, Any]:
+    """How many /filter and /prioritize answers the churn saw, and where their time went on average: the
+    wall clock, the answering thread's CPU, the wait for the node model's lock (wall - CPU - lock: the
+    interpreter and the machine); the lock wait's p99 bucket bound."""
+    def delta(metric: str) -> float:
+        return sum(total(ext1, metric, route=r) - total(ext0, metric, route=r) for r in ("/filter", "/prioritize"))
+
+    def waited(metric: str) -> float:
+        return total(ext1, metric) - total(ext0, metric)
+    count = delta("kubeon_extender_http_request_cpu_seconds_count")
+    if not count:
+        return {"count": 0}
+    return {"count": int(count),
+            "wall_mean_ms": _ms(delta("kubeon_extender_http_request_duration_seconds_sum") / count),
+            "cpu_mean_ms": _ms(delta("kubeon_extender_http_request_cpu_seconds_sum") / count),
+            "lock_wait_mean_ms": _ms(waited("kubeon_extender_model_lock_wait_seconds_sum")
+                                     / max(1.0, waited("kubeon_extender_model_lock_wait_seconds_count"))),
+            "lock_wait_p99_ms": _ms(quantile(*waits, 0.99))}
 
 
 def _ms(seconds: float | None) -> float | str | None:
@@ -442,7 +476,8 @@ class ScaleRun(Workload):
             p99 = quantile(*wall, 0.99)
             if p99 is not None:
                 passes[reconciler] = {"p50_s": quantile(*wall, 0.5), "p99_s": p99, "period_s": period,
-                                      "cpu_p50_s": quantile(*cpu, 0.5), "cpu_p99_s": quantile(*cpu, 0.99)}
+                                      "cpu_p50_s": quantile(*cpu, 0.5), "cpu_p99_s": quantile(*cpu, 0.99),
+                                      **pass_means(pass0, pass1, reconciler)}
 
         def scheduling(labels: dict[str, str]) -> bool:
             return labels.get("route") in ("/filter", "/prioritize")
@@ -450,6 +485,8 @@ class ScaleRun(Workload):
                            buckets(ext1, EXTENDER_BUCKETS_METRIC, scheduling), 0.99)
         ext_cpu = buckets(ext0, EXTENDER_CPU_BUCKETS_METRIC, scheduling), buckets(ext1, EXTENDER_CPU_BUCKETS_METRIC,
                                                                                    scheduling)
+        waits = (buckets(ext0, LOCK_WAIT_BUCKETS_METRIC, lambda _labels: True),
+                 buckets(ext1, LOCK_WAIT_BUCKETS_METRIC, lambda _labels: True))
         model = {"rebuilds": total(ext1, "kubeon_extender_model_rebuilds_total")
                  - total(ext0, "kubeon_extender_model_rebuilds_total"),
                  **{f"rows_{how}": total(ext1, "kubeon_extender_model_rows_total", how=how)
@@ -465,30 +502,48 @@ class ScaleRun(Workload):
                 "controller_pass_p99_s": max((p["p99_s"] for p in passes.values()), default=None),
                 "extender_p99_ms": _ms(ext_p99), "extender_cpu_p50_ms": _ms(quantile(*ext_cpu, 0.5)),
                 "extender_cpu_p99_ms": _ms(quantile(*ext_cpu, 0.99)), "extender_model": model,
+                "extender_requests": extender_means(ext0, ext1, waits),
                 "passes": passes, "components": components, "unbound_at_end": unbound, "churn_errors": errors}
 
 
-def wake_probe(seconds: float, interval: float = 0.01, work: float = 0.001, every: int = 5) -> dict[str, Any]:
+def wake_probe(seconds: float, interval: float = 0.01, work: float = 0.001, every: int = 5,
+               long_work_s: float = 0.25, long_every: float = 10.0) -> dict[str, Any]:
     """How late a process that does nothing else wakes on this machine: sleeps of `interval` for `seconds`,
     each one's overshoot. The floor under any answer timed here (a request that waits for the CPU waits
     at least this); run as its own process beside the churn (`--wake-probe`). Every `every`-th wake it
     also spins until its thread used `work` seconds of CPU (1 ms: about one /filter or /prioritize at
     1,000-5,000 nodes), timing the wall clock that took (`work_wall`): what the machine makes of a
-    request's CPU, however the request is written."""
+    request's CPU, however the request is written. Every `long_every` seconds it spins `long_work_s` of CPU
+    at once, a controller pass's kind of work (`long_work`: wall clock over CPU, p50 / max): how much longer
+    than its CPU a pass takes here, however the pass is written."""
     late: list[float] = []
     spun: list[float] = []
+    stretch: list[float] = []
     end = time.monotonic() + seconds
+    next_long = time.monotonic() + long_every
     while time.monotonic() < end:
+        if time.monotonic() >= next_long:  # a pass's kind of work: long, CPU-bound, no sleep in it
+            stretch.append(_spin(long_work_s) / long_work_s)
+            next_long = time.monotonic() + long_every
         started = time.perf_counter()
         time.sleep(interval)
         woke = time.perf_counter()
         late.append(woke - started - interval)
         if len(late) % every == 0:
-            cpu = time.thread_time()
-            while time.thread_time() - cpu < work:
-                pass
+            _spin(work)
             spun.append(time.perf_counter() - woke)
-    return {**spread(late), "samples": len(late), "work_cpu_ms": 1000 * work, "work_wall": spread(spun)}
+    return {**spread(late), "samples": len(late), "work_cpu_ms": 1000 * work, "work_wall": spread(spun),
+            "long_work": {"work_cpu_s": long_work_s, "samples": len(stretch),
+                          "wall_over_cpu_p50": round(statistics.median(stretch), 2) if stretch else None,
+                          "wall_over_cpu_max": round(max(stretch), 2) if stretch else None}}
+
+
+def _spin(work: float) -> float:
+    """Use `work` seconds of this thread's CPU; the wall-clock seconds that took."""
+    started, cpu = time.perf_counter(), time.thread_time()
+    while time.thread_time() - cpu < work:
+        pass
+    return time.perf_counter() - started
 
 
 def spread(values: list[float]) -> dict[str, float]:

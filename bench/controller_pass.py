@@ -20,6 +20,7 @@ line is one JSON object. Bad arguments: one line on stderr, exit 2.
 from __future__ import annotations
 
 import argparse
+import bisect
 import copy
 import json
 import statistics
@@ -56,6 +57,8 @@ class Objects:
         return self.node_list
 
     def pods(self, namespace: str | None = None, labels: Any = None) -> list[dict[str, Any]]:
+        """As the watch cache answers (kube/reflector.py `in_key_order`): a new list, in key order (`churn`
+        keeps `pod_list` in it)."""
         return [p for p in self.pod_list if namespace is None or p["metadata"]["namespace"] == namespace]
 
     def budgets(self) -> list[dict[str, Any]]:
@@ -118,16 +121,17 @@ def objects(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[s
         pod["spec"]["nodeName"] = node_name or nodes[i % len(nodes)]["metadata"]["name"]
         pod["status"] = {"phase": "Running", "startTime": "2026-12-06T10:00:05Z"}
         pods.append(pod)
-    return sorted(nodes, key=lambda n: n["metadata"]["name"]), pods
+    # in key order, as a watch cache holds what its first LIST returned
+    return sorted(nodes, key=lambda n: n["metadata"]["name"]), sorted(pods, key=lambda p: p["metadata"]["name"])
 
 
 def churn(pods: list[dict[str, Any]], count: int, step: int) -> None:
-    """`count` pods end and as many of the same shapes start on the same nodes."""
+    """`count` pods end and as many of the same shapes start on the same nodes (`pods` stays in name order)."""
     for k in range(count):
         i = (step * 7919 + k * 104729) % len(pods)
-        new = copy.deepcopy(pods[i])
+        new = copy.deepcopy(pods.pop(i))
         new["metadata"].update(name=f"churn-{step}-{k}", uid=f"churn-{step}-{k}", resourceVersion=f"9{step}{k:05d}")
-        pods[i] = new
+        bisect.insort(pods, new, key=lambda p: p["metadata"]["name"])
 
 
 def passes(args: argparse.Namespace, memo: bool) -> dict[str, list[float]]:

@@ -38,7 +38,7 @@ from collections.abc import Callable
 from typing import Any
 
 from flask import Flask
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Histogram
 from prometheus_client.registry import Collector
 
 from extender.argsreader import ArgsReader
@@ -47,7 +47,7 @@ from extender.service import ExtenderService
 from extender.wire import ArgsError, filter_error, filter_result, parse_args
 from gpupolicy.packing.kubemodel import ObjectError
 from serving.http import HttpError, encode_json, install_error_handlers
-from serving.metrics import instrument
+from serving.metrics import LATENCY_BUCKETS, instrument
 from serving.tally import TALLY
 from serving.wsgi import Answer, Headers, HotRoutes, Route, Then, error_answer
 
@@ -79,6 +79,12 @@ class ExtenderMetrics:
                                  "Filter/prioritize answers by verb, strategy and outcome.",
                                  ["verb", "strategy", "outcome"], registry=registry)
         self._children: dict[tuple[str, str, str], Any] = {}
+        # of a slow answer, how much was waiting for the node model (held by a watch event, the settle thread or
+        # /filter's work ahead for /prioritize): the rest of wall minus CPU is the interpreter and the machine
+        self.lock_wait = Histogram("kubeon_extender_model_lock_wait_seconds",
+                                   "Time a /filter or /prioritize waited for the node model's lock.", ["verb"],
+                                   buckets=LATENCY_BUCKETS, registry=registry)
+        self._waits = {verb: self.lock_wait.labels(verb) for verb in ("filter", "prioritize")}
 
     def decided(self, verb: str, strategy: str, outcome: str) -> None:
         """Count one answer; the labelled child looked up once per label set (`.labels()` costs more than
@@ -88,6 +94,9 @@ class ExtenderMetrics:
         if child is None:
             child = self._children[key] = self.decisions.labels(verb, strategy, outcome)
         TALLY.count((child,))
+
+    def waited(self, verb: str, seconds: float) -> None:
+        TALLY.observe(self._waits[verb], seconds)
 
 
 class MixCollector(Collector):
@@ -223,6 +232,7 @@ class ExtenderHandlers:
             return _timed(_dumps(filter_error(
                 f"kubeon-gpu: none of the {len(outcome.names)} nodes is in the node model")), started)
         metrics.decided("filter", outcome.plan.strategy, "fit" if outcome.any_passed else "none")
+        metrics.waited("filter", outcome.lock_wait)
         if args.node_objects is not None:  # not nodeCacheCapable: the answer carries Node objects
             try:
                 answer = encode_json(filter_result(args, outcome.passed, outcome.failed, outcome.unresolvable))
@@ -251,6 +261,7 @@ class ExtenderHandlers:
             self.errors.failed("prioritize", exc)
             return _timed(_dumps([{"Host": n, "Score": 0} for n in args.names]), started)
         self.metrics.decided("prioritize", outcome.plan.strategy, "placed" if outcome.chosen else "none")
+        self.metrics.waited("prioritize", outcome.lock_wait)
         status, answer, headers = _timed(outcome.body(), started)
         return status, answer, [*headers, (AHEAD_CPU_HEADER, f"{outcome.ahead_cpu:.6f}")]
 

@@ -57,6 +57,7 @@ class FilterOutcome:
     writer: AnswerWriter
     passed: list[str]  # the names that pass, in order: one list object, remembered with its rows
     request: PodRequest | None = None  # the pod, for `ExtenderService.ahead`
+    lock_wait: float = 0.0  # seconds this request waited for the node model's lock (a watch, settle or ahead held it)
 
     @property
     def any_passed(self) -> bool:
@@ -96,6 +97,7 @@ class PrioritizeOutcome:
     writer: AnswerWriter
     reach: int | None = None
     ahead_cpu: float = 0.0  # CPU seconds spent on this decision after /filter's answer (`ExtenderService.ahead`)
+    lock_wait: float = 0.0  # seconds this request waited for the node model's lock
 
     @property
     def scores(self) -> list[tuple[str, int]]:
@@ -192,7 +194,9 @@ class ExtenderService:
     def filter(self, pod: Mapping[str, Any], names: list[str]) -> FilterOutcome:
         """Which of `names` can take the pod, and why not the others (all of them while hub-disconnected)."""
         request = self._request(pod)  # ObjectError names the field
+        asked_at = time.perf_counter()
         with self.cache.lock:
+            lock_wait = time.perf_counter() - asked_at
             state = self.cache.fresh_state(forget=request.key)  # scheduled again: an old assumption is stale
             view = self.source.current()
             rows = self.rows.rows(state, names)
@@ -222,7 +226,7 @@ class ExtenderService:
                 self.cache.assume(request.key, node, verdict.demand,
                                   self._gpus_on(state, verdict.demand, verdict.plan, row) or ())
             outcome = FilterOutcome(names, rows, codes, hopeless, verdict.plan, self._writer_for(state),
-                                    passed_names, request)
+                                    passed_names, request, lock_wait)
         _log_notes(request, verdict.plan)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("filter %s (%s): %d passed, failed %s, unresolvable %s", request.name,
@@ -266,7 +270,9 @@ class ExtenderService:
     def prioritize(self, pod: Mapping[str, Any], names: list[str]) -> PrioritizeOutcome:
         """0..10 for every name (unknown or infeasible: 0); the engine's pick alone gets 10 and is assumed."""
         request = self._request(pod)
+        asked_at = time.perf_counter()
         with self.cache.lock:
+            lock_wait = time.perf_counter() - asked_at
             state = self.cache.fresh_state(forget=request.key)
             rows = self.rows.rows(state, names)
             view, mix, compare = self._inputs(request, state)
@@ -284,7 +290,7 @@ class ExtenderService:
                 self.cache.assume(request.key, node, choice.demand, choice.decision.gpu_indices)
                 self._remember(request, choice.demand, choice.plan)
             outcome = PrioritizeOutcome(names, rows, points, node, choice.plan, self._writer_for(state), self.reach,
-                                        ahead_cpu)
+                                        ahead_cpu, lock_wait)
         _log_notes(request, choice.plan)
         if choice.plan.recommended:
             log.info("%s: scored with %s -> %s; %s would pick %s", request.name, choice.plan.strategy,

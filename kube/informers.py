@@ -122,7 +122,7 @@ class ClusterCache:
 
 
 def _sorted(feed: Reflector) -> list[JsonObject]:
-    return [obj for _, obj in sorted(feed.snapshot().items())]
+    return feed.in_key_order()
 
 
 def _has_labels(obj: JsonObject, wanted: Mapping[str, str]) -> bool:

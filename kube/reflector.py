@@ -28,6 +28,7 @@ cache (kube.views), while consumers hear of neither (`_changed`).
 
 from __future__ import annotations
 
+import bisect
 import json
 import logging
 import threading
@@ -138,6 +139,7 @@ class Reflector:
         self._backoff_max = backoff_max
         self._lock = threading.Lock()
         self._items: dict[str, JsonObject] = {}
+        self._order: list[str] | None = None  # the keys of `_items` sorted (`in_key_order`); None: not kept yet
         self._resource_version: str | None = None
         self._synced = threading.Event()
         self._stopping = threading.Event()
@@ -177,6 +179,28 @@ class Reflector:
         with self._lock:
             return dict(self._items)
 
+    def in_key_order(self) -> list[JsonObject]:
+        """The objects held, in key order (a LIST's). Why: the controller's passes read every pod in that
+        order, and sorting 50,000 keys each time cost a tenth of a second a read once the insertion order
+        had drifted from it; the sorted keys are kept instead, and each event places its key (`_placed`)."""
+        with self._lock:
+            if self._order is None:
+                self._order = sorted(self._items)
+            items = self._items
+            return [items[k] for k in self._order]
+
+    def _placed(self, key: str, present: bool) -> None:
+        """Keep `_order` with `key` in it (`present`) or not, after a change of `_items`. Call with the lock held."""
+        order = self._order
+        if order is None:
+            return
+        at = bisect.bisect_left(order, key)
+        found = at < len(order) and order[at] == key
+        if present and not found:
+            order.insert(at, key)
+        elif found and not present:
+            del order[at]
+
     def get(self, key: str) -> JsonObject | None:
         with self._lock:
             return self._items.get(key)
@@ -189,6 +213,7 @@ class Reflector:
         with self._lock:
             if not _older(obj, self._items.get(key)):
                 self._items[key] = obj
+                self._placed(key, True)
 
     def has_synced(self) -> bool:
         return self._synced.is_set()
@@ -258,7 +283,7 @@ class Reflector:
             if self._transform is not None:  # the same but for the version: the object held stays
                 for k in fresh.keys() - told.keys():
                     fresh[k] = _take_version(old[k], fresh[k])
-            self._items = fresh
+            self._items, self._order = fresh, None
         self._resource_version = str(body.get("metadata", {}).get("resourceVersion") or "") or None
         self.relists += 1
         self._synced.set()
@@ -313,11 +338,14 @@ class Reflector:
                 changed = kind == "DELETED" or self._changed(before, obj)
                 if kind == "DELETED":
                     self._items.pop(key, None)
+                    self._placed(key, False)
                 elif kind in ("ADDED", "MODIFIED"):
                     if _older(obj, before):  # a write of ours `remember`ed is newer: the watch catches up
                         changed = False
                     elif changed or before is None:
                         self._items[key] = obj
+                        if before is None:
+                            self._placed(key, True)
                     else:
                         _take_version(before, obj)
                 else:

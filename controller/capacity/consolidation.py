@@ -25,7 +25,9 @@ evictions"); nothing is written to it.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Set
+import math
+import operator
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from dataclasses import replace as replaced
 from typing import Any
@@ -59,12 +61,12 @@ log = logging.getLogger(__name__)
 
 
 def consolidate(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, used: Usage,
-                empty: EmptyTracker, evictions: Mapping[str, int], proposals: list[Proposal],
+                empty: EmptyTracker, node_pods: NodePodsMemo, evictions: Mapping[str, int], proposals: list[Proposal],
                 conditions: list[Condition]) -> list[Disruption]:
     """Plan the policy's disruptions and start those the mode allows; returns the plan. `evictions`: pod
     key -> how often it was evicted already (eviction_counts.py)."""
     conditions.extend(_usage_conditions(p, used))
-    rows = _rows(p, policy, spec, used, empty, evictions)
+    rows = _rows(p, policy, spec, used, empty, node_pods, evictions)
     plan, kept = plan_around(lambda blocked: plan_disruptions(replaced(rows.inputs, blocked=blocked)),
                              rows.inputs.blocked, rows.held)
     for disruption in plan:
@@ -106,7 +108,7 @@ class Rows:
     cooldown: float  # an undone drain keeps its node out this long
 
 
-def _rows(p: Pass, policy: GpuPolicy, spec: CapacitySpec, used: Usage, empty: EmptyTracker,
+def _rows(p: Pass, policy: GpuPolicy, spec: CapacitySpec, used: Usage, empty: EmptyTracker, node_pods: NodePodsMemo,
           evictions: Mapping[str, int]) -> Rows:
     """The core's inputs from the objects the pass read (module docstring: what blocks a row)."""
     ctx, seen = p.ctx, p.seen
@@ -135,22 +137,21 @@ def _rows(p: Pass, policy: GpuPolicy, spec: CapacitySpec, used: Usage, empty: Em
         claim = claims.get(name)
         prices.append(claim.price_per_hour if claim is not None else 0.0)  # what the provider reports
         on_node = seen.by_node.get(name, [])
-        facts = [pod_facts(pod) for pod in on_node]  # remembered per pod version: a pass reads every pod
-        bound = [f for f in facts if f.live]
-        movable = [f for f in bound if f.movable]
-        if any(f.demand is None for f in movable):
+        pods = node_pods.read(name, on_node)  # kept while the node holds the same pod objects
+        if pods.unreadable:
             blocked.add(row)
         else:
-            pods_on[row] = [(f.key, f.demand) for f in movable if f.demand is not None]
-        for f in movable:
-            if f.bound_at is not None:
-                ages[f.key] = min(f.bound_at, now)
-        if _blocked(node, claim, replacing, pending, any(f.do_not_disrupt for f in bound), now, cooldown):
+            pods_on[row] = list(pods.demands)
+        if pods.newest_bound <= now:
+            ages.update(pods.bound_at)
+        else:  # a stamp ahead of this clock reads as now
+            ages.update((key, min(at, now)) for key, at in pods.bound_at.items())
+        if _blocked(node, claim, replacing, pending, pods.do_not_disrupt, now, cooldown):
             blocked.add(row)
-        empty_since[row] = empty.empty_since(name, node, seen, bool(movable), now)
-        if (changed := empty.changed_at(name, movable, facts, now)) is not None:
+        empty_since[row] = empty.empty_since(name, node, seen, bool(pods.members), now)
+        if (changed := empty.changed_at(name, pods.members, pods.latest, now)) is not None:
             changed_at[row] = changed
-        if movable and row not in blocked and (why := p.held_by_budget(on_node)):
+        if pods.members and row not in blocked and (why := p.held_by_budget(on_node)):
             held[row] = why
     in_progress = sum(1 for n in seen.nodes if replacement.disrupting(n))
     # what a replacement may launch; none with node groups: a replacement follows its new nodes by claim name,
@@ -257,6 +258,56 @@ def _read_facts(pod: Mapping[str, Any]) -> PodFacts:
         do_not_disrupt=drain.do_not_disrupt(annotations_of(pod)) is not None)
 
 
+@dataclass(frozen=True, slots=True)
+class NodePods:
+    """What consolidation reads of the pods on one node (`NodePodsMemo.read`). Counted: the movable ones (live,
+    and a drain evicts them)."""
+
+    objects: tuple[Mapping[str, Any], ...]  # the pod objects read (identity: a kept object is unchanged)
+    members: frozenset[str]  # the movable pods' uids (`EmptyTracker.changed_at`)
+    demands: tuple[tuple[str, PodDemand], ...]  # (key, demand) of the movable pods
+    unreadable: bool  # a movable pod's demand could not be read: the node is no candidate
+    bound_at: dict[str, float]  # key -> when each movable pod was bound (read-only)
+    newest_bound: float  # the latest of `bound_at` (-inf: none)
+    latest: float | None  # the newest arrival of a movable pod, or finish of any pod on the node
+    do_not_disrupt: bool  # a live pod says do-not-disrupt
+
+
+def read_node_pods(on_node: Sequence[Mapping[str, Any]]) -> NodePods:
+    facts = [pod_facts(pod) for pod in on_node]
+    bound = [f for f in facts if f.live]
+    movable = [f for f in bound if f.movable]
+    bound_at = {f.key: f.bound_at for f in movable if f.bound_at is not None}
+    marks = [m for m in [f.arrived for f in movable] + [stamp for f in facts for stamp in f.finishes] if m is not None]
+    return NodePods(objects=tuple(on_node), members=frozenset(f.member for f in movable),
+                    demands=tuple((f.key, f.demand) for f in movable if f.demand is not None),
+                    unreadable=any(f.demand is None for f in movable), bound_at=bound_at,
+                    newest_bound=max(bound_at.values(), default=-math.inf), latest=max(marks, default=None),
+                    do_not_disrupt=any(f.do_not_disrupt for f in bound))
+
+
+class NodePodsMemo:
+    """Each GPU node's `NodePods`, between passes (one owner: the capacity reconciler). Why: a pass reads
+    every pod of every GPU node, and between two passes few change; a node whose pods are the same objects
+    (a watch cache replaces an object that changes, kube/reflector.py) is read from here without looking at
+    its pods. Listed in docs/designs/caches.md."""
+
+    def __init__(self) -> None:
+        self._nodes: dict[str, NodePods] = {}
+
+    def read(self, name: str, on_node: Sequence[Mapping[str, Any]]) -> NodePods:
+        kept = self._nodes.get(name)
+        if kept is not None and len(kept.objects) == len(on_node) and all(map(operator.is_, kept.objects, on_node)):
+            return kept
+        self._nodes[name] = fresh = read_node_pods(on_node)
+        return fresh
+
+    def keep(self, names: Set[str]) -> None:
+        """Forget the nodes not in `names` (gone from the cluster)."""
+        for name in [n for n in self._nodes if n not in names]:
+            del self._nodes[name]
+
+
 def _disrupt(p: Pass, policy: GpuPolicy, spec: CapacitySpec, mode: Mode, rows: Rows, disruption: Disruption,
              proposals: list[Proposal], steady: float) -> None:
     """Show the disruption and start it as the mode allows. `steady`: seconds since a pod last came to or
@@ -354,16 +405,14 @@ class EmptyTracker:
     members: dict[str, frozenset[str]] = field(default_factory=dict)
     changed: dict[str, float] = field(default_factory=dict)
 
-    def changed_at(self, name: str, bound: list[PodFacts], on_node: list[PodFacts], now: float) -> float | None:
-        """When a pod last came to or left the node: the newest start (else creation) of the pods counted
-        (`bound`), the last finish of any pod bound to it (`on_node`), and when this process saw the set of
-        pods change (a deleted pod leaves no trace)."""
-        keys = frozenset(f.member for f in bound)
-        if name in self.members and self.members[name] != keys:
+    def changed_at(self, name: str, members: frozenset[str], latest: float | None, now: float) -> float | None:
+        """When a pod last came to or left the node: `latest` (the newest start, else creation, of the pods
+        counted, `members`, and the last finish of any pod bound to it: `NodePods`), and when this process saw
+        the set of pods change (a deleted pod leaves no trace)."""
+        if name in self.members and self.members[name] != members:
             self.changed[name] = now
-        self.members[name] = keys
-        marks = [f.arrived for f in bound] + [stamp for f in on_node for stamp in f.finishes]
-        known = [m for m in marks if m is not None] + ([self.changed[name]] if name in self.changed else [])
+        self.members[name] = members
+        known = [m for m in (latest, self.changed.get(name)) if m is not None]
         return min(max(known), now) if known else None  # a stamp ahead of this clock (skew) is now
 
     def empty_since(self, name: str, node: Mapping[str, Any], seen: Seen, busy: bool, now: float) -> float:

@@ -132,14 +132,16 @@ def unserved(p: Pass, claims: list[CapacityNode], whole: bool) -> list[tuple[str
     """(pod key, resource) of pending shared-GPU pods (`whole`: and whole-GPU pods) nothing can serve,
     launching claims counted."""
     seen = p.seen
+    sharing = p.ctx.policies.valid(PolicyKind.SHARING)
+    demand = read_demand(seen.pods, sharing, DEFAULT_CATALOG)
+    if not demand:  # most passes: nothing pending and no pod wanting a slice, so no node need be read
+        return []
     by_type = p.by_type
     registered = {n["metadata"]["name"] for n in seen.nodes}
     nodes = [as_relaid(n) for n in seen.nodes]
     virtual = [claim_as_node(c.claim, by_type[c.instance_type], c.labels) for c in claims
                if not c.deleting and c.node not in registered and c.instance_type in by_type]
-    sharing = p.ctx.policies.valid(PolicyKind.SHARING)
-    plan = plan_nodes(read_nodes([*nodes, *virtual], seen.pods, {}, DEFAULT_CATALOG, seen.slices),
-                      read_demand(seen.pods, sharing, DEFAULT_CATALOG))
+    plan = plan_nodes(read_nodes([*nodes, *virtual], seen.pods, {}, DEFAULT_CATALOG, seen.slices), demand)
     left = {pod for pod, _ in plan.unserved}
     found = []
     for pod in seen.pods:

@@ -47,7 +47,7 @@ from importlib.resources import files
 
 from controller import crashpoints
 from controller.capacity import eviction_counts, replacement
-from controller.capacity.consolidation import EmptyTracker, consolidate
+from controller.capacity.consolidation import EmptyTracker, NodePodsMemo, consolidate
 from controller.capacity.drain import advance_drains
 from controller.capacity.pool import keep_pool
 from controller.capacity.provision import plan_group, provision
@@ -103,6 +103,7 @@ class CapacityReconciler:
         self.empty = EmptyTracker()
         self.failed = FailedLaunches()
         self.states = StateMemo()  # the GPU nodes' packing state between passes (consolidation)
+        self.node_pods = NodePodsMemo()  # what consolidation read of each GPU node's pods, between passes
         self.last_launches: list[Launch] = []
         self.last_disruptions: list[Disruption] = []
 
@@ -158,6 +159,7 @@ class CapacityReconciler:
         for name, more in replacement.advance(p, by_name).items():
             shown.setdefault(name, []).extend(more)
         evictions = eviction_counts.per_pod(p, policies)
+        self.node_pods.keep({str(n["metadata"]["name"]) for n in seen.nodes})  # forget nodes gone
         windows = {policy.spec.capacity.consolidation.window_seconds for policy in policies if policy.spec.capacity}
         names = [str(n["metadata"]["name"]) for n in p.seen.nodes]
         used = {window: usage(ctx, names, window, self.step_seconds) for window in sorted(windows)}
@@ -172,8 +174,8 @@ class CapacityReconciler:
             pool_ok = keep_pool(p, policy, spec, mode, proposals, conditions)
             self.last_launches += provision(p, policy, spec, mode, pool_ok, proposals, conditions, claimed)
             window = used[spec.consolidation.window_seconds]
-            self.last_disruptions += consolidate(p, policy, spec, mode, window, self.empty, evictions, proposals,
-                                                 conditions)
+            self.last_disruptions += consolidate(p, policy, spec, mode, window, self.empty, self.node_pods, evictions,
+                                                 proposals, conditions)
             ctx.policies.publish(policy.name, SOURCE, proposals, conditions)
 
 

@@ -184,13 +184,22 @@ class ParseMemo:
     gone within twice that. Each table is replaced by an empty one every `age_seconds` (`rotate`, as a pass
     starts), and an entry read from the one before is carried over. Versions come and go with every pod
     and node event: kept whole, a table held every version until `limit` (262,144 entries of a kind, some
-    130 MB of node specs at 5,000 nodes), then emptied whole; it still is past `limit`."""
+    130 MB of node specs at 5,000 nodes), then emptied whole; it still is past `limit`.
+
+    Held objects. A watch cache replaces an object when it changes and keeps it otherwise (kube/reflector.py;
+    it writes a new resourceVersion into a kept object whose trimmed content did not change), so the object
+    itself identifies its reading: each reading is also kept by the object's identity, with the object
+    (`_objects`; rotated with the tables). Finding a reading that way is one lookup, where its version key
+    read two fields and built a tuple, several times a pod a pass; at 5,000 nodes / 50,000 pods that was a
+    third of a capacity pass (docs/benchmarks.md, issue 47)."""
 
     def __init__(self, limit: int = 262_144, age_seconds: float = 60.0,
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.limit, self.age_seconds, self._clock = limit, age_seconds, clock
         self._tables: dict[str, dict[tuple[str, str], Any]] = {}  # kind -> version -> reading
         self._older: dict[str, dict[tuple[str, str], Any]] = {}  # the tables before the last rotation
+        self._objects: dict[int, tuple[Obj, dict[str, Any]]] = {}  # id -> (the object, kind -> reading)
+        self._older_objects: dict[int, tuple[Obj, dict[str, Any]]] = {}  # before the last rotation
         self._rotated = clock()
 
     @property
@@ -215,6 +224,27 @@ class ParseMemo:
         now = self._clock()
         if now - self._rotated >= self.age_seconds:
             self._older, self._tables, self._rotated = self._tables, {}, now
+            self._older_objects, self._objects = self._objects, {}
+
+    def held(self, kind: str, obj: Obj) -> Any:
+        """The reading of kind `kind` kept for this very object (None: none); one held before the last
+        rotation is carried over, as `carried` does for versions."""
+        found = self._objects.get(id(obj))
+        if found is None:
+            older = self._older_objects.pop(id(obj), None)
+            if older is None or older[0] is not obj:
+                return None
+            found = self._objects[id(obj)] = older
+        return found[1].get(kind) if found[0] is obj else None
+
+    def hold(self, kind: str, obj: Obj, value: Any) -> None:
+        """Keep `value` as this object's reading of kind `kind` (and the object, so its identity stays its own)."""
+        found = self._objects.get(id(obj))
+        if found is None or found[0] is not obj:
+            if len(self._objects) >= self.limit:
+                self._objects.clear()
+            found = self._objects[id(obj)] = (obj, {})
+        found[1][kind] = value
 
     def remember(self, table: dict[tuple[str, str], Any], key: tuple[str, str], value: Any) -> None:
         if len(table) >= self.limit:
@@ -250,7 +280,10 @@ def pod_version(pod: Obj) -> tuple[str, str] | None:
 
 def _remembered(kind: str, parse: Callable[[Obj], T], pod: Obj, memo: ParseMemo) -> T:
     """`parse(pod)`, from `memo`'s table `kind` when this version of the pod was parsed before (no version:
-    parsed)."""
+    parsed). The object held before answers first (`ParseMemo`, "Held objects")."""
+    found: T | None = memo.held(kind, pod)
+    if found is not None:
+        return found
     key = pod_version(pod)
     if key is None:
         return parse(pod)
@@ -261,6 +294,7 @@ def _remembered(kind: str, parse: Callable[[Obj], T], pod: Obj, memo: ParseMemo)
         if found is None:
             found = parse(pod)
         memo.remember(table, key, found)
+    memo.hold(kind, pod, found)
     return found
 
 

@@ -7,7 +7,9 @@ Built anew each pass it cost about 2.4 s of a 3.6 s pass at 5,000 nodes and
 few pods change. `StateMemo` keeps the last state and recomputes only the
 rows whose pods changed (`NodeState.reset_row`, then the same
 `kubemodel.occupy_rows`): a row's pods are known by (uid,
-resourceVersion), and a version never changes. Exact: any change of a
+resourceVersion), and a version never changes; first by the objects
+themselves, which a watch cache keeps until they change (`ParseMemo`,
+"Held objects"), without reading a field. Exact: any change of a
 node's capacity or layout, of the node list, or of which pod counts a
 shared claim's GPU builds the state anew; a pod without a version makes
 its row recomputed every time. Listed in docs/designs/caches.md.
@@ -15,6 +17,7 @@ its row recomputed every time. Listed in docs/designs/caches.md.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -33,6 +36,7 @@ class StateMemo:
         self._specs: list[NodeSpec] = []
         self._takers: set[str] = set()
         self._rows: dict[int, tuple[Any, ...]] = {}  # row -> (schedulable, its pods' versions)
+        self._objects: dict[int, tuple[bool, tuple[Obj, ...]]] = {}  # row -> (schedulable, its pod objects)
         self._problems: dict[int, dict[str, str]] = {}  # row -> its unreadable pods
         self.builds = 0
         self.row_updates = 0
@@ -47,11 +51,15 @@ class StateMemo:
         state = self._state
         if state is None or specs != self._specs or takers != self._takers:
             state = NodeState.build(specs)
-            self._specs, self._takers, self._rows, self._problems = specs, takers, {}, {}
+            self._specs, self._takers, self._rows, self._problems, self._objects = specs, takers, {}, {}, {}
             self.builds += 1
         by_row = bound_by_row(pods, state.index)
         for row, ok in enumerate(schedulable):
             on_row = by_row.get(row, [])
+            held = self._objects.get(row)
+            if held is not None and held[0] == ok and _same_objects(held[1], on_row):
+                continue
+            self._objects[row] = (ok, tuple(on_row))
             versions = [pod_version(pod) for pod in on_row]
             seen = (ok, tuple(versions)) if None not in versions else None
             if seen is not None and self._rows.get(row) == seen:
@@ -62,6 +70,7 @@ class StateMemo:
             self._problems[row] = problems
             if seen is None:
                 self._rows.pop(row, None)
+                self._objects.pop(row, None)  # no version: recomputed every time
             else:
                 self._rows[row] = seen
             self.row_updates += 1
@@ -69,3 +78,8 @@ class StateMemo:
             unreadable.update(problems)
         self._state = state
         return state.copy()
+
+
+def _same_objects(held: tuple[Obj, ...], now: list[Obj]) -> bool:
+    """The same pod objects, in the same order (identity: a kept object is unchanged)."""
+    return len(held) == len(now) and all(map(operator.is_, held, now))

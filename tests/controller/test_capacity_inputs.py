@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.capacity.consolidation import EmptyTracker, PodFacts, pod_facts
+from controller.capacity.consolidation import EmptyTracker, NodePods, read_node_pods
 from controller.capacity.state import timestamp
 
 
@@ -24,23 +24,25 @@ def pod(name: str, uid: str, node: str, start: str | None, created: str = "2026-
             "spec": {"nodeName": node}, "status": status}
 
 
-def facts(*pods: dict[str, Any]) -> list[PodFacts]:
-    return [pod_facts(p) for p in pods]
+def changed_at(tracker: EmptyTracker, name: str, *pods: dict[str, Any], now: float) -> float | None:
+    """`tracker.changed_at` for node `name` holding `pods`, as a pass reads them (`read_node_pods`)."""
+    read: NodePods = read_node_pods(list(pods))
+    return tracker.changed_at(name, read.members, read.latest, now)
 
 
 def test_pod_ages_are_the_newest_start_then_what_the_process_saw_leave() -> None:
     tracker = EmptyTracker()
     a = pod("a", "u1", "n1", "2026-01-01T01:00:00Z")
     b = pod("b", "u2", "n1", None, created="2026-01-01T02:00:00Z")  # not started yet: its creation
-    assert tracker.changed_at("n1", facts(a, b), facts(a, b), now=1e10) == timestamp("2026-01-01T02:00:00Z")
+    assert changed_at(tracker, "n1", a, b, now=1e10) == timestamp("2026-01-01T02:00:00Z")
     # b deleted: nothing in the objects says when, so the pass that saw it go is the mark
     later = timestamp("2026-01-01T05:00:00Z")
     assert later is not None
-    assert tracker.changed_at("n1", facts(a), facts(a), now=later) == later
+    assert changed_at(tracker, "n1", a, now=later) == later
     # a finished container counts as a departure
     done = pod("c", "u3", "n2", "2026-01-01T00:30:00Z", finished="2026-01-01T03:00:00Z")
-    assert tracker.changed_at("n2", [], facts(done), now=1e10) == timestamp("2026-01-01T03:00:00Z")
-    assert tracker.changed_at("n3", [], [], now=1e10) is None
+    assert changed_at(tracker, "n2", done, now=1e10) == timestamp("2026-01-01T03:00:00Z")
+    assert changed_at(tracker, "n3", now=1e10) is None
 
 
 def test_a_pod_stamp_ahead_of_the_controllers_clock_reads_as_now() -> None:
@@ -49,7 +51,7 @@ def test_a_pod_stamp_ahead_of_the_controllers_clock_reads_as_now() -> None:
     early = timestamp("2026-01-01T00:00:00Z")
     assert early is not None
     ahead = pod("a", "u1", "n1", "2026-01-01T00:00:02Z")
-    assert EmptyTracker().changed_at("n1", facts(ahead), facts(ahead), now=early) == early
+    assert changed_at(EmptyTracker(), "n1", ahead, now=early) == early
 
 
 def test_a_pods_age_counts_from_its_binding_then_its_start_then_its_creation() -> None:

@@ -26,7 +26,8 @@ def same(a: NodeState, b: NodeState) -> bool:
 
 
 class World:
-    """Nodes of three kinds and pods bound to them; every change gives the object a new resourceVersion."""
+    """Nodes of three kinds and pods bound to them; every change gives the object a new resourceVersion and,
+    as a watch cache does (kube/reflector.py), is a new object: the ones held are never changed."""
 
     def __init__(self) -> None:
         self.rng, self.version = random.Random(7), 0
@@ -56,6 +57,12 @@ class World:
         pod["status"] = {"phase": "Running"}
         self.pods.append(self.stamp(pod))
 
+    def changed(self, objs: list[dict[str, Any]], obj: dict[str, Any]) -> dict[str, Any]:
+        """A copy of `obj` that takes its place in `objs`, for the caller to change (then `stamp`)."""
+        new = copy.deepcopy(obj)
+        objs[next(i for i, o in enumerate(objs) if o is obj)] = new
+        return new
+
     def change(self, step: int) -> str:
         """One change of the kinds a cluster makes between two passes; returns what it was."""
         what = self.rng.choice(["add", "delete", "finish", "annotate", "cordon", "unreadable", "node-gone"])
@@ -68,15 +75,15 @@ class World:
             pod["status"]["phase"] = "Succeeded"
             self.pods = [self.stamp(pod) if p["metadata"]["uid"] == pod["metadata"]["uid"] else p for p in self.pods]
         elif what == "annotate":
-            pod = self.rng.choice(self.pods)
+            pod = self.changed(self.pods, self.rng.choice(self.pods))
             pod["metadata"]["annotations"] = {"note": str(step)}
             self.stamp(pod)
         elif what == "cordon":
-            node = self.rng.choice(self.nodes)
+            node = self.changed(self.nodes, self.rng.choice(self.nodes))
             node["spec"]["unschedulable"] = not node["spec"].get("unschedulable", False)
             self.stamp(node)
         elif what == "unreadable":
-            pod = self.rng.choice(self.pods)
+            pod = self.changed(self.pods, self.rng.choice(self.pods))
             pod["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
             self.stamp(pod)
         elif len(self.nodes) > 4:
@@ -103,9 +110,26 @@ def test_a_pass_where_one_pod_changed_recomputes_one_row_and_hands_out_a_copy() 
     assert updates == len(world.nodes)
     again = memo.state(world.nodes, world.pods)
     assert memo.row_updates == updates and memo.builds == 1, "nothing changed: nothing recomputed"
-    world.pods[0]["metadata"]["annotations"] = {"note": "x"}
+    world.changed(world.pods, world.pods[0])["metadata"]["annotations"] = {"note": "x"}
     world.stamp(world.pods[0])
     memo.state(world.nodes, world.pods)
     assert memo.row_updates == updates + 1
     first.cpu_free[:] = 0  # a caller's copy is its own (the consolidation planner moves pods on it)
     assert same(memo.state(world.nodes, world.pods), again)
+
+
+def test_a_version_written_into_a_held_pod_or_a_relisted_copy_of_it_recomputes_nothing() -> None:
+    """The watch cache writes a new resourceVersion into the object it holds when nothing it keeps changed,
+    and a relist (after a 410) brings new objects of the same versions: neither is a change of the row."""
+    world, memo = World(), StateMemo()
+    memo.state(world.nodes, world.pods)
+    updates = memo.row_updates
+    world.pods = [copy.deepcopy(p) for p in world.pods]  # relisted
+    memo.state(world.nodes, world.pods)
+    world.stamp(world.pods[0])  # in place: only the version is new
+    memo.state(world.nodes, world.pods)
+    assert memo.row_updates == updates
+    world.changed(world.pods, world.pods[1])["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
+    world.stamp(world.pods[1])
+    assert same(memo.state(world.nodes, world.pods), state_from_kubernetes(world.nodes, world.pods))
+    assert memo.row_updates == updates + 1

@@ -58,3 +58,16 @@ def test_a_version_no_pass_reads_for_its_age_is_dropped_and_one_read_meanwhile_i
             assert demand_from_pod(copy.deepcopy(read)) is kept  # carried over, not parsed again
     assert list(memo.demands) == [("u-1", "1")]
     assert memo.carried("demands", ("u-2", "7")) is None
+
+
+def test_the_object_held_answers_even_after_its_version_is_written_in_place() -> None:
+    """A watch cache keeps an object whose trimmed content did not change and writes the new
+    resourceVersion into it (kube/reflector.py): its reading is the one kept, found by the object itself."""
+    memo = ParseMemo()
+    held = versioned("10")
+    with parsing(memo):
+        first = demand_from_pod(held)
+        held["metadata"]["resourceVersion"] = "12"  # the reflector's in-place write
+        assert demand_from_pod(held) is first
+        assert ("u-1", "12") not in memo.demands  # found by the object, not parsed again under the new version
+        assert demand_from_pod(versioned("13", gpus=2)).num_gpu == 2  # a new object: read by its version

@@ -190,6 +190,26 @@ def test_watch_applies_added_modified_deleted(proxy: FaultProxy, writer: Writer,
     assert proxy.lists(NODES) == 1
 
 
+def test_objects_in_key_order_follow_adds_deletes_and_a_relist(proxy: FaultProxy, writer: Writer,
+                                                                reflector: Reflector) -> None:
+    """`in_key_order` (the controller's reads, kube/informers.py): the order of a LIST, kept through the
+    watch's adds and deletes (a new key lands in its place, not at the end) and rebuilt after a relist."""
+    def names() -> list[str]:
+        return [obj["metadata"]["name"] for obj in reflector.in_key_order()]
+    assert names() == ["a", "b"]
+    writer.add("c")
+    writer.add("0-first")
+    writer.delete("a")
+    eventually(lambda: set(reflector.snapshot()) == {"0-first", "b", "c"})
+    assert names() == ["0-first", "b", "c"]
+    with proxy.holding_watches():
+        writer.add("bb")
+        proxy.answer_watches(410, NODES)
+    eventually(lambda: "bb" in reflector.snapshot(), timeout=60)
+    assert names() == ["0-first", "b", "bb", "c"]
+    assert proxy.lists(NODES) == 2
+
+
 @pytest.mark.parametrize("as_http", [False, True], ids=["error-event", "http-status"])
 def test_410_gone_relists_and_reports_the_missed_changes(
     kube_cluster: Cluster, proxy: FaultProxy, writer: Writer, reflector: Reflector, changes: Changes, as_http: bool
