@@ -91,6 +91,44 @@ def test_metrics_say_how_the_model_was_kept() -> None:
     assert 'kubeon_extender_model_rows_total{how="occupied"} 3.0' in metrics
 
 
+def test_a_request_that_waited_for_the_model_says_how_long() -> None:
+    """`kubeon_extender_model_lock_wait_seconds`: of a slow answer, the part spent waiting for the node model
+    (a watch event, the settle thread or the work ahead for /prioritize held it), apart from its CPU."""
+    import threading
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from extender.app import create_app
+    from extender.service import ExtenderService
+    from kube.views import StaticView
+
+    def sample(text: str, name: str, **labels: str) -> float:
+        return sum(s.value for family in text_string_to_metric_families(text) for s in family.samples
+                   if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()))
+
+    cache = fed([make_node("a", gpus=8), make_node("b", gpus=8)], [])
+    http = create_app(ExtenderService(cache, StaticView())).test_client()
+    state(cache)
+    pod = make_pod("next", "ml", gpus=1)
+    pod["metadata"]["uid"] = "uid-next"
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with cache.lock:
+            held.set()
+            release.wait(5)
+    holder = threading.Thread(target=hold)
+    holder.start()
+    held.wait(5)
+    threading.Timer(0.2, release.set).start()
+    assert http.post("/filter", json=args(pod, ["a", "b"])).status_code == 200
+    holder.join()
+    metrics = http.get("/metrics").get_data(as_text=True)
+    assert sample(metrics, "kubeon_extender_model_lock_wait_seconds_count", verb="filter") == 1.0
+    assert sample(metrics, "kubeon_extender_model_lock_wait_seconds_sum", verb="filter") >= 0.15
+    assert sample(metrics, "kubeon_extender_http_request_cpu_seconds_sum", route="/filter") < 0.15
+
+
 def test_rows_settled_between_requests_equal_a_model_built_from_scratch_and_leave_the_request_nothing() -> None:
     """The settle thread's step (`ClusterCache.settle`): a few dirty rows per call, until none is left; the
     next request then recomputes nothing, and what it reads equals a model fed the same objects at once."""
