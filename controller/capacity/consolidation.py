@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import math
-import operator
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass, field
 from dataclasses import replace as replaced
@@ -54,6 +53,7 @@ from gpupolicy.model import CapacitySpec, Condition, ConsolidationSpec, GpuPolic
 from gpupolicy.model import ProposalState as State
 from gpupolicy.modes import disruption_mode
 from gpupolicy.packing.kubemodel import ObjectError, demand_from_pod, memoised
+from gpupolicy.packing.kubestate import same_objects
 from gpupolicy.packing.nodemodel import PodDemand
 from gpupolicy.proposals import TargetRef, make_proposal
 
@@ -297,7 +297,7 @@ class NodePodsMemo:
 
     def read(self, name: str, on_node: Sequence[Mapping[str, Any]]) -> NodePods:
         kept = self._nodes.get(name)
-        if kept is not None and len(kept.objects) == len(on_node) and all(map(operator.is_, kept.objects, on_node)):
+        if kept is not None and same_objects(kept.objects, on_node):
             return kept
         self._nodes[name] = fresh = read_node_pods(on_node)
         return fresh

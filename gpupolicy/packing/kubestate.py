@@ -18,7 +18,7 @@ its row recomputed every time. Listed in docs/designs/caches.md.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from gpupolicy.packing.dradevices import shared_claim_takers
@@ -57,7 +57,7 @@ class StateMemo:
         for row, ok in enumerate(schedulable):
             on_row = by_row.get(row, [])
             held = self._objects.get(row)
-            if held is not None and held[0] == ok and _same_objects(held[1], on_row):
+            if held is not None and held[0] == ok and same_objects(held[1], on_row):
                 continue
             self._objects[row] = (ok, tuple(on_row))
             versions = [pod_version(pod) for pod in on_row]
@@ -80,6 +80,7 @@ class StateMemo:
         return state.copy()
 
 
-def _same_objects(held: tuple[Obj, ...], now: list[Obj]) -> bool:
-    """The same pod objects, in the same order (identity: a kept object is unchanged)."""
+def same_objects(held: Sequence[Obj], now: Sequence[Obj]) -> bool:
+    """The same objects, in the same order: identity, since a watch cache keeps an object until it changes
+    (`kubemodel.ParseMemo`, "Held objects")."""
     return len(held) == len(now) and all(map(operator.is_, held, now))
