@@ -129,6 +129,9 @@ def test_upgrade_keeps_the_webhook_certificate(kube_cluster: Cluster, namespace:
     Secret a previous install made. The release goes to this test's namespace, so the objects
     `kubectl apply -k` made in kubeon-gpu (no Helm ownership) are not in its way.
     """
+    # The chart's prerequisites check needs the GPU Operator's namespace. Under pytest-xdist this
+    # module's tests may each get their own cluster, so this test makes it rather than rely on another.
+    kube_cluster.kubectl("apply", "-f", "-", input=GPU_OPERATOR_NAMESPACE)
     kube_cluster.kubectl("apply", "-f", "-", input=existing_tls_secret(namespace))
     out = run([tool("helm"), "template", "kubeon-gpu-optimizer", str(CHART), "-n", namespace, "--dry-run=server",
                "--kubeconfig", str(kube_cluster.kubeconfig), "-s", "templates/webhook-configurations.yaml"]).stdout
