@@ -29,6 +29,10 @@ settle thread, `settle` and `rebuild`, and requests apply):
   (`confirm`), it no longer expires: the pod is bound, and only the watch
   ends it, however late (kube-scheduler's own cache keeps a bound pod's
   assumption the same way; pkg/scheduler/backend/cache, FinishBinding).
+  A request for the pod that comes after its /bind began (the decision
+  prepared after /filter's answer, run late on a loaded machine; a /filter
+  or /prioritize kube-scheduler gave up waiting for) neither drops nor
+  moves that assumption: only the binding's failure or the watch does.
 
 Poison-proof (issue 37): what the watches deliver is read here once, shape
 first (`gpupolicy.admission.shape`, the webhook's check), then the model's
@@ -100,6 +104,7 @@ class _Assumed:
     demand: PodDemand
     expires: float
     gpus: tuple[int, ...] = ()
+    binding: bool = False  # made by /bind: only the binding's outcome or the watch ends it
 
 
 Held = tuple[PodDemand, tuple[int, ...]]  # a pod's demand and the GPU indices it is accounted on
@@ -322,16 +327,28 @@ class ClusterCache:
             self._dirty_nodes.add(node)
 
     # ---- request side -------------------------------------------------------------------------
-    def assume(self, key: str, node: str, demand: PodDemand, gpus: tuple[int, ...] = ()) -> None:
+    def assume(self, key: str, node: str, demand: PodDemand, gpus: tuple[int, ...] = (), *,
+               binding: bool = False) -> None:
         """Count pod `key` (`scheduling.pod_key`) on `node` (on `gpus`) until the API shows it bound, it is
-        deleted, or the assumption expires."""
+        deleted, or the assumption expires. `binding`: /bind's, which a later request does not replace."""
         with self.lock:
             if key in self._pods:  # already bound per the watch: nothing to assume
                 return
+            if not binding and self._binding(key):  # a late request of a pod being bound (module doc)
+                return
             self._drop_assumption(key)
-            self._assumed[key] = _Assumed(node, demand, self._clock() + self.assume_seconds, gpus)
+            self._assumed[key] = _Assumed(node, demand, self._clock() + self.assume_seconds, gpus, binding)
             self._assumed_on.setdefault(node, {})[key] = (demand, gpus)
             self._dirty_nodes.add(node)
+
+    def _binding(self, key: str) -> bool:
+        assumed = self._assumed.get(key)
+        return key in self._confirmed or (assumed is not None and assumed.binding)
+
+    def placed(self, key: str) -> bool:
+        """Whether pod `key` is assumed, being bound or bound: a decision prepared for it comes too late."""
+        with self.lock:
+            return key in self._assumed or key in self._confirmed or key in self._pods
 
     def forget(self, key: str) -> None:
         """Drop pod `key`'s assumption (a binding that failed)."""
@@ -358,9 +375,10 @@ class ClusterCache:
     def fresh_state(self, forget: str | None = None) -> NodeState:
         """The node model with every recorded event applied. Call with `self.lock` held.
 
-        `forget`: the key of a pod being scheduled again; its previous assumption no longer holds.
+        `forget`: the key of a pod being scheduled again; its previous assumption no longer holds, unless
+        the pod is being bound (a late request: module doc).
         """
-        if forget is not None:
+        if forget is not None and not self._binding(forget):
             self._drop_assumption(forget)
         now = self._clock()
         expired = []

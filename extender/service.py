@@ -241,14 +241,19 @@ class ExtenderService:
         meanwhile is the one /prioritize would make, kept while nothing it
         read changes (the model's version, the policies, the mix, the pod,
         the names). Nothing is assumed here; /prioritize does that. Skipped
-        when fewer than two names passed: kube-scheduler then does not ask.
+        when fewer than two names passed: kube-scheduler then does not ask;
+        and when this runs late, after /prioritize (on a loaded machine): the
+        pod is placed then, and its assumption is left alone (dropping it let
+        the next pod onto the same GPU).
         """
         request = outcome.request
         if request is None or len(outcome.passed) < 2:
             return
         started = time.thread_time()
         with self.cache.lock:
-            state = self.cache.fresh_state(forget=request.key)
+            if self.cache.placed(request.key):
+                return
+            state = self.cache.fresh_state()
             rows = self.rows.rows(state, outcome.passed)
             view, mix, compare = self._inputs(request, state)
             choice = self._choose(request, state, rows, view, mix, compare)
@@ -346,7 +351,7 @@ class ExtenderService:
                     # extender is ignorable, so kube-scheduler binds the pod itself (extendersBinding)
                     log.info("bind %s to %s: no room left there in the model; bound without a GPU index", key, node)
                 gpus = placed or ()
-                self.cache.assume(key, node, demand, gpus)
+                self.cache.assume(key, node, demand, gpus, binding=True)
         # a claim-based pod's devices are the ones its claims' allocation names (the model reads them there):
         # no index to record on it
         annotations = {GPU_INDEX_ANNOTATION: ",".join(str(g) for g in gpus)} if gpus and not claimed else {}

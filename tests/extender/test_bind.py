@@ -46,6 +46,7 @@ class Bed:
     a: str = ""
     b: str = ""
     clock: list[float] = field(default_factory=lambda: [0.0])  # the cache's clock (seconds): tests move it
+    service: ExtenderService | None = None  # what the app serves (a test calls what runs after an answer)
 
 
 def binder(cluster: Cluster) -> ApiBinder:
@@ -62,7 +63,7 @@ def bed(kube_cluster: Cluster, namespace: str) -> Iterator[Bed]:
     for name in (a, b):
         cache.on_node("ADDED", kube_cluster.create_node(make_node(name, A100, 2, shared_replicas=4)))
     service = ExtenderService(cache, StaticView(), binder=binder(kube_cluster))
-    yield Bed(create_app(service).test_client(), cache, kube_cluster.core, namespace, a, b, clock)
+    yield Bed(create_app(service).test_client(), cache, kube_cluster.core, namespace, a, b, clock, service)
     for name in (a, b):
         kube_cluster.core.delete_node(name)
 
@@ -126,6 +127,30 @@ def test_an_assumption_kube_scheduler_did_not_follow_is_dropped_at_bind(bed: Bed
     with bed.cache.lock:
         state = bed.cache.fresh_state()
         assert int(state.gpu_free_total[state.index[picked]]) == 2000  # the pick is free again
+
+
+def test_work_that_runs_late_leaves_a_pod_being_bound_on_its_gpu(bed: Bed) -> None:
+    """On a loaded machine the decision prepared after /filter's answer (`ahead`) may run only after
+    /prioritize and /bind, and kube-scheduler may give up on a slow /prioritize and bind meanwhile. Neither
+    may free or move what the binding holds: the next pod would get the same GPU (seen in the openb replay
+    through the real kube-scheduler: two whole-GPU pods recorded on GPU 6 of one node)."""
+    assert bed.service is not None
+    key = f"{bed.namespace}/s4"
+    pod = share_pod(bed, "s4")
+    filtered = bed.service.filter(pod, [bed.a, bed.b])  # what the /filter handler answers from
+    assert sorted(filtered.passed) == sorted([bed.a, bed.b])
+    bed.http.post("/prioritize", json=args(pod, [bed.a, bed.b]))
+    picked = bed.cache.assumed[key]
+    other = bed.b if picked == bed.a else bed.a
+    assert bind(bed, pod, other) == {"Error": ""}  # kube-scheduler's node, not the engine's pick
+    bed.service.ahead(filtered)  # the work after /filter's answer, late
+    bed.http.post("/prioritize", json=args(pod, [bed.a, bed.b]))  # a /prioritize answered after the bind
+    assert bed.cache.assumed[key] == other
+    index = int(stored(bed, "s4")["metadata"]["annotations"]["gpu.kubeon.io/gpu-index"])
+    with bed.cache.lock:
+        state = bed.cache.fresh_state()
+        assert int(state.gpu_free[state.index[other]][index]) == 600  # the recorded GPU holds the share
+        assert int(state.gpu_free_total[state.index[picked]]) == 2000
 
 
 def test_a_refused_binding_leaves_no_assumption_and_no_record(bed: Bed) -> None:
