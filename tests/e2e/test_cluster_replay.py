@@ -31,10 +31,15 @@ SHARED = "nvidia.com/gpu.shared"
 
 def test_the_openb_replay_through_the_real_scheduler_packs_at_least_as_well_as_fgd(kube_cluster: Cluster,
                                                                                    tmp_path: Path) -> None:
-    """The first 100 nodes and 600 pods of the default trace, seed 42, until arrived GPU demand reaches 100%."""
+    """The first 100 nodes and 600 pods of the default trace, seed 42, until arrived GPU demand reaches 100%.
+
+    The pods are created one at a time in the trace's order, the order the FGD referee takes them in;
+    kube-scheduler still schedules and binds while the next ones arrive. Created by 4 threads, the order
+    changed from run to run and so did the outcome: 97.33 to 97.97 over 48 runs on this 2-core machine
+    with a second replay beside it, 4 of them under the referee's 97.36; one at a time, 97.63 to 97.81."""
     nodes, pods = load_nodes(OPENB_NODES_CSV)[:100], load_pods(PODS_CSV)[:600]
     trace = build_trace(nodes, pods, seed=42)
-    run = ClusterArm("kubeon", trace, cluster=kube_cluster, quiet=8.0, timeout=600.0).run()
+    run = ClusterArm("kubeon", trace, cluster=kube_cluster, quiet=8.0, timeout=600.0, threads=1).run()
     fgd = replay(trace.nodes, trace.pods, "fgd", seed=42).alloc_pct_at_100
     assert fgd is not None and run.line["alloc_pct_at_100"] >= fgd, (run.line, fgd)
     placements = tmp_path / "placements.csv"
