@@ -16,6 +16,8 @@ the default kube-scheduler and KWOK, all real, v1.35.4):
   sharing pods as one `nvidia.com/gpu.shared` with their fraction in `gpu.kubeon.io/gpu-share`, the
   GPU taint tolerated), each created with a POST to kube-apiserver (as kubectl sends it), in arrival
   order, until the arrived GPU demand reaches 100% of capacity (openb's metric); nothing departs.
+  One create at a time by default, so the order is the referees' (`--threads N`: N at once, for
+  throughput; the order then changes from run to run, and so does the packing).
 - `stock`: kube-scheduler's default profile places them; no extender, our webhook not registered.
 - `kubeon`: the chart as installed (tests/cluster `Cluster(kubeon=True)`: webhook, extender,
   controller, the chart's second scheduler with the rendered KubeSchedulerConfiguration), one
@@ -358,17 +360,20 @@ class ApiOnlyCluster(Cluster):
 class ClusterArm:
     """One arm on a fresh loopback cluster: `run()` creates the nodes and the pods, waits, reads back."""
 
-    def __init__(self, arm: str, trace: Trace, *, threads: int = 4, quiet: float = 15.0,
+    def __init__(self, arm: str, trace: Trace, *, threads: int = 1, quiet: float = 15.0,
                  timeout: float = 3600.0, keep_state: bool = False, cluster: Cluster | None = None,
-                 api_only: bool = False, log: Callable[[str], None] = lambda s: None) -> None:
+                 api_only: bool = False, log: Callable[[str], None] = lambda s: None,
+                 sets: tuple[str, ...] = ()) -> None:
         """`cluster`: a started cluster to replay on (kubeon's, for the kubeon arm; the arm leaves it running);
-        else the arm starts its own (`api_only`: an `ApiOnlyCluster`) and stops it."""
+        else the arm starts its own (`api_only`: an `ApiOnlyCluster`; `sets`: the chart's helm values for
+        the kubeon arm) and stops it."""
         self.arm, self.trace, self.threads, self.log = arm, trace, threads, log
         self.quiet, self.timeout = quiet, timeout
         self.kubeon = arm == "kubeon"
         self.own = cluster is None
         kind = ApiOnlyCluster if api_only else Cluster
-        self.cluster = cluster or kind(kubeon=self.kubeon, gpu_operator=False, keep_state=keep_state)
+        self.cluster = cluster or kind(kubeon=self.kubeon, gpu_operator=False, keep_state=keep_state,
+                                       kubeon_sets=sets if self.kubeon else ())
         self.scheduler = KUBEON_SCHEDULER if self.kubeon else "default-scheduler"
 
     def run(self) -> ArmRun:
@@ -643,7 +648,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-arrivals", type=int, help="stop creating after N arrivals (throughput runs)")
     parser.add_argument("--arms", default=",".join(ARMS), help=f"comma list of {', '.join(ARMS)}")
     parser.add_argument("--placements", metavar="FILE", help="write the kubeon arm's placements (simulate's CSV)")
-    parser.add_argument("--threads", type=int, default=4, help="concurrent creates (default 4)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="concurrent creates (default 1: the trace's order, as the referees take it)")
+    parser.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                        help="a helm value of the chart for the kubeon arm (repeatable), e.g. "
+                             "scheduler.percentageOfNodesToScore=100")
     parser.add_argument("--quiet", type=float, default=15.0, help="seconds without a bind that end an arm")
     parser.add_argument("--keep-state", action="store_true", help="keep each cluster's folder (logs) and print it")
     parser.add_argument("--plane", choices=("full", "api"), default=None,
@@ -683,7 +692,7 @@ def main(argv: list[str] | None = None) -> int:
         if arm in CLUSTER_ARMS:
             api_only = (args.plane or ("full" if args.scale == 1 else "api")) == "api"
             run = ClusterArm(arm, trace, threads=args.threads, quiet=args.quiet, keep_state=args.keep_state,
-                             api_only=api_only, log=log).run()
+                             api_only=api_only, log=log, sets=tuple(args.sets)).run()
             run.line["plane"] = "api" if api_only else "full"
             print(json.dumps(run.line), flush=True)
             if arm == "kubeon" and args.placements:
