@@ -45,10 +45,12 @@ def test_three_minutes_of_gpu_workloads_cost_less_with_kubeon_than_with_karpente
     for line in (karpenter, kubeon):
         assert line["pods_never_placed"] == 0, line
         assert line["nodeclaims_left"] == 0 and line["nodes_cordoned_left"] == 0, line
-        assert line["max_evictions_per_pod"] <= 3, line
         cost = replay(Path(f"{prefix}-{line['arm']}.csv"), scenario, types)
         assert cost == pytest.approx(line["cost"], abs=0.002), line
     assert kubeon["cost"] <= karpenter["cost"], (kubeon, karpenter)
+    # issue 40's bound on evictions is kubeon's; real Karpenter alone is only measured (its consolidation moved
+    # one scenario pod 4 times in a CI run: evicted, placed on a new node, consolidated again)
+    assert kubeon["max_evictions_per_pod"] <= 3, kubeon
     # never fighting Karpenter: no pod bound to a node we drain, none Karpenter evicts just after we placed it
     assert kubeon["pods_placed_on_draining_nodes"] == 0 and kubeon["karpenter_evictions_within_a_minute"] == 0
     assert set(lines["simulator"]["strategies"]) == {"karpenter", "kubeon"}
