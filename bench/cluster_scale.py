@@ -40,17 +40,30 @@ level, the optimizer's by ServiceAccount, the two by user agent):
 - the floor under every time above, on this machine during the churn: how late a process that only
   sleeps 10 ms at a time wakes (`wake_delay`, its own process; `--wake-probe SECONDS` runs it alone), and
   how long 1 ms of its CPU takes on the wall clock (`wake_delay.work_wall`): a request using that much
-  CPU cannot answer faster here.
+  CPU cannot answer faster here;
+- the extender's client time beside the bare server's, in the same churn (`answer_probe`, its own process;
+  `--answer-probe SPEC` runs it alone): kube-scheduler's side of a /filter call (the pod, the NodeNames
+  kube-scheduler sends at this size: numFeasibleNodesToFind of the rendered profile, a window that moves
+  on from call to call, over one keep-alive connection), `--probe-per-s` calls a second to each of three
+  servers in turn: the extender; bench/echo.py (`bare`: the extender's gunicorn settings, a WSGI callable
+  that parses the same body and answers the extender's bytes: what ours takes beyond it is ours to win
+  back in our stack); bench/floor/main.go (`floor`: Go's net/http, kube-scheduler's own stack, parsing
+  the body and answering the same bytes, built here with the local Go toolchain: what it takes on this
+  machine in this churn, no extender design beats).
 
 The last line is one JSON object: {"nodes", "pods", "minutes", "ours": {"rss_mib_peak",
 "rss_mib_steady", "cpu_s_per_min", "requests_per_min", "lists_after_start"}, "kube_controller_manager":
 {"requests_per_min"}, "kube_scheduler": {"requests_per_min"}, "controller_pass_p99_s",
-"extender_p99_ms"} and more fields (per component, per verb). Bad arguments: one line on stderr, exit 2.
+"extender_p99_ms"} and more fields (per component, per verb; `answer_probe`: client p50/p99/max of ours
+and of the two limits, ms). Bad arguments: one line on stderr, exit 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import hashlib
+import http.client
 import json
 import os
 import random
@@ -60,7 +73,7 @@ import sys
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -82,14 +95,18 @@ from bench.cluster_replay import (  # noqa: E402
     scrape,
     total,
 )
+from bench.extender_load import start_echo, wait_ready  # noqa: E402
+from cli.livereplay import load_scheduler_config  # noqa: E402
 from gpupolicy.packing.nodemodel import PodDemand  # noqa: E402
 from serving.metrics import LATENCY_BUCKETS  # noqa: E402
+from simulator.kubescheduler import Profile, num_nodes_to_find  # noqa: E402
 from simulator.trace import load_nodes, load_pods  # noqa: E402
 from tests.cluster.cluster import Cluster  # noqa: E402
 from tests.cluster.karpenter import node_class_ref  # noqa: E402
 from tests.cluster.kubeon import NAMESPACE as OURS_NS  # noqa: E402
 from tests.cluster.kubeon import RELEASE  # noqa: E402
 from tests.cluster.objects import OPENB_NODES_CSV  # noqa: E402
+from tests.loopback import free_port  # noqa: E402
 
 PODS_CSV = OPENB_NODES_CSV.parent / "openb_pod_list_default.csv"
 SA = f"system:serviceaccount:{OURS_NS}:"
@@ -381,10 +398,14 @@ class ScaleRun(Workload):
             started, mono0 = time.time(), time.monotonic()
             cpu0 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             pass0, ext0 = scrape(controller_metrics), scrape(f"{kubeon.extender_url}/metrics")
-            probe = subprocess.Popen([sys.executable, __file__, "--wake-probe", str(a.minutes * 60)],
-                                     stdout=subprocess.PIPE, text=True)
-            errors = self.churn(core, a.minutes * 60)
-            wake = json.loads(probe.communicate(timeout=120)[0])
+            with self.bare_server(kubeon.extender_url) as spec:
+                probe = subprocess.Popen([sys.executable, __file__, "--wake-probe", str(a.minutes * 60)],
+                                         stdout=subprocess.PIPE, text=True)
+                answers = subprocess.Popen([sys.executable, __file__, "--answer-probe", str(spec)],
+                                           stdout=subprocess.PIPE, text=True)
+                errors = self.churn(core, a.minutes * 60)
+                wake = json.loads(probe.communicate(timeout=120)[0])
+                answered = json.loads(answers.communicate(timeout=120)[0])
             ended, mono1 = time.time(), time.monotonic()
             cpu1 = {name: cpu_seconds(pid) for name, pid in pids.items()}
             pass1, ext1 = scrape(controller_metrics), scrape(f"{kubeon.extender_url}/metrics")
@@ -393,7 +414,54 @@ class ScaleRun(Workload):
             unbound = self.unbound(core)
             events = read_audit(self.cluster.plane.audit_log)
             return {**self.summary(events, started, ended, mono0, mono1, cpu0, cpu1, sampler, pass0, pass1, ext0,
-                                   ext1, unbound, errors), "wake_delay": wake}
+                                   ext1, unbound, errors), "wake_delay": wake, "answer_probe": answered}
+
+    def filter_bodies(self, count: int = 200) -> list[bytes]:
+        """`count` /filter ExtenderArgs as kube-scheduler sends them here: a GPU pod of the trace's shapes and
+        numFeasibleNodesToFind GPU node names (the rendered profile's percentage), the window moving on from
+        call to call as upstream's nextStartNodeIndex does. Compact JSON, as Go's encoding/json writes it."""
+        gpu_nodes = [n for n, spec in zip(self.trace.names, self.trace.nodes, strict=True) if spec.gpu_count]
+        percentage = Profile.from_config(load_scheduler_config()).percentage_of_nodes_to_score
+        size = min(len(gpu_nodes), num_nodes_to_find(percentage, len(self.trace.names)))
+        demands = [d for d in self.trace.pods if d.needs_gpu]
+        out = []
+        for i in range(count):
+            pod = pod_object(demands[i % len(demands)], 10_000_000 + i)
+            pod["metadata"]["uid"] = f"answer-probe-{i}"
+            start = (i * size) % len(gpu_nodes)
+            names = (gpu_nodes + gpu_nodes)[start:start + size]
+            out.append(json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}, separators=(",", ":")).encode())
+        return out
+
+    @contextlib.contextmanager
+    def bare_server(self, extender_url: str) -> Iterator[Path]:
+        """The limits beside the extender (the module doc), answering its median /filter answer to the
+        probe's bodies; yields the answer probe's spec file (the three ports, the bodies, the time, the rate)."""
+        bodies = self.filter_bodies()
+        port = int(extender_url.rsplit(":", 1)[1])
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        got = sorted((_post(conn, body)[1] for body in bodies[:21]), key=len)
+        conn.close()
+        answer = got[len(got) // 2]
+        bare_port = free_port()
+        bare, log = start_echo(bare_port, {"/filter": answer})
+        (log.parent / "filter").write_bytes(answer)
+        floor_port = free_port()
+        with open(log.parent / "floor.log", "wb") as sink:
+            floor = subprocess.Popen([str(floor_server()), "-port", str(floor_port), "-answer",
+                                      str(log.parent / "filter")], stdout=sink, stderr=subprocess.STDOUT)
+        try:
+            wait_ready(bare, log, bare_port)
+            wait_ready(floor, log.parent / "floor.log", floor_port)
+            spec = log.parent / "answer-probe.json"
+            spec.write_text(json.dumps({"ours": port, "bare": bare_port, "floor": floor_port,
+                                        "seconds": self.args.minutes * 60, "per_s": self.args.probe_per_s,
+                                        "bodies": [b.decode() for b in bodies]}))
+            yield spec
+        finally:
+            for proc in (bare, floor):
+                proc.terminate()
+                proc.wait(timeout=15)
 
     def settle(self, controller_metrics: str, timeout: float = 900.0) -> None:
         """Until every reconciler of the controller has run a pass (its caches listed) and the schedulers
@@ -538,6 +606,63 @@ def wake_probe(seconds: float, interval: float = 0.01, work: float = 0.001, ever
                           "wall_over_cpu_max": round(max(stretch), 2) if stretch else None}}
 
 
+PROBED = ("ours", "bare", "floor")  # the extender and its two limits (the module doc)
+
+
+def answer_probe(spec_file: Path) -> dict[str, Any]:
+    """kube-scheduler's side of a /filter call, to the extender and to its limits in turn (the module doc):
+    `per_s` calls a second to each for `seconds`, one keep-alive connection to each, the bodies in turn. Each
+    call's wall time from the request's first byte to the answer's last, as kube-scheduler's HTTP client
+    times it; the same client, bodies and machine for all three, so the differences are the servers'."""
+    spec = json.loads(spec_file.read_text())
+    bodies = [b.encode() for b in spec["bodies"]]
+    conns = {who: http.client.HTTPConnection("127.0.0.1", spec[who], timeout=30) for who in PROBED}
+    times: dict[str, list[float]] = {who: [] for who in PROBED}
+    interval = 1.0 / (len(PROBED) * spec["per_s"])
+    end = time.monotonic() + spec["seconds"]
+    next_at, i = time.monotonic(), 0
+    while time.monotonic() < end:
+        who = PROBED[i % len(PROBED)]
+        times[who].append(_post(conns[who], bodies[(i // len(PROBED)) % len(bodies)])[0])
+        i += 1
+        next_at += interval
+        time.sleep(max(0.0, next_at - time.monotonic()))
+    got = {who: spread(times[who]) for who in PROBED}
+    return {"route": "/filter", "names": len(json.loads(bodies[0])["NodeNames"]), "per_s": spec["per_s"],
+            "samples": min(len(v) for v in times.values()), **got,
+            **{f"p99_over_{who}": round(got["ours"]["p99_ms"] / got[who]["p99_ms"], 2) if got[who]["p99_ms"] else None
+               for who in PROBED[1:]}}
+
+
+def floor_server() -> Path:
+    """bench/floor/main.go built with the local Go toolchain (GOTOOLCHAIN=local, the standard library only),
+    cached outside the checkout by its source's and the toolchain's hash."""
+    source = ROOT / "bench" / "floor" / "main.go"
+    version = subprocess.run(["go", "version"], capture_output=True, text=True, check=True).stdout
+    key = hashlib.sha256(source.read_bytes() + version.encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "kubeon-gpu"
+    binary = cache / f"floor-server-{key}"
+    if not binary.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        partial = binary.with_suffix(".partial")
+        subprocess.run(["go", "build", "-o", str(partial), str(source)], cwd=source.parent, check=True,
+                       env={**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}, timeout=600)
+        partial.rename(binary)
+    return binary
+
+
+def _post(conn: http.client.HTTPConnection, body: bytes) -> tuple[float, bytes]:
+    """POST /filter: the wall seconds and the answer (HTTP 200 only)."""
+    started = time.perf_counter()
+    conn.request("POST", "/filter", body=body, headers={"Content-Type": "application/json"})
+    resp = conn.getresponse()
+    payload = resp.read()
+    elapsed = time.perf_counter() - started
+    if resp.status != 200:
+        raise RuntimeError(f"/filter: HTTP {resp.status}: {payload[:200]!r}")
+    return elapsed, payload
+
+
 def _spin(work: float) -> float:
     """Use `work` seconds of this thread's CPU; the wall-clock seconds that took."""
     started, cpu = time.perf_counter(), time.thread_time()
@@ -568,6 +693,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-karpenter", dest="karpenter", action="store_false",
                         help="no Karpenter and no capacity policy")
     parser.add_argument("--keep-state", action="store_true", help="keep the cluster's folder (logs, audit)")
+    parser.add_argument("--probe-per-s", type=float, default=4.0,
+                        help="the answer probe's /filter calls a second to the extender, as many to the bare server")
+    parser.add_argument("--answer-probe", type=Path, metavar="SPEC", help=argparse.SUPPRESS)
     parser.add_argument("--wake-probe", type=float, metavar="SECONDS",
                         help="only measure how late a sleeping process wakes here for SECONDS (the run starts one)")
     args = parser.parse_args(argv)
@@ -577,8 +705,12 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         print(json.dumps(wake_probe(args.wake_probe)), flush=True)
         return 0
+    if args.answer_probe is not None:
+        print(json.dumps(answer_probe(args.answer_probe)), flush=True)
+        return 0
     for flag, value in (("--nodes", args.nodes), ("--pods", args.pods), ("--minutes", args.minutes),
-                        ("--churn-per-s", args.churn_per_s), ("--threads", args.threads)):
+                        ("--churn-per-s", args.churn_per_s), ("--threads", args.threads),
+                        ("--probe-per-s", args.probe_per_s)):
         if value <= 0:
             print(f"error: {flag} must be positive, got {value}", file=sys.stderr)
             return 2
