@@ -66,6 +66,7 @@ PODS_CSV = REPO / "vendor" / "openb" / "openb_pod_list_default.csv"
 ARMS = ("karpenter", "kubeon")
 REAL_DELAY = 180.0  # seconds to provision a GPU node in a real cloud (simulate --capacity's default)
 DAY_FACTOR = 10.0  # a run of M minutes stands for 10 M minutes
+WINDOW = 3.0  # a run of M minutes ends by 3 M minutes: what is not placed by then never ran in full (drive)
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 NAMESPACE = "live"
 
@@ -181,7 +182,7 @@ def drive(cluster: Cluster, rec: Recorder, workloads: list[Workload], arm: str, 
     since: dict[str, float] = {}
     # an eviction starts a workload's count again, so one evicted late runs past the scenario's end (the last
     # arrival at 80% plus the longest run, 50%): it has until three times the run, then it never ran in full
-    end_by = rec.t0 + minutes * 60 * 3 + REAL_DELAY / DAY_FACTOR + 60
+    end_by = rec.t0 + minutes * 60 * WINDOW + REAL_DELAY / DAY_FACTOR + 60
     while time.time() < end_by or (time.time() < end_by + max(120.0, minutes * 12) and not todo and not live):
         now = time.time() - rec.t0
         while todo and todo[0].arrival <= now:
@@ -233,6 +234,11 @@ def run_arm(arm: str, workloads: list[Workload], catalog: Path, minutes: float, 
     return {"arm": arm, **figures}
 
 
+def gpu_hours_asked(workloads: list[Workload]) -> float:
+    """The GPU-hours the scenario's replicas run, each for its workload's duration (the run's clock)."""
+    return sum(w.replicas * w.gpus * w.duration for w in workloads) / 3600
+
+
 def simulated(scenario_csv: Path, catalog: Path, max_gpus: int, seed: int) -> dict:
     pods = load_timed_pods(scenario_csv, 1.0)
     figures, _ = compare(pods, load_instances(catalog), max_gpus=max_gpus, seed=seed,
@@ -265,12 +271,23 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     catalog = Path(args.instances)
     workloads = scenario(args.seed, args.minutes, args.workloads or math.ceil(4 * args.minutes), catalog)
+    asked = gpu_hours_asked(workloads)
+    if asked > args.max_gpus * WINDOW * args.minutes / 60:
+        # demand grows with the square of --minutes (workloads and their durations both scale with it), the
+        # limit's GPU-hours only linearly: a scenario the limit cannot serve would leave pods unplaced in both
+        # arms by construction, after 3 M minutes of machine time
+        print(f"error: --max-gpus {args.max_gpus}: the scenario (--minutes {args.minutes:g}, --seed {args.seed}) "
+              f"asks {asked:.1f} GPU-hours, more than {args.max_gpus} GPUs hold in the run's {WINDOW * args.minutes:g} "
+              f"minutes ({args.max_gpus * WINDOW * args.minutes / 60:.1f}); use --max-gpus "
+              f"{math.ceil(asked * 60 / (WINDOW * args.minutes))} or more", file=sys.stderr)
+        return 2
     scenario_csv = Path(args.scenario) if args.scenario else Path(tempfile.mkstemp(suffix=".csv")[1])
     write_scenario(scenario_csv, workloads)
     replicas = independent(workloads)
     common = {"minutes": args.minutes, "seed": args.seed, "workloads": len(workloads),
               "pods": sum(w.replicas for w in workloads), "gpus_asked": sum(w.replicas * w.gpus for w in workloads),
-              "max_gpus": args.max_gpus, "delay": REAL_DELAY / DAY_FACTOR, "real_delay": REAL_DELAY}
+              "gpu_hours_asked": round(asked, 3), "max_gpus": args.max_gpus, "delay": REAL_DELAY / DAY_FACTOR,
+              "real_delay": REAL_DELAY}
     def one(arm: str) -> dict:
         return {**common, **run_arm(arm, replicas, catalog, args.minutes, args.max_gpus, args.events)}
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import time
 from collections import defaultdict
 from pathlib import Path
 
@@ -54,6 +55,19 @@ def test_three_minutes_of_gpu_workloads_cost_less_with_kubeon_than_with_karpente
     # never fighting Karpenter: no pod bound to a node we drain, none Karpenter evicts just after we placed it
     assert kubeon["pods_placed_on_draining_nodes"] == 0 and kubeon["karpenter_evictions_within_a_minute"] == 0
     assert set(lines["simulator"]["strategies"]) == {"karpenter", "kubeon"}
+
+
+def test_a_scenario_the_gpu_limit_cannot_serve_is_refused_before_any_cluster_starts(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The 30-minute default scenario under the CI test's 16 GPUs: seed 0 asks 38.5 GPU-hours, 16 GPUs hold 24
+    in the run's 90 minutes, so both arms would leave pods unplaced after 90 minutes of machine time."""
+    catalog = tmp_path / "instances.csv"
+    small_catalog(catalog)
+    started = time.monotonic()
+    assert main(["--minutes", "30", "--seed", "0", "--instances", str(catalog), "--max-gpus", "16"]) == 2
+    err = capsys.readouterr().err
+    assert "--max-gpus 16" in err and "asks 38.5 GPU-hours" in err and "use --max-gpus 26 or more" in err, err
+    assert time.monotonic() - started < 30
 
 
 def replay(events: Path, scenario: Path, types: dict[str, tuple[int, float]]) -> float:
