@@ -41,7 +41,7 @@ level, the optimizer's by ServiceAccount, the two by user agent):
   sleeps 10 ms at a time wakes (`wake_delay`, its own process; `--wake-probe SECONDS` runs it alone), and
   how long 1 ms of its CPU takes on the wall clock (`wake_delay.work_wall`): a request using that much
   CPU cannot answer faster here;
-- the extender's client time beside the bare server's, in the same churn (`answer_probe`, its own process;
+- the extender's client time beside its two limits', in the same churn (`answer_probe`, its own process;
   `--answer-probe SPEC` runs it alone): kube-scheduler's side of a /filter call (the pod, the NodeNames
   kube-scheduler sends at this size: numFeasibleNodesToFind of the rendered profile, a window that moves
   on from call to call, over one keep-alive connection), `--probe-per-s` calls a second to each of three
@@ -67,6 +67,7 @@ import http.client
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -462,6 +463,7 @@ class ScaleRun(Workload):
             for proc in (bare, floor):
                 proc.terminate()
                 proc.wait(timeout=15)
+            shutil.rmtree(log.parent, ignore_errors=True)
 
     def settle(self, controller_metrics: str, timeout: float = 900.0) -> None:
         """Until every reconciler of the controller has run a pass (its caches listed) and the schedulers
@@ -694,7 +696,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="no Karpenter and no capacity policy")
     parser.add_argument("--keep-state", action="store_true", help="keep the cluster's folder (logs, audit)")
     parser.add_argument("--probe-per-s", type=float, default=4.0,
-                        help="the answer probe's /filter calls a second to the extender, as many to the bare server")
+                        help="the answer probe's /filter calls a second to the extender, as many to each limit")
     parser.add_argument("--answer-probe", type=Path, metavar="SPEC", help=argparse.SUPPRESS)
     parser.add_argument("--wake-probe", type=float, metavar="SECONDS",
                         help="only measure how late a sleeping process wakes here for SECONDS (the run starts one)")
