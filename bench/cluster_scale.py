@@ -96,7 +96,7 @@ from bench.cluster_replay import (  # noqa: E402
     scrape,
     total,
 )
-from bench.extender_load import start_echo, wait_ready  # noqa: E402
+from bench.extender_load import post, start_echo, wait_ready  # noqa: E402
 from cli.livereplay import load_scheduler_config  # noqa: E402
 from gpupolicy.packing.nodemodel import PodDemand  # noqa: E402
 from serving.metrics import LATENCY_BUCKETS  # noqa: E402
@@ -417,10 +417,10 @@ class ScaleRun(Workload):
             return {**self.summary(events, started, ended, mono0, mono1, cpu0, cpu1, sampler, pass0, pass1, ext0,
                                    ext1, unbound, errors), "wake_delay": wake, "answer_probe": answered}
 
-    def filter_bodies(self, count: int = 200) -> list[bytes]:
+    def filter_bodies(self, count: int = 200) -> list[dict[str, Any]]:
         """`count` /filter ExtenderArgs as kube-scheduler sends them here: a GPU pod of the trace's shapes and
         numFeasibleNodesToFind GPU node names (the rendered profile's percentage), the window moving on from
-        call to call as upstream's nextStartNodeIndex does. Compact JSON, as Go's encoding/json writes it."""
+        call to call as upstream's nextStartNodeIndex does."""
         gpu_nodes = [n for n, spec in zip(self.trace.names, self.trace.nodes, strict=True) if spec.gpu_count]
         percentage = Profile.from_config(load_scheduler_config()).percentage_of_nodes_to_score
         size = min(len(gpu_nodes), num_nodes_to_find(percentage, len(self.trace.names)))
@@ -431,7 +431,7 @@ class ScaleRun(Workload):
             pod["metadata"]["uid"] = f"answer-probe-{i}"
             start = (i * size) % len(gpu_nodes)
             names = (gpu_nodes + gpu_nodes)[start:start + size]
-            out.append(json.dumps({"Pod": pod, "Nodes": None, "NodeNames": names}, separators=(",", ":")).encode())
+            out.append({"Pod": pod, "Nodes": None, "NodeNames": names})
         return out
 
     @contextlib.contextmanager
@@ -441,12 +441,11 @@ class ScaleRun(Workload):
         bodies = self.filter_bodies()
         port = int(extender_url.rsplit(":", 1)[1])
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
-        got = sorted((_post(conn, body)[1] for body in bodies[:21]), key=len)
+        got = sorted((post(conn, "/filter", body)[4] for body in bodies[:21]), key=len)
         conn.close()
         answer = got[len(got) // 2]
         bare_port = free_port()
-        bare, log = start_echo(bare_port, {"/filter": answer})
-        (log.parent / "filter").write_bytes(answer)
+        bare, log = start_echo(bare_port, {"/filter": answer})  # writes the answer to its folder's `filter`
         floor_port = free_port()
         with open(log.parent / "floor.log", "wb") as sink:
             floor = subprocess.Popen([str(floor_server()), "-port", str(floor_port), "-answer",
@@ -457,7 +456,7 @@ class ScaleRun(Workload):
             spec = log.parent / "answer-probe.json"
             spec.write_text(json.dumps({"ours": port, "bare": bare_port, "floor": floor_port,
                                         "seconds": self.args.minutes * 60, "per_s": self.args.probe_per_s,
-                                        "bodies": [b.decode() for b in bodies]}))
+                                        "bodies": bodies}))
             yield spec
         finally:
             for proc in (bare, floor):
@@ -617,7 +616,7 @@ def answer_probe(spec_file: Path) -> dict[str, Any]:
     call's wall time from the request's first byte to the answer's last, as kube-scheduler's HTTP client
     times it; the same client, bodies and machine for all three, so the differences are the servers'."""
     spec = json.loads(spec_file.read_text())
-    bodies = [b.encode() for b in spec["bodies"]]
+    bodies = spec["bodies"]
     conns = {who: http.client.HTTPConnection("127.0.0.1", spec[who], timeout=30) for who in PROBED}
     times: dict[str, list[float]] = {who: [] for who in PROBED}
     interval = 1.0 / (len(PROBED) * spec["per_s"])
@@ -625,12 +624,12 @@ def answer_probe(spec_file: Path) -> dict[str, Any]:
     next_at, i = time.monotonic(), 0
     while time.monotonic() < end:
         who = PROBED[i % len(PROBED)]
-        times[who].append(_post(conns[who], bodies[(i // len(PROBED)) % len(bodies)])[0])
+        times[who].append(post(conns[who], "/filter", bodies[(i // len(PROBED)) % len(bodies)])[1])
         i += 1
         next_at += interval
         time.sleep(max(0.0, next_at - time.monotonic()))
     got = {who: spread(times[who]) for who in PROBED}
-    return {"route": "/filter", "names": len(json.loads(bodies[0])["NodeNames"]), "per_s": spec["per_s"],
+    return {"route": "/filter", "names": len(bodies[0]["NodeNames"]), "per_s": spec["per_s"],
             "samples": min(len(v) for v in times.values()), **got,
             **{f"p99_over_{who}": round(got["ours"]["p99_ms"] / got[who]["p99_ms"], 2) if got[who]["p99_ms"] else None
                for who in PROBED[1:]}}
@@ -651,18 +650,6 @@ def floor_server() -> Path:
                        env={**os.environ, "GOTOOLCHAIN": "local", "CGO_ENABLED": "0"}, timeout=600)
         partial.rename(binary)
     return binary
-
-
-def _post(conn: http.client.HTTPConnection, body: bytes) -> tuple[float, bytes]:
-    """POST /filter: the wall seconds and the answer (HTTP 200 only)."""
-    started = time.perf_counter()
-    conn.request("POST", "/filter", body=body, headers={"Content-Type": "application/json"})
-    resp = conn.getresponse()
-    payload = resp.read()
-    elapsed = time.perf_counter() - started
-    if resp.status != 200:
-        raise RuntimeError(f"/filter: HTTP {resp.status}: {payload[:200]!r}")
-    return elapsed, payload
 
 
 def _spin(work: float) -> float:
