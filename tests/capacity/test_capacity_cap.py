@@ -8,7 +8,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from capacity_cap import DoNotDisrupt
+from capacity_cap import DoNotDisrupt, interrupted_gpu_hours
 
 from simulator.capacity_baselines import Karpenter
 from tests.capacity.test_baselines import HOUR, P100X1, T4X4, pod, replay
@@ -39,4 +39,18 @@ def test_a_pod_at_the_cap_pins_its_node_and_empty_nodes_still_go() -> None:
 def test_bad_options_exit_2_with_a_message() -> None:
     done = subprocess.run([sys.executable, str(BENCH), "--variants", "loose"], capture_output=True, text=True,
                           timeout=60)
-    assert done.returncode == 2 and "--variants from uncapped, do-not-disrupt, strict" in done.stderr
+    assert done.returncode == 2 and "--variants from uncapped, do-not-disrupt, strict, kubeon" in done.stderr
+    bad = subprocess.run([sys.executable, str(BENCH), "--seeds", "x-y"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "--seeds N, N-M" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_interrupted_work_is_each_evicted_pods_time_on_its_node_times_its_gpus() -> None:
+    events: list[tuple[object, ...]] = [
+        ("0.000", "place", "n1", "t4x4", "a", "0:1000|1:1000"),  # 2 GPUs for an hour, then evicted
+        ("0.000", "place", "n1", "t4x4", "b", "2:500"),  # half a GPU, finishes: nothing interrupted
+        ("3600.000", "evict", "n1", "t4x4", "a", ""),
+        ("3600.000", "place", "n2", "t4x4", "a", "0:1000|1:1000"),
+        ("5400.000", "evict", "n2", "t4x4", "a", ""),  # half an hour more on n2
+        ("7200.000", "finish", "n1", "t4x4", "b", ""),
+    ]
+    assert interrupted_gpu_hours(events) == 2 * 1.0 + 2 * 0.5
