@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.capacity import add_trace_arguments, parse_seeds
 from gpupolicy.capacity.instances import load_instances
 from simulator import capacity_baselines
-from simulator.capacity import run
+from simulator.capacity import Figures, run
 from simulator.capacity_baselines import Karpenter, lower_bound
 from simulator.capacity_kubeon import Kubeon
 from simulator.capacity_trace import load_timed_pods
@@ -61,7 +61,7 @@ class DoNotDisrupt(Karpenter):
                 if all(p.evictions < self.cap for p in cluster.pods_on[r].values())]
 
 
-def one(variant: str, pods: list, types: list, max_gpus: int, seed: int, cap: int) -> dict:
+def one(variant: str, pods: list, types: list, max_gpus: int, seed: int, cap: int, lb: Figures) -> dict:
     expire = capacity_baselines.KARPENTER_EXPIRE_AFTER
     if variant == "strict":
         capacity_baselines.KARPENTER_EXPIRE_AFTER = math.inf  # expireAfter: Never
@@ -75,7 +75,6 @@ def one(variant: str, pods: list, types: list, max_gpus: int, seed: int, cap: in
         cpu = time.process_time() - cpu
     finally:
         capacity_baselines.KARPENTER_EXPIRE_AFTER = expire
-    lb = lower_bound(pods, types)
     return {"variant": variant, "seed": seed, "hours": round(f.gpu_node_hours / lb.gpu_node_hours, 3),
             "cost": round(f.cost / lb.cost, 3), "evictions": f.evictions, "max_per_pod": f.max_evictions_per_pod,
             "pending_p95_s": round(f.pending_seconds_p95), "never_placed": f.pods_never_placed,
@@ -119,10 +118,11 @@ def main() -> int:
     max_gpus = sum(n.gpu_count for n in load_nodes(args.nodes))
     for compress in compressions:
         pods = load_timed_pods(args.pods, compress)
+        lb = lower_bound(pods, types)  # the same for every variant and seed
         for seed in seeds:
             for variant in variants:
                 print(json.dumps({"compress": compress, "cap": args.cap,
-                                  **one(variant, pods, types, max_gpus, seed, args.cap)}), flush=True)
+                                  **one(variant, pods, types, max_gpus, seed, args.cap, lb)}), flush=True)
     return 0
 
 
