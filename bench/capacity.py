@@ -27,6 +27,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from gpupolicy.capacity.instances import load_instances
+from simulator.capacity import EVICTED_WORK
 from simulator.capacity_compare import STRATEGIES, compare
 from simulator.capacity_trace import load_timed_pods
 from simulator.trace import load_nodes
@@ -63,6 +64,9 @@ def main() -> int:
     parser.add_argument("--strategies", default=",".join(STRATEGIES))
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--out", help="CSV of every run")
+    parser.add_argument("--evicted-work", choices=EVICTED_WORK, default="resume",
+                        help="an evicted pod's work: resume (issue 19's rule) or restart (no checkpoints, as "
+                             "measured live; Karpenter's expireAfter then Never)")
     args = parser.parse_args()
     names = [s for s in args.strategies.split(",") if s]
     if "lower-bound" not in names:
@@ -75,14 +79,17 @@ def main() -> int:
         per: dict[str, list[dict[str, float]]] = {n: [] for n in names}
         for seed in parse_seeds(args.seeds):
             started = time.perf_counter()
-            figures, _ = compare(pods, types, max_gpus=max_gpus, seed=seed, workers=args.workers, strategies=names)
+            figures, _ = compare(pods, types, max_gpus=max_gpus, seed=seed, workers=args.workers, strategies=names,
+                                 evicted_work=args.evicted_work)
             load = ", ".join(f"{x:.1f}" for x in os.getloadavg())
-            print(f"# F={compress:g} seed={seed}: {time.perf_counter() - started:.0f} s wall "
+            print(f"# F={compress:g} seed={seed} evicted work {args.evicted_work}: "
+                  f"{time.perf_counter() - started:.0f} s wall "
                   f"({args.workers} workers), load average {load}", file=sys.stderr)
             for name, f in figures.items():
                 line = {k: float(v) for k, v in f.summary().items()}
                 per[name].append(line)
-                rows.append({"compress": compress, "seed": seed, "strategy": name, **line})
+                rows.append({"compress": compress, "seed": seed, "evicted_work": args.evicted_work, "strategy": name,
+                             **line})
         report(compress, per)
     if args.out:
         with open(args.out, "w", newline="") as fh:

@@ -40,9 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.capacity import add_trace_arguments, parse_seeds
 from gpupolicy.capacity.instances import load_instances
-from simulator import capacity_baselines
 from simulator.capacity import Figures, run
-from simulator.capacity_baselines import Karpenter, lower_bound
+from simulator.capacity_baselines import KARPENTER_EXPIRE_AFTER, Karpenter, lower_bound
 from simulator.capacity_kubeon import Kubeon
 from simulator.capacity_trace import load_timed_pods
 from simulator.trace import load_nodes
@@ -62,19 +61,14 @@ class DoNotDisrupt(Karpenter):
 
 
 def one(variant: str, pods: list, types: list, max_gpus: int, seed: int, cap: int, lb: Figures) -> dict:
-    expire = capacity_baselines.KARPENTER_EXPIRE_AFTER
-    if variant == "strict":
-        capacity_baselines.KARPENTER_EXPIRE_AFTER = math.inf  # expireAfter: Never
-    try:
-        model = (Kubeon(pods, types, max_gpus=max_gpus) if variant == "kubeon" else
-                 Karpenter(seed=seed, instance_types=types, max_gpus=max_gpus) if variant == "uncapped" else
-                 DoNotDisrupt(seed=seed, instance_types=types, max_gpus=max_gpus, cap=cap))
-        events: list[tuple[object, ...]] = []
-        cpu = time.process_time()
-        f = run(pods, types, model, events=events)
-        cpu = time.process_time() - cpu
-    finally:
-        capacity_baselines.KARPENTER_EXPIRE_AFTER = expire
+    expire = math.inf if variant == "strict" else KARPENTER_EXPIRE_AFTER  # strict: expireAfter Never
+    model = (Kubeon(pods, types, max_gpus=max_gpus) if variant == "kubeon" else
+             Karpenter(seed=seed, instance_types=types, max_gpus=max_gpus) if variant == "uncapped" else
+             DoNotDisrupt(seed=seed, instance_types=types, max_gpus=max_gpus, cap=cap, expire_after=expire))
+    events: list[tuple[object, ...]] = []
+    cpu = time.process_time()
+    f = run(pods, types, model, events=events)
+    cpu = time.process_time() - cpu
     return {"variant": variant, "seed": seed, "hours": round(f.gpu_node_hours / lb.gpu_node_hours, 3),
             "cost": round(f.cost / lb.cost, 3), "evictions": f.evictions, "max_per_pod": f.max_evictions_per_pod,
             "pending_p95_s": round(f.pending_seconds_p95), "never_placed": f.pods_never_placed,

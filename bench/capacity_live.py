@@ -29,7 +29,8 @@ second scheduler and controller, the controller reading the same catalog, with a
 Automatic that declares its own NodePool, `wholeGpus: Optimizer`: the controller launches the nodes by
 price and Karpenter, its NodePool's GPU limit 0, launches none itself). Output: one JSON line per arm
 (bench/capacity_live_record.py says how each figure is read back) and one for the simulator's karpenter
-and kubeon strategies on the same scenario (calibration).
+and kubeon strategies on the same scenario (calibration), run with `--evicted-work restart` as the
+replicas here restart.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 from bench.capacity_live_record import KARPENTER, Recorder
 from gpupolicy.capacity.instances import load_instances
+from simulator.capacity_baselines import KARPENTER_EXPIRE_AFTER
 from simulator.capacity_compare import compare
 from simulator.capacity_kubeon import RULES
 from simulator.capacity_trace import load_timed_pods
@@ -240,12 +242,17 @@ def gpu_hours_asked(workloads: list[Workload]) -> float:
 
 
 def simulated(scenario_csv: Path, catalog: Path, max_gpus: int, seed: int) -> dict:
+    """The simulator on the same scenario, an evicted pod restarting its work as the live replicas do, Karpenter's
+    expireAfter the live NodePool's default 720 h (never reached in a run this short, but its disruption cost
+    orders candidates by the nodes' remaining life)."""
     pods = load_timed_pods(scenario_csv, 1.0)
-    figures, _ = compare(pods, load_instances(catalog), max_gpus=max_gpus, seed=seed,
-                         delay=REAL_DELAY / DAY_FACTOR, strategies=("karpenter", "kubeon"), workers=1)
+    figures, _ = compare(pods, load_instances(catalog), max_gpus=max_gpus, seed=seed, evicted_work="restart",
+                         expire_after=KARPENTER_EXPIRE_AFTER, delay=REAL_DELAY / DAY_FACTOR,
+                         strategies=("karpenter", "kubeon"), workers=1)
     precise = ("gpu_node_hours", "node_hours", "cost")  # summary() keeps one decimal: too coarse for a short run
-    return {"arm": "simulator", "strategies": {n: {**f.summary(), **{k: round(getattr(f, k), 3) for k in precise}}
-                                               for n, f in figures.items()}}
+    return {"arm": "simulator", "evicted_work": "restart",
+            "strategies": {n: {**f.summary(), **{k: round(getattr(f, k), 3) for k in precise}}
+                           for n, f in figures.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,14 +14,14 @@ import sys
 
 from gpupolicy.capacity.instances import load_instances
 from serving.flags import positive_int
-from simulator.capacity import EVENT_COLUMNS, MAX_DELAY, delay_problem
+from simulator.capacity import EVENT_COLUMNS, EVICTED_WORK, MAX_DELAY, delay_problem
 from simulator.capacity_compare import STRATEGIES, compare
 from simulator.capacity_trace import compress_problem, load_timed_pods
 from simulator.trace import TraceError, load_nodes
 
 EPILOG = """\
 --capacity: replay the pods with arrivals and departures from zero nodes, buying nodes from --instances;
-output: one JSON line {"compress", "delay", "seed", "pods", "max_gpus", "strategies": {name: figures}} for
+output: one JSON line {"compress", "delay", "seed", "evicted_work", "pods", "max_gpus", "strategies": {name: ...}} for
 cluster-autoscaler, karpenter, lower-bound and kubeon, each with gpu_node_hours, node_hours, cost,
 pending_seconds_p50/p95 (arrival to first bind), evictions, max_evictions_per_pod, peak_nodes,
 pods_never_placed (and wall/cpu seconds). --nodes gives the GPU limit (its GPU count). Rules:
@@ -40,6 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--delay", type=float, default=180.0,
                        help=f"seconds from node request to ready, 0 to {MAX_DELAY:.0f} (default 180)")
     group.add_argument("--events", metavar="CSV", help="write kubeon's events to this CSV")
+    group.add_argument("--evicted-work", choices=EVICTED_WORK, default="resume",
+                       help="an evicted pod later runs what it had left (resume, the default: issue 19's rule) "
+                            "or its whole duration again (restart: a pod without checkpoints, as Deployments "
+                            "and Jobs on the real cluster)")
     group.add_argument("--workers", type=positive_int, default=2,
                        help=f"processes for the strategies (default 2; at most {len(STRATEGIES)} are used)")
 
@@ -58,7 +62,7 @@ def run_capacity(args: argparse.Namespace) -> int:
         instance_types = load_instances(args.instances)
         pods = load_timed_pods(args.pods, args.compress)
         figures, events = compare(pods, instance_types, max_gpus=max_gpus, seed=seed, delay=args.delay,
-                                  keep_events=bool(args.events),
+                                  keep_events=bool(args.events), evicted_work=args.evicted_work,
                                   workers=min(len(STRATEGIES), args.workers))
     except (TraceError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -72,7 +76,8 @@ def run_capacity(args: argparse.Namespace) -> int:
         except OSError as exc:
             print(f"error: --events {args.events}: {exc.strerror or exc}", file=sys.stderr)
             return 2
-    print(json.dumps({"compress": args.compress, "delay": args.delay, "seed": seed, "pods": len(pods),
+    print(json.dumps({"compress": args.compress, "delay": args.delay, "seed": seed,
+                      "evicted_work": args.evicted_work, "pods": len(pods),
                       "max_gpus": max_gpus, "strategies": {n: _finite(f.summary()) for n, f in figures.items()}},
                      allow_nan=False))
     return 0

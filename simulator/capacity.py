@@ -7,7 +7,11 @@ The rules (issue 19, docs/designs/capacity.md):
 - a pod arrives at its (compressed) arrival, is placed at once if a ready
   node holds it, else waits; once bound it runs its remaining time, then
   leaves; an evicted pod goes back to the queue and later runs what it had
-  left;
+  left (`evicted_work="resume"`, issue 19's rule: its work survives the
+  eviction, as with a checkpoint taken at that instant), or its whole
+  duration again (`"restart"`: what a Deployment's or a Job's new pod does
+  without checkpoints, and what the live bench measured of the real
+  Karpenter, issue 40);
 - a node requested at t counts as capacity at once, is ready at t + delay,
   and costs price x hours (GPUs x hours for `gpu_node_hours`) from the
   request until its deletion;
@@ -37,6 +41,7 @@ DEFAULT_DELAY = 180.0  # seconds from a node's request to its readiness
 # at most a day (nodes take minutes); past Karpenter's 30-day expiry a node would be replaced before it is
 # ready, forever
 MAX_DELAY = 86400.0
+EVICTED_WORK = ("resume", "restart")  # what an evicted pod's work becomes (module docstring)
 EVENT_COLUMNS = ("time", "event", "node", "instance_type", "pod", "gpus")
 
 
@@ -44,6 +49,13 @@ def delay_problem(delay: float) -> str | None:
     """Why `delay` cannot be used (a sentence naming --delay), or None."""
     if not 0 <= delay <= MAX_DELAY:  # NaN fails too
         return f"--delay must be from 0 to {MAX_DELAY:.0f} seconds, got {delay}"
+    return None
+
+
+def evicted_work_problem(rule: str) -> str | None:
+    """Why `rule` is no `EVICTED_WORK` rule (a sentence naming --evicted-work), or None."""
+    if rule not in EVICTED_WORK:
+        return f"--evicted-work must be one of {', '.join(EVICTED_WORK)}, got {rule!r}"
     return None
 
 
@@ -245,11 +257,13 @@ ARRIVE, FINISH, READY = 0, 1, 2
 
 
 def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], controller: Controller, *,
-        delay: float = DEFAULT_DELAY, events: list[tuple[object, ...]] | None = None) -> Figures:
+        delay: float = DEFAULT_DELAY, events: list[tuple[object, ...]] | None = None,
+        evicted_work: str = "resume") -> Figures:
     """Replay `pods` against `controller` from zero nodes; the figures (module docstring: rules)."""
-    problem = delay_problem(delay)
+    problem = delay_problem(delay) or evicted_work_problem(evicted_work)
     if problem:
         raise ValueError(problem)
+    restart = evicted_work == "restart"
     cluster = Cluster(instance_types, delay, events)
     runs = {p.key: PodRun(p, p.duration) for p in pods}
     heap: list[tuple[float, int, int, str, int]] = []  # (time, kind, seq, pod key / row, epoch)
@@ -339,6 +353,8 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
                 for r in list(cluster.pods_on[row].values()):
                     cluster.unbind(r, now, "evict")
                     r.evictions += 1
+                    if restart:
+                        r.left = r.pod.duration
                     pending[r.pod.key] = r
                 cluster.delete(row, now)
         drains = still

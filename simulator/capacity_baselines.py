@@ -384,6 +384,7 @@ class Karpenter(DefaultScheduler):
     instance_types: Sequence[InstanceType] = ()
     max_gpus: int | None = None
     name: str = "karpenter"
+    expire_after: float = KARPENTER_EXPIRE_AFTER  # the NodePool's expireAfter (math.inf: Never)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -450,7 +451,7 @@ class Karpenter(DefaultScheduler):
         live = cluster.live_rows()
         out: list[Drain] = []
         expired = [r for r in live if not cluster.cordoned[r] and now - cluster.requested_at[r]
-                   >= KARPENTER_EXPIRE_AFTER]
+                   >= self.expire_after]
         out.extend(Drain((r,)) for r in expired)  # forceful: no budget, no replacement first
         if self.validating is not None:
             waiting = self.validating
@@ -492,7 +493,7 @@ class Karpenter(DefaultScheduler):
             return Command(EMPTINESS, tuple(empty[:budget]), None, now + KARPENTER_VALIDATION_DELAY)
 
         def cost(r: int) -> tuple[float, int]:
-            remaining = max(0.0, 1.0 - (now - cluster.requested_at[r]) / KARPENTER_EXPIRE_AFTER)
+            remaining = max(0.0, 1.0 - (now - cluster.requested_at[r]) / self.expire_after)
             return (len(cluster.pods_on[r]) * remaining, r)
 
         candidates = sorted((r for r in ready if cluster.pods_on[r]), key=cost)
@@ -560,7 +561,7 @@ class Karpenter(DefaultScheduler):
         return Drain(command.rows, (kind,) if kind is not None else ())
 
     def next_timer(self, cluster: Cluster, now: float) -> float:
-        ages = [cluster.requested_at[r] + KARPENTER_EXPIRE_AFTER for r in cluster.live_rows()]
+        ages = [cluster.requested_at[r] + self.expire_after for r in cluster.live_rows()]
         if self.validating is not None:
             ages.append(self.validating.due)
         return min(ages, default=math.inf)

@@ -4,7 +4,8 @@
 raises `AssertionError` when a rule is broken: a node over its CPU, memory
 or per-GPU capacity, a pod placed on a node before it is ready or after it
 was deleted, a node deleted with pods on it, a pod that does not run its
-full duration (`max(1, deletion_time - creation_time)`, across evictions).
+full duration (`max(1, deletion_time - creation_time)`: across evictions
+with `evicted_work="resume"`, in its last run alone with `"restart"`).
 It returns the figures recomputed from the events alone, which a test
 compares with the JSON line.
 """
@@ -40,8 +41,8 @@ def _percentile(values: list[float], q: float) -> float:
     return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
-def check(events_csv: str | Path, pods_csv: str | Path, instances_csv: str | Path, compress: float
-          ) -> dict[str, float]:
+def check(events_csv: str | Path, pods_csv: str | Path, instances_csv: str | Path, compress: float,
+          evicted_work: str = "resume") -> dict[str, float]:
     with open(instances_csv, newline="") as fh:
         types = {r["instance_type"]: r for r in csv.DictReader(fh)}
     with open(pods_csv, newline="") as fh:
@@ -113,6 +114,8 @@ def check(events_csv: str | Path, pods_csv: str | Path, instances_csv: str | Pat
             ran[pod] += t - start
             if event == "evict":
                 evictions[pod] = evictions.get(pod, 0) + 1
+                if evicted_work == "restart":
+                    ran[pod] = 0.0  # its work is lost: the next run starts over
             else:
                 finished.add(pod)
         else:

@@ -120,3 +120,27 @@ def test_workers_below_one_is_a_usage_error(workers: str) -> None:
     run = subprocess_run("simulate", "--capacity", "--workers", workers, timeout=60)
     assert run.code == 2 and run.err.strip().splitlines()[-1] == \
         f"kubeon-gpu simulate: error: argument --workers: {workers} is below 1", run.err
+
+
+def test_an_unknown_evicted_work_rule_is_a_usage_error_naming_the_choices() -> None:
+    from tests.cli.helpers import subprocess_run
+
+    run = subprocess_run("simulate", "--capacity", "--evicted-work", "checkpoint", timeout=60)
+    last = run.err.strip().splitlines()[-1].replace("'resume'", "resume").replace("'restart'", "restart")
+    assert run.code == 2 and last == ("kubeon-gpu simulate: error: argument --evicted-work: invalid choice: "
+                                      "'checkpoint' (choose from resume, restart)"), run.err
+
+
+def test_restarted_work_is_checked_as_restarted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--evicted-work restart` on the CLI: its JSON says so and kubeon's events pass the checker's restart rule."""
+    pods = small_trace(tmp_path / "pods.csv", 60)
+    events = tmp_path / "events.csv"
+    code = main(["simulate", "--capacity", "--nodes", str(NODES), "--pods", str(pods), "--instances",
+                 str(INSTANCES), "--compress", "50", "--seed", "1", "--events", str(events), "--workers", "1",
+                 "--evicted-work", "restart"])
+    assert code == 0
+    line = json.loads(capsys.readouterr().out)
+    assert line["evicted_work"] == "restart"
+    figures = check(events, pods, INSTANCES, 50.0, evicted_work="restart")
+    assert figures["pods_finished"] == 60
+    assert figures["gpu_node_hours"] == pytest.approx(line["strategies"]["kubeon"]["gpu_node_hours"], abs=0.15)
