@@ -2,6 +2,7 @@
 
     python bench/capacity.py [--compress 1,50,5300] [--seeds 0-2] [--strategies ...] [--workers 2]
                              [--pods vendor/openb/openb_pod_list_default.csv] [--out FILE.csv]
+                             [--evicted-work resume|restart]
 
 Each (compression, seed) runs `simulator.capacity_compare.compare`, the code
 behind `kubeon-gpu simulate --capacity`. Prints, per compression, the means
@@ -145,6 +146,9 @@ def report(compress: float, per: dict[str, list[dict[str, float]]]) -> None:
             ("no pod evicted > 3 times", max(r["max_evictions_per_pod"] for r in per["kubeon"]),
              max(r["max_evictions_per_pod"] for r in per["kubeon"]) <= 3),
             ("0 pods never placed", mean("kubeon", "pods_never_placed"), mean("kubeon", "pods_never_placed") == 0),
+            ("GPU-node-hours <= karpenter's (issue 40)", mean("kubeon", "gpu_node_hours") /
+             mean("karpenter", "gpu_node_hours"),
+             mean("kubeon", "gpu_node_hours") <= mean("karpenter", "gpu_node_hours")),
         ]
         print("\nkubeon goals: " + "; ".join(f"{label}: {value:.3f} {'met' if ok else 'NOT met'}"
                                              for label, value, ok in checks))
