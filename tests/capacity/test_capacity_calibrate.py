@@ -1,0 +1,28 @@
+"""bench/capacity_calibrate.py on the committed 30-minute live run: the real arm's figures as measured live."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from bench.capacity_calibrate import DIR, main
+
+RESULTS = DIR.parent
+
+
+def test_the_real_arm_recounted_from_its_events_matches_what_the_live_bench_measured(
+        capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("sys.argv", ["capacity_calibrate.py", "--seeds", "2"])
+    assert main() == 0
+    seed, mean = (json.loads(line) for line in capsys.readouterr().out.splitlines())
+    live = [json.loads(line) for line in Path(RESULTS / "capacity-live-m30-seed2.jsonl").read_text().splitlines()]
+    real = next(x for x in live if x.get("arm") == "karpenter")
+    assert real["nodeclaims_left"] == 0  # seed 2 left nothing: the events hold every NodeClaim's whole life
+    assert seed["real"]["cost"] == pytest.approx(real["cost"], abs=0.01)
+    assert seed["real"]["gpu_node_hours"] == pytest.approx(real["gpu_node_hours"], abs=0.01)
+    assert seed["real"]["evictions"] == real["evictions"]
+    # the model restarts evicted work, as the live replicas do
+    assert seed["evicted_work"] == "restart" and seed["model"]["evictions"] > 0
+    assert sum(seed["real"]["drained_nodes"].values()) > 0 and mean["mean"]["real"]["cost"] == seed["real"]["cost"]
