@@ -13,6 +13,12 @@ catalog `DIR/catalog.csv`, runs the model on the same scenario as bench/capacity
 - cost by instance type;
 - drained nodes by type and by the pods on them, and where evicted pods went next (by type).
 Both runs' events are in `simulate --capacity --events`' format, so the same counting reads both.
+
+`--at SECONDS` (one seed) asks the other question: given the real cluster as its events show it at
+that time (nodes, their readiness, the pods bound and pending), what would the model's disruption
+pass do (`Karpenter._compute`)? It prints the nodes and the model's command; the real Karpenter's
+next disruption is in the events right after. A different command on the same state is a difference
+in Karpenter's rules, not in where kube-scheduler put the pods.
 """
 
 from __future__ import annotations
@@ -29,10 +35,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.capacity import parse_seeds
 from bench.capacity_live import DAY_FACTOR, REAL_DELAY
 from gpupolicy.capacity.instances import load_instances
-from simulator.capacity import EVICTED_WORK
-from simulator.capacity_baselines import KARPENTER_EXPIRE_AFTER
+from simulator.capacity import EVICTED_WORK, Cluster, PodRun
+from simulator.capacity_baselines import KARPENTER_EXPIRE_AFTER, Karpenter, first_gpus
 from simulator.capacity_compare import run_one
-from simulator.capacity_trace import load_timed_pods
+from simulator.capacity_trace import TimedPod, load_timed_pods
 
 DIR = Path(__file__).resolve().parent / "results" / "capacity-live-m30"
 Events = list[tuple[str, ...]]
@@ -73,6 +79,48 @@ def counts(events: Events, prices: dict[str, float]) -> dict[str, object]:
             "drained_nodes": dict(sorted(drains.items())), "evicted_pods_went_to": dict(sorted(moves.items()))}
 
 
+def real_state(events: Events, pods: dict[str, TimedPod], types: list, at: float) -> tuple[Cluster, dict[int, str]]:
+    """The real cluster at `at` from its events, as the simulator's `Cluster` (and each row's node name)."""
+    cluster = Cluster(types, REAL_DELAY / DAY_FACTOR, None)
+    kinds = {t.name: t for t in types}
+    rows: dict[str, int] = {}
+    runs: dict[str, PodRun] = {}
+    done: set[str] = set()
+    for time, event, node, kind, name, _ in events:
+        t, pod = float(time), name.split("/")[0]
+        if t >= at:
+            break
+        if event == "launch":
+            rows[node] = cluster.launch(kinds[kind], t)
+        elif event == "ready":
+            cluster.make_ready(rows[node], t)
+        elif event == "delete":
+            cluster.delete(rows.pop(node), t)
+        elif event == "place":
+            run = runs.setdefault(pod, PodRun(pods[pod], pods[pod].duration))
+            cluster.bind(run, rows[node], first_gpus(cluster.state, rows[node], run.pod.demand), t)
+        elif event in ("evict", "finish") and runs[pod].row is not None:
+            cluster.unbind(runs[pod], t, event)
+            if event == "finish":
+                done.add(pod)
+    for key, p in pods.items():
+        if p.arrival < at and key not in done and (key not in runs or runs[key].row is None):
+            cluster.pending[key] = runs.get(key) or PodRun(p, p.duration)
+    return cluster, {row: node for node, row in rows.items()}
+
+
+def model_at(events: Events, pods: list[TimedPod], types: list, seed: int, max_gpus: int, at: float) -> dict:
+    """The model's disruption command on the real state at `at`, beside that state."""
+    cluster, names = real_state(events, {p.key: p for p in pods}, types, at)
+    command = Karpenter(seed=seed, instance_types=types, max_gpus=max_gpus)._compute(cluster, at, set())
+    nodes = {names[r]: {"type": cluster.kind[r].name, "ready": cluster.ready[r], "pods": sorted(cluster.pods_on[r]),
+                        "free_gpus": int((cluster.state.gpu_free[r] == 1000).sum()),
+                        "free_cpu_milli": int(cluster.state.cpu_free[r])} for r in cluster.live_rows()}
+    said = None if command is None else {"method": command.method, "nodes": [names[r] for r in command.rows],
+                                         "replacement": command.replacement.name if command.replacement else None}
+    return {"at": at, "pending": sorted(cluster.pending), "nodes": nodes, "model_command": said}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=DIR)
@@ -80,6 +128,7 @@ def main() -> int:
     parser.add_argument("--max-gpus", type=int, default=64, help="the live run's --max-gpus (default 64)")
     parser.add_argument("--evicted-work", choices=EVICTED_WORK, default="restart",
                         help="the model's rule (default restart: the live replicas restart)")
+    parser.add_argument("--at", type=float, help="seconds into the run: the model's command on the real state then")
     args = parser.parse_args()
     try:
         seeds = parse_seeds(args.seeds)
@@ -97,6 +146,9 @@ def main() -> int:
         except (ValueError, OSError) as exc:
             print(f"error: seed {seed} in {args.dir}: {exc}", file=sys.stderr)
             return 2
+        if args.at is not None:
+            print(json.dumps(model_at(real, pods, types, seed, args.max_gpus, args.at)))
+            continue
         _, events = run_one("karpenter", pods, types, args.max_gpus, seed, REAL_DELAY / DAY_FACTOR, True,
                             args.evicted_work, KARPENTER_EXPIRE_AFTER)
         model: Events = [tuple(str(x) for x in e) for e in events or []]
@@ -105,6 +157,8 @@ def main() -> int:
             for key in ("gpu_node_hours", "cost", "evictions"):
                 means[arm][key] += float(figures[key]) / len(seeds)  # type: ignore[arg-type]
         print(json.dumps({"seed": seed, "evicted_work": args.evicted_work, **arms}))
+    if args.at is not None:
+        return 0
     ratio = {k: round(means["model"][k] / means["real"][k] - 1, 3) for k in means["model"] if means["real"][k]}
     print(json.dumps({"mean": {arm: {k: round(v, 3) for k, v in c.items()} for arm, c in means.items()},
                       "model_against_real": ratio}))

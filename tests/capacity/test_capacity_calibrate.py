@@ -26,3 +26,18 @@ def test_the_real_arm_recounted_from_its_events_matches_what_the_live_bench_meas
     # the model restarts evicted work, as the live replicas do
     assert seed["evicted_work"] == "restart" and seed["model"]["evictions"] > 0
     assert sum(seed["real"]["drained_nodes"].values()) > 0 and mean["mean"]["real"]["cost"] == seed["real"]["cost"]
+
+
+def test_the_real_state_at_a_time_is_rebuilt_from_the_events(capsys: pytest.CaptureFixture[str],
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """--at: seed 0 at 1,936 s, after the real Karpenter replaced two P100 x1 by the T4 x2 gpu-pvxwt (1,931 s)."""
+    monkeypatch.setattr("sys.argv", ["capacity_calibrate.py", "--seeds", "0", "--at", "1936"])
+    assert main() == 0
+    line = json.loads(capsys.readouterr().out)
+    nodes = line["nodes"]
+    assert "gpu-s5v69" not in nodes and "gpu-zf4b7" not in nodes  # deleted at 1,931 and 1,932 s
+    assert nodes["gpu-pvxwt"]["pods"] == ["w077-1", "w098-1"] and nodes["gpu-pvxwt"]["free_gpus"] == 0
+    # gpu-8t7vr (V100 x4) holds three pods of 8,000 + 8,200 + 11,908 millicores of its 32,000
+    assert nodes["gpu-8t7vr"]["free_gpus"] == 1 and nodes["gpu-8t7vr"]["free_cpu_milli"] == 3892
+    assert sum(n["type"].startswith("openb-t4") for n in nodes.values()) == 24 and line["pending"] == []
+    assert line["model_command"] is not None
