@@ -34,7 +34,7 @@ import numpy as np
 from gpupolicy.capacity.instances import InstanceType
 from gpupolicy.capacity.nodes import with_rows
 from gpupolicy.packing.nodemodel import NodeState, PodDemand
-from simulator.capacity_trace import TimedPod
+from simulator.capacity_trace import MAX_RUN_SECONDS, TimedPod
 
 LOOP = 10.0  # seconds between controller loops
 DEFAULT_DELAY = 180.0  # seconds from a node's request to its readiness
@@ -42,6 +42,9 @@ DEFAULT_DELAY = 180.0  # seconds from a node's request to its readiness
 # ready, forever
 MAX_DELAY = 86400.0
 EVICTED_WORK = ("resume", "restart")  # what an evicted pod's work becomes (module docstring)
+# A run still going this many longest pod durations after the last arrival never ends: with restarted work a
+# controller can evict a pod before it finishes forever (Karpenter's 720 h expiry and a longer pod).
+HORIZON_RUNS = 10
 EVENT_COLUMNS = ("time", "event", "node", "instance_type", "pod", "gpus")
 
 
@@ -264,6 +267,7 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
     if problem:
         raise ValueError(problem)
     restart = evicted_work == "restart"
+    horizon = max((p.arrival for p in pods), default=0.0) + HORIZON_RUNS * MAX_RUN_SECONDS
     cluster = Cluster(instance_types, delay, events)
     runs = {p.key: PodRun(p, p.duration) for p in pods}
     heap: list[tuple[float, int, int, str, int]] = []  # (time, kind, seq, pod key / row, epoch)
@@ -320,6 +324,10 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
         if wake == math.inf:
             break  # no event, no timer, nothing changed: the rest of time looks the same
         tick = max(tick + LOOP, math.ceil(wake / LOOP) * LOOP)
+        if tick > horizon:
+            raise ValueError(f"the run did not end {HORIZON_RUNS:g} x {MAX_RUN_SECONDS:g} s after the last arrival: "
+                             "pods are evicted before they finish, again and again (evicted work restarts, and a "
+                             "node expiry is shorter than a pod's duration?)")
         # events up to this loop, in time order
         while heap and heap[0][0] <= tick:
             t, kind, _, key, epoch = heapq.heappop(heap)

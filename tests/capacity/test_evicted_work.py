@@ -98,3 +98,13 @@ def test_with_restarts_karpenter_never_expires_nodes_so_a_pod_longer_than_30_day
 def test_an_unknown_rule_is_refused_naming_the_flag() -> None:
     with pytest.raises(ValueError, match="--evicted-work must be one of resume, restart"):
         run([], [T4X4], Karpenter(instance_types=[T4X4]), evicted_work="checkpoint")
+
+
+def test_a_run_that_restarts_a_pod_forever_stops_with_a_clear_error() -> None:
+    """A forceful expiry shorter than a pod restarts it forever once work restarts: an error, not a hang."""
+    long = TimedPod("long", PodDemand(cpu_milli=4000, memory_mib=8192, num_gpu=1, gpu_milli=1000, name="long"),
+                    0.0, 500 * HOUR)
+    model = Karpenter(instance_types=[T4X4], expire_after=400 * HOUR)
+    assert run([long], [T4X4], Karpenter(instance_types=[T4X4], expire_after=400 * HOUR)).evictions == 1
+    with pytest.raises(ValueError, match=r"did not end .* evicted before they finish"):
+        run([long], [T4X4], model, evicted_work="restart")
