@@ -1,6 +1,7 @@
 """AKS agent pools as the capacity provider (`capacity.provider: aks-nodepools`), through the Azure SDK.
 
-The cloud calls, and only these (azure-mgmt-containerservice, its API version 2026-08-01): agentPools.list
+The cloud calls, and only these (azure-mgmt-containerservice at API version 2026-08-01, `API_VERSION`, set on
+the client so that a newer SDK's default does not change the wire: 41.9.0 defaults to 2026-09-01): agentPools.list
 (which pools carry the node label `gpu.kubeon.io/node-pool=<nodePool>`, their VM size, labels, count and
 autoscaler), machines.list (each pool's machines and the VM behind each), agentPools.get and
 createOrUpdate (one more node: the pool read fresh, its count + 1) and agentPools.deleteMachines (exactly
@@ -31,6 +32,7 @@ from gpupolicy.model import CapacitySpec
 from kube.groupprovider import GroupProvider
 
 RETRY_TOTAL = 6  # azure-core RetryPolicy: retries after the first try, exponential back-off (or Retry-After)
+API_VERSION = "2026-08-01"  # Microsoft.ContainerService: what this module was written and tested against
 
 
 @contextmanager
@@ -59,8 +61,8 @@ class AksNodePools(GroupProvider):
         super().__init__(products, node_list)
         self.group, self.cluster = resource_group, cluster
         extra: dict[str, Any] = {"base_url": endpoint} if endpoint else {}
-        self.client = ContainerServiceClient(DefaultAzureCredential(), subscription, retry_total=retry_total,
-                                             retry_backoff_factor=retry_backoff, **extra)
+        self.client = ContainerServiceClient(DefaultAzureCredential(), subscription, api_version=API_VERSION,
+                                             retry_total=retry_total, retry_backoff_factor=retry_backoff, **extra)
 
     def _read(self) -> list[NodeGroup]:
         """The labelled agent pools with bounds and their autoscaler off, with their machines."""

@@ -1,14 +1,15 @@
 """A local Azure Resource Manager for the AKS provider's tests: the few operations kube/aks.py calls, over HTTPS.
 
-Shaped from azure-rest-api-specs, specification/containerservice, Microsoft.ContainerService
-managedClusters API version 2026-08-01 (the version azure-mgmt-containerservice 41.8.0 calls and this
-server requires): agentPools list / get / createOrUpdate (200, the pool; its count followed at once by
-machines), agentPools deleteMachines (202: exactly the named machines go and the count drops), machines
-list (each machine's `properties.resourceId`, its VMSS VM), and ARM's error body `{"error": {"code",
-"message"}}`. The managed identity token endpoint (App Service, api-version 2019-08-01: `IDENTITY_ENDPOINT`,
-header `X-IDENTITY-HEADER`) hands out the Bearer token every ARM call must carry. TLS: ARM is HTTPS only
-and azure-core sends no Bearer token over plain HTTP; the certificate is signed by a CA the test makes.
-`fault(method, path)` may answer a call with an error first; every ARM call is recorded in `seen`.
+Shaped from azure-rest-api-specs, specification/containerservice, Microsoft.ContainerService managedClusters
+API version 2026-08-01 (the version kube/aks.py sets on its client, `API_VERSION`, and this server requires;
+azure-mgmt-containerservice 41.9.0 would otherwise call 2026-09-01): agentPools list / get / createOrUpdate
+(200, the pool; its count followed at once by machines), agentPools deleteMachines (202: exactly the named
+machines go and the count drops), machines list (each machine's `properties.resourceId`, its VMSS VM), and
+ARM's error body `{"error": {"code", "message"}}`. The managed identity token endpoint (App Service,
+api-version 2019-08-01: `IDENTITY_ENDPOINT`, header `X-IDENTITY-HEADER`) hands out the Bearer token every ARM
+call must carry. TLS: ARM is HTTPS only and azure-core sends no Bearer token over plain HTTP; the certificate
+is signed by a CA the test makes. `fault(method, path)` may answer a call with an error first; every ARM call
+is recorded in `seen`.
 """
 
 from __future__ import annotations
