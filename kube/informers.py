@@ -31,6 +31,7 @@ from kubernetes import client
 from kube import rest
 from kube.claims import DRA_API, serves_dra
 from kube.reflector import JsonObject, OnChange, Reflector
+from kube.stoppable import Stopping
 from kube.trim import LAST_APPLIED
 from kube.workloads import PLURALS
 
@@ -79,10 +80,13 @@ class ClusterCache:
             feed.stop(timeout=0.2)
 
     def wait_for_sync(self, timeout: float = SYNC_TIMEOUT_SECONDS) -> None:
-        """Block until every kind was listed once; TimeoutError naming the ones that were not."""
-        late = [f.name for f in self.feeds if not f.wait_for_sync(timeout)]
+        """Block until every kind was listed once; TimeoutError naming the ones that were not, or `Stopping`
+        at once when the process stops first (a feed's client refused its list: it will never sync)."""
+        late = [f for f in self.feeds if not f.wait_for_sync(timeout)]
+        if any(f.ended for f in late):
+            raise Stopping("the controller is stopping (caches not synced)")
         if late:
-            raise TimeoutError(f"caches not synced after {timeout:.0f}s: {', '.join(late)}")
+            raise TimeoutError(f"caches not synced after {timeout:.0f}s: {', '.join(f.name for f in late)}")
 
     @property
     def relists(self) -> int:

@@ -40,6 +40,8 @@ import orjson
 from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 
+from kube.stoppable import Stopping
+
 log = logging.getLogger(__name__)
 
 JsonObject = dict[str, Any]
@@ -143,6 +145,7 @@ class Reflector:
         self._resource_version: str | None = None
         self._synced = threading.Event()
         self._stopping = threading.Event()
+        self._ended = threading.Event()  # the loop is over: stopped, or its client stopped for good
         self._watch: watch.Watch | None = None
         self._thread: threading.Thread | None = None
         self.relists = 0  # how many lists were made; tests and metrics read it
@@ -219,7 +222,21 @@ class Reflector:
         return self._synced.is_set()
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
-        return self._synced.wait(timeout)
+        """Whether the first list came within `timeout` seconds; False at once if the loop ended unsynced."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not self._synced.is_set():
+            if self._ended.is_set():
+                return False
+            step = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+            if step <= 0:
+                return False
+            self._synced.wait(step)
+        return True
+
+    @property
+    def ended(self) -> bool:
+        """The loop is over (`stop`, or the client refused every request with `Stopping`)."""
+        return self._ended.is_set()
 
     @property
     def resource_version(self) -> str | None:
@@ -233,6 +250,12 @@ class Reflector:
 
     # ---- the loop ---------------------------------------------------------
     def _run(self) -> None:
+        try:
+            self._loop()
+        finally:
+            self._ended.set()
+
+    def _loop(self) -> None:
         backoff = self._backoff_initial
         while not self._stopping.is_set():
             try:
@@ -241,6 +264,12 @@ class Reflector:
                 if self._watch_once():
                     backoff = self._backoff_initial
                     continue
+            except Stopping:
+                # the controller's client refuses every request from now on (kube/stoppable.py): retrying
+                # would only back off until the process ends, and a pass waiting for this cache would wait
+                # out its whole sync timeout (a SIGTERM during the first lists held the exit 12 s)
+                self._stopping.set()
+                break
             except _Gone:
                 log.info("%s: resourceVersion %s expired, relisting", self.name, self._resource_version)
                 self._resource_version = None

@@ -22,6 +22,7 @@ from kubernetes import client
 
 from controller.command import build
 from kube import rest
+from kube.informers import ClusterCache
 from kube.leases import get_lease
 from kube.stoppable import StoppableClient, Stopping
 
@@ -120,6 +121,36 @@ def test_a_read_in_flight_is_aborted_by_the_stop(slow: SlowServer) -> None:
     assert isinstance(out.get("error"), Stopping), out
     assert slow.answered == [], "the read ended with the server's answer, not the abort"
     assert slow.received == ["GET /api/v1/nodes"], "urllib3's retry of the aborted read was sent"
+
+
+def test_a_pass_waiting_for_the_first_lists_ends_at_the_stop(slow: SlowServer) -> None:
+    """A SIGTERM while the controller's cache makes its first lists: the pass waiting for them ends at once.
+
+    The lists are aborted and refused from then on; before, each kind's reflector backed off and retried,
+    and the pass waited out the cache's 120 s sync timeout (the controller's exit took 12 s, and a CI run
+    of test_frame_process.py's SIGTERM test failed on it).
+    """
+    stop = threading.Event()
+    guard = StoppableClient(slow.api, stop)
+    slow.release.set()  # discovery (is DRA served?) answers at once
+    cache = ClusterCache(guard.api)
+    slow.release.clear()  # the lists are held, as a big cluster's first LIST of every pod
+    cache.start()
+    try:
+        wait_until(lambda: any("/api/v1/pods" in r for r in slow.received))
+        thread, out = in_thread(lambda: cache.wait_for_sync(timeout=60))
+        time.sleep(0.2)
+        started = time.monotonic()
+        stop.set()
+        while thread.is_alive() and time.monotonic() - started < 5:
+            guard.abort_reads()  # repeated, as ControllerProcess.stop does: a list may still be connecting
+            thread.join(0.02)
+        assert not thread.is_alive(), "the pass still waits for the cache after 5 s"
+        assert isinstance(out.get("error"), Stopping), out
+        assert time.monotonic() - started < 2
+        assert all(f.ended for f in cache.feeds), [f.name for f in cache.feeds if not f.ended]
+    finally:
+        cache.stop()
 
 
 def test_a_write_in_flight_lands_and_nothing_is_sent_after_the_stop(slow: SlowServer) -> None:
