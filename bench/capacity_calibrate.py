@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.capacity import parse_seeds
 from bench.capacity_live import DAY_FACTOR, REAL_DELAY
-from gpupolicy.capacity.instances import load_instances
+from gpupolicy.capacity.instances import InstanceType, load_instances
 from simulator.capacity import EVICTED_WORK, Cluster, PodRun
 from simulator.capacity_baselines import KARPENTER_EXPIRE_AFTER, Karpenter, first_gpus
 from simulator.capacity_compare import run_one
@@ -44,16 +44,17 @@ DIR = Path(__file__).resolve().parent / "results" / "capacity-live-m30"
 Events = list[tuple[str, ...]]
 
 
-def counts(events: Events, prices: dict[str, float]) -> dict[str, object]:
+def counts(events: Events, types: list[InstanceType]) -> dict[str, object]:
     """Figures and patterns of one run's events (time, event, node, instance_type, pod, gpus)."""
+    prices = {t.name: t.price_per_hour for t in types}
+    gpus = {t.name: t.gpus for t in types}
     launched: dict[str, float] = {}
     cost: dict[str, float] = collections.defaultdict(float)
     gpu_hours = 0.0
-    evicted_on: dict[str, dict[str, int]] = collections.defaultdict(dict)  # node -> pod -> evictions
+    evicted_on: dict[str, set[str]] = collections.defaultdict(set)  # node -> the pods evicted from it
     kind_of: dict[str, str] = {}
     moved_from: dict[str, str] = {}  # an evicted pod -> the type it left
     moves: collections.Counter[str] = collections.Counter()
-    gpus = {name: int(name.split("-")[2].rstrip("g")) for name in prices}
     t = 0.0
     for time, event, node, kind, pod, _ in events:
         t, pod = float(time), pod.split("/")[0]  # live pods are namespace/name: the replica is the name's stem
@@ -65,7 +66,7 @@ def counts(events: Events, prices: dict[str, float]) -> dict[str, object]:
             cost[kind] += prices[kind] * hours
             gpu_hours += gpus[kind] * hours
         elif event == "evict":
-            evicted_on[node][pod] = 1
+            evicted_on[node].add(pod)
             moved_from[pod] = kind
         elif event == "place" and pod in moved_from:
             moves[f"{moved_from.pop(pod)} -> {kind}"] += 1
@@ -79,7 +80,8 @@ def counts(events: Events, prices: dict[str, float]) -> dict[str, object]:
             "drained_nodes": dict(sorted(drains.items())), "evicted_pods_went_to": dict(sorted(moves.items()))}
 
 
-def real_state(events: Events, pods: dict[str, TimedPod], types: list, at: float) -> tuple[Cluster, dict[int, str]]:
+def real_state(events: Events, pods: dict[str, TimedPod], types: list[InstanceType],
+               at: float) -> tuple[Cluster, dict[int, str]]:
     """The real cluster at `at` from its events, as the simulator's `Cluster` (and each row's node name)."""
     cluster = Cluster(types, REAL_DELAY / DAY_FACTOR, None)
     kinds = {t.name: t for t in types}
@@ -109,7 +111,8 @@ def real_state(events: Events, pods: dict[str, TimedPod], types: list, at: float
     return cluster, {row: node for node, row in rows.items()}
 
 
-def model_at(events: Events, pods: list[TimedPod], types: list, seed: int, max_gpus: int, at: float) -> dict:
+def model_at(events: Events, pods: list[TimedPod], types: list[InstanceType], seed: int, max_gpus: int,
+             at: float) -> dict[str, object]:
     """The model's disruption command on the real state at `at`, beside that state."""
     cluster, names = real_state(events, {p.key: p for p in pods}, types, at)
     command = Karpenter(seed=seed, instance_types=types, max_gpus=max_gpus)._compute(cluster, at, set())
@@ -136,7 +139,6 @@ def main() -> int:
     except (ValueError, OSError) as exc:
         print(f"error: --seeds or --dir: {exc}", file=sys.stderr)
         return 2
-    prices = {t.name: t.price_per_hour for t in types}
     means: dict[str, dict[str, float]] = {arm: collections.defaultdict(float) for arm in ("model", "real")}
     for seed in seeds:
         try:
@@ -152,7 +154,7 @@ def main() -> int:
         _, events = run_one("karpenter", pods, types, args.max_gpus, seed, REAL_DELAY / DAY_FACTOR, True,
                             args.evicted_work, KARPENTER_EXPIRE_AFTER)
         model: Events = [tuple(str(x) for x in e) for e in events or []]
-        arms = {"model": counts(model, prices), "real": counts(real, prices)}
+        arms = {"model": counts(model, types), "real": counts(real, types)}
         for arm, figures in arms.items():
             for key in ("gpu_node_hours", "cost", "evictions"):
                 means[arm][key] += float(figures[key]) / len(seeds)  # type: ignore[arg-type]
