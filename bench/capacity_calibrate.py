@@ -33,10 +33,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.capacity import parse_seeds
-from bench.capacity_live import DAY_FACTOR, REAL_DELAY
-from gpupolicy.capacity.instances import InstanceType, load_instances
+from bench.capacity_live import DAY_FACTOR, LIVE_KARPENTER, LIVE_LOOP, REAL_DELAY, live_types
+from gpupolicy.capacity.instances import InstanceType
 from simulator.capacity import EVICTED_WORK, Cluster, PodRun
-from simulator.capacity_baselines import KARPENTER_EXPIRE_AFTER, Karpenter, first_gpus
+from simulator.capacity_baselines import Karpenter, first_gpus
 from simulator.capacity_compare import run_one
 from simulator.capacity_trace import TimedPod, load_timed_pods
 
@@ -100,9 +100,13 @@ def real_state(events: Events, pods: dict[str, TimedPod], types: list[InstanceTy
             cluster.delete(rows.pop(node), t)
         elif event == "place":
             run = runs.setdefault(pod, PodRun(pods[pod], pods[pod].duration))
+            if run.row is not None:  # the replica's new pod, seen bound before its evicted one was seen gone
+                cluster.unbind(run, t, "evict")
             cluster.bind(run, rows[node], first_gpus(cluster.state, rows[node], run.pod.demand), t)
-        elif event in ("evict", "finish") and runs[pod].row is not None:
+        elif event in ("evict", "finish") and runs[pod].row is not None and runs[pod].row == rows.get(node):
             cluster.unbind(runs[pod], t, event)
+            if event == "evict" and not cluster.cordoned[rows[node]]:
+                cluster.cordon(rows[node])  # a drained node is tainted until it goes
             if event == "finish":
                 done.add(pod)
     for key, p in pods.items():
@@ -124,6 +128,24 @@ def model_at(events: Events, pods: list[TimedPod], types: list[InstanceType], se
     return {"at": at, "pending": sorted(cluster.pending), "nodes": nodes, "model_command": said}
 
 
+def model_counts(pods: list[TimedPod], types: list[InstanceType], seed: int, args: argparse.Namespace
+                 ) -> dict[str, object]:
+    """The model's figures on one scenario as the mean over `args.ties` tie-break seeds of its scheduler
+    and node order (seed x 1000 + i: the model is random where kube-scheduler and node names are), their
+    cost range, and the first run's patterns."""
+    runs = []
+    for i in range(args.ties):
+        _, events = run_one("karpenter", pods, types, args.max_gpus, seed * 1000 + i, REAL_DELAY / DAY_FACTOR, True,
+                            args.evicted_work, LIVE_KARPENTER, LIVE_LOOP)
+        runs.append(counts([tuple(str(x) for x in e) for e in events or []], types))
+    out = dict(runs[0])
+    for key in ("gpu_node_hours", "cost", "evictions"):
+        out[key] = round(sum(float(r[key]) for r in runs) / len(runs), 3)  # type: ignore[arg-type]
+    out["cost_range"] = [min(float(r["cost"]) for r in runs), max(float(r["cost"]) for r in runs)]  # type: ignore[arg-type]
+    out["ties"] = args.ties
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--dir", type=Path, default=DIR)
@@ -132,10 +154,15 @@ def main() -> int:
     parser.add_argument("--evicted-work", choices=EVICTED_WORK, default="restart",
                         help="the model's rule (default restart: the live replicas restart)")
     parser.add_argument("--at", type=float, help="seconds into the run: the model's command on the real state then")
+    parser.add_argument("--ties", type=int, default=8,
+                        help="tie-break seeds of the model per scenario, figures averaged (default 8)")
     args = parser.parse_args()
+    if args.ties < 1:
+        print(f"error: --ties must be at least 1, got {args.ties}", file=sys.stderr)
+        return 2
     try:
         seeds = parse_seeds(args.seeds)
-        types = load_instances(args.dir / "catalog.csv")
+        types = live_types(args.dir / "catalog.csv")
     except (ValueError, OSError) as exc:
         print(f"error: --seeds or --dir: {exc}", file=sys.stderr)
         return 2
@@ -151,10 +178,7 @@ def main() -> int:
         if args.at is not None:
             print(json.dumps(model_at(real, pods, types, seed, args.max_gpus, args.at)))
             continue
-        _, events = run_one("karpenter", pods, types, args.max_gpus, seed, REAL_DELAY / DAY_FACTOR, True,
-                            args.evicted_work, KARPENTER_EXPIRE_AFTER)
-        model: Events = [tuple(str(x) for x in e) for e in events or []]
-        arms = {"model": counts(model, types), "real": counts(real, types)}
+        arms = {"model": model_counts(pods, types, seed, args), "real": counts(real, types)}
         for arm, figures in arms.items():
             for key in ("gpu_node_hours", "cost", "evictions"):
                 means[arm][key] += float(figures[key]) / len(seeds)  # type: ignore[arg-type]

@@ -40,6 +40,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -53,13 +54,20 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ.setdefault("PYTHONWARNINGS", "ignore")
 
 from bench.capacity_live_record import KARPENTER, Recorder
-from gpupolicy.capacity.instances import load_instances
-from simulator.capacity_baselines import KARPENTER_EXPIRE_AFTER
+from gpupolicy.capacity.instances import InstanceType, load_instances
+from simulator.capacity_baselines import KARPENTER_EXPIRE_AFTER, KarpenterOptions
 from simulator.capacity_compare import compare
 from simulator.capacity_kubeon import RULES
 from simulator.capacity_trace import load_timed_pods
 from tests.cluster.cluster import Cluster
-from tests.cluster.karpenter import INSTANCES, node_class_ref
+from tests.cluster.karpenter import (
+    BATCH_IDLE_SECONDS,
+    BATCH_MAX_SECONDS,
+    INSTANCES,
+    KWOK_RESERVED_CPU_MILLI,
+    KWOK_RESERVED_MEMORY_MIB,
+    node_class_ref,
+)
 from tests.cluster.loops import read_items
 from tests.cluster.objects import make_deployment
 
@@ -71,6 +79,13 @@ DAY_FACTOR = 10.0  # a run of M minutes stands for 10 M minutes
 WINDOW = 3.0  # a run of M minutes ends by 3 M minutes: what is not placed by then never ran in full (drive)
 TOLERATE_GPU = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
 NAMESPACE = "live"
+# The simulator as the live cluster runs (its `simulated` line, bench/capacity_calibrate.py): kube-scheduler
+# binds and Karpenter's provisioner closes its batches within a second here, so the simulator loops every
+# second, not every 10 s (a 10 s loop launches up to a loop late and batches pods a real pass splits);
+# Karpenter's batch windows and expireAfter are the live ones
+LIVE_LOOP = 1.0
+LIVE_KARPENTER = KarpenterOptions(expire_after=KARPENTER_EXPIRE_AFTER, batch_idle=BATCH_IDLE_SECONDS,
+                                  batch_max=BATCH_MAX_SECONDS)
 
 
 @dataclass(frozen=True)
@@ -231,6 +246,9 @@ def run_arm(arm: str, workloads: list[Workload], catalog: Path, minutes: float, 
                     out = csv.writer(fh)
                     out.writerow(["time", "event", "node", "instance_type", "pod", "gpus"])
                     out.writerows(rec.events())
+                # Karpenter's own account of its decisions (KUBEON_KARPENTER_LOG_LEVEL=debug for its
+                # candidates and abandoned commands), to read beside the events (bench/capacity_calibrate.py)
+                shutil.copyfile(cluster.plane.children.get("karpenter").log, f"{events}-{arm}-karpenter.log")
         finally:
             cluster.stop()
     return {"arm": arm, **figures}
@@ -241,13 +259,21 @@ def gpu_hours_asked(workloads: list[Workload]) -> float:
     return sum(w.replicas * w.gpus * w.duration for w in workloads) / 3600
 
 
+def live_types(catalog: Path) -> list[InstanceType]:
+    """The catalog as the live cluster's nodes offer it: CPU and memory less what the KWOK provider reserves
+    (a pod asking a P100 x1's whole 8 CPUs fits none of them, and the real Karpenter buys none for it)."""
+    return [replace(t, cpu_milli=t.cpu_milli - KWOK_RESERVED_CPU_MILLI,
+                    memory_mib=t.memory_mib - KWOK_RESERVED_MEMORY_MIB) for t in load_instances(catalog)]
+
+
 def simulated(scenario_csv: Path, catalog: Path, max_gpus: int, seed: int) -> dict:
-    """The simulator on the same scenario, an evicted pod restarting its work as the live replicas do, Karpenter's
-    expireAfter the live NodePool's default 720 h (never reached in a run this short, but its disruption cost
-    orders candidates by the nodes' remaining life)."""
+    """The simulator on the same scenario as the live cluster runs it (`LIVE_LOOP`, `LIVE_KARPENTER`,
+    `live_types`), an evicted pod restarting its work as the live replicas do, Karpenter's expireAfter the
+    live NodePool's default 720 h (never reached in a run this short, but its disruption cost orders
+    candidates by the nodes' remaining life)."""
     pods = load_timed_pods(scenario_csv, 1.0)
-    figures, _ = compare(pods, load_instances(catalog), max_gpus=max_gpus, seed=seed, evicted_work="restart",
-                         expire_after=KARPENTER_EXPIRE_AFTER, delay=REAL_DELAY / DAY_FACTOR,
+    figures, _ = compare(pods, live_types(catalog), max_gpus=max_gpus, seed=seed, evicted_work="restart",
+                         karpenter=LIVE_KARPENTER, loop=LIVE_LOOP, delay=REAL_DELAY / DAY_FACTOR,
                          strategies=("karpenter", "kubeon"), workers=1)
     precise = ("gpu_node_hours", "node_hours", "cost")  # summary() keeps one decimal: too coarse for a short run
     return {"arm": "simulator", "evicted_work": "restart",

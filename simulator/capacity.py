@@ -15,8 +15,11 @@ The rules (issue 19, docs/designs/capacity.md):
 - a node requested at t counts as capacity at once, is ready at t + delay,
   and costs price x hours (GPUs x hours for `gpu_node_hours`) from the
   request until its deletion;
-- controllers act every `LOOP` (10 s) of simulated time; loops in which
-  nothing changed and no timer is due are skipped (their outcome is known).
+- controllers act every `loop` seconds of simulated time (`LOOP`, 10 s, by
+  default; the calibration against the live cluster runs 1 s, as the real
+  kube-scheduler and Karpenter's provisioner react within a second there);
+  loops in which nothing changed and no timer is due are skipped (their
+  outcome is known).
 Metrics are kept from the events, which `events` (when a list is given)
 receives as CSV rows `time,event,node,instance_type,pod,gpus`.
 """
@@ -52,6 +55,13 @@ def delay_problem(delay: float) -> str | None:
     """Why `delay` cannot be used (a sentence naming --delay), or None."""
     if not 0 <= delay <= MAX_DELAY:  # NaN fails too
         return f"--delay must be from 0 to {MAX_DELAY:.0f} seconds, got {delay}"
+    return None
+
+
+def loop_problem(loop: float) -> str | None:
+    """Why `loop` cannot be the seconds between controller loops (a sentence naming --loop), or None."""
+    if not 0.1 <= loop <= 3600:  # NaN fails too
+        return f"--loop must be from 0.1 to 3600 seconds, got {loop}"
     return None
 
 
@@ -261,9 +271,10 @@ ARRIVE, FINISH, READY = 0, 1, 2
 
 def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], controller: Controller, *,
         delay: float = DEFAULT_DELAY, events: list[tuple[object, ...]] | None = None,
-        evicted_work: str = "resume") -> Figures:
-    """Replay `pods` against `controller` from zero nodes; the figures (module docstring: rules)."""
-    problem = delay_problem(delay) or evicted_work_problem(evicted_work)
+        evicted_work: str = "resume", loop: float = LOOP) -> Figures:
+    """Replay `pods` against `controller` from zero nodes; the figures (module docstring: rules). `loop`:
+    the seconds between controller loops."""
+    problem = delay_problem(delay) or evicted_work_problem(evicted_work) or loop_problem(loop)
     if problem:
         raise ValueError(problem)
     restart = evicted_work == "restart"
@@ -312,18 +323,18 @@ def run(pods: Sequence[TimedPod], instance_types: Sequence[InstanceType], contro
                 failed.add(shape)
 
     now = 0.0
-    tick = -LOOP  # the first loop runs at 0
+    tick = -loop  # the first loop runs at 0
     seen_version = -1
     while True:
         # next loop: the next tick at or after the next event, or a due timer, or now if anything changed
         next_event = heap[0][0] if heap else math.inf
         timer = controller.next_timer(cluster, tick)
         if drains:
-            timer = tick + LOOP
-        wake = tick + LOOP if cluster.version != seen_version else min(next_event, timer)
+            timer = tick + loop
+        wake = tick + loop if cluster.version != seen_version else min(next_event, timer)
         if wake == math.inf:
             break  # no event, no timer, nothing changed: the rest of time looks the same
-        tick = max(tick + LOOP, math.ceil(wake / LOOP) * LOOP)
+        tick = max(tick + loop, math.ceil(wake / loop) * loop)
         if tick > horizon:
             raise ValueError(f"the run did not end {HORIZON_RUNS:g} x {MAX_RUN_SECONDS:g} s after the last arrival: "
                              "pods are evicted before they finish, again and again (evicted work restarts, and a "

@@ -40,6 +40,8 @@ code (cited in docs/designs/capacity.md):
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -57,9 +59,9 @@ KARPENTER_BUDGET_PERCENT = 10
 KARPENTER_EXPIRE_AFTER = 720 * 3600.0
 KARPENTER_MULTI_NODE_MAX = 100
 KARPENTER_VALIDATION_DELAY = 15.0  # disruption/consolidation.go commandValidationDelay
-BATCH_IDLE_SECONDS = 1.0  # Karpenter's provisioning batch window (karpenter_batches)
+KARPENTER_POLLING = 10.0  # disruption/controller.go pollingPeriod: the loop's wait after finding nothing
+BATCH_IDLE_SECONDS = 1.0  # Karpenter's provisioning batch window (`Batcher`)
 BATCH_MAX_SECONDS = 10.0
-KARPENTER_NOMINATION_WINDOW = 20.0  # state/statenode.go nominationWindow: max(2 x batchMaxDuration 10 s, 10 s)
 EMPTINESS, CONSOLIDATION = "emptiness", "consolidation"
 CA_UTILISATION_THRESHOLD = 0.5
 CA_UNNEEDED_TIME = 600.0
@@ -117,6 +119,11 @@ class DefaultScheduler:
 
 
 # ---- bin packing on new nodes, shared by the two baselines' estimates ------------------------
+def _most(options: Sequence[InstanceType]) -> tuple[int, int, int]:
+    return (max((t.cpu_milli for t in options), default=0), max((t.memory_mib for t in options), default=0),
+            max((t.gpus for t in options), default=0))
+
+
 @dataclass
 class NewNode:
     """A node not yet launched in a simulation: the types still possible and the pods on it."""
@@ -126,6 +133,10 @@ class NewNode:
     mem: int = 0
     gpus: list[int] = field(default_factory=list)  # milli used per GPU, as many as the smallest option has
     pods: list[PodDemand] = field(default_factory=list)
+    most: tuple[int, int, int] = field(init=False)  # the largest CPU, memory and GPUs among the options
+
+    def __post_init__(self) -> None:
+        self.most = _most(self.options)
 
     def _fits(self, kind: InstanceType, demand: PodDemand, gpus: list[int]) -> bool:
         if not kind.holds(demand) or self.cpu + demand.cpu_milli > kind.cpu_milli:
@@ -133,6 +144,10 @@ class NewNode:
         return self.mem + demand.memory_mib <= kind.memory_mib and len(gpus) <= kind.gpus
 
     def add(self, demand: PodDemand) -> bool:
+        whole = demand.num_gpu if demand.needs_gpu and not demand.is_sharing else 0
+        if (self.cpu + demand.cpu_milli > self.most[0] or self.mem + demand.memory_mib > self.most[1]
+                or len(self.gpus) + whole > self.most[2]):
+            return False  # no option is that large: most nodes of a large simulation stop here
         gpus = list(self.gpus)
         if demand.needs_gpu:
             if demand.is_sharing:
@@ -147,6 +162,7 @@ class NewNode:
         if not left:
             return False
         self.options, self.gpus = left, gpus
+        self.most = _most(left)
         self.cpu += demand.cpu_milli
         self.mem += demand.memory_mib
         self.pods.append(demand)
@@ -156,27 +172,40 @@ class NewNode:
         return min(self.options, key=lambda t: (t.price_per_hour, t.name))
 
 
-def karpenter_batches(pending: Sequence[PodRun], now: float) -> list[list[PodRun]]:
-    """Pending pods in the batches Karpenter's provisioner schedules separately: a batch closes once no pod
-    came for BATCH_IDLE_SECONDS or BATCH_MAX_SECONDS after its first (pkg/controllers/provisioning/batcher.go;
-    options BATCH_IDLE_DURATION, BATCH_MAX_DURATION). A pod is pending since its arrival, an evicted one
-    since now. Without this, the loop's 10 s step batched pods a real Karpenter launches for apart (bench/
-    capacity_live.py: the model bought a 4-GPU node for a 2-GPU and a 1-GPU workload 8 s apart, where real
-    Karpenter bought two 2-GPU nodes)."""
-    def since(r: PodRun) -> float:
-        return r.pod.arrival if r.first_bind is None else now
+@dataclass
+class Batcher:
+    """Karpenter's provisioning batcher (pkg/controllers/provisioning/batcher.go; options
+    BATCH_IDLE_DURATION, BATCH_MAX_DURATION): the first pod event opens a window, which closes once no
+    event came for `idle` seconds or `longest` seconds after it opened; each close runs one provisioning
+    pass over every pod pending then, at the first loop at or after it. Without windows, the simulator's
+    loop batched pods a real Karpenter launches for apart (bench/capacity_live.py: the model bought a 4-GPU
+    node for a 2-GPU and a 1-GPU workload 8 s apart, where real Karpenter bought two 2-GPU nodes); running
+    a pass at the loop before its window closes splits the batches the real one makes (on the live cluster
+    the model then bought fewer of the 4-GPU nodes that three 1-GPU pods of one batch lead to)."""
 
-    out: list[list[PodRun]] = []
-    start = last = -math.inf
-    for r in sorted(pending, key=since):
-        t = since(r)
-        if out and t - last <= BATCH_IDLE_SECONDS and t - start <= BATCH_MAX_SECONDS:
-            out[-1].append(r)
-        else:
-            out.append([r])
-            start = t
-        last = t
-    return out
+    idle: float
+    longest: float
+    opened: float | None = None
+    last: float = -math.inf
+
+    def closes(self, events: Sequence[float], now: float) -> list[float]:
+        """The times (at most `now`, in order) at which windows closed, given the new events' times."""
+        out: list[float] = []
+        for t in sorted(events):
+            if self.opened is not None and (t - self.last > self.idle or t - self.opened > self.longest):
+                out.append(self.close_at())
+                self.opened = None
+            if self.opened is None:
+                self.opened = t
+            self.last = max(self.last, t)
+        if self.opened is not None and now >= self.close_at():
+            out.append(self.close_at())
+            self.opened = None
+        return out
+
+    def close_at(self) -> float:
+        assert self.opened is not None
+        return min(self.last + self.idle, self.opened + self.longest)
 
 
 def pack_new(pods: Sequence[PodDemand], types: Sequence[InstanceType]) -> tuple[list[NewNode], list[PodDemand]]:
@@ -184,7 +213,8 @@ def pack_new(pods: Sequence[PodDemand], types: Sequence[InstanceType]) -> tuple[
     nodes: list[NewNode] = []
     unfit: list[PodDemand] = []
     for demand in pods:
-        if any(n.add(demand) for n in nodes):
+        # scheduler.go `add`: the new NodeClaims are tried fewest pods first
+        if any(n.add(demand) for n in sorted(nodes, key=lambda n: len(n.pods))):
             continue
         node = NewNode([t for t in types if t.holds(demand)])
         if node.options and node.add(demand):
@@ -308,6 +338,38 @@ class RowUndo:
         self.saved.clear()
 
 
+def _room(state: NodeState, d: PodDemand, allowed: np.ndarray, models: dict[frozenset[str], np.ndarray]
+          ) -> np.ndarray:
+    """The rows of `allowed` that hold `d` now (`models`: model masks already built, by allowed set)."""
+    if d.mig or d.shared or d.gpu_memory_mib:
+        out: np.ndarray = fit(state, d).feasible & allowed
+        return out
+    mask = allowed & (state.cpu_free >= d.cpu_milli)
+    mask &= state.mem_free >= d.memory_mib
+    if d.allowed_models is not None:
+        if d.allowed_models not in models:
+            models[d.allowed_models] = model_mask(state, d.allowed_models)
+        mask &= models[d.allowed_models]
+    if d.needs_gpu:
+        mask &= state.gpu_count > 0
+        if d.is_sharing:
+            mask &= (state.max_partial >= d.gpu_milli) | (state.full_count >= 1)
+        else:
+            mask &= state.full_count >= d.num_gpu
+    return mask
+
+
+def _put(state: NodeState, row: int, d: PodDemand, undo: RowUndo | None) -> None:
+    """Place `d` on `row` (which holds it) on the device plugin's GPUs."""
+    if undo is not None:
+        undo.mark(row)
+    if d.mig or d.shared or d.gpu_memory_mib:
+        state.place(row, d, first_gpus(state, row, d))
+        return
+    gpus = _first_gpus_of(state.gpu_free[row, : int(state.gpu_count[row])].tolist(), d) if d.needs_gpu else ()
+    _take(state, row, d, gpus)
+
+
 def first_fit(state: NodeState, pods: Sequence[PodDemand], rows: np.ndarray, *, undo: RowUndo | None = None,
               stop_at_miss: bool = False) -> list[PodDemand]:
     """Place `pods` first-fit (row order) on `rows` of `state` (mutated); the pods that found no room.
@@ -323,41 +385,32 @@ def first_fit(state: NodeState, pods: Sequence[PodDemand], rows: np.ndarray, *, 
     allowed &= state.schedulable
     models: dict[frozenset[str], np.ndarray] = {}
     for d in pods:
-        if d.mig or d.shared or d.gpu_memory_mib:
-            ok = np.flatnonzero(fit(state, d).feasible & allowed)
-            if ok.size:
-                row = int(ok[0])
-                if undo is not None:
-                    undo.mark(row)
-                state.place(row, d, first_gpus(state, row, d))
-            else:
-                left.append(d)
-                if stop_at_miss:
-                    return left
-            continue
-        mask = allowed & (state.cpu_free >= d.cpu_milli)
-        mask &= state.mem_free >= d.memory_mib
-        if d.allowed_models is not None:
-            if d.allowed_models not in models:
-                models[d.allowed_models] = model_mask(state, d.allowed_models)
-            mask &= models[d.allowed_models]
-        if d.needs_gpu:
-            mask &= state.gpu_count > 0
-            if d.is_sharing:
-                mask &= (state.max_partial >= d.gpu_milli) | (state.full_count >= 1)
-            else:
-                mask &= state.full_count >= d.num_gpu
+        mask = _room(state, d, allowed, models)
         row = int(mask.argmax())
         if not mask[row]:
             left.append(d)
             if stop_at_miss:
                 return left
             continue
-        gpus = _first_gpus_of(state.gpu_free[row, : int(state.gpu_count[row])].tolist(), d) if d.needs_gpu else ()
-        if undo is not None:
-            undo.mark(row)
-        _take(state, row, d, gpus)
+        _put(state, row, d, undo)
     return left
+
+
+def place_in_order(state: NodeState, d: PodDemand, order: np.ndarray) -> int:
+    """Place `d` on the first row of `order` that holds it (mutating `state`); that row, or -1.
+
+    Karpenter's scheduling simulation tries existing nodes in its own order
+    (`sortExistingNodes`), not the model's row order.
+    """
+    if not order.size:
+        return -1
+    mask = _room(state, d, state.schedulable, {})[order]
+    i = int(mask.argmax())
+    if not mask[i]:
+        return -1
+    row = int(order[i])
+    _put(state, row, d, None)
+    return row
 
 
 def _pending_left(cluster: Cluster, pending: Sequence[PodRun]) -> list[PodDemand]:
@@ -365,6 +418,46 @@ def _pending_left(cluster: Cluster, pending: Sequence[PodRun]) -> list[PodDemand
     trial = cluster.state.copy()
     rows = np.array([r for r in cluster.live_rows() if not cluster.cordoned[r]], dtype=np.int64)
     return first_fit(trial, sorted((r.pod.demand for r in pending), key=by_size), rows)
+
+
+class Landed:
+    """Where the pending pods (in queue order) land when every schedulable node is there (`rows`, -1: none
+    holds it), and the states after the first j of them (`state`, cached): what each consolidation attempt
+    of one pass starts from. At a burst's hundreds of pending pods, re-placing them in each of a pass's
+    hundred attempts was most of a run's time."""
+
+    def __init__(self, state: NodeState, pods: Sequence[PodDemand], rows: list[int]) -> None:
+        self.pods, self.rows = list(pods), rows
+        self.keys = [by_size(d) for d in pods]
+        self.states: dict[int, NodeState] = {0: state.copy()}
+
+    def prefix(self, first: tuple[int, int, int], gone: set[int]) -> int:
+        """How many leading pending pods an attempt can take as landed: those queued before its first pod
+        (`first`: that pod's key; pending pods go first on ties), up to the first on a node of `gone`."""
+        end = bisect.bisect_right(self.keys, first)
+        return next((i for i in range(end) if self.rows[i] in gone), end)
+
+    def state(self, j: int) -> NodeState:
+        """A copy of the state with the first `j` pending pods landed."""
+        if j not in self.states:
+            start = max(k for k in self.states if k < j)
+            state = self.states[start].copy()
+            for d, row in zip(self.pods[start:j], self.rows[start:j], strict=True):
+                if row >= 0:
+                    _put(state, row, d, None)
+            self.states[j] = state
+        return self.states[j].copy()
+
+
+@dataclass(frozen=True)
+class KarpenterOptions:
+    """The settings of the Karpenter a run models: the NodePool's expireAfter (None: 720 h, or Never when
+    evicted work restarts, `simulator.capacity_compare.controller`) and the provisioner's batch windows
+    (Karpenter's defaults; the live bench's Karpenter runs shorter ones, tests/cluster/karpenter.py)."""
+
+    expire_after: float | None = None
+    batch_idle: float = BATCH_IDLE_SECONDS
+    batch_max: float = BATCH_MAX_SECONDS
 
 
 @dataclass(frozen=True)
@@ -385,67 +478,153 @@ class Karpenter(DefaultScheduler):
     max_gpus: int | None = None
     name: str = "karpenter"
     expire_after: float = KARPENTER_EXPIRE_AFTER  # the NodePool's expireAfter (math.inf: Never)
+    batch_idle: float = BATCH_IDLE_SECONDS  # BATCH_IDLE_DURATION
+    batch_max: float = BATCH_MAX_SECONDS  # BATCH_MAX_DURATION
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        self.planned: set[str] = set()
+        self.since: dict[tuple[str, bool], float] = {}  # (pod, pending?) -> when provisioning saw it come
         self.deleted_seen = 0
+        self.batcher = Batcher(self.batch_idle, self.batch_max)
         self.quiet_version = -1
         self.validating: Command | None = None  # a command waiting out its validation delay
         self.nominated_until: dict[int, float] = {}  # rows a provisioning pass placed pending pods on
         self.validations = [0, 0]  # passed, failed
+        self.names = np.random.default_rng(self.seed + 1)  # node names' order (`_order`), apart from scheduling's
+        self.name_keys: dict[str, float] = {}
+        self.poll_at = -math.inf  # when the disruption loop looks next after finding nothing
+        self.packs: dict[tuple[int, ...], tuple[list[NewNode], list[PodDemand]]] = {}  # one pass's (_new_claims)
 
     def provision(self, cluster: Cluster, pending: Sequence[PodRun], now: float) -> list[InstanceType]:
-        keys = {r.pod.key for r in pending}
+        """The NodeClaims of the provisioning passes whose batch windows closed by `now`.
+
+        Each pass (provisioner.go `Schedule`) schedules every pod pending by
+        its close, and the pods of nodes being deleted, largest CPU and memory
+        first, onto the existing nodes (in-flight ones included, `_order`),
+        then onto new NodeClaims, each bought as the cheapest type left within
+        the NodePool's GPU limit. A later pass re-places the pods of earlier
+        ones: a larger pod can take an in-flight node's room and send a
+        smaller one to a new NodeClaim with others.
+        """
+        runs = list(pending) + [p for r in cluster.live_rows() if cluster.cordoned[r]
+                                for p in cluster.pods_on[r].values()]
+        # a pod event: a pod arrived, was evicted (its new pod), or is on a node being deleted
+        keys = [(r.pod.key, r.row is None) for r in runs]
+        since = {k: self.since.get(k, r.pod.arrival if r.first_bind is None else now)
+                 for k, r in zip(keys, runs, strict=True)}
+        events = [t for k, t in since.items() if k not in self.since]
+        self.since = since
         deleted = cluster.serial - cluster.nodes_now
-        if keys <= self.planned and deleted == self.deleted_seen:
-            return []
-        self.planned, self.deleted_seen = keys, deleted
-        trial = cluster.state.copy()
-        rows = np.array([r for r in cluster.live_rows() if not cluster.cordoned[r]], dtype=np.int64)
-        gpus = sum(cluster.kind[r].gpus for r in cluster.live_rows())
+        if deleted != self.deleted_seen:  # a node went: its capacity with it (provisioning's node trigger)
+            self.deleted_seen = deleted
+            events.append(now)
         out: list[InstanceType] = []
-        launched: list[NewNode] = []  # this pass's NodeClaims of earlier batches, each of the type it bought
-        for batch in karpenter_batches(pending, now):
-            left = first_fit(trial, sorted((r.pod.demand for r in batch), key=by_size), rows)
-            left = [d for d in left if not any(n.add(d) for n in launched)]
-            nodes, _ = pack_new(left, self.instance_types)
-            for node in nodes:
-                kind = node.cheapest()
-                if self.max_gpus is not None and gpus + kind.gpus > self.max_gpus:
-                    continue
-                gpus += kind.gpus
-                out.append(kind)
-                bought = NewNode([kind])
-                for d in node.pods:
-                    bought.add(d)
-                launched.append(bought)
-        # nodes the pass schedules pending pods onto are nominated (scheduling/scheduler.go): no candidates
+        order = np.array(self._order(cluster, [r for r in cluster.live_rows() if not cluster.cordoned[r]]),
+                         dtype=np.int64)
+        trial = cluster.state
+        for close in self.batcher.closes(events, now):
+            pods = [r.pod.demand for k, r in zip(keys, runs, strict=True) if since[k] <= close]
+            trial = self._pass(cluster, pods, order, out)
+        # nodes a pass scheduled pending pods onto are nominated (scheduling/scheduler.go): no candidates
         for r in np.flatnonzero(trial.row_version != cluster.state.row_version).tolist():
-            self.nominated_until[r] = now + KARPENTER_NOMINATION_WINDOW
+            self.nominated_until[r] = now + max(2 * self.batch_max, 10.0)  # state/statenode.go nominationWindow
         return out
 
-    def _consolidate(self, cluster: Cluster, group: Sequence[int], others: np.ndarray, trial: NodeState
+    def _pass(self, cluster: Cluster, pods: Sequence[PodDemand], order: np.ndarray,
+              bought: list[InstanceType]) -> NodeState:
+        """One provisioning pass; appends its NodeClaims' types to `bought` (earlier passes' claims of this
+        call are in flight: tried after the existing nodes). The trial state of the existing nodes."""
+        trial = cluster.state.copy()
+        in_flight = [NewNode([kind]) for kind in bought]
+        new: list[PodDemand] = []
+        for d in sorted(pods, key=by_size):
+            if place_in_order(trial, d, order) < 0 and not any(n.add(d) for n in in_flight):
+                new.append(d)
+        left = math.inf
+        if self.max_gpus is not None:
+            left = self.max_gpus - sum(cluster.kind[r].gpus for r in order.tolist()) - sum(k.gpus for k in bought)
+        for node in pack_new(new, self.instance_types)[0]:
+            options = [t for t in node.options if t.gpus <= left]
+            if options:
+                left -= max(t.gpus for t in options)  # scheduler.go subtractMax
+                bought.append(min(options, key=lambda t: (t.price_per_hour, t.name)))
+        return trial
+
+    def _consolidate(self, cluster: Cluster, group: Sequence[int], order: np.ndarray,
+                     waiting: Sequence[tuple[PodDemand, bool]], landed: Landed | None = None
                      ) -> tuple[bool, InstanceType | None]:
         """Can `group` go: (True, None) delete, (True, type) replace by one cheaper node, (False, None) no.
 
-        `trial`: a copy of the cluster's state with the pending pods placed on
-        `others` first (Karpenter's simulation schedules them too: they keep
-        the room they are waiting for); mutated.
+        Karpenter's `SimulateScheduling` (disruption/helpers.go) and
+        `computeConsolidation` (consolidation.go): the pending pods and the
+        group's pods in ONE queue, largest CPU and memory first (queue.go), each
+        on the first existing node of `order` that holds it, else on new
+        NodeClaims. A group pod that lands on a node not yet initialized fails
+        the simulation; a pending pod that finds no room anywhere does not. No
+        new NodeClaim: delete; exactly one, cheaper than the group (and, for
+        several nodes, cheaper than any of the group's types it could be,
+        `filterOutSameInstanceType`): replace.
         """
-        pods = sorted((p.pod.demand for r in group for p in cluster.pods_on[r].values()), key=by_size)
-        left = first_fit(trial, pods, others)
-        if not left:
-            return True, None
-        # one new node, cheaper than the group and of none of its types: packing onto those types alone
-        # gives the same answer as packing onto all and filtering after (options only ever narrow)
-        price = sum(cluster.kind[r].price_per_hour for r in group)
-        kinds = {cluster.kind[r].name for r in group}
-        cheaper = [t for t in self.instance_types if t.price_per_hour < price and t.name not in kinds]
-        node = NewNode(cheaper)
-        if not all(node.add(d) for d in left):
+        moving = sorted(((p.pod.demand, True, True) for r in group for p in cluster.pods_on[r].values()),
+                        key=lambda x: by_size(x[0]))
+        new: list[PodDemand] = []
+        ours: set[int] = set()  # ids of the group's pods among `new`
+        start = 0
+        if landed is not None and moving:
+            start = landed.prefix(by_size(moving[0][0]), set(group))
+            new.extend(d for (d, _), row in zip(waiting[:start], landed.rows[:start], strict=True) if row < 0)
+        trial = landed.state(start) if landed is not None else cluster.state.copy()
+        # (pod, may some node hold it, of the group?), both lists sorted: one queue, pending pods first on ties
+        pending = ((d, may_fit, False) for d, may_fit in waiting[start:])
+        for d, may_fit, of_group in heapq.merge(pending, moving, key=lambda x: by_size(x[0])):
+            row = place_in_order(trial, d, order) if may_fit else -1
+            if row < 0:
+                new.append(d)
+                if of_group:
+                    ours.add(id(d))
+            elif of_group and not cluster.ready[row]:
+                return False, None  # UninitializedNodeError
+        nodes, unplaced = self._new_claims(cluster, group, new)
+        if any(id(d) in ours for d in unplaced):
             return False, None
-        return True, node.cheapest()
+        if not nodes:
+            return True, None
+        if len(nodes) > 1:
+            return False, None
+        price = sum(cluster.kind[r].price_per_hour for r in group)
+        options = [t for t in nodes[0] if t.price_per_hour < price]
+        if len(group) > 1:
+            same = [cluster.kind[r].price_per_hour for r in group if cluster.kind[r] in options]
+            options = [t for t in options if not same or t.price_per_hour < min(same)]
+        if not options:
+            return False, None
+        return True, min(options, key=lambda t: (t.price_per_hour, t.name))
+
+    def _new_claims(self, cluster: Cluster, group: Sequence[int], pods: Sequence[PodDemand]
+                    ) -> tuple[list[list[InstanceType]], list[PodDemand]]:
+        """The types each new NodeClaim the simulation opens for `pods` may be, within the NodePool's GPU
+        limit (the group's and the deleting nodes' GPUs freed; each claim counts its largest option,
+        scheduler.go `subtractMax`), and the pods left with none. The packing of the same pods is
+        reused within a pass (`packs`): most attempts leave the same pending pods to new NodeClaims."""
+        key = tuple(id(d) for d in pods)
+        if key not in self.packs:
+            self.packs[key] = pack_new(pods, self.instance_types)
+        nodes, unfit = self.packs[key]
+        kept: list[list[InstanceType]] = []
+        dropped = list(unfit)
+        left = math.inf
+        if self.max_gpus is not None:
+            gone = set(group)
+            left = self.max_gpus - sum(cluster.kind[r].gpus for r in cluster.live_rows()
+                                       if not cluster.cordoned[r] and r not in gone)
+        for node in nodes:
+            options = [t for t in node.options if t.gpus <= left]
+            if options:
+                left -= max(t.gpus for t in options)
+                kept.append(options)
+            else:
+                dropped.extend(node.pods)
+        return kept, dropped
 
     def disrupt(self, cluster: Cluster, now: float) -> list[Drain]:
         live = cluster.live_rows()
@@ -464,11 +643,12 @@ class Karpenter(DefaultScheduler):
                 out.append(valid)
                 return out
             self.validations[1] += 1  # failed: recompute at once, as the next method of the same pass would
-        elif cluster.version == self.quiet_version:
+        elif cluster.version == self.quiet_version or now < self.poll_at:
             return out
         command = self._compute(cluster, now, set(expired))
         if command is None:
             self.quiet_version = cluster.version
+            self.poll_at = now + KARPENTER_POLLING  # the disruption loop found nothing: it looks again in 10 s
         else:
             self.validating = command
         return out
@@ -492,9 +672,9 @@ class Karpenter(DefaultScheduler):
         if empty:
             return Command(EMPTINESS, tuple(empty[:budget]), None, now + KARPENTER_VALIDATION_DELAY)
 
-        def cost(r: int) -> tuple[float, int]:
+        def cost(r: int) -> tuple[float, float]:
             remaining = max(0.0, 1.0 - (now - cluster.requested_at[r]) / self.expire_after)
-            return (len(cluster.pods_on[r]) * remaining, r)
+            return (len(cluster.pods_on[r]) * remaining, self._name_key(cluster, r))
 
         candidates = sorted((r for r in ready if cluster.pods_on[r]), key=cost)
         attempt = self._simulation(cluster, expired)
@@ -522,23 +702,42 @@ class Karpenter(DefaultScheduler):
                     ) -> Callable[[Sequence[int]], tuple[bool, InstanceType | None]]:
         """`attempt(group)`: whether `group` can be deleted or replaced now (`_consolidate`)."""
         schedulable = [r for r in cluster.live_rows() if not cluster.cordoned[r] and r not in expired]
-        # the pending pods' first fit on all schedulable nodes serves every group it leaves alone: first fit
-        # on fewer rows picks the same rows when none of the removed ones was picked
-        waiting = sorted((r.pod.demand for r in cluster.pending.values()), key=by_size)
-        with_pending = cluster.state.copy()
-        first_fit(with_pending, waiting, np.array(schedulable, dtype=np.int64))
-        used = set(np.flatnonzero(with_pending.row_version != cluster.state.row_version).tolist())
+        order = self._order(cluster, schedulable)
+        self.packs = {}
+        # the pending pods in queue order, each with whether any schedulable node holds it now: one that
+        # none does holds on none in any attempt either (an attempt only removes nodes and adds pods)
+        allowed = np.zeros(len(cluster.state), dtype=bool)
+        allowed[schedulable] = True
+        allowed &= cluster.state.schedulable
+        models: dict[frozenset[str], np.ndarray] = {}
+        waiting = [(d, bool(_room(cluster.state, d, allowed, models).any()))
+                   for d in sorted((r.pod.demand for r in cluster.pending.values()), key=by_size)]
+        # where each pending pod lands with every schedulable node there: an attempt keeps the placements of
+        # the pending pods queued before its first pod, up to the first that landed on one of its nodes
+        # (first fit on fewer nodes picks the same node when no removed one was picked)
+        base = cluster.state.copy()
+        full = np.array(order, dtype=np.int64)
+        landed = Landed(cluster.state, [d for d, _ in waiting],
+                        [place_in_order(base, d, full) if may_fit else -1 for d, may_fit in waiting])
 
         def attempt(group: Sequence[int]) -> tuple[bool, InstanceType | None]:
-            others = np.array([r for r in schedulable if r not in set(group)], dtype=np.int64)
-            if used.isdisjoint(group):
-                trial = with_pending.copy()
-            else:
-                trial = cluster.state.copy()
-                first_fit(trial, waiting, others)
-            return self._consolidate(cluster, group, others, trial)
+            gone = set(group)
+            return self._consolidate(cluster, group, np.array([r for r in order if r not in gone], dtype=np.int64),
+                                     waiting, landed)
 
         return attempt
+
+    def _order(self, cluster: Cluster, rows: Sequence[int]) -> list[int]:
+        """Existing nodes as Karpenter's scheduler tries them: initialized first, then by name
+        (scheduling/scheduler.go `sortExistingNodes`). Real node names are random (`gpu-x8glr`), so each
+        node gets a random key, drawn once."""
+        return sorted(rows, key=lambda r: (not cluster.ready[r], self._name_key(cluster, r)))
+
+    def _name_key(self, cluster: Cluster, row: int) -> float:
+        name = cluster.node_name[row]
+        if name not in self.name_keys:
+            self.name_keys[name] = float(self.names.random())
+        return self.name_keys[name]
 
     def _validate(self, cluster: Cluster, command: Command, now: float, expired: set[int]) -> Drain | None:
         """Karpenter's validation after `commandValidationDelay` (disruption/validation.go), or None.
@@ -564,6 +763,10 @@ class Karpenter(DefaultScheduler):
         ages = [cluster.requested_at[r] + self.expire_after for r in cluster.live_rows()]
         if self.validating is not None:
             ages.append(self.validating.due)
+        if self.poll_at > now and cluster.version != self.quiet_version:
+            ages.append(self.poll_at)
+        if self.batcher.opened is not None:
+            ages.append(self.batcher.close_at())
         return min(ages, default=math.inf)
 
 

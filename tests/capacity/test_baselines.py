@@ -31,9 +31,10 @@ def replay(controller: object, pods: list[TimedPod]) -> list[tuple[float, str, s
 
 
 def test_karpenter_batches_pending_pods_onto_the_cheapest_type_that_holds_them_all() -> None:
+    # the batch window opens at 0 s and closes 1 s later (BATCH_IDLE_DURATION): its pass runs at the next loop
     events = replay(Karpenter(instance_types=[T4X4, P100X1, BIG]), [pod(f"p{i}", 0, HOUR) for i in range(3)])
     launches = [e for e in events if e[1] == "launch"]
-    assert [(t, kind) for t, _, _, kind, _ in launches] == [(0.0, "t4x4")]  # not three P100 nodes
+    assert [(t, kind) for t, _, _, kind, _ in launches] == [(10.0, "t4x4")]  # not three P100 nodes
 
 
 def test_karpenter_launches_for_pods_apart_by_more_than_its_batch_idle_second_separately() -> None:
@@ -57,12 +58,12 @@ def test_karpenter_emptiness_deletes_a_node_once_its_command_is_validated() -> N
 
 
 def test_karpenter_drops_a_command_whose_node_changed_during_validation() -> None:
-    # "a" runs 180..280 s on the node launched for it; the loop at 280 s computes Emptiness; "b" arrives at
-    # 285 s and lands on that node, so the validation at 300 s finds it no longer empty: no deletion until
-    # "b" is gone too
+    # "a" runs 190..290 s on the node launched for it at 10 s (the loop after its batch window closed); the
+    # loop at 290 s computes Emptiness; "b" arrives at 295 s and lands on that node, so the validation at
+    # 310 s finds it no longer empty: no deletion until "b" is gone too
     k = Karpenter(instance_types=[T4X4, P100X1, BIG])
-    events = replay(k, [pod("a", 0, 100), pod("b", 285, 1000)])
-    assert next(t for t, e, _, _, p in events if e == "place" and p == "b") == 285.0
+    events = replay(k, [pod("a", 0, 100), pod("b", 295, 1000)])
+    assert next(t for t, e, _, _, p in events if e == "place" and p == "b") == 295.0
     deletes = [t for t, e, *_ in events if e == "delete"]
     finish_b = next(t for t, e, _, _, p in events if e == "finish" and p == "b")
     assert deletes and deletes[0] >= finish_b + 15.0
@@ -84,7 +85,8 @@ def test_karpenter_replaces_nodes_by_a_cheaper_one_within_its_10_percent_budget(
 def test_karpenter_expires_nodes_after_720h_and_evicts_their_pods() -> None:
     events = replay(Karpenter(instance_types=[T4X4, P100X1, BIG]), [pod("long", 0, 1000 * HOUR)])
     evictions = [t for t, e, *_ in events if e == "evict"]
-    assert len(evictions) == 1 and 720 * HOUR <= evictions[0] <= 720 * HOUR + 10
+    # the node was requested at 10 s (the loop after the batch window): it expires 720 h later
+    assert len(evictions) == 1 and 720 * HOUR + 10 <= evictions[0] <= 720 * HOUR + 20
 
 
 def test_cluster_autoscaler_least_waste_picks_the_group_wasting_least_cpu_and_memory() -> None:

@@ -9,13 +9,15 @@
   with its GPUs as `nvidia.com/gpu`, its CPU, memory and on-demand price, in one zone; the provider
   turns them into NodeClaims and KWOK nodes whose allocatable carries the GPUs.
 - Settings by environment, as its chart sets them (pkg/operator/options): no leader election,
-  metrics and health on free loopback-chosen ports, short batching windows for tests.
+  metrics and health on free loopback-chosen ports, short batching windows for tests; LOG_LEVEL info,
+  or KUBEON_KARPENTER_LOG_LEVEL (debug: each consolidation candidate and abandoned command).
 """
 
 from __future__ import annotations
 
 import csv
 import json
+import os
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,14 @@ from tests.cluster.kubeon import apply_objects
 from tests.loopback import free_port
 
 REPO = Path(__file__).resolve().parents[2]
+# Karpenter's provisioning batch windows here: shorter than its defaults (1 s, 10 s) for test speed; the
+# model of Karpenter is given the same when it is calibrated against this one (bench/capacity_live.py)
+BATCH_IDLE_SECONDS = 0.5
+BATCH_MAX_SECONDS = 2.0
+# what the KWOK provider reserves on every node it makes (kwok/cloudprovider/helpers.go, KubeReserved):
+# a node's allocatable is its type's CPU and memory less these
+KWOK_RESERVED_CPU_MILLI = 100
+KWOK_RESERVED_MEMORY_MIB = 10
 INSTANCES = REPO / "vendor" / "openb" / "instances.csv"
 NODE_CLASS = "default"
 ZONE = "test-zone-a"
@@ -72,8 +82,9 @@ def start_karpenter(plane: ControlPlane, api: client.ApiClient, registration_del
     child = plane.children.start("karpenter", [plane.bin("karpenter-kwok")], env={
         "KUBECONFIG": str(plane.kubeconfig), "DISABLE_LEADER_ELECTION": "true",
         "INSTANCE_TYPES_FILE_PATH": str(types), "METRICS_PORT": str(metrics), "HEALTH_PROBE_PORT": str(health),
-        "SYSTEM_NAMESPACE": "kube-system", "BATCH_MAX_DURATION": "2s", "BATCH_IDLE_DURATION": "500ms",
-        "LOG_LEVEL": "info"})
+        "SYSTEM_NAMESPACE": "kube-system", "BATCH_MAX_DURATION": f"{BATCH_MAX_SECONDS:g}s",
+        "BATCH_IDLE_DURATION": f"{BATCH_IDLE_SECONDS:g}s",
+        "LOG_LEVEL": os.environ.get("KUBEON_KARPENTER_LOG_LEVEL", "info")})
     plane.children.wait_until(child, lambda: urllib.request.urlopen(
         f"http://127.0.0.1:{health}/readyz", timeout=2).status == 200, START_TIMEOUT, "ready Karpenter")
 
