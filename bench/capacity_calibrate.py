@@ -27,6 +27,7 @@ import argparse
 import collections
 import csv
 import json
+import math
 import sys
 from pathlib import Path
 
@@ -41,6 +42,9 @@ from simulator.capacity_compare import run_one
 from simulator.capacity_trace import TimedPod, load_timed_pods
 
 DIR = Path(__file__).resolve().parent / "results" / "capacity-live-m30"
+# a disruption command acts this long after Karpenter computed it: its 15 s validation delay
+# (disruption/consolidation.go) and about half a second of its simulations and the events' polling
+VALIDATION_LAG = 15.5
 Events = list[tuple[str, ...]]
 
 
@@ -128,6 +132,42 @@ def model_at(events: Events, pods: list[TimedPod], types: list[InstanceType], se
     return {"at": at, "pending": sorted(cluster.pending), "nodes": nodes, "model_command": said}
 
 
+def decisions(events: Events, pods: list[TimedPod], types: list[InstanceType], seed: int, max_gpus: int
+              ) -> dict[str, object]:
+    """Each drain of the real Karpenter beside the model's command on the real state when the real one was
+    computed: `VALIDATION_LAG` before its eviction (a deletion) or before its replacement's launch (a node
+    that became ready at most 5 s before the eviction and took none of its pods before it), and not
+    before the previous drain (the disruption loop computes its next command once one has run). A
+    difference is then in Karpenter's rules, not in the states the two met."""
+    drains: dict[float, set[str]] = collections.defaultdict(set)
+    launched: dict[str, float] = {}
+    ready: list[tuple[float, str]] = []
+    first_place: dict[str, float] = {}
+    for time, event, node, _, _, _ in events:
+        t = float(time)
+        if event == "evict":
+            drains[t].add(node)
+        elif event == "launch":
+            launched[node] = t
+        elif event == "ready":
+            ready.append((t, node))
+        elif event == "place":
+            first_place.setdefault(node, t)
+    verdicts: collections.Counter[str] = collections.Counter()
+    differ = []
+    for t, nodes in sorted(drains.items()):
+        replacement = next((n for r, n in ready if t - 5 <= r <= t and first_place.get(n, math.inf) >= t), None)
+        computed = (launched[replacement] if replacement else t) - VALIDATION_LAG
+        computed = max([computed] + [d + 0.02 for d in drains if d < computed + VALIDATION_LAG - 0.01])
+        command = model_at(events, pods, types, seed, max_gpus, computed)["model_command"]
+        said = set(command["nodes"]) if command else set()  # type: ignore[index]
+        verdict = "same" if said == nodes else "overlapping" if said & nodes else "none" if not said else "other"
+        verdicts[verdict] += 1
+        if verdict != "same":
+            differ.append({"at": round(t, 3), "real": sorted(nodes), "model": command})
+    return {"drains": sum(verdicts.values()), **dict(sorted(verdicts.items())), "differ": differ}
+
+
 def model_counts(pods: list[TimedPod], types: list[InstanceType], seed: int, args: argparse.Namespace
                  ) -> dict[str, object]:
     """The model's figures on one scenario as the mean over `args.ties` tie-break seeds of its scheduler
@@ -154,6 +194,8 @@ def main() -> int:
     parser.add_argument("--evicted-work", choices=EVICTED_WORK, default="restart",
                         help="the model's rule (default restart: the live replicas restart)")
     parser.add_argument("--at", type=float, help="seconds into the run: the model's command on the real state then")
+    parser.add_argument("--decisions", action="store_true",
+                        help="each real drain against the model's command on the real state it was computed on")
     parser.add_argument("--ties", type=int, default=8,
                         help="tie-break seeds of the model per scenario, figures averaged (default 8)")
     args = parser.parse_args()
@@ -178,12 +220,15 @@ def main() -> int:
         if args.at is not None:
             print(json.dumps(model_at(real, pods, types, seed, args.max_gpus, args.at)))
             continue
+        if args.decisions:
+            print(json.dumps({"seed": seed, **decisions(real, pods, types, seed, args.max_gpus)}))
+            continue
         arms = {"model": model_counts(pods, types, seed, args), "real": counts(real, types)}
         for arm, figures in arms.items():
             for key in ("gpu_node_hours", "cost", "evictions"):
                 means[arm][key] += float(figures[key]) / len(seeds)  # type: ignore[arg-type]
         print(json.dumps({"seed": seed, "evicted_work": args.evicted_work, **arms}))
-    if args.at is not None:
+    if args.at is not None or args.decisions:
         return 0
     ratio = {k: round(means["model"][k] / means["real"][k] - 1, 3) for k in means["model"] if means["real"][k]}
     print(json.dumps({"mean": {arm: {k: round(v, 3) for k, v in c.items()} for arm, c in means.items()},

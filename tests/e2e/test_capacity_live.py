@@ -48,6 +48,8 @@ def test_three_minutes_of_gpu_workloads_cost_less_with_kubeon_than_with_karpente
         assert line["nodeclaims_left"] == 0 and line["nodes_cordoned_left"] == 0, line
         cost = replay(Path(f"{prefix}-{line['arm']}.csv"), scenario, types)
         assert cost == pytest.approx(line["cost"], abs=0.002), line
+        # Karpenter's own log is kept beside the events, to read its decisions next to them
+        assert "launched nodeclaim" in Path(f"{prefix}-{line['arm']}-karpenter.log").read_text(), line
     assert kubeon["cost"] <= karpenter["cost"], (kubeon, karpenter)
     # issue 40's bound on evictions is kubeon's; real Karpenter alone is only measured (its consolidation moved
     # one scenario pod 4 times in a CI run: evicted, placed on a new node, consolidated again)
