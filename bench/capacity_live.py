@@ -268,12 +268,13 @@ def live_types(catalog: Path) -> list[InstanceType]:
 
 def simulated(scenario_csv: Path, catalog: Path, max_gpus: int, seed: int) -> dict:
     """The simulator on the same scenario as the live cluster runs it (`LIVE_LOOP`, `LIVE_KARPENTER`,
-    `live_types`), an evicted pod restarting its work as the live replicas do, Karpenter's expireAfter the
+    `live_types`; kubeon with the live policy's rules, `RULES`), an evicted pod restarting its work as the
+    live replicas do, Karpenter's expireAfter the
     live NodePool's default 720 h (never reached in a run this short, but its disruption cost orders
     candidates by the nodes' remaining life)."""
     pods = load_timed_pods(scenario_csv, 1.0)
     figures, _ = compare(pods, live_types(catalog), max_gpus=max_gpus, seed=seed, evicted_work="restart",
-                         karpenter=LIVE_KARPENTER, loop=LIVE_LOOP, delay=REAL_DELAY / DAY_FACTOR,
+                         karpenter=LIVE_KARPENTER, loop=LIVE_LOOP, kubeon=RULES, delay=REAL_DELAY / DAY_FACTOR,
                          strategies=("karpenter", "kubeon"), workers=1)
     precise = ("gpu_node_hours", "node_hours", "cost")  # summary() keeps one decimal: too coarse for a short run
     return {"arm": "simulator", "evicted_work": "restart",

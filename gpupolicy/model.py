@@ -324,6 +324,10 @@ class ConsolidationSpec(_Wire):
     drain that has not emptied the node by then is undone (uncordoned).
     `minPodAge`: a node with pods is consolidated only once its youngest pod
     has run this long, and moved pods go only beside pods that old.
+    `maxEvictionsPerPod`: a pod evicted this often pins its node (unset: the
+    core's 3); 0 moves no pod at all, only empty nodes go: for pods whose work
+    starts over when evicted (no checkpoints), where each move redoes what the
+    pod had run (docs/benchmarks.md, issue 40).
     """
 
     underused_below_percent: float = Field(default=10.0, ge=0, le=100)
@@ -334,6 +338,8 @@ class ConsolidationSpec(_Wire):
     # a busy node is a candidate once its youngest pod has run this long (unset: the core's default,
     # gpupolicy/capacity/disruption/inputs.py ConsolidationRules.min_pod_age_seconds)
     min_pod_age: str | None = Field(default=None, json_schema_extra=_DURATION_SCHEMA)
+    # unset: the core's default (ConsolidationRules.max_evictions_per_pod)
+    max_evictions_per_pod: int | None = Field(default=None, ge=0)
 
     _d = field_validator("for_", "empty_for", "drain_timeout", "min_pod_age")(
         classmethod(lambda cls, v: _check_duration(v)))

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -40,6 +40,12 @@ from simulator.capacity_trace import TimedPod
 RULES = ConsolidationRules(underused_below_percent=10.0, window_seconds=7200.0, max_disrupted_nodes=4,
                            empty_grace_seconds=0.0, settle_seconds=0.0, max_evictions_per_pod=3,
                            min_pod_age_seconds=86400.0)
+# When evicted work restarts (`--evicted-work restart`), the policy a user whose pods have no checkpoints sets:
+# `maxEvictionsPerPod: 0`, no pod moved, only empty nodes go. Each move redoes what the pod had run (at least
+# the 24 h minimum age): at F=50 (the tuning point) the moves cost 1.806x the lower bound against 1.428x without
+# them, at F=5300 2.147x against 1.630x (2026-12-07, docs/benchmarks.md). As Karpenter's model then gets
+# `expireAfter: Never` (simulator/capacity_compare.py).
+RESTART_RULES = replace(RULES, max_evictions_per_pod=0)
 
 
 @dataclass

@@ -205,6 +205,8 @@ def core_rules(spec: ConsolidationSpec) -> ConsolidationRules:
                                spec.empty_seconds)
     if spec.min_pod_age_seconds is not None:
         rules = replaced(rules, min_pod_age_seconds=spec.min_pod_age_seconds)
+    if spec.max_evictions_per_pod is not None:
+        rules = replaced(rules, max_evictions_per_pod=spec.max_evictions_per_pod)
     return rules
 
 

@@ -191,6 +191,17 @@ def test_a_node_is_a_candidate_once_its_youngest_pod_is_old_and_moves_go_beside_
     assert plan(state, pods_on, prices, {}, RULES, now=9500.0, **kw) != []
 
 
+def test_with_at_most_0_evictions_per_pod_no_pod_moves_even_before_any_eviction() -> None:
+    # the policy's maxEvictionsPerPod: 0 (pods whose work restarts): the mover of the test above stays put,
+    # though no pod was ever evicted (an empty eviction record once skipped the cap)
+    state, pods_on = _cluster([gpu_pod("old", 2)], [gpu_pod("young", 2)], [gpu_pod("mover")])
+    prices = [T4X4.price_per_hour] * 3
+    kw = {"blocked": set(), "empty_since": {}}
+    assert plan(state, pods_on, prices, {}, RULES, now=9500.0, **kw) != []
+    none = ConsolidationRules(max_disrupted_nodes=1, max_evictions_per_pod=0)
+    assert plan(state, pods_on, prices, {}, none, now=9500.0, **kw) == []
+
+
 def test_a_pod_is_never_moved_onto_a_node_dearer_per_gpu() -> None:
     # the pod of a T4x4 ($0.67 per GPU-hour) would fit on the V100x8 ($3.11): it stays; the other way it moves
     state = NodeState.build([T4X4.spec("t4-0"), V100X8.spec("v100-1")])

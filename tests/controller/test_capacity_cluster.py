@@ -1078,6 +1078,21 @@ def test_with_min_pod_age_a_node_is_consolidated_only_once_its_youngest_pod_is_t
                 and len({n for n in world.bound().values() if n}) == 1, "one node left with both pods")
 
 
+def test_with_max_evictions_per_pod_0_no_pod_moves_and_an_empty_node_still_goes(make_world: Any) -> None:
+    """maxEvictionsPerPod: 0, for pods whose work starts over when evicted: past the minimum age that lets the
+    test above give one of two half-used nodes back, both stay with their pods; the node whose pod ended goes."""
+    world = make_world()
+    world.create_policy(capacity_policy(minPodAge="1h", maxEvictionsPerPod=0))
+    two_nodes_one_pod_each(world)
+    world.clock.advance(3600)
+    world.rounds(3, advance=30)
+    assert set(world.claims()) == {"gpu-a", "gpu-b"} and sorted(world.bound().values()) == ["gpu-a", "gpu-b"]
+    assert not any(DRAINING_ANNOTATION in annotations(n) for n in world.nodes().values())
+    world.cluster.apps.delete_namespaced_deployment("job-b", world.ns)
+    world.until(lambda: set(world.claims()) == {"gpu-a"}, "the emptied gpu-b given back", advance=30)
+    assert list(world.bound().values()) == ["gpu-a"]
+
+
 def test_a_replacement_drains_only_once_the_new_nodes_gpus_are_registered(make_world: Any) -> None:
     """A GPU node is Ready minutes before the GPU Operator's device plugin registers its GPUs. A drain
     started then found no room for the pods (the packing model counts registered GPUs), was undone and

@@ -58,7 +58,8 @@ class Planning:
         self.taken: set[int] = set()
         self.trials = 0
         state, pods_on, limit = ask.state, ask.pods_on, ask.rules.max_evictions_per_pod
-        pinned = set() if limit is None or not ask.evictions else {
+        # a limit of 0 pins every node with a pod, evicted before or not (no pod moves at all)
+        pinned = set() if limit is None or (limit > 0 and not ask.evictions) else {
             n for n, pods in pods_on.items() if any(ask.evictions.get(key, 0) >= limit for key, _ in pods)}
         awaited = awaited_rows(state, pods_on, ask.pending)
         self.eligible = [n for n in range(len(state))
