@@ -8,18 +8,21 @@ code (cited in docs/designs/capacity.md):
   NodeResourcesBalancedAllocation over cpu and memory, integer scores
   0..100 each, ties broken at random (selectHost). Extended resources such
   as nvidia.com/gpu are filtered on but not scored by default.
-- `Karpenter`: provisioning batches the pending pods no existing or
-  in-flight node holds, packs them (largest first) onto new NodeClaims, each
-  keeping the instance types that still fit all its pods, and launches the
-  cheapest remaining type. Disruption, every loop, in order: Emptiness
-  (consolidateAfter 0), Expiration (expireAfter 720h, forceful), multi-node
-  consolidation (the longest prefix of candidates by disruption cost that
-  can be deleted or replaced by ONE cheaper node, found by binary search,
-  at most 100), single-node consolidation (the first candidate that can be
-  deleted or replaced by a cheaper node). Scheduling simulation: the
-  candidates' pods first-fit on the other nodes. Budget: 10% of the nodes
-  (rounded up) disrupted at once. A replacement is launched first and the
-  candidates are drained once it is ready.
+- `Karpenter`: as v1.9.0's code runs it (docs/designs/capacity.md). Provisioning:
+  when a batch window closes (`Batcher`), one pass schedules every pending
+  pod and the pods of deleting nodes, largest CPU and memory first, onto the
+  existing nodes (initialized first, then by name) and then onto new
+  NodeClaims, each the cheapest type still holding its pods. Disruption,
+  every loop, in order: Emptiness (consolidateAfter 0), Expiration (expireAfter
+  720h, forceful), multi-node consolidation (the longest prefix of candidates
+  by disruption cost that can be deleted or replaced by ONE cheaper node, found
+  by binary search, at most 100), single-node consolidation (the first
+  candidate that can be deleted or replaced by a cheaper node); a loop that
+  finds nothing looks again 10 s later. Scheduling simulation: the pending
+  pods and the candidates' pods in one queue, largest first, as provisioning
+  places them; a candidate's pod on a node not yet initialized fails it.
+  Budget: 10% of the nodes (rounded up) disrupted at once. A replacement is
+  launched first and the candidates are drained once it is ready.
 - `ClusterAutoscaler`: scale-up for pods no node or upcoming node holds:
   per node group (instance type) a first-fit-decreasing estimate of the new
   nodes, the least-waste expander (least unused CPU and memory, averaged)
