@@ -146,6 +146,7 @@ class Reflector:
         self._synced = threading.Event()
         self._stopping = threading.Event()
         self._ended = threading.Event()  # the loop is over: stopped, or its client stopped for good
+        self._settled = threading.Event()  # synced or ended: what `wait_for_sync` waits for
         self._watch: watch.Watch | None = None
         self._thread: threading.Thread | None = None
         self.relists = 0  # how many lists were made; tests and metrics read it
@@ -223,15 +224,8 @@ class Reflector:
 
     def wait_for_sync(self, timeout: float | None = None) -> bool:
         """Whether the first list came within `timeout` seconds; False at once if the loop ended unsynced."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._synced.is_set():
-            if self._ended.is_set():
-                return False
-            step = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
-            if step <= 0:
-                return False
-            self._synced.wait(step)
-        return True
+        self._settled.wait(timeout)
+        return self._synced.is_set()
 
     @property
     def ended(self) -> bool:
@@ -254,6 +248,7 @@ class Reflector:
             self._loop()
         finally:
             self._ended.set()
+            self._settled.set()
 
     def _loop(self) -> None:
         backoff = self._backoff_initial
@@ -316,6 +311,7 @@ class Reflector:
         self._resource_version = str(body.get("metadata", {}).get("resourceVersion") or "") or None
         self.relists += 1
         self._synced.set()
+        self._settled.set()
         for k, obj in told.items():
             self._notify("MODIFIED" if k in old else "ADDED", obj)
         for k, obj in old.items():
