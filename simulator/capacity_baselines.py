@@ -172,7 +172,27 @@ class NewNode:
         return True
 
     def cheapest(self) -> InstanceType:
-        return min(self.options, key=lambda t: (t.price_per_hour, t.name))
+        return cheapest(self.options)
+
+
+def cheapest(types: Sequence[InstanceType]) -> InstanceType:
+    """The type Karpenter launches among `types`: the lowest price (ties by name)."""
+    return min(types, key=lambda t: (t.price_per_hour, t.name))
+
+
+def within_limit(nodes: Sequence[NewNode], left: float) -> tuple[list[list[InstanceType]], list[PodDemand]]:
+    """The types each new NodeClaim may be with `left` GPUs left under the NodePool's limit, in order (each
+    claim counts its largest option, scheduler.go `subtractMax`), and the pods of the claims none fits."""
+    kept: list[list[InstanceType]] = []
+    dropped: list[PodDemand] = []
+    for node in nodes:
+        options = [t for t in node.options if t.gpus <= left]
+        if options:
+            left -= max(t.gpus for t in options)
+            kept.append(options)
+        else:
+            dropped.extend(node.pods)
+    return kept, dropped
 
 
 @dataclass
@@ -546,16 +566,12 @@ class Karpenter(DefaultScheduler):
         left = math.inf
         if self.max_gpus is not None:
             left = self.max_gpus - sum(cluster.kind[r].gpus for r in order.tolist()) - sum(k.gpus for k in bought)
-        for node in pack_new(new, self.instance_types)[0]:
-            options = [t for t in node.options if t.gpus <= left]
-            if options:
-                left -= max(t.gpus for t in options)  # scheduler.go subtractMax
-                bought.append(min(options, key=lambda t: (t.price_per_hour, t.name)))
+        kept, _ = within_limit(pack_new(new, self.instance_types)[0], left)
+        bought.extend(cheapest(options) for options in kept)
         return trial
 
     def _consolidate(self, cluster: Cluster, group: Sequence[int], order: np.ndarray,
-                     waiting: Sequence[tuple[PodDemand, bool]], landed: Landed | None = None
-                     ) -> tuple[bool, InstanceType | None]:
+                     waiting: Sequence[tuple[PodDemand, bool]], landed: Landed) -> tuple[bool, InstanceType | None]:
         """Can `group` go: (True, None) delete, (True, type) replace by one cheaper node, (False, None) no.
 
         Karpenter's `SimulateScheduling` (disruption/helpers.go) and
@@ -572,11 +588,9 @@ class Karpenter(DefaultScheduler):
                         key=lambda x: by_size(x[0]))
         new: list[PodDemand] = []
         ours: set[int] = set()  # ids of the group's pods among `new`
-        start = 0
-        if landed is not None and moving:
-            start = landed.prefix(by_size(moving[0][0]), set(group))
-            new.extend(d for (d, _), row in zip(waiting[:start], landed.rows[:start], strict=True) if row < 0)
-        trial = landed.state(start) if landed is not None else cluster.state.copy()
+        start = landed.prefix(by_size(moving[0][0]), set(group)) if moving else 0
+        new.extend(d for (d, _), row in zip(waiting[:start], landed.rows[:start], strict=True) if row < 0)
+        trial = landed.state(start)
         # (pod, may some node hold it, of the group?), both lists sorted: one queue, pending pods first on ties
         pending = ((d, may_fit, False) for d, may_fit in waiting[start:])
         for d, may_fit, of_group in heapq.merge(pending, moving, key=lambda x: by_size(x[0])):
@@ -601,7 +615,7 @@ class Karpenter(DefaultScheduler):
             options = [t for t in options if not same or t.price_per_hour < min(same)]
         if not options:
             return False, None
-        return True, min(options, key=lambda t: (t.price_per_hour, t.name))
+        return True, cheapest(options)
 
     def _new_claims(self, cluster: Cluster, group: Sequence[int], pods: Sequence[PodDemand]
                     ) -> tuple[list[list[InstanceType]], list[PodDemand]]:
@@ -613,21 +627,13 @@ class Karpenter(DefaultScheduler):
         if key not in self.packs:
             self.packs[key] = pack_new(pods, self.instance_types)
         nodes, unfit = self.packs[key]
-        kept: list[list[InstanceType]] = []
-        dropped = list(unfit)
         left = math.inf
         if self.max_gpus is not None:
             gone = set(group)
             left = self.max_gpus - sum(cluster.kind[r].gpus for r in cluster.live_rows()
                                        if not cluster.cordoned[r] and r not in gone)
-        for node in nodes:
-            options = [t for t in node.options if t.gpus <= left]
-            if options:
-                left -= max(t.gpus for t in options)
-                kept.append(options)
-            else:
-                dropped.extend(node.pods)
-        return kept, dropped
+        kept, dropped = within_limit(nodes, left)
+        return kept, unfit + dropped
 
     def disrupt(self, cluster: Cluster, now: float) -> list[Drain]:
         live = cluster.live_rows()
