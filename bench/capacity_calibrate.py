@@ -1,13 +1,14 @@
 """Our Karpenter model against the real Karpenter, from a live run's files (issue 40's calibration).
 
     python bench/capacity_calibrate.py [--dir bench/results/capacity-live-m30] [--seeds 0-2]
-                                       [--evicted-work restart]
+                                       [--evicted-work restart] [--ties 8] [--decisions | --at T]
 
 Reads what `bench/capacity_live.py --events DIR/seedS --scenario DIR/scenarioS.csv` wrote (the
 real Karpenter arm's events `seedS-karpenter.csv`, the scenario as an openb pod list) and the
 catalog `DIR/catalog.csv`, runs the model on the same scenario as bench/capacity_live.py's
-`simulated` line does (its delay, GPU limit and seed; Karpenter's expireAfter the live NodePool's
-720 h), and prints per seed and on the mean, model against real:
+`simulated` line does (its delay, GPU limit, 1 s loop, the live batch windows and allocatable;
+Karpenter's expireAfter the live NodePool's 720 h) under `--ties` tie-break seeds, and prints per seed
+and on the mean, model against real:
 - GPU-node-hours, cost and evictions (the issue's 10 % is on the first two), recomputed from the
   events (a NodeClaim still there at the end counts to the last event);
 - cost by instance type;
@@ -18,7 +19,8 @@ Both runs' events are in `simulate --capacity --events`' format, so the same cou
 that time (nodes, their readiness, the pods bound and pending), what would the model's disruption
 pass do (`Karpenter._compute`)? It prints the nodes and the model's command; the real Karpenter's
 next disruption is in the events right after. A different command on the same state is a difference
-in Karpenter's rules, not in where kube-scheduler put the pods.
+in Karpenter's rules, not in where kube-scheduler put the pods. `--decisions` asks it for every
+real drain, on the state when that drain was computed (`decisions`), and counts the agreements.
 """
 
 from __future__ import annotations
@@ -157,8 +159,8 @@ def decisions(events: Events, pods: list[TimedPod], types: list[InstanceType], s
     differ = []
     for t, nodes in sorted(drains.items()):
         replacement = next((n for r, n in ready if t - 5 <= r <= t and first_place.get(n, math.inf) >= t), None)
-        computed = (launched[replacement] if replacement else t) - VALIDATION_LAG
-        computed = max([computed] + [d + 0.02 for d in drains if d < computed + VALIDATION_LAG - 0.01])
+        acted = launched[replacement] if replacement else t
+        computed = max([acted - VALIDATION_LAG] + [d + 0.02 for d in drains if d < acted - 0.01])
         command = model_at(events, pods, types, seed, max_gpus, computed)["model_command"]
         said = set(command["nodes"]) if command else set()  # type: ignore[index]
         verdict = "same" if said == nodes else "overlapping" if said & nodes else "none" if not said else "other"
