@@ -117,7 +117,8 @@ def claim_to_node(claim: Mapping[str, Any], products: Mapping[str, tuple[str, in
     return CapacityNode(claim=str(meta.get("name")), node=status.get("nodeName") or None,
                         pool=labels.get(POOL_LABEL, ""), instance_type=instance_type, gpus=gpus, product=product,
                         price_per_hour=price, labels=labels, deleting=bool(meta.get("deletionTimestamp")),
-                        launched_for=tuple(p for p in launched_for.split(",") if p))
+                        launched_for=tuple(p for p in launched_for.split(",") if p),
+                        allocatable={str(k): str(v) for k, v in (status.get("allocatable") or {}).items()})
 
 
 class KarpenterProvider:

@@ -28,8 +28,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from controller.capacity.state import HOURS_PER_MONTH, Pass, annotations_of, covers, live, meta, pod_key
+from controller.capacity.state import HOURS_PER_MONTH, Pass, annotations_of, covers, is_gpu_node, live, meta, pod_key
 from gpupolicy.capacity import relayout
+from gpupolicy.capacity.allocatable import Allocatable, free_on, held_nowhere
 from gpupolicy.capacity.demand import (
     LaunchDemand,
     boot_labels,
@@ -143,15 +144,36 @@ def unserved(p: Pass, claims: list[CapacityNode], whole: bool) -> list[tuple[str
                if not c.deleting and c.node not in registered and c.instance_type in by_type]
     plan = plan_nodes(read_nodes([*nodes, *virtual], seen.pods, {}, DEFAULT_CATALOG, seen.slices), demand)
     left = {pod for pod, _ in plan.unserved}
+    asking = {d.pod for d in demand if d.count > 0}
+    rooms: list[Allocatable] | None = None
     found = []
     for pod in seen.pods:
-        if (pod.get("spec") or {}).get("nodeName") or not live(pod) or pod_key(pod) not in left:
+        if (pod.get("spec") or {}).get("nodeName") or not live(pod):
             continue
+        key = pod_key(pod)
+        if key not in left:  # its devices are there: served, unless it asks devices and no node has its CPU
+            if key not in asking:  # and memory (a pod of a shared claim asks nothing: the claim's pod does)
+                continue
+            rooms = _rooms(p, claims, registered) if rooms is None else rooms
+            if not held_nowhere(pod, rooms):
+                continue
         demand = read_demand([pod], sharing, DEFAULT_CATALOG)
         if demand and (is_shared_resource(demand[0].resource) or
                        ((whole or is_claim_based(pod)) and demand[0].resource == GPU_RESOURCE)):
             found.append((pod_key(pod), demand[0].resource))
     return found
+
+
+def _rooms(p: Pass, claims: list[CapacityNode], registered: set[str]) -> list[Allocatable]:
+    """Free CPU and memory of each GPU node (allocatable less its running pods' requests; a node of the
+    provider's counts, whose GPUs may be DRA devices) and of each launching NodeClaim (what its type offers,
+    `Pass.instances`), for `held_nowhere`."""
+    by_node, by_type = p.seen.by_node, p.by_type
+    ours = {c.node for c in claims if c.node}
+    rooms = [r for n in p.seen.nodes if (is_gpu_node(n) or meta(n).get("name") in ours)
+             and (r := free_on(n, [q for q in by_node.get(str(meta(n).get("name")), []) if live(q)])) is not None]
+    return rooms + [(by_type[c.instance_type].cpu_milli, by_type[c.instance_type].memory_mib) for c in claims
+                    if not c.deleting and c.node not in registered and c.instance_type in by_type]
 
 
 def plan_group(group: list[LaunchDemand], catalog: list[InstanceType], room: int | None) -> list[Launch]:

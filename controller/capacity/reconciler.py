@@ -55,6 +55,7 @@ from controller.capacity.state import SOURCE, Pass, Seen
 from controller.capacity.usage import usage
 from controller.context import ControllerContext
 from controller.crashpoints import Checkpoint
+from gpupolicy.capacity.allocatable import Allocatable, observed, offered
 from gpupolicy.capacity.disruption import Disruption
 from gpupolicy.capacity.failed_launches import FailedLaunches
 from gpupolicy.capacity.instances import InstanceType, load_instances
@@ -104,6 +105,7 @@ class CapacityReconciler:
         self.failed = FailedLaunches()
         self.states = StateMemo()  # the GPU nodes' packing state between passes (consolidation)
         self.node_pods = NodePodsMemo()  # what consolidation read of each GPU node's pods, between passes
+        self.allocatable: dict[str, Allocatable] = {}  # per instance type, what its launched nodes offer
         self.last_launches: list[Launch] = []
         self.last_disruptions: list[Disruption] = []
 
@@ -151,7 +153,8 @@ class CapacityReconciler:
             for claim, kind in self.failed.observe(seen.claims, now):
                 log.warning("capacity: NodeClaim %s (%s) went before its node registered: new launches leave %s "
                             "out for %.0fs", claim, kind, kind, self.failed.ttl)
-        p = Pass(ctx, provider, seen, self.instances, self.checkpoint, failed=self.failed,
+        self.allocatable.update(observed(seen.nodes, seen.claims))  # kept for types none of which is up now
+        p = Pass(ctx, provider, seen, offered(self.instances, self.allocatable), self.checkpoint, failed=self.failed,
                  unavailable=self.failed.unavailable(now), states=self.states)
         eviction_counts.settle(p, policies)  # what a crash between an eviction and its count left
         by_name = {policy.name: policy for policy in policies}

@@ -76,7 +76,8 @@ class LaunchDemand:
     by_product: Mapping[str, PodDemand] = field(default_factory=dict)
 
 
-def _milli_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+def milli_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """The pod's CPU (milli) and memory (MiB) requests; (0, 0) when unreadable (the webhook names the field)."""
     try:
         requests = pod_requests(pod)
     except ObjectError:
@@ -98,7 +99,7 @@ def launch_demand(pod: Mapping[str, Any], resource: str, policy: GpuPolicy | Non
     """The whole-GPU demand of one pending pod waiting for `resource`; None when no product can serve it."""
     meta = pod.get("metadata") or {}
     key = f"{meta.get('namespace', 'default')}/{meta.get('name', '')}"
-    cpu, mem = _milli_requests(pod)
+    cpu, mem = milli_requests(pod)
     allowed = {normalise_product_label(m) for m in capacity_models} or None
     sharing = policy.spec.sharing if policy is not None else None
     if sharing is not None and sharing.gpu_models:

@@ -48,6 +48,9 @@ class CapacityNode:
     deleting: bool = False     # removal requested (Karpenter: the claim has a deletionTimestamp)
     launched_for: tuple[str, ...] = ()  # the pending pods (namespace/name) it was added for, if by us
     removable: bool = True     # False: removing it would take its node group below its min size
+    # what its node offers, once the provider says (Karpenter: the NodeClaim's status.allocatable, set at
+    # launch); empty: not said yet (gpupolicy/capacity/allocatable.py)
+    allocatable: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def launching(self) -> bool:

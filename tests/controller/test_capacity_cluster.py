@@ -481,6 +481,31 @@ def test_max_gpus_caps_the_launches_and_says_so(make_world: Any) -> None:
     assert "8 pending pod(s) get no node (maxGpus 3 reached)" in unserved["message"]
 
 
+def test_a_pod_no_node_type_has_the_cpu_for_is_reported_unserved_after_one_launch(make_world: Any) -> None:
+    """A node offers its allocatable, not its capacity: Karpenter's KWOK provider keeps 100m of a g6.xlarge's
+    4 CPUs. The first launch for a 4-CPU shared-GPU pod goes by the catalog's capacity (no node of the type
+    seen yet); once real Karpenter has launched it (the NodeClaim's status.allocatable), the controller knows
+    no L4 node holds the pod, says so, and launches nothing more. (Before, the node's four free shares
+    counted the pod as served: "no pending shared-GPU pod lacks a node", while it stayed pending.)"""
+    world = make_world()
+    world.create_policy(sharing_policy("share", "TimeSlicing", replicas=4))
+    world.create_policy(capacity_policy(models=["NVIDIA-L4"], max_gpus=8))
+    world.create(make_pod("whole-cpu", world.ns, gpus=1, cpu="4", gpu_resource="nvidia.com/gpu.shared",
+                          tolerations=TOLERATE_GPU))
+    world.pending(1)
+    world.runner.run_all()
+    [(name, _)] = world.claims().items()
+    claim = world.until(lambda: (c := world.claims().get(name)) and launched(c) and c, "the NodeClaim launched")
+    assert claim["status"]["allocatable"]["cpu"] == "3900m"  # what Karpenter says the node will offer
+    world.until(lambda: name in world.nodes(), "its node registered")
+    world.rounds(4)
+    assert list(world.claims()) == [name]  # no second node for a pod no L4 node holds
+    unserved = world.condition("Provisioned")
+    assert (unserved["status"], unserved["reason"]) == ("False", "Unserved"), unserved
+    assert "1 pending pod(s) get no node (no allowed instance type holds them)" in unserved["message"]
+    assert world.cluster.pods(world.ns, ready=True) == []
+
+
 def test_pending_mig_pods_get_a_nodeclaim_sized_and_labelled_for_them(make_world: Any) -> None:
     world = make_world()
     world.create_policy(sharing_policy("mig", "MIG"))
