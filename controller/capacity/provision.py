@@ -140,8 +140,8 @@ def unserved(p: Pass, claims: list[CapacityNode], whole: bool) -> list[tuple[str
     by_type = p.by_type
     registered = {n["metadata"]["name"] for n in seen.nodes}
     nodes = [as_relaid(n) for n in seen.nodes]
-    virtual = [claim_as_node(c.claim, by_type[c.instance_type], c.labels) for c in claims
-               if not c.deleting and c.node not in registered and c.instance_type in by_type]
+    launching = [c for c in claims if not c.deleting and c.node not in registered and c.instance_type in by_type]
+    virtual = [claim_as_node(c.claim, by_type[c.instance_type], c.labels) for c in launching]
     plan = plan_nodes(read_nodes([*nodes, *virtual], seen.pods, {}, DEFAULT_CATALOG, seen.slices), demand)
     left = {pod for pod, _ in plan.unserved}
     asking = {d.pod for d in demand if d.count > 0}
@@ -154,7 +154,7 @@ def unserved(p: Pass, claims: list[CapacityNode], whole: bool) -> list[tuple[str
         if key not in left:  # its devices are there: served, unless it asks devices and no node has its CPU
             if key not in asking:  # and memory (a pod of a shared claim asks nothing: the claim's pod does)
                 continue
-            rooms = _rooms(p, claims, registered) if rooms is None else rooms
+            rooms = _rooms(p, claims, launching) if rooms is None else rooms
             if not held_nowhere(pod, rooms):
                 continue
         demand = read_demand([pod], sharing, DEFAULT_CATALOG)
@@ -164,16 +164,15 @@ def unserved(p: Pass, claims: list[CapacityNode], whole: bool) -> list[tuple[str
     return found
 
 
-def _rooms(p: Pass, claims: list[CapacityNode], registered: set[str]) -> list[Allocatable]:
-    """Free CPU and memory of each GPU node (allocatable less its running pods' requests; a node of the
-    provider's counts, whose GPUs may be DRA devices) and of each launching NodeClaim (what its type offers,
-    `Pass.instances`), for `held_nowhere`."""
+def _rooms(p: Pass, claims: list[CapacityNode], launching: list[CapacityNode]) -> list[Allocatable]:
+    """Free CPU and memory of each GPU node (allocatable less its running pods' requests; a node of one of
+    the provider's `claims` counts, whose GPUs may be DRA devices) and of each `launching` claim (what its type
+    offers, `Pass.instances`), for `held_nowhere`."""
     by_node, by_type = p.seen.by_node, p.by_type
     ours = {c.node for c in claims if c.node}
     rooms = [r for n in p.seen.nodes if (is_gpu_node(n) or meta(n).get("name") in ours)
              and (r := free_on(n, [q for q in by_node.get(str(meta(n).get("name")), []) if live(q)])) is not None]
-    return rooms + [(by_type[c.instance_type].cpu_milli, by_type[c.instance_type].memory_mib) for c in claims
-                    if not c.deleting and c.node not in registered and c.instance_type in by_type]
+    return rooms + [(by_type[c.instance_type].cpu_milli, by_type[c.instance_type].memory_mib) for c in launching]
 
 
 def plan_group(group: list[LaunchDemand], catalog: list[InstanceType], room: int | None) -> list[Launch]:

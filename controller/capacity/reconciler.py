@@ -153,7 +153,8 @@ class CapacityReconciler:
             for claim, kind in self.failed.observe(seen.claims, now):
                 log.warning("capacity: NodeClaim %s (%s) went before its node registered: new launches leave %s "
                             "out for %.0fs", claim, kind, kind, self.failed.ttl)
-        self.allocatable.update(observed(seen.nodes, seen.claims))  # kept for types none of which is up now
+        # kept for types none of which is up now
+        self.allocatable.update(observed(seen.nodes, seen.claims, {t.name for t in self.instances}))
         p = Pass(ctx, provider, seen, offered(self.instances, self.allocatable), self.checkpoint, failed=self.failed,
                  unavailable=self.failed.unavailable(now), states=self.states)
         eviction_counts.settle(p, policies)  # what a crash between an eviction and its count left

@@ -18,7 +18,7 @@ requests, a launching NodeClaim's offer) is not served, whatever the devices.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Container, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -26,7 +26,7 @@ from gpupolicy.capacity.demand import milli_requests
 from gpupolicy.capacity.instances import InstanceType
 from gpupolicy.capacity.nodepool import INSTANCE_TYPE_LABEL
 from gpupolicy.capacity.provider import CapacityNode
-from gpupolicy.k8s.quantity import QuantityError, parse_bytes_mib, parse_quantity
+from gpupolicy.packing.kubemodel import ObjectError, cpu_milli_of, memory_mib_of
 
 Allocatable = tuple[int, int]  # CPU milli, memory MiB
 
@@ -37,23 +37,26 @@ def _read(allocatable: Mapping[str, Any]) -> Allocatable | None:
     if cpu is None or memory is None:
         return None
     try:
-        return int(parse_quantity(cpu) * 1000), int(parse_bytes_mib(memory))
-    except (QuantityError, ValueError, ArithmeticError):
+        return cpu_milli_of(cpu, "allocatable.cpu"), memory_mib_of(memory, "allocatable.memory")
+    except ObjectError:
         return None
 
 
-def observed(nodes: Iterable[Mapping[str, Any]], claims: Iterable[CapacityNode]) -> dict[str, Allocatable]:
-    """Per instance type, the least CPU and memory a registered node or a launched NodeClaim of it reports
-    allocatable. A node or claim without the type, or with an unreadable allocatable, says nothing."""
+def observed(nodes: Iterable[Mapping[str, Any]], claims: Iterable[CapacityNode],
+             types: Container[str]) -> dict[str, Allocatable]:
+    """Per instance type of `types` (the catalog's), the least CPU and memory a registered node or a launched
+    NodeClaim of it reports allocatable. A node or claim of another type or none, or with an unreadable
+    allocatable, says nothing."""
     seen: list[tuple[str, Allocatable | None]] = []
     for node in nodes:
-        metadata, status = node.get("metadata") or {}, node.get("status") or {}
-        kind = str((metadata.get("labels") or {}).get(INSTANCE_TYPE_LABEL) or "")
-        seen.append((kind, _read(status.get("allocatable") or {})))
-    seen += [(claim.instance_type, _read(claim.allocatable)) for claim in claims if claim.allocatable]
+        kind = str(((node.get("metadata") or {}).get("labels") or {}).get(INSTANCE_TYPE_LABEL) or "")
+        if kind in types:
+            seen.append((kind, _read((node.get("status") or {}).get("allocatable") or {})))
+    seen += [(claim.instance_type, _read(claim.allocatable)) for claim in claims
+             if claim.allocatable and claim.instance_type in types]
     out: dict[str, Allocatable] = {}
     for kind, value in seen:
-        if kind and value is not None:
+        if value is not None:
             old = out.get(kind)
             out[kind] = value if old is None else (min(old[0], value[0]), min(old[1], value[1]))
     return out

@@ -133,11 +133,13 @@ def _quantity(value: Any, field: str) -> Decimal:
         raise ObjectError(f"{field}: not a quantity: {shown(value)}") from exc
 
 
-def _milli(value: Any, field: str) -> int:
+def cpu_milli_of(value: Any, field: str) -> int:
+    """A CPU quantity in milli-cores; ObjectError naming `field` when it is not one."""
     return saturated(int(_quantity(value, field) * 1000))
 
 
-def _mib(value: Any, field: str) -> int:
+def memory_mib_of(value: Any, field: str) -> int:
+    """A memory quantity in MiB; ObjectError naming `field` when it is not one."""
     try:
         return saturated(int(parse_bytes_mib(value)))
     except (QuantityError, ValueError, TypeError) as exc:
@@ -376,7 +378,7 @@ def _parse_demand(pod: Obj) -> PodDemand:
             allowed_models=allowed_products(pod),
             mig=mig,
             shared=shared,
-            gpu_memory_mib=_mib(gpu_mem, f"metadata.annotations.{GPU_MEMORY_ANNOTATION}") if gpu_mem else 0,
+            gpu_memory_mib=memory_mib_of(gpu_mem, f"metadata.annotations.{GPU_MEMORY_ANNOTATION}") if gpu_mem else 0,
             name=f"{meta.get('namespace', '')}/{meta.get('name', '')}",
         )
     except ValueError as exc:  # a negative request (PodDemand's bounds)
@@ -501,8 +503,8 @@ def node_spec(node: Obj, catalog: Catalog = DEFAULT_CATALOG) -> NodeSpec:
     try:
         return NodeSpec(
             name=name,
-            cpu_milli=_milli(alloc.get("cpu", 0), "status.allocatable.cpu"),
-            memory_mib=_mib(alloc.get("memory", 0), "status.allocatable.memory"),
+            cpu_milli=cpu_milli_of(alloc.get("cpu", 0), "status.allocatable.cpu"),
+            memory_mib=memory_mib_of(alloc.get("memory", 0), "status.allocatable.memory"),
             gpu_count=gpus,
             model=normalise_product_label(str(labels.get(PRODUCT_LABEL, ""))),
             gpu_memory_mib=memory,

@@ -28,13 +28,14 @@ def claim(kind: str, allocatable: dict[str, str]) -> CapacityNode:
 
 def test_the_least_cpu_and_memory_seen_per_type_from_nodes_and_launched_claims() -> None:
     seen = observed([node("g6.xlarge", "3920m", "16000Mi"), node("g6.xlarge", "4", "15Gi")],
-                    [claim("g6.xlarge", {"cpu": "3900m", "memory": "16374Mi"}), claim("g5.xlarge", {})])
+                    [claim("g6.xlarge", {"cpu": "3900m", "memory": "16374Mi"}), claim("g5.xlarge", {})],
+                    {"g6.xlarge", "g5.xlarge"})
     assert seen == {"g6.xlarge": (3900, 15360)}  # a claim not launched yet (no allocatable) says nothing
 
 
 def test_a_node_without_a_type_or_with_an_unreadable_allocatable_says_nothing() -> None:
-    assert observed([node(None, "3", "8Gi"), node("g6.xlarge", "three", "8Gi"), node("g6.xlarge", "3", None)],
-                    []) == {}
+    assert observed([node(None, "3", "8Gi"), node("g6.xlarge", "three", "8Gi"), node("g6.xlarge", "3", None),
+                     node("m5.large", "2", "8Gi")], [], {"g6.xlarge"}) == {}  # m5.large: not in the catalog
 
 
 def test_offered_lowers_a_seen_type_to_its_allocatable_and_leaves_the_others() -> None:
